@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.h - the cache manager: the API an engine uses. It ties together the page pool,
+ * the prefix index (chained block hashes -> cached pages) and the eviction policy.
+ *
+ * Lifecycle of a sequence (one request, or one branch of it):
+ *
+ *   pgd_seq_create(salt)                 empty sequence of one tenant
+ *   pgd_seq_match(tokens) / _hashes      pins the longest cached prefix (full pages),
+ *                                        returns the cached length; the engine skips it
+ *   pgd_seq_grow(n)                      reserves pages for n more positions (evicts
+ *                                        unreferenced cached pages if the pool is full)
+ *   pgd_seq_write_slot(pos)              where to write K/V of position pos (copy-on-write)
+ *   pgd_seq_commit(tokens) / _hashes     tells which tokens were written; every page that
+ *                                        became full is registered in the prefix index
+ *   pgd_seq_fork                         a new sequence sharing every page
+ *   pgd_seq_destroy                      drops the sequence's references; its registered
+ *                                        pages stay cached until the policy evicts them
+ *
+ * Pages: a page registered in the index is immutable. A page is evictable when only the
+ * index references it (no sequence holds it) and it is a leaf of the prefix tree (no
+ * cached page extends it), so a cached prefix never loses its middle.
+ *
+ * Block hashes: h_i = XXH3-128(key, h_{i-1} || tokens of page i), with h_{-1} derived
+ * from the key, the model fingerprint and the tenant salt. The key is a random
+ * per-instance secret unless params.hash_key pins one (engines sharing a remote tier).
+ * Two sequences with different salts never share a page.
+ *
+ * Locking: one mutex per cache manager. Every pgd_cache_* and pgd_seq_* call takes it,
+ * so calls from any threads are safe; calls on one sequence from two threads at once are
+ * serialized but their order is the caller's business. Pointers returned by
+ * pgd_seq_pages() are valid until the next mutating call on that sequence. The pool
+ * returned by pgd_cache_pool() may be used for payload access (pgd_pool_k/v) only.
+ */
+#ifndef PAGODA_CACHE_H
+#define PAGODA_CACHE_H
+
+#include "pagoda.h"
+#include "pool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pgd_cache pgd_cache; /* opaque; thread-safe (one lock) */
+typedef struct pgd_seq pgd_seq;     /* opaque; owned by its cache */
+
+/* Eviction policies. Append only. */
+typedef enum pgd_policy_kind {
+    PGD_POLICY_LRU = 0,    /* least recently released first; O(1) */
+    PGD_POLICY_BELADY = 1  /* offline optimal: farthest next use first; needs next_use */
+} pgd_policy_kind;
+
+/* Returns the policy's name ("lru", "belady") or "?"; static storage. */
+PGD_API const char *pgd_policy_name(pgd_policy_kind k);
+/* Parses a policy name. Returns PGD_OK or PGD_EINVAL. */
+PGD_API int pgd_policy_from_name(const char *name, pgd_policy_kind *out);
+
+/* Future-knowledge oracle for Belady (and, later, hint-aware policies): returns the
+ * logical time of the next use of the cached page with block hash h, or UINT64_MAX if
+ * it is never used again. Called with the cache lock held: must not call into the cache. */
+typedef uint64_t (*pgd_next_use_fn)(void *ud, pgd_hash h);
+
+typedef struct pgd_cache_params {
+    pgd_pool_params pool;       /* geometry and capacity of the page pool */
+    pgd_policy_kind policy;     /* default LRU */
+    pgd_next_use_fn next_use;   /* required for PGD_POLICY_BELADY */
+    void *next_use_ud;
+    const uint8_t *hash_key;    /* NULL: random per-instance secret */
+    size_t hash_key_len;        /* 1..256 bytes when hash_key is set */
+    pgd_hash model_fingerprint; /* identifies model weights + tokenizer; seeds every chain */
+    uint32_t max_seqs;          /* 0: unlimited */
+    const pgd_allocator *alloc; /* NULL: libc; overrides pool.alloc */
+    pgd_log_fn log;             /* NULL: silent; overrides pool.log */
+    void *log_ud;
+} pgd_cache_params;             /* append fields only */
+
+/* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
+PGD_API pgd_cache_params pgd_cache_default_params(void);
+
+/* Creates a cache manager with its pool, index and policy, all reserved up front.
+ * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length),
+ * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
+PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
+/* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight. */
+PGD_API void pgd_cache_destroy(pgd_cache *c);
+
+/* The cache's pool, for payload access only (see locking). Valid while c lives. */
+PGD_API pgd_pool *pgd_cache_pool(pgd_cache *c);
+PGD_API uint32_t pgd_cache_page_tokens(const pgd_cache *c);
+
+/* ---- sequences ---- */
+
+/* Creates an empty sequence for the tenant named by salt (salt_len bytes, may be 0 for
+ * the default tenant; the bytes are borrowed for the call).
+ * Returns PGD_OK, PGD_ENOMEM, or PGD_EBUSY when max_seqs sequences exist. */
+PGD_API int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **out);
+/* Destroys a sequence: drops its page references (deepest page first, so that the policy
+ * evicts a released prefix from its end). NULL: no-op. Never fails. */
+PGD_API void pgd_seq_destroy(pgd_cache *c, pgd_seq *s);
+/* Creates a new sequence sharing every page (and the hash chain) of src. Writes into a
+ * shared partial page copy it first (copy-on-write). Returns PGD_OK, PGD_ENOMEM, PGD_EBUSY. */
+PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
+
+/* Matches the longest cached prefix of tokens[0..n_tokens) in whole pages and pins it:
+ * the sequence's page table becomes those pages and its length the cached length.
+ * The sequence must be empty. Counts n_tokens as queried and the result as hit.
+ * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
+ * PGD_ESTATE (sequence not empty) or PGD_ENOMEM. */
+PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
+/* Same, on precomputed block hashes (one per full page; engines that hash themselves,
+ * trace replay). The caller's hashes must embed tenant and model; the cache does not
+ * rehash them. Counts n_hashes * page_tokens as queried.
+ * Returns the number of pages matched, PGD_ESTATE or PGD_ENOMEM. */
+PGD_API int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes,
+                                     size_t n_hashes);
+
+/* Extends the sequence by n_tokens positions, allocating the pages they need. When the
+ * pool has no free page, evicts unreferenced cached pages through the policy.
+ * Returns PGD_OK; PGD_ENOSPC when free + evictable pages are too few (nothing changed,
+ * nothing evicted); PGD_ENOMEM (nothing changed). */
+PGD_API int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens);
+
+/* Registers written tokens. tokens[0..n) are the tokens at positions
+ * [n_committed, n_committed + n), which must be <= the length (grow first). Every page
+ * that becomes full is hashed and registered in the prefix index; if another sequence
+ * registered the same block first, this sequence switches to that page and frees its own
+ * copy (so concurrent computations of one page end with one cached copy; re-read the page
+ * table after commit). Returns the number of pages registered by this call, PGD_EINVAL
+ * (past the length) or PGD_ESTATE (the sequence was committed with hashes). */
+PGD_API int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
+/* Registers the next n_hashes full pages under precomputed hashes (see match_hashes).
+ * The pages must lie within the length. Returns pages registered, PGD_EINVAL or
+ * PGD_ESTATE (the sequence was committed with tokens). */
+PGD_API int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes,
+                                  size_t n_hashes);
+
+/* Resolves where K/V of position pos (< length) is written: copies the page first if it
+ * is shared (copy-on-write; may evict). Positions inside registered pages are immutable.
+ * Returns PGD_OK, PGD_EINVAL (pos >= length or inside a registered page), PGD_ENOSPC. */
+PGD_API int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id,
+                               uint32_t *slot);
+
+/* Length in tokens (positions reserved by match + grow). */
+PGD_API uint64_t pgd_seq_length(pgd_cache *c, const pgd_seq *s);
+/* Tokens registered through commit or match (a multiple of page_tokens, plus the
+ * committed part of the current partial page). */
+PGD_API uint64_t pgd_seq_n_committed(pgd_cache *c, const pgd_seq *s);
+/* The page table: *ids (borrowed, valid until the next mutating call on s) gets
+ * ceil(length / page_tokens) page ids. Returns the number of pages. */
+PGD_API uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **ids);
+
+/* ---- hashing ---- */
+
+/* Computes the block hashes of the full pages of tokens[0..n) for the tenant salt, as
+ * match/commit would. Writes floor(n / page_tokens) hashes (at most max_hashes) and
+ * returns how many it wrote. Pure; takes no lock. */
+PGD_API size_t pgd_cache_hash_tokens(const pgd_cache *c, const void *salt, size_t salt_len,
+                                     const int32_t *tokens, size_t n_tokens,
+                                     pgd_hash *hashes, size_t max_hashes);
+
+/* ---- stats and checks ---- */
+
+typedef struct pgd_cache_stats {
+    uint32_t n_pages_total;
+    uint32_t n_pages_free;      /* on the pool's free list */
+    uint32_t n_pages_used;      /* held by at least one sequence */
+    uint32_t n_pages_cached;    /* registered in the prefix index (used or not) */
+    uint32_t n_pages_evictable; /* cached and held by no sequence */
+    uint32_t n_seqs;
+    uint64_t n_query_tokens;    /* tokens presented to match */
+    uint64_t n_hit_tokens;      /* of those, served from cache */
+    uint64_t n_query_pages;
+    uint64_t n_hit_pages;
+    uint64_t n_evictions;       /* pages evicted by the policy */
+    uint64_t n_registered;      /* pages registered by commit */
+    uint64_t n_dedup;           /* commits that found the block already cached */
+    uint64_t n_cow_copies;
+} pgd_cache_stats;
+
+/* Fills *out. O(1). */
+PGD_API void pgd_cache_get_stats(pgd_cache *c, pgd_cache_stats *out);
+
+/* Evicts up to n_pages evictable pages through the policy. Returns how many it evicted. */
+PGD_API int pgd_cache_evict(pgd_cache *c, uint32_t n_pages);
+/* Drops every evictable cached page (sequences keep theirs). Returns pages dropped. */
+PGD_API int pgd_cache_clear(pgd_cache *c);
+
+/* Integrity walk of pool, index, policy and every sequence: refcounts equal the holders
+ * (sequences + index), the index tree is consistent (parents cached, child counts exact),
+ * the policy holds exactly the evictable pages, stats add up. O(pages + table entries).
+ * Returns PGD_OK or PGD_ECORRUPT (detail via the log hook). */
+PGD_API int pgd_cache_check(pgd_cache *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_CACHE_H */

@@ -1,0 +1,761 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c - the cache manager: pool + prefix index + eviction policy, behind one lock.
+ *
+ * Who holds a page (its pool refcount counts them all):
+ *   - every sequence whose page table lists it (once per sequence), and
+ *   - the prefix index, once, while the page is registered (cached).
+ * So a cached page is evictable exactly when its refcount is 1 (only the index holds it);
+ * the policy holds exactly those pages, and page_entry[] maps a page to its index entry.
+ *
+ *   seq A: [p0][p1][p2][p3*]        p0..p2 registered (full, immutable), p3 partial
+ *   seq B: [p0][p1][q2]              B shares A's prefix p0,p1 (matched), q2 its own
+ *   index: h0->p0, h1->p1 (parent h0), h2->p2 (parent h1), h2'->q2 (parent h1)
+ *
+ * Invariants (checked by pgd_cache_check):
+ *   refcount(p) == #tables holding p + (page_entry[p] != NONE)
+ *   policy contains p  <=>  page_entry[p] != NONE && refcount(p) == 1
+ *   a sequence's registered pages form a chain in the index (parent = previous page), so
+ *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
+ *   prefix never loses its middle.
+ * Callers: engines, the server, tools. Every public call takes c->mu.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "pgd_int.h"
+
+enum { MODE_NONE = 0, MODE_TOKENS = 1, MODE_HASHES = 2 };
+
+struct pgd_seq {
+    pgd_seq *prev, *next;   /* live sequences of the cache */
+    uint32_t *table;        /* [cap] page ids; n_pages used */
+    uint32_t n_pages, cap;
+    uint64_t len;           /* positions reserved (match + grow) */
+    uint64_t n_committed;   /* tokens committed (match + commit) */
+    uint32_t n_full;        /* full pages committed: n_committed / page_tokens */
+    int mode;               /* MODE_*: how pages are hashed */
+    int unregistrable;      /* a hash conflict broke the chain: register nothing more */
+    uint32_t last_entry;    /* index entry of page n_full-1, PGD__NONE if none */
+    pgd_hash last;          /* hash of page n_full-1, or the seed */
+    int32_t *partial;       /* [page_tokens] tokens of the page being filled */
+};
+
+struct pgd_cache {
+    pthread_mutex_t mu;
+    pgd__alloc al;
+    pgd__log log;
+    pgd_pool *pool;
+    pgd__index *ix;
+    const pgd__policy_ops *pol;
+    void *pstate;
+    pgd__hasher hasher;
+    uint32_t page_tokens;
+    uint32_t n_pages;
+    uint32_t *page_entry;   /* [n_pages] index entry of a cached page, or PGD__NONE */
+    pgd_seq *seqs;          /* list of live sequences */
+    uint32_t n_seqs, max_seqs;
+    pgd_cache_stats st;     /* counters; gauges are filled in get_stats */
+};
+
+pgd_cache_params pgd_cache_default_params(void)
+{
+    pgd_cache_params p;
+    memset(&p, 0, sizeof p);
+    p.pool = pgd_pool_default_params();
+    p.policy = PGD_POLICY_LRU;
+    return p;
+}
+
+/* ---- create / destroy ---- */
+
+int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
+{
+    pgd__alloc al;
+    pgd_cache *c = NULL;
+    int rc;
+
+    *out = NULL;
+    if (!p) return PGD_EINVAL;
+    pgd__alloc_init(&al, p->alloc ? p->alloc : p->pool.alloc);
+    pgd__log lg = {p->log ? p->log : p->pool.log, p->log ? p->log_ud : p->pool.log_ud};
+    const pgd__policy_ops *pol = pgd__policy_lookup(p->policy);
+    if (!pol) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: unknown policy %d", (int)p->policy);
+        return PGD_EINVAL;
+    }
+    if (p->policy == PGD_POLICY_BELADY && !p->next_use) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: the belady policy needs a next_use oracle");
+        return PGD_EINVAL;
+    }
+    if (p->hash_key && (p->hash_key_len == 0 || p->hash_key_len > 256)) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: hash_key_len must be 1..256");
+        return PGD_EINVAL;
+    }
+    c = pgd__calloc(&al, 1, sizeof *c);
+    if (!c) return PGD_ENOMEM;
+    c->al = al;
+    c->log = lg;
+    c->pol = pol;
+    c->max_seqs = p->max_seqs;
+    rc = pgd__hasher_init(&c->hasher, p->hash_key, p->hash_key_len, p->model_fingerprint);
+    if (rc != PGD_OK) goto fail;
+    pgd_pool_params pp = p->pool;
+    pp.alloc = &c->al.a;
+    pp.log = lg.fn;
+    pp.log_ud = lg.ud;
+    rc = pgd_pool_create(&pp, &c->pool);
+    if (rc != PGD_OK) goto fail;
+    c->page_tokens = pgd_pool_page_tokens(c->pool);
+    c->n_pages = pgd_pool_n_pages(c->pool);
+    rc = pgd__index_create(&c->al, c->n_pages, &c->ix);
+    if (rc != PGD_OK) goto fail;
+    rc = pol->create(&c->al, c->n_pages, p->next_use, p->next_use_ud, &c->pstate);
+    if (rc != PGD_OK) goto fail;
+    rc = PGD_ENOMEM;
+    c->page_entry = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->page_entry);
+    if (!c->page_entry) goto fail;
+    memset(c->page_entry, 0xff, (size_t)c->n_pages * sizeof *c->page_entry);
+    if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail;
+    *out = c;
+    return PGD_OK;
+fail:
+    pgd__free(&c->al, c->page_entry);
+    if (c->pstate) pol->destroy(&c->al, c->pstate);
+    pgd__index_destroy(c->ix);
+    pgd_pool_destroy(c->pool);
+    pgd__free(&al, c);
+    return rc;
+}
+
+static void seq_free(pgd_cache *c, pgd_seq *s)
+{
+    pgd__free(&c->al, s->table);
+    pgd__free(&c->al, s);
+}
+
+void pgd_cache_destroy(pgd_cache *c)
+{
+    if (!c) return;
+    pgd__alloc al = c->al;
+    while (c->seqs) {
+        pgd_seq *s = c->seqs;
+        c->seqs = s->next;
+        seq_free(c, s);
+    }
+    pgd__free(&al, c->page_entry);
+    c->pol->destroy(&al, c->pstate);
+    pgd__index_destroy(c->ix);
+    pgd_pool_destroy(c->pool);
+    pthread_mutex_destroy(&c->mu);
+    pgd__free(&al, c);
+}
+
+pgd_pool *pgd_cache_pool(pgd_cache *c) { return c->pool; }
+uint32_t pgd_cache_page_tokens(const pgd_cache *c) { return c->page_tokens; }
+
+static void lock(pgd_cache *c) { pthread_mutex_lock(&c->mu); }
+static void unlock(pgd_cache *c) { pthread_mutex_unlock(&c->mu); }
+
+/* ---- page references (lock held) ---- */
+
+static pgd__pinfo page_info(const pgd_cache *c, uint32_t page)
+{
+    const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
+    pgd__pinfo info = {e->hash, e->depth};
+    return info;
+}
+
+/* A sequence takes a reference on page; a cached page is no longer evictable. */
+static void page_ref(pgd_cache *c, uint32_t page)
+{
+    pgd_pool_ref(c->pool, page);
+    if (c->page_entry[page] != PGD__NONE) {
+        pgd__pinfo info = page_info(c, page);
+        c->pol->hit(c->pstate, page, &info);
+    }
+}
+
+/* A sequence drops its reference; a cached page only the index holds becomes evictable. */
+static void page_unref(pgd_cache *c, uint32_t page)
+{
+    uint32_t r = pgd_pool_unref(c->pool, page);
+    if (r == 1 && c->page_entry[page] != PGD__NONE) {
+        pgd__pinfo info = page_info(c, page);
+        c->pol->unreferenced(c->pstate, page, &info);
+    }
+}
+
+static int accept_leaf(void *ctx, uint32_t page)
+{
+    pgd_cache *c = ctx;
+    const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
+    return e && e->n_children == 0;
+}
+
+/* Evicts one page through the policy. Returns 1, or 0 when nothing is evictable. */
+static int evict_one(pgd_cache *c)
+{
+    uint32_t page = c->pol->victim(c->pstate, accept_leaf, c);
+    if (page == PGD__NONE) return 0;
+    uint32_t e = c->page_entry[page];
+    PGD_CHECK(e != PGD__NONE && pgd_pool_refcount(c->pool, page) == 1);
+    c->pol->remove(c->pstate, page);
+    pgd__index_remove(c->ix, e);
+    c->page_entry[page] = PGD__NONE;
+    pgd_pool_unref(c->pool, page);
+    c->st.n_evictions++;
+    return 1;
+}
+
+/* Pages that an allocation could get: free now, or evictable. */
+static uint64_t n_available(const pgd_cache *c)
+{
+    pgd_pool_stats ps;
+    pgd_pool_get_stats(c->pool, &ps);
+    return (uint64_t)ps.n_pages_free + c->pol->size(c->pstate);
+}
+
+/* Allocates a page, evicting if the pool is full. Returns PGD_OK or PGD_ENOSPC. */
+static int alloc_page(pgd_cache *c, uint32_t *page)
+{
+    for (;;) {
+        if (pgd_pool_alloc(c->pool, page) == PGD_OK) return PGD_OK;
+        if (!evict_one(c)) return PGD_ENOSPC;
+    }
+}
+
+static int table_reserve(pgd_cache *c, pgd_seq *s, uint64_t n)
+{
+    if (n <= s->cap) return PGD_OK;
+    if (n > UINT32_MAX / 2) return PGD_ENOMEM;
+    uint32_t cap = s->cap ? s->cap : 8;
+    while (cap < n) cap *= 2;
+    uint32_t *t = pgd__realloc(&c->al, s->table, (size_t)cap * sizeof *t);
+    if (!t) return PGD_ENOMEM;
+    s->table = t;
+    s->cap = cap;
+    return PGD_OK;
+}
+
+/* ---- sequences ---- */
+
+static int seq_alloc(pgd_cache *c, pgd_seq **out)
+{
+    *out = NULL;
+    if (c->max_seqs && c->n_seqs >= c->max_seqs) return PGD_EBUSY;
+    pgd_seq *s = pgd__calloc(&c->al, 1, sizeof *s + (size_t)c->page_tokens * sizeof(int32_t));
+    if (!s) return PGD_ENOMEM;
+    s->partial = (int32_t *)(s + 1);
+    s->last_entry = PGD__NONE;
+    *out = s;
+    return PGD_OK;
+}
+
+static void seq_link(pgd_cache *c, pgd_seq *s)
+{
+    s->prev = NULL;
+    s->next = c->seqs;
+    if (c->seqs) c->seqs->prev = s;
+    c->seqs = s;
+    c->n_seqs++;
+}
+
+int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **out)
+{
+    pgd_seq *s;
+    *out = NULL;
+    if (salt_len && !salt) return PGD_EINVAL;
+    pgd_hash seed = pgd__hash_seed(&c->hasher, salt, salt_len);
+    lock(c);
+    int rc = seq_alloc(c, &s);
+    if (rc == PGD_OK) {
+        s->last = seed;
+        seq_link(c, s);
+        *out = s;
+    }
+    unlock(c);
+    return rc;
+}
+
+void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
+{
+    if (!s) return;
+    lock(c);
+    /* Deepest page first: the policy then evicts a released prefix from its end. */
+    for (uint32_t i = s->n_pages; i-- > 0;)
+        page_unref(c, s->table[i]);
+    if (s->prev) s->prev->next = s->next; else c->seqs = s->next;
+    if (s->next) s->next->prev = s->prev;
+    c->n_seqs--;
+    seq_free(c, s);
+    unlock(c);
+}
+
+int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
+{
+    pgd_seq *s;
+    *out = NULL;
+    lock(c);
+    int rc = seq_alloc(c, &s);
+    if (rc != PGD_OK) goto out;
+    rc = table_reserve(c, s, src->n_pages);
+    if (rc != PGD_OK) {
+        seq_free(c, s);
+        goto out;
+    }
+    if (src->n_pages) memcpy(s->table, src->table, (size_t)src->n_pages * sizeof *s->table);
+    s->n_pages = src->n_pages;
+    s->len = src->len;
+    s->n_committed = src->n_committed;
+    s->n_full = src->n_full;
+    s->mode = src->mode;
+    s->unregistrable = src->unregistrable;
+    s->last_entry = src->last_entry;
+    s->last = src->last;
+    memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
+    for (uint32_t i = 0; i < s->n_pages; i++)
+        pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
+    seq_link(c, s);
+    *out = s;
+out:
+    unlock(c);
+    return rc;
+}
+
+/* ---- match ---- */
+
+/* Pins the pages of entries found for hashes, for an empty sequence whose table has room.
+ * Stops at the first miss or at an entry that does not extend the previous one. */
+static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const pgd_hash *h, size_t n)
+{
+    uint32_t k = 0, prev = PGD__NONE;
+    for (; k < n; k++) {
+        uint32_t e = pgd__index_find(c->ix, h[k]);
+        if (e == PGD__NONE) break;
+        const pgd__entry *en = pgd__index_entry(c->ix, e);
+        if (en->parent != prev) break;
+        page_ref(c, en->page_id);
+        s->table[k] = en->page_id;
+        prev = e;
+    }
+    s->n_pages = k;
+    s->n_full = k;
+    s->len = s->n_committed = (uint64_t)k * c->page_tokens;
+    if (k) {
+        s->last_entry = prev;
+        s->last = h[k - 1];
+    }
+    return k;
+}
+
+static void count_query(pgd_cache *c, uint64_t n_pages_q, uint64_t n_tokens_q, uint32_t hit)
+{
+    c->st.n_query_pages += n_pages_q;
+    c->st.n_query_tokens += n_tokens_q;
+    c->st.n_hit_pages += hit;
+    c->st.n_hit_tokens += (uint64_t)hit * c->page_tokens;
+}
+
+int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+{
+    size_t n_full = n_tokens / c->page_tokens;
+    int64_t rc;
+    if (n_tokens && !tokens) return PGD_EINVAL;
+    lock(c);
+    if (s->len || s->mode != MODE_NONE) {
+        rc = PGD_ESTATE;
+        goto out;
+    }
+    rc = table_reserve(c, s, n_full);
+    if (rc != PGD_OK) goto out;
+    /* Hash page by page and stop at the first miss: a prompt that diverges early costs
+     * one hash, not n_full. */
+    uint32_t k = 0, prev = PGD__NONE;
+    pgd_hash h = s->last;
+    for (; k < n_full; k++) {
+        h = pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens, c->page_tokens);
+        uint32_t e = pgd__index_find(c->ix, h);
+        if (e == PGD__NONE) break;
+        const pgd__entry *en = pgd__index_entry(c->ix, e);
+        if (en->parent != prev) break;
+        page_ref(c, en->page_id);
+        s->table[k] = en->page_id;
+        s->last = h;
+        prev = e;
+    }
+    s->n_pages = s->n_full = k;
+    s->len = s->n_committed = (uint64_t)k * c->page_tokens;
+    s->last_entry = prev;
+    s->mode = MODE_TOKENS;
+    count_query(c, n_full, n_tokens, k);
+    rc = (int64_t)s->len;
+out:
+    unlock(c);
+    return rc;
+}
+
+int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size_t n_hashes)
+{
+    int64_t rc;
+    if (n_hashes && !hashes) return PGD_EINVAL;
+    lock(c);
+    if (s->len || s->mode != MODE_NONE) {
+        rc = PGD_ESTATE;
+        goto out;
+    }
+    rc = table_reserve(c, s, n_hashes);
+    if (rc != PGD_OK) goto out;
+    uint32_t k = pin_chain(c, s, hashes, n_hashes);
+    s->mode = MODE_HASHES;
+    count_query(c, n_hashes, (uint64_t)n_hashes * c->page_tokens, k);
+    rc = k;
+out:
+    unlock(c);
+    return rc;
+}
+
+/* ---- grow ---- */
+
+int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
+{
+    int rc = PGD_OK;
+    lock(c);
+    uint64_t len = s->len + n_tokens;
+    uint64_t need_pages = (len + c->page_tokens - 1) / c->page_tokens;
+    if (len < s->len || need_pages > UINT32_MAX / 2) {
+        rc = PGD_ENOSPC;
+        goto out;
+    }
+    uint64_t n_new = need_pages - s->n_pages;
+    if (n_new > n_available(c)) {
+        rc = PGD_ENOSPC; /* checked first, so that nothing is evicted in vain */
+        goto out;
+    }
+    rc = table_reserve(c, s, need_pages);
+    if (rc != PGD_OK) goto out;
+    while (s->n_pages < need_pages) {
+        uint32_t page;
+        rc = alloc_page(c, &page);
+        PGD_CHECK(rc == PGD_OK); /* free + evictable covered it */
+        s->table[s->n_pages++] = page;
+    }
+    s->len = len;
+out:
+    unlock(c);
+    return rc;
+}
+
+/* ---- commit ---- */
+
+/* Registers page i of s (full, committed) under hash h. */
+static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
+{
+    uint32_t page = s->table[i];
+    if (s->unregistrable) return 0;
+    uint32_t e = pgd__index_find(c->ix, h);
+    if (e != PGD__NONE) {
+        const pgd__entry *en = pgd__index_entry(c->ix, e);
+        if (en->parent != s->last_entry) {
+            /* The same hash under another parent: a caller's hashes are not a chain.
+             * Keep the page private and stop registering this sequence. */
+            pgd__logf(&c->log, PGD_LOG_WARN, "cache: block hash reused at another position");
+            s->unregistrable = 1;
+            return 0;
+        }
+        if (en->page_id != page) {
+            /* Computed twice: keep the cached copy, free ours. */
+            uint32_t cached = en->page_id;
+            page_ref(c, cached);
+            page_unref(c, page);
+            s->table[i] = cached;
+            c->st.n_dedup++;
+        }
+        s->last_entry = e;
+        s->last = h;
+        return 0;
+    }
+    if (c->page_entry[page] != PGD__NONE) {
+        /* Shared (forked) page already registered under another hash: the two sequences
+         * committed different tokens without writing. Keep the chain honest. */
+        pgd__logf(&c->log, PGD_LOG_WARN, "cache: page %u already cached under another hash",
+                  page);
+        s->unregistrable = 1;
+        return 0;
+    }
+    e = pgd__index_insert(c->ix, h, s->last_entry, page);
+    PGD_CHECK(e != PGD__NONE); /* capacity == pages, each page at most once */
+    pgd_pool_ref(c->pool, page);
+    c->page_entry[page] = e;
+    pgd__pinfo info = {h, pgd__index_entry(c->ix, e)->depth};
+    c->pol->insert(c->pstate, page, &info);
+    s->last_entry = e;
+    s->last = h;
+    c->st.n_registered++;
+    return 1;
+}
+
+int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+{
+    int rc = 0;
+    const uint32_t pt = c->page_tokens;
+    if (n_tokens && !tokens) return PGD_EINVAL;
+    lock(c);
+    if (s->mode == MODE_HASHES) {
+        rc = PGD_ESTATE;
+        goto out;
+    }
+    if (n_tokens > s->len - s->n_committed) {
+        rc = PGD_EINVAL;
+        goto out;
+    }
+    s->mode = MODE_TOKENS;
+    size_t i = 0;
+    while (i < n_tokens) {
+        uint32_t off = (uint32_t)(s->n_committed % pt);
+        size_t take = n_tokens - i < pt - off ? n_tokens - i : pt - off;
+        if (off == 0 && take == pt) {
+            /* A whole page straight from the caller's buffer. */
+            pgd_hash h = pgd__hash_block(&c->hasher, s->last, tokens + i, pt);
+            rc += register_page(c, s, s->n_full, h);
+            s->n_full++;
+        } else {
+            memcpy(s->partial + off, tokens + i, take * sizeof *tokens);
+            if (off + take == pt) {
+                pgd_hash h = pgd__hash_block(&c->hasher, s->last, s->partial, pt);
+                rc += register_page(c, s, s->n_full, h);
+                s->n_full++;
+            }
+        }
+        s->n_committed += take;
+        i += take;
+    }
+out:
+    unlock(c);
+    return rc;
+}
+
+int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size_t n_hashes)
+{
+    int rc = 0;
+    if (n_hashes && !hashes) return PGD_EINVAL;
+    lock(c);
+    if (s->mode == MODE_TOKENS || s->n_committed % c->page_tokens) {
+        rc = PGD_ESTATE;
+        goto out;
+    }
+    if ((uint64_t)(s->n_full + n_hashes) * c->page_tokens > s->len) {
+        rc = PGD_EINVAL;
+        goto out;
+    }
+    s->mode = MODE_HASHES;
+    for (size_t k = 0; k < n_hashes; k++) {
+        rc += register_page(c, s, s->n_full, hashes[k]);
+        s->n_full++;
+        s->n_committed += c->page_tokens;
+    }
+out:
+    unlock(c);
+    return rc;
+}
+
+/* ---- write access ---- */
+
+int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id,
+                       uint32_t *slot)
+{
+    int rc = PGD_OK;
+    lock(c);
+    uint64_t i = pos / c->page_tokens;
+    if (pos >= s->len || i < s->n_full) {
+        rc = PGD_EINVAL;
+        goto out;
+    }
+    uint32_t page = s->table[i];
+    if (pgd_pool_refcount(c->pool, page) > 1) {
+        pgd_pool_stats ps;
+        pgd_pool_get_stats(c->pool, &ps);
+        if (ps.n_pages_free == 0 && !evict_one(c)) {
+            rc = PGD_ENOSPC;
+            goto out;
+        }
+        uint32_t copy = page;
+        rc = pgd_pool_cow(c->pool, &copy);
+        PGD_CHECK(rc == 1);
+        rc = PGD_OK;
+        /* The old page lost one holder: it may have become evictable. */
+        if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {
+            pgd__pinfo info = page_info(c, page);
+            c->pol->unreferenced(c->pstate, page, &info);
+        }
+        s->table[i] = copy;
+        c->st.n_cow_copies++;
+        page = copy;
+    }
+    *page_id = page;
+    *slot = (uint32_t)(pos % c->page_tokens);
+out:
+    unlock(c);
+    return rc;
+}
+
+/* ---- accessors ---- */
+
+uint64_t pgd_seq_length(pgd_cache *c, const pgd_seq *s)
+{
+    lock(c);
+    uint64_t n = s->len;
+    unlock(c);
+    return n;
+}
+
+uint64_t pgd_seq_n_committed(pgd_cache *c, const pgd_seq *s)
+{
+    lock(c);
+    uint64_t n = s->n_committed;
+    unlock(c);
+    return n;
+}
+
+uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **ids)
+{
+    lock(c);
+    *ids = s->table;
+    uint32_t n = s->n_pages;
+    unlock(c);
+    return n;
+}
+
+size_t pgd_cache_hash_tokens(const pgd_cache *c, const void *salt, size_t salt_len,
+                             const int32_t *tokens, size_t n_tokens, pgd_hash *hashes,
+                             size_t max_hashes)
+{
+    size_t n = n_tokens / c->page_tokens;
+    if (n > max_hashes) n = max_hashes;
+    pgd_hash h = pgd__hash_seed(&c->hasher, salt, salt_len);
+    for (size_t k = 0; k < n; k++) {
+        h = pgd__hash_block(&c->hasher, h, tokens + k * c->page_tokens, c->page_tokens);
+        hashes[k] = h;
+    }
+    return n;
+}
+
+/* ---- eviction, stats, check ---- */
+
+int pgd_cache_evict(pgd_cache *c, uint32_t n_pages)
+{
+    int n = 0;
+    lock(c);
+    while ((uint32_t)n < n_pages && n < INT32_MAX && evict_one(c)) n++;
+    unlock(c);
+    return n;
+}
+
+int pgd_cache_clear(pgd_cache *c)
+{
+    int n = 0;
+    lock(c);
+    while (n < INT32_MAX && evict_one(c)) n++;
+    unlock(c);
+    return n;
+}
+
+void pgd_cache_get_stats(pgd_cache *c, pgd_cache_stats *out)
+{
+    pgd_pool_stats ps;
+    lock(c);
+    *out = c->st;
+    pgd_pool_get_stats(c->pool, &ps);
+    out->n_pages_total = ps.n_pages_total;
+    out->n_pages_free = ps.n_pages_free;
+    out->n_pages_cached = pgd__index_size(c->ix);
+    out->n_pages_evictable = c->pol->size(c->pstate);
+    out->n_pages_used = ps.n_pages_used - out->n_pages_evictable;
+    out->n_seqs = c->n_seqs;
+    out->n_cow_copies = c->st.n_cow_copies;
+    unlock(c);
+}
+
+static int check_locked(pgd_cache *c)
+{
+    int rc = pgd_pool_check(c->pool);
+    if (rc != PGD_OK) return rc;
+    rc = pgd__index_check(c->ix, &c->log);
+    if (rc != PGD_OK) return rc;
+    uint32_t *holders = pgd__calloc(&c->al, c->n_pages, sizeof *holders);
+    if (!holders) return PGD_ENOMEM;
+    rc = PGD_ECORRUPT;
+    uint32_t n_seqs = 0, n_evictable = 0;
+    for (const pgd_seq *s = c->seqs; s; s = s->next) {
+        n_seqs++;
+        uint64_t want_pages = (s->len + c->page_tokens - 1) / c->page_tokens;
+        if (s->n_pages != want_pages || s->n_committed > s->len ||
+            s->n_full != s->n_committed / c->page_tokens) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: sequence lengths disagree");
+            goto out;
+        }
+        uint32_t prev = PGD__NONE;
+        for (uint32_t i = 0; i < s->n_pages; i++) {
+            uint32_t page = s->table[i];
+            if (page >= c->n_pages || pgd_pool_refcount(c->pool, page) == 0) {
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: table holds a free page %u",
+                          page);
+                goto out;
+            }
+            holders[page]++;
+            if (i < s->n_full && !s->unregistrable) {
+                /* Registered pages form a chain in the index. */
+                uint32_t e = c->page_entry[page];
+                const pgd__entry *en = pgd__index_entry(c->ix, e);
+                if (!en || en->parent != prev || en->page_id != page) {
+                    pgd__logf(&c->log, PGD_LOG_ERROR,
+                              "cache check: page %u of a sequence breaks its chain", i);
+                    goto out;
+                }
+                prev = e;
+            }
+        }
+    }
+    if (n_seqs != c->n_seqs) goto out;
+    for (uint32_t page = 0; page < c->n_pages; page++) {
+        uint32_t e = c->page_entry[page];
+        uint32_t cached = e != PGD__NONE;
+        if (cached) {
+            const pgd__entry *en = pgd__index_entry(c->ix, e);
+            if (!en || en->page_id != page) {
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry",
+                          page);
+                goto out;
+            }
+        }
+        uint32_t ref = pgd_pool_refcount(c->pool, page);
+        if (ref != holders[page] + cached) {
+            pgd__logf(&c->log, PGD_LOG_ERROR,
+                      "cache check: page %u has refcount %u but %u holders%s", page, ref,
+                      holders[page], cached ? " + index" : "");
+            goto out;
+        }
+        int evictable = cached && ref == 1;
+        n_evictable += evictable;
+        if (evictable != !!c->pol->contains(c->pstate, page)) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: policy %s page %u wrongly",
+                      evictable ? "misses" : "holds", page);
+            goto out;
+        }
+    }
+    if (n_evictable != c->pol->size(c->pstate)) goto out;
+    /* Every index entry's page points back at it. */
+    if (pgd__index_size(c->ix) > c->n_pages) goto out;
+    rc = PGD_OK;
+out:
+    pgd__free(&c->al, holders);
+    return rc;
+}
+
+int pgd_cache_check(pgd_cache *c)
+{
+    lock(c);
+    int rc = check_locked(c);
+    unlock(c);
+    return rc;
+}

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pgd_int.h - declarations shared by libpagoda's modules (the role of sqliteInt.h).
+ * Never included by engine/, server/ or tools/: they use include/pagoda/ only.
+ * Internal non-static names use the pgd__ prefix.
+ */
+#ifndef PGD_INT_H
+#define PGD_INT_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "pagoda/pagoda.h"
+#include "pagoda/pool.h"
+#include "pagoda/cache.h"
+
+/* ---- asserts ---- */
+
+/* Always on: anything that would corrupt memory if it failed. */
+#define PGD_CHECK(x)                                                                      \
+    do {                                                                                  \
+        if (!(x)) pgd__check_fail(__FILE__, __LINE__, #x);                                \
+    } while (0)
+void pgd__check_fail(const char *file, int line, const char *expr);
+
+#ifdef NDEBUG
+#define pgd_assert(x) ((void)0)
+#else
+#define pgd_assert(x) PGD_CHECK(x)
+#endif
+
+/* Defensive branches that should be unreachable (SQLite ALWAYS/NEVER). */
+#define PGD_ALWAYS(x) (x)
+#define PGD_NEVER(x) (x)
+
+/* ---- allocation (through the user's allocator) ---- */
+
+typedef struct pgd__alloc {
+    pgd_allocator a; /* resolved: never NULL members */
+} pgd__alloc;
+
+void pgd__alloc_init(pgd__alloc *al, const pgd_allocator *user);
+void *pgd__malloc(const pgd__alloc *al, size_t n);
+void *pgd__calloc(const pgd__alloc *al, size_t count, size_t size); /* overflow-checked */
+void *pgd__realloc(const pgd__alloc *al, void *p, size_t n);
+void pgd__free(const pgd__alloc *al, void *p);
+
+/* ---- logging ---- */
+
+typedef struct pgd__log {
+    pgd_log_fn fn;
+    void *ud;
+} pgd__log;
+
+void pgd__logf(const pgd__log *lg, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- hashing (util/hash.c) ---- */
+
+#define PGD__SECRET_BYTES 192
+
+typedef struct pgd__hasher {
+    uint8_t secret[PGD__SECRET_BYTES]; /* XXH3 secret derived from the key */
+    pgd_hash fingerprint;
+} pgd__hasher;
+
+/* Derives the XXH3 secret from key (key_len 1..256) or from fresh randomness when key
+ * is NULL. Returns PGD_OK or PGD_EIO (no randomness). */
+int pgd__hasher_init(pgd__hasher *h, const uint8_t *key, size_t key_len, pgd_hash fingerprint);
+/* h_{-1}: seed of a chain for one tenant. */
+pgd_hash pgd__hash_seed(const pgd__hasher *h, const void *salt, size_t salt_len);
+/* h_i = H(key, prev || tokens[0..n)). */
+pgd_hash pgd__hash_block(const pgd__hasher *h, pgd_hash prev, const int32_t *tokens, size_t n);
+
+/* ---- prefix index (index.c) ---- */
+
+#define PGD__NONE UINT32_MAX
+
+typedef struct pgd__index pgd__index;
+
+typedef struct pgd__entry {
+    pgd_hash hash;
+    uint32_t parent;     /* entry id of h_{i-1}, or PGD__NONE for a first block */
+    uint32_t n_children; /* cached entries whose parent is this one */
+    uint32_t page_id;    /* pool page holding the block */
+    uint32_t depth;      /* 0 for the first block of a chain */
+} pgd__entry;
+
+/* An index of at most capacity entries; ids are 0..capacity-1. Memory reserved up front. */
+int pgd__index_create(const pgd__alloc *al, uint32_t capacity, pgd__index **out);
+void pgd__index_destroy(pgd__index *ix);
+/* Returns the entry id for hash, or PGD__NONE. O(1) expected. */
+uint32_t pgd__index_find(const pgd__index *ix, pgd_hash hash);
+/* Inserts hash -> page under parent (PGD__NONE for a root). The hash must be absent.
+ * Returns the new entry id, or PGD__NONE when the index is full. */
+uint32_t pgd__index_insert(pgd__index *ix, pgd_hash hash, uint32_t parent, uint32_t page_id);
+/* Removes a leaf entry (n_children == 0); decrements its parent's child count. */
+void pgd__index_remove(pgd__index *ix, uint32_t entry_id);
+const pgd__entry *pgd__index_entry(const pgd__index *ix, uint32_t entry_id);
+uint32_t pgd__index_size(const pgd__index *ix);
+uint32_t pgd__index_capacity(const pgd__index *ix);
+/* Integrity: table and entries agree, child counts exact, parents live. */
+int pgd__index_check(const pgd__index *ix, const pgd__log *lg);
+
+/* ---- eviction policy (policy/) ----
+ *
+ * A policy orders the evictable pages: cached (registered in the index) and held by no
+ * sequence. Items are pool page ids. The cache manager calls:
+ *   insert(id)        the page was registered in the index (it is still referenced)
+ *   hit(id)           a match pinned the page (if it was evictable, it no longer is)
+ *   unreferenced(id)  the last sequence dropped the page: it becomes evictable
+ *   victim(accept)    the evictable page to evict next, among those accept() allows
+ *                     (leaves of the prefix tree); PGD__NONE if none
+ *   remove(id)        the page left the index (evicted or dropped)
+ * Within one release the cache calls unreferenced() deepest page first.
+ */
+typedef struct pgd__pinfo {
+    pgd_hash hash;
+    uint32_t depth;
+} pgd__pinfo;
+
+typedef int (*pgd__accept_fn)(void *ctx, uint32_t id);
+
+typedef struct pgd__policy_ops {
+    const char *name;
+    int (*create)(const pgd__alloc *al, uint32_t n_pages, pgd_next_use_fn next_use,
+                  void *next_use_ud, void **state);
+    void (*destroy)(const pgd__alloc *al, void *state);
+    void (*insert)(void *state, uint32_t id, const pgd__pinfo *info);
+    void (*hit)(void *state, uint32_t id, const pgd__pinfo *info);
+    void (*unreferenced)(void *state, uint32_t id, const pgd__pinfo *info);
+    uint32_t (*victim)(void *state, pgd__accept_fn accept, void *ctx);
+    void (*remove)(void *state, uint32_t id);
+    /* Returns non-zero if id is among the evictable set (for checks). */
+    int (*contains)(const void *state, uint32_t id);
+    uint32_t (*size)(const void *state);
+} pgd__policy_ops;
+
+extern const pgd__policy_ops pgd__policy_lru;
+extern const pgd__policy_ops pgd__policy_belady;
+const pgd__policy_ops *pgd__policy_lookup(pgd_policy_kind kind);
+
+/* ---- pool internals used by cache.c ---- */
+
+/* Logs through the pool's hook. */
+const pgd__log *pgd__pool_log(const pgd_pool *pool);
+
+#endif /* PGD_INT_H */

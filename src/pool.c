@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.c - paged KV pool. A page holds K and V for page_tokens tokens of every layer:
+ *
+ *     page payload = [layer][K|V][kv_head][page_tokens][head_dim]   (element: kv_type)
+ *
+ *     arena:  | page 0 | page 1 | ... | page n-1 |    one allocation, 64-byte aligned
+ *     meta:   ref[n]  next_free[n]                   host arrays, apart from the arena
+ *
+ * Callers: cache.c (under the cache lock) and tests. Not locked itself (see pool.h).
+ * Invariant: a page is either free (ref == 0, on the free list exactly once) or live
+ * (ref > 0, on no list). n_free counts the free list.
+ */
+#include <string.h>
+
+#include "pgd_int.h"
+
+struct pgd_pool {
+    pgd__alloc al;
+    pgd__log log;
+    uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
+    pgd_kv_type kv_type;
+    size_t elt_bytes;
+    uint64_t head_bytes;  /* page_tokens * head_dim * elt */
+    uint64_t page_bytes;  /* 2 * n_layers * n_kv_heads * head_bytes */
+    uint32_t n_pages;
+    uint32_t n_free;
+    uint32_t free_head;   /* first free page, PGD__NONE if none */
+    uint32_t *ref;        /* [n_pages] refcounts */
+    uint32_t *next_free;  /* [n_pages] free-list links */
+    void *arena_raw;      /* as allocated */
+    uint8_t *arena;       /* 64-byte aligned start of page 0 */
+    uint64_t n_cow_copies;
+};
+
+const char *pgd_kv_type_name(pgd_kv_type t)
+{
+    switch (t) {
+    case PGD_KV_F32: return "f32";
+    case PGD_KV_F16: return "f16";
+    }
+    return "?";
+}
+
+size_t pgd_kv_type_size(pgd_kv_type t)
+{
+    switch (t) {
+    case PGD_KV_F32: return 4;
+    case PGD_KV_F16: return 2;
+    }
+    return 0;
+}
+
+pgd_pool_params pgd_pool_default_params(void)
+{
+    pgd_pool_params p;
+    memset(&p, 0, sizeof p);
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 64;
+    p.page_tokens = 16;
+    p.kv_type = PGD_KV_F16;
+    p.capacity_bytes = 64u << 20;
+    return p;
+}
+
+/* ---- create / destroy ---- */
+
+int pgd_pool_create(const pgd_pool_params *p, pgd_pool **out)
+{
+    pgd__alloc al;
+    pgd__log lg = {p ? p->log : NULL, p ? p->log_ud : NULL};
+    pgd_pool *pool = NULL;
+    int rc = PGD_EINVAL;
+
+    *out = NULL;
+    if (!p) return PGD_EINVAL;
+    pgd__alloc_init(&al, p->alloc);
+    size_t elt = pgd_kv_type_size(p->kv_type);
+    if (!p->n_layers || !p->n_kv_heads || !p->head_dim || !elt) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "pool: zero dimension or unknown kv type");
+        return PGD_EINVAL;
+    }
+    if (!p->page_tokens || (p->page_tokens & (p->page_tokens - 1))) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "pool: page_tokens %u is not a power of two",
+                  p->page_tokens);
+        return PGD_EINVAL;
+    }
+    /* Overflow-checked geometry: every factor is < 2^32, so check step by step. */
+    uint64_t head_bytes = (uint64_t)p->page_tokens * p->head_dim;
+    if (head_bytes > (UINT64_MAX / elt)) return PGD_EINVAL;
+    head_bytes *= elt;
+    uint64_t per_layer = 2ull * p->n_kv_heads;
+    if (head_bytes > UINT64_MAX / per_layer / p->n_layers) return PGD_EINVAL;
+    uint64_t page_bytes = head_bytes * per_layer * p->n_layers;
+    uint64_t n_pages = p->capacity_pages ? p->capacity_pages : p->capacity_bytes / page_bytes;
+    if (n_pages == 0 || n_pages > (1u << 31)) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "pool: capacity of %llu pages is out of range",
+                  (unsigned long long)n_pages);
+        return PGD_EINVAL;
+    }
+    if (!p->metadata_only && page_bytes > (SIZE_MAX - 64) / n_pages) return PGD_EINVAL;
+
+    rc = PGD_ENOMEM;
+    pool = pgd__calloc(&al, 1, sizeof *pool);
+    if (!pool) goto fail;
+    pool->al = al;
+    pool->log = lg;
+    pool->n_layers = p->n_layers;
+    pool->n_kv_heads = p->n_kv_heads;
+    pool->head_dim = p->head_dim;
+    pool->page_tokens = p->page_tokens;
+    pool->kv_type = p->kv_type;
+    pool->elt_bytes = elt;
+    pool->head_bytes = head_bytes;
+    pool->page_bytes = page_bytes;
+    pool->n_pages = (uint32_t)n_pages;
+    pool->ref = pgd__calloc(&al, n_pages, sizeof *pool->ref);
+    pool->next_free = pgd__calloc(&al, n_pages, sizeof *pool->next_free);
+    if (!pool->ref || !pool->next_free) goto fail;
+    if (!p->metadata_only) {
+        pool->arena_raw = pgd__malloc(&al, (size_t)(page_bytes * n_pages) + 64);
+        if (!pool->arena_raw) goto fail;
+        pool->arena = (uint8_t *)(((uintptr_t)pool->arena_raw + 63) & ~(uintptr_t)63);
+    }
+    /* Free list in id order, so a fresh pool hands out 0, 1, 2, ... */
+    for (uint32_t i = 0; i < pool->n_pages; i++)
+        pool->next_free[i] = i + 1 < pool->n_pages ? i + 1 : PGD__NONE;
+    pool->free_head = 0;
+    pool->n_free = pool->n_pages;
+    *out = pool;
+    return PGD_OK;
+fail:
+    pgd_pool_destroy(pool);
+    return rc;
+}
+
+void pgd_pool_destroy(pgd_pool *pool)
+{
+    if (!pool) return;
+    pgd__alloc al = pool->al;
+    pgd__free(&al, pool->arena_raw);
+    pgd__free(&al, pool->next_free);
+    pgd__free(&al, pool->ref);
+    pgd__free(&al, pool);
+}
+
+/* ---- geometry ---- */
+
+uint32_t pgd_pool_n_pages(const pgd_pool *pool) { return pool->n_pages; }
+uint32_t pgd_pool_page_tokens(const pgd_pool *pool) { return pool->page_tokens; }
+uint64_t pgd_pool_page_bytes(const pgd_pool *pool) { return pool->page_bytes; }
+uint64_t pgd_pool_token_bytes(const pgd_pool *pool) { return pool->page_bytes / pool->page_tokens; }
+pgd_kv_type pgd_pool_kv_type(const pgd_pool *pool) { return pool->kv_type; }
+int pgd_pool_has_payload(const pgd_pool *pool) { return pool->arena != NULL; }
+const pgd__log *pgd__pool_log(const pgd_pool *pool) { return &pool->log; }
+
+/* ---- alloc / ref / unref ---- */
+
+int pgd_pool_alloc(pgd_pool *pool, uint32_t *page_id)
+{
+    uint32_t id = pool->free_head;
+    if (id == PGD__NONE) return PGD_ENOSPC;
+    pool->free_head = pool->next_free[id];
+    pool->next_free[id] = PGD__NONE;
+    pool->n_free--;
+    pgd_assert(pool->ref[id] == 0);
+    pool->ref[id] = 1;
+    *page_id = id;
+    return PGD_OK;
+}
+
+void pgd_pool_ref(pgd_pool *pool, uint32_t page_id)
+{
+    PGD_CHECK(page_id < pool->n_pages && pool->ref[page_id] > 0);
+    PGD_CHECK(pool->ref[page_id] < UINT32_MAX);
+    pool->ref[page_id]++;
+}
+
+uint32_t pgd_pool_unref(pgd_pool *pool, uint32_t page_id)
+{
+    PGD_CHECK(page_id < pool->n_pages && pool->ref[page_id] > 0);
+    uint32_t r = --pool->ref[page_id];
+    if (r == 0) {
+        pool->next_free[page_id] = pool->free_head;
+        pool->free_head = page_id;
+        pool->n_free++;
+    }
+    return r;
+}
+
+uint32_t pgd_pool_refcount(const pgd_pool *pool, uint32_t page_id)
+{
+    return page_id < pool->n_pages ? pool->ref[page_id] : 0;
+}
+
+int pgd_pool_cow(pgd_pool *pool, uint32_t *page_id)
+{
+    uint32_t old = *page_id, fresh;
+    PGD_CHECK(old < pool->n_pages && pool->ref[old] > 0);
+    if (pool->ref[old] == 1) return 0;
+    int rc = pgd_pool_alloc(pool, &fresh);
+    if (rc != PGD_OK) return rc;
+    if (pool->arena)
+        memcpy(pool->arena + (uint64_t)fresh * pool->page_bytes,
+               pool->arena + (uint64_t)old * pool->page_bytes, pool->page_bytes);
+    pgd_pool_unref(pool, old);
+    pool->n_cow_copies++;
+    *page_id = fresh;
+    return 1;
+}
+
+/* ---- payload ---- */
+
+void *pgd_pool_page_data(pgd_pool *pool, uint32_t page_id)
+{
+    if (!pool->arena || page_id >= pool->n_pages) return NULL;
+    return pool->arena + (uint64_t)page_id * pool->page_bytes;
+}
+
+static void *kv_ptr(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv,
+                    uint32_t head)
+{
+    if (!pool->arena || page_id >= pool->n_pages || layer >= pool->n_layers ||
+        head >= pool->n_kv_heads)
+        return NULL;
+    uint64_t off = (uint64_t)page_id * pool->page_bytes +
+                   (((uint64_t)layer * 2 + kv) * pool->n_kv_heads + head) * pool->head_bytes;
+    return pool->arena + off;
+}
+
+void *pgd_pool_k(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv_head)
+{
+    return kv_ptr(pool, page_id, layer, 0, kv_head);
+}
+
+void *pgd_pool_v(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv_head)
+{
+    return kv_ptr(pool, page_id, layer, 1, kv_head);
+}
+
+/* ---- stats / check ---- */
+
+void pgd_pool_get_stats(const pgd_pool *pool, pgd_pool_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_pages_total = pool->n_pages;
+    out->n_pages_free = pool->n_free;
+    out->n_pages_used = pool->n_pages - pool->n_free;
+    out->page_bytes = pool->page_bytes;
+    out->arena_bytes = pool->arena ? pool->page_bytes * pool->n_pages : 0;
+    out->metadata_bytes = (uint64_t)pool->n_pages * 2 * sizeof(uint32_t) + sizeof *pool;
+    out->n_cow_copies = pool->n_cow_copies;
+}
+
+int pgd_pool_check(const pgd_pool *pool)
+{
+    uint32_t n = 0, live = 0;
+    for (uint32_t id = pool->free_head; id != PGD__NONE; id = pool->next_free[id]) {
+        if (id >= pool->n_pages || pool->ref[id] != 0 || ++n > pool->n_pages) {
+            pgd__logf(&pool->log, PGD_LOG_ERROR, "pool check: bad free list at page %u", id);
+            return PGD_ECORRUPT;
+        }
+    }
+    for (uint32_t i = 0; i < pool->n_pages; i++)
+        live += pool->ref[i] > 0;
+    if (n != pool->n_free || live + n != pool->n_pages) {
+        pgd__logf(&pool->log, PGD_LOG_ERROR,
+                  "pool check: %u on free list, n_free %u, %u live of %u", n, pool->n_free,
+                  live, pool->n_pages);
+        return PGD_ECORRUPT;
+    }
+    return PGD_OK;
+}
