@@ -297,7 +297,12 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     pgd_seq *s;
     *out = NULL;
     lock(c);
-    int rc = seq_alloc(c, &s);
+    /* Only the last page may be shared uncommitted: then any page a sequence holds past
+     * its own chain sits right after it, and a holder of a cached page holds all of the
+     * page's ancestors (what makes every evictable page reachable leaf-first). */
+    int rc = src->n_full + 1 < src->n_pages ? PGD_ESTATE : PGD_OK;
+    if (rc != PGD_OK) goto out;
+    rc = seq_alloc(c, &s);
     if (rc != PGD_OK) goto out;
     rc = table_reserve(c, s, src->n_pages);
     if (rc != PGD_OK) {

@@ -99,7 +99,9 @@ PGD_API int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_
  * evicts a released prefix from its end). NULL: no-op. Never fails. */
 PGD_API void pgd_seq_destroy(pgd_cache *c, pgd_seq *s);
 /* Creates a new sequence sharing every page (and the hash chain) of src. Writes into a
- * shared partial page copy it first (copy-on-write). Returns PGD_OK, PGD_ENOMEM, PGD_EBUSY. */
+ * shared partial page copy it first (copy-on-write). Every page of src but the last must
+ * be committed (commit before forking), so that only the last page is shared unhashed.
+ * Returns PGD_OK, PGD_ENOMEM, PGD_EBUSY (max_seqs), PGD_ESTATE (uncommitted pages). */
 PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
 
 /* Matches the longest cached prefix of tokens[0..n_tokens) in whole pages and pins it:

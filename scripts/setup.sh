@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# setup.sh - installs what the build needs (Debian 12 packages, only those missing),
+# then configures and builds Pagoda in ./build (or $PGD_BUILD_DIR).
+# Usage: scripts/setup.sh [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(gcc g++ make cmake pkgconf libxxhash-dev libjansson-dev clang libclang-rt-14-dev
+      valgrind)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    echo "setup: installing ${missing[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+BUILD=${PGD_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGD_WERROR=ON "$@" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
