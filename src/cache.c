@@ -426,12 +426,14 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
 {
     int rc = PGD_OK;
     lock(c);
-    uint64_t len = s->len + n_tokens;
-    uint64_t need_pages = (len + c->page_tokens - 1) / c->page_tokens;
-    if (len < s->len || need_pages > UINT32_MAX / 2) {
+    /* No sequence can outgrow the pool: this bound also keeps the arithmetic exact. */
+    uint64_t max_len = (uint64_t)c->n_pages * c->page_tokens;
+    if (n_tokens > max_len - s->len) {
         rc = PGD_ENOSPC;
         goto out;
     }
+    uint64_t len = s->len + n_tokens;
+    uint64_t need_pages = (len + c->page_tokens - 1) / c->page_tokens;
     uint64_t n_new = need_pages - s->n_pages;
     if (n_new > n_available(c)) {
         rc = PGD_ENOSPC; /* checked first, so that nothing is evicted in vain */

@@ -72,10 +72,21 @@ void pgd__index_destroy(pgd__index *ix)
     pgd__free(&al, ix);
 }
 
+/* Home slot of a hash. Hashes from outside (match_hashes) need not be uniform in any
+ * one word, so both words are mixed (murmur3 finalizer). */
+static uint32_t home_slot(const pgd__index *ix, pgd_hash h)
+{
+    uint64_t x = h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (uint32_t)x & ix->mask;
+}
+
 /* Returns the slot holding hash, or the empty slot where it would go. */
 static uint32_t probe(const pgd__index *ix, pgd_hash hash, int *found)
 {
-    uint32_t i = (uint32_t)(hash.lo ^ (hash.lo >> 32)) & ix->mask;
+    uint32_t i = home_slot(ix, hash);
     for (;;) {
         uint32_t e = ix->slots[i];
         if (e == PGD__NONE) {
@@ -131,8 +142,7 @@ void pgd__index_remove(pgd__index *ix, uint32_t e)
         j = (j + 1) & ix->mask;
         uint32_t f = ix->slots[j];
         if (f == PGD__NONE) break;
-        pgd_hash h = ix->entries[f].hash;
-        uint32_t home = (uint32_t)(h.lo ^ (h.lo >> 32)) & ix->mask;
+        uint32_t home = home_slot(ix, ix->entries[f].hash);
         int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
         if (!stays) {
             ix->slots[hole] = f;

@@ -48,7 +48,8 @@ typedef struct pgd_seq pgd_seq;     /* opaque; owned by its cache */
 /* Eviction policies. Append only. */
 typedef enum pgd_policy_kind {
     PGD_POLICY_LRU = 0,    /* least recently released first; O(1) */
-    PGD_POLICY_BELADY = 1  /* offline optimal: farthest next use first; needs next_use */
+    PGD_POLICY_BELADY = 1  /* offline optimal: farthest next use first, ties deepest page
+                              first; needs next_use */
 } pgd_policy_kind;
 
 /* Returns the policy's name ("lru", "belady") or "?"; static storage. */
@@ -108,7 +109,7 @@ PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
  * the sequence's page table becomes those pages and its length the cached length.
  * The sequence must be empty. Counts n_tokens as queried and the result as hit.
  * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
- * PGD_ESTATE (sequence not empty) or PGD_ENOMEM. */
+ * PGD_ESTATE (the sequence was already matched, grown or committed) or PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
 /* Same, on precomputed block hashes (one per full page; engines that hash themselves,
  * trace replay). The caller's hashes must embed tenant and model; the cache does not
@@ -119,8 +120,9 @@ PGD_API int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *h
 
 /* Extends the sequence by n_tokens positions, allocating the pages they need. When the
  * pool has no free page, evicts unreferenced cached pages through the policy.
- * Returns PGD_OK; PGD_ENOSPC when free + evictable pages are too few (nothing changed,
- * nothing evicted); PGD_ENOMEM (nothing changed). */
+ * Returns PGD_OK; PGD_ENOSPC when free + evictable pages are too few, or the length
+ * would exceed the whole pool (nothing changed, nothing evicted); PGD_ENOMEM (nothing
+ * changed). Cost: O(new pages) plus the evictions. */
 PGD_API int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens);
 
 /* Registers written tokens. tokens[0..n) are the tokens at positions
@@ -176,7 +178,7 @@ typedef struct pgd_cache_stats {
     uint64_t n_hit_pages;
     uint64_t n_evictions;       /* pages evicted by the policy */
     uint64_t n_registered;      /* pages registered by commit */
-    uint64_t n_dedup;           /* commits that found the block already cached */
+    uint64_t n_dedup;           /* committed pages swapped for a copy already cached */
     uint64_t n_cow_copies;
 } pgd_cache_stats;
 

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_replay.c - trace replay throughput, in blocks per second, through the real cache
+ * manager: the simulator of `pagoda replay` (tools/sim.c) over a synthetic trace made in
+ * memory by the generator of `pagoda gen-trace` (tools/gen.c; shared system prompts,
+ * multi-turn sessions, one-offs). Target: >= 1M blocks/s.
+ *
+ * Runs LRU with unlimited capacity (the baseline: every re-used block hits), then LRU and
+ * Belady at 512 and 128 pages. Each line gives the hit blocks (the
+ * checksum: a change that is fast but wrong shows up there), the hits as a ratio of the
+ * unlimited run's, the best time of --repeat runs (one untimed warm-up run first) and,
+ * for Belady, its time as a ratio of LRU's at the same capacity.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "gen.h"
+#include "sim.h"
+#include "trace.h"
+
+typedef struct run_spec {
+    const char *name;
+    pgd_policy_kind policy;
+    uint32_t pages; /* capacity in pages (blocks); 0: unlimited */
+} run_spec;
+
+/* The generator's working set (open sessions and system prompts) does not grow with the
+ * trace, so fixed capacities stay comparable across --requests: 512 pages keep most of
+ * it, 128 pages far from all. */
+static const run_spec specs[] = {
+    {"lru unlimited", PGD_POLICY_LRU, 0},   {"lru 512", PGD_POLICY_LRU, 512},
+    {"belady 512", PGD_POLICY_BELADY, 512}, {"lru 128", PGD_POLICY_LRU, 128},
+    {"belady 128", PGD_POLICY_BELADY, 128},
+};
+#define N_SPECS (sizeof specs / sizeof specs[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_replay [options]\n"
+               "Replay throughput (blocks/s) of a synthetic trace through the cache manager.\n"
+               "  --seed N       generator seed (default 1)\n"
+               "  --requests N   requests in the trace (default 200000, about 3.5M blocks)\n"
+               "  --repeat N     timed runs per configuration, best kept (default 3)\n"
+               "  --json         print one JSON object instead of fixed-width lines\n"
+               "  --smoke        tiny and fast (2000 requests, 1 run): for ctest\n"
+               "  --help         show this help\n");
+}
+
+static int add_request(void *ud, const gen_request *r)
+{
+    return trace_set_add(ud, r->input_length, r->ids, r->n_ids);
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (s[0] < '0' || s[0] > '9') return -1;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return *end == '\0' && errno == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"seed", required_argument, NULL, 's'},
+        {"requests", required_argument, NULL, 'r'},
+        {"repeat", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'j'},
+        {"smoke", no_argument, NULL, 'k'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    gen_params gp = gen_default_params();
+    gen_stats gs;
+    trace_set ts = {0};
+    sim_result res[N_SPECS];
+    uint64_t repeat = 3, checksum = 0, v;
+    int json = 0, smoke = 0, opt;
+    const char *why = NULL;
+    char err[256];
+    json_t *out = NULL, *runs = NULL;
+
+    gp.n_requests = 200000;
+    for (;;) {
+        opt = getopt_long(argc, argv, "h", opts, NULL);
+        if (opt == -1) break;
+        switch (opt) {
+        case 's':
+        case 'r':
+        case 'n':
+            if (parse_u64(optarg, &v) != 0 || (opt == 'n' && (v == 0 || v > 1000))) {
+                fprintf(stderr, "bench_replay: bad value '%s'\n", optarg);
+                return 2;
+            }
+            if (opt == 's') gp.seed = v;
+            if (opt == 'r') gp.n_requests = v;
+            if (opt == 'n') repeat = v;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'k':
+            smoke = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (smoke) {
+        gp.n_requests = 2000;
+        repeat = 1;
+    }
+    if (gen_run(&gp, add_request, &ts, &gs, &why) != 0) {
+        fprintf(stderr, "bench_replay: cannot generate the trace: %s\n",
+                why ? why : "out of memory");
+        trace_set_deinit(&ts);
+        return 1;
+    }
+
+    for (size_t i = 0; i < N_SPECS; i++) {
+        sim_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.policy = specs[i].policy;
+        sp.block_tokens = gp.block_tokens;
+        sp.capacity_tokens = (uint64_t)specs[i].pages * gp.block_tokens;
+        /* One untimed warm-up run, then the best of `repeat`. */
+        for (uint64_t k = 0; k <= repeat; k++) {
+            sim_result r;
+            if (sim_run(&sp, &ts, &r, err, sizeof err) != 0) {
+                fprintf(stderr, "bench_replay: %s: %s\n", specs[i].name, err);
+                trace_set_deinit(&ts);
+                return 1;
+            }
+            if (k == 1 || (k > 1 && r.elapsed_s < res[i].elapsed_s)) res[i] = r;
+        }
+        checksum += res[i].hit_blocks;
+    }
+    if (res[0].hit_blocks != gs.unlimited_hit_blocks) {
+        fprintf(stderr, "bench_replay: unlimited LRU found %llu hit blocks, expected %llu\n",
+                (unsigned long long)res[0].hit_blocks, (unsigned long long)gs.unlimited_hit_blocks);
+        trace_set_deinit(&ts);
+        return 1;
+    }
+
+    if (json) {
+        out = json_object();
+        runs = json_array();
+        json_object_set_new(out, "bench", json_string("replay"));
+        json_object_set_new(out, "seed", json_integer((json_int_t)gp.seed));
+        json_object_set_new(out, "requests", json_integer((json_int_t)gs.requests));
+        json_object_set_new(out, "blocks", json_integer((json_int_t)gs.blocks));
+        json_object_set_new(out, "distinct_blocks", json_integer((json_int_t)gs.distinct_ids));
+        json_object_set_new(out, "block_tokens", json_integer(gp.block_tokens));
+    } else {
+        printf("bench_replay: seed %llu, %llu requests, %llu blocks, %llu distinct, "
+               "%u tokens per block, best of %llu\n",
+               (unsigned long long)gp.seed, (unsigned long long)gs.requests,
+               (unsigned long long)gs.blocks, (unsigned long long)gs.distinct_ids, gp.block_tokens,
+               (unsigned long long)repeat);
+        printf("%-14s %10s %10s %10s %8s %8s %9s %10s %8s\n", "run", "pages", "blocks",
+               "hit_blocks", "hit%", "vs_unl", "time_s", "Mblocks/s", "vs_lru");
+    }
+    for (size_t i = 0; i < N_SPECS; i++) {
+        const sim_result *r = &res[i];
+        double hit = r->blocks ? (double)r->hit_blocks / (double)r->blocks : 0.0;
+        double vs_unl = res[0].hit_blocks ? (double)r->hit_blocks / (double)res[0].hit_blocks : 0.0;
+        double bps = r->elapsed_s > 0 ? (double)r->blocks / r->elapsed_s : 0.0;
+        /* Belady's time against LRU's at the same capacity (the line before it). */
+        double vs_lru = specs[i].policy == PGD_POLICY_BELADY && res[i - 1].elapsed_s > 0
+                            ? r->elapsed_s / res[i - 1].elapsed_s
+                            : 1.0;
+        if (json) {
+            json_t *o = json_object();
+            json_object_set_new(o, "name", json_string(specs[i].name));
+            json_object_set_new(o, "policy", json_string(pgd_policy_name(specs[i].policy)));
+            json_object_set_new(o, "capacity_pages", json_integer((json_int_t)r->capacity_pages));
+            json_object_set_new(o, "blocks", json_integer((json_int_t)r->blocks));
+            json_object_set_new(o, "hit_blocks", json_integer((json_int_t)r->hit_blocks));
+            json_object_set_new(o, "block_hit_ratio", json_real(hit));
+            json_object_set_new(o, "hits_vs_unlimited", json_real(vs_unl));
+            json_object_set_new(o, "evictions", json_integer((json_int_t)r->evictions));
+            json_object_set_new(o, "seconds", json_real(r->elapsed_s));
+            json_object_set_new(o, "blocks_per_s", json_real(bps));
+            json_object_set_new(o, "time_vs_lru", json_real(vs_lru));
+            json_array_append_new(runs, o);
+        } else {
+            printf("%-14s %10llu %10llu %10llu %7.2f%% %8.3f %9.4f %10.2f %8.2f\n", specs[i].name,
+                   (unsigned long long)r->capacity_pages, (unsigned long long)r->blocks,
+                   (unsigned long long)r->hit_blocks, 100.0 * hit, vs_unl, r->elapsed_s, bps / 1e6,
+                   vs_lru);
+        }
+    }
+    if (json) {
+        json_object_set_new(out, "runs", runs);
+        json_object_set_new(out, "checksum", json_integer((json_int_t)checksum));
+        json_dumpf(out, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
+        putchar('\n');
+        json_decref(out);
+    } else {
+        printf("checksum (sum of hit blocks) %llu\n", (unsigned long long)checksum);
+    }
+    trace_set_deinit(&ts);
+    return 0;
+}

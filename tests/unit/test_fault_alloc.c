@@ -1,0 +1,416 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_fault_alloc.c - allocation-failure injection. A counting allocator fails the Nth
+ * allocation (malloc or realloc) for N = 1, 2, ... until the call under test succeeds
+ * without a failure. Each failed call must return PGD_ENOMEM, leak nothing, leave the
+ * object unchanged (stats, check) and usable: the same call then succeeds.
+ */
+#include <stdalign.h>
+
+#include <pagoda/cache.h>
+
+#include "t.h"
+
+/* ---- counting allocator ---- */
+
+typedef struct {
+    long n_calls; /* allocations attempted since arm() */
+    long fail_at; /* fail the fail_at-th one; 0: never */
+    int fired;
+    long n_live;    /* live blocks */
+    size_t n_bytes; /* live bytes */
+} counting;
+
+enum { HDR = alignof(max_align_t) > sizeof(size_t) ? alignof(max_align_t) : sizeof(size_t) };
+
+static int should_fail(counting *a)
+{
+    a->n_calls++;
+    if (a->fail_at && a->n_calls == a->fail_at) {
+        a->fired = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static void *c_malloc(void *ud, size_t n)
+{
+    counting *a = ud;
+    if (should_fail(a)) return NULL;
+    unsigned char *p = malloc(n + HDR);
+    if (!p) return NULL;
+    memcpy(p, &n, sizeof n);
+    a->n_live++;
+    a->n_bytes += n;
+    return p + HDR;
+}
+
+static void *c_realloc(void *ud, void *ptr, size_t n)
+{
+    counting *a = ud;
+    if (!ptr) return c_malloc(ud, n);
+    if (should_fail(a)) return NULL;
+    unsigned char *h = (unsigned char *)ptr - HDR;
+    size_t old;
+    memcpy(&old, h, sizeof old);
+    unsigned char *p = realloc(h, n + HDR);
+    if (!p) return NULL;
+    memcpy(p, &n, sizeof n);
+    a->n_bytes = a->n_bytes - old + n;
+    return p + HDR;
+}
+
+static void c_free(void *ud, void *ptr)
+{
+    counting *a = ud;
+    if (!ptr) return;
+    unsigned char *h = (unsigned char *)ptr - HDR;
+    size_t old;
+    memcpy(&old, h, sizeof old);
+    a->n_live--;
+    a->n_bytes -= old;
+    free(h);
+}
+
+static counting A;
+static const pgd_allocator alloc = {c_malloc, c_realloc, c_free, &A};
+
+static void arm(long n)
+{
+    A.n_calls = 0;
+    A.fail_at = n;
+    A.fired = 0;
+}
+
+static void disarm(void)
+{
+    A.fail_at = 0;
+}
+
+/* ---- constructors ---- */
+
+static int test_pool_create(void)
+{
+    pgd_pool_params p = pgd_pool_default_params();
+    p.capacity_pages = 32;
+    p.alloc = &alloc;
+    for (long n = 1;; n++) {
+        pgd_pool *pool = (pgd_pool *)(uintptr_t)1;
+        arm(n);
+        int rc = pgd_pool_create(&p, &pool);
+        disarm();
+        if (A.fired) {
+            if (rc != PGD_ENOMEM) T_FAIL("alloc %ld failed but create returned %d", n, rc);
+            T_ASSERT(pool == NULL);
+            T_EQ(A.n_live, 0);
+            T_EQ(A.n_bytes, 0);
+            continue;
+        }
+        T_EQ(rc, PGD_OK);
+        T_EQ(pgd_pool_check(pool), PGD_OK);
+        T_ASSERT(A.n_live > 0);
+        pgd_pool_destroy(pool);
+        T_EQ(A.n_live, 0);
+        printf("     pool_create: %ld allocations\n", n - 1);
+        return 0;
+    }
+}
+
+static pgd_cache_params cparams(uint32_t n_pages)
+{
+    static const uint8_t key[16] = "fault-injection";
+    pgd_cache_params p = pgd_cache_default_params();
+    p.pool.n_layers = 2;
+    p.pool.head_dim = 8;
+    p.pool.page_tokens = 4;
+    p.pool.capacity_pages = n_pages;
+    p.hash_key = key;
+    p.hash_key_len = sizeof key;
+    p.alloc = &alloc;
+    return p;
+}
+
+static int test_cache_create(void)
+{
+    pgd_cache_params p = cparams(64);
+    for (long n = 1;; n++) {
+        pgd_cache *c = (pgd_cache *)(uintptr_t)1;
+        arm(n);
+        int rc = pgd_cache_create(&p, &c);
+        disarm();
+        if (A.fired) {
+            if (rc != PGD_ENOMEM) T_FAIL("alloc %ld failed but create returned %d", n, rc);
+            T_ASSERT(c == NULL);
+            T_EQ(A.n_live, 0);
+            T_EQ(A.n_bytes, 0);
+            continue;
+        }
+        T_EQ(rc, PGD_OK);
+        T_EQ(pgd_cache_check(c), PGD_OK);
+        pgd_cache_destroy(c);
+        T_EQ(A.n_live, 0);
+        printf("     cache_create: %ld allocations\n", n - 1);
+        return 0;
+    }
+}
+
+static uint64_t far_future(void *ud, pgd_hash h)
+{
+    (void)ud;
+    return h.lo;
+}
+
+static int test_cache_create_belady(void)
+{
+    pgd_cache_params p = cparams(64);
+    p.policy = PGD_POLICY_BELADY;
+    p.next_use = far_future;
+    for (long n = 1;; n++) {
+        pgd_cache *c = (pgd_cache *)(uintptr_t)1;
+        arm(n);
+        int rc = pgd_cache_create(&p, &c);
+        disarm();
+        if (A.fired) {
+            if (rc != PGD_ENOMEM) T_FAIL("alloc %ld failed but create returned %d", n, rc);
+            T_ASSERT(c == NULL);
+            T_EQ(A.n_live, 0);
+            continue;
+        }
+        T_EQ(rc, PGD_OK);
+        pgd_cache_destroy(c);
+        T_EQ(A.n_live, 0);
+        return 0;
+    }
+}
+
+/* ---- calls on a live cache ---- */
+
+enum { PT = 4, LONG_TOKENS = 400 }; /* 100 pages: page tables must grow */
+
+typedef struct {
+    pgd_cache *c;
+    pgd_seq *s;   /* the sequence under test */
+    pgd_seq *out; /* made by the call (fork, create) */
+    int32_t toks[LONG_TOKENS];
+    pgd_hash hashes[LONG_TOKENS / PT];
+} fx;
+
+typedef int (*setup_fn)(fx *f);
+typedef int64_t (*call_fn)(fx *f);
+
+/* A cache of 160 pages where a 100-page prompt is cached and unreferenced. */
+static int setup_base(fx *f)
+{
+    pgd_cache_params p = cparams(160);
+    pgd_seq *w;
+    memset(f, 0, sizeof *f);
+    for (int i = 0; i < LONG_TOKENS; i++)
+        f->toks[i] = i * 3 + 1;
+    if (pgd_cache_create(&p, &f->c) != PGD_OK) return 1;
+    if (pgd_cache_hash_tokens(f->c, "t", 1, f->toks, LONG_TOKENS, f->hashes, LONG_TOKENS / PT) !=
+        LONG_TOKENS / PT)
+        return 1;
+    if (pgd_seq_create(f->c, "t", 1, &w) != PGD_OK) return 1;
+    if (pgd_seq_grow(f->c, w, LONG_TOKENS) != PGD_OK) return 1;
+    if (pgd_seq_commit(f->c, w, f->toks, LONG_TOKENS) != LONG_TOKENS / PT) return 1;
+    pgd_seq_destroy(f->c, w);
+    return pgd_seq_create(f->c, "t", 1, &f->s) != PGD_OK;
+}
+
+/* The sequence under test holds 100 matched pages plus 3 uncommitted tokens. */
+static int setup_matched(fx *f)
+{
+    if (setup_base(f)) return 1;
+    if (pgd_seq_match(f->c, f->s, f->toks, LONG_TOKENS) != LONG_TOKENS) return 1;
+    return pgd_seq_grow(f->c, f->s, 3) != PGD_OK;
+}
+
+/* The sequence under test is empty, on salt "u" (nothing cached for it), and the cache's
+ * 100 cached pages must be evicted for a long grow. */
+static int setup_fresh(fx *f)
+{
+    if (setup_base(f)) return 1;
+    pgd_seq_destroy(f->c, f->s);
+    return pgd_seq_create(f->c, "u", 1, &f->s) != PGD_OK;
+}
+
+static int64_t call_seq_create(fx *f)
+{
+    return pgd_seq_create(f->c, "x", 1, &f->out);
+}
+
+static int64_t call_match(fx *f)
+{
+    return pgd_seq_match(f->c, f->s, f->toks, LONG_TOKENS);
+}
+
+static int64_t call_match_hashes(fx *f)
+{
+    return pgd_seq_match_hashes(f->c, f->s, f->hashes, LONG_TOKENS / PT);
+}
+
+static int64_t call_grow(fx *f)
+{
+    return pgd_seq_grow(f->c, f->s, 150 * PT); /* 60 free pages, 90 to evict */
+}
+
+static int64_t call_fork(fx *f)
+{
+    return pgd_seq_fork(f->c, f->s, &f->out);
+}
+
+static int64_t call_commit(fx *f)
+{
+    int64_t rc = 0;
+    if (pgd_seq_length(f->c, f->s) == 0) {
+        rc = pgd_seq_grow(f->c, f->s, LONG_TOKENS);
+    }
+    if (rc < 0) return rc == PGD_ENOMEM ? -100 : rc; /* not the call under test */
+    return pgd_seq_commit(f->c, f->s, f->toks, LONG_TOKENS);
+}
+
+static int64_t call_commit_hashes(fx *f)
+{
+    int64_t rc = 0;
+    if (pgd_seq_length(f->c, f->s) == 0) {
+        rc = pgd_seq_grow(f->c, f->s, LONG_TOKENS);
+    }
+    if (rc < 0) return rc == PGD_ENOMEM ? -100 : rc;
+    pgd_hash h[LONG_TOKENS / PT];
+    pgd_cache_hash_tokens(f->c, "u", 1, f->toks, LONG_TOKENS, h, LONG_TOKENS / PT);
+    return pgd_seq_commit_hashes(f->c, f->s, h, LONG_TOKENS / PT);
+}
+
+static int64_t call_write_slot(fx *f)
+{
+    uint32_t page, slot;
+    int64_t rc = f->out ? 0 : pgd_seq_fork(f->c, f->s, &f->out);
+    if (rc < 0) return rc == PGD_ENOMEM ? -100 : rc;
+    return pgd_seq_write_slot(f->c, f->s, LONG_TOKENS + 1, &page, &slot);
+}
+
+static int64_t call_evict_clear(fx *f)
+{
+    int64_t r = pgd_cache_evict(f->c, 10);
+    if (r < 0) return r;
+    return pgd_cache_clear(f->c);
+}
+
+static void teardown(fx *f)
+{
+    pgd_seq_destroy(f->c, f->out);
+    pgd_seq_destroy(f->c, f->s);
+    pgd_cache_destroy(f->c);
+}
+
+static int fault_loop(const char *name, setup_fn setup, call_fn call)
+{
+    for (long n = 1;; n++) {
+        fx f;
+        pgd_cache_stats st0, st1;
+        if (setup(&f)) T_FAIL("%s: setup failed", name);
+        long live0 = A.n_live;
+        size_t bytes0 = A.n_bytes;
+        pgd_cache_get_stats(f.c, &st0);
+        uint64_t len0 = pgd_seq_length(f.c, f.s), nc0 = pgd_seq_n_committed(f.c, f.s);
+        arm(n);
+        int64_t rc = call(&f);
+        disarm();
+        int fired = A.fired;
+        if (rc == -100) { /* a helper call before the one under test failed: skip this n */
+            teardown(&f);
+            T_EQ(A.n_live, 0);
+            continue;
+        }
+        if (fired && rc >= 0) {
+            /* a failure that the call absorbed: allowed only if nothing leaked */
+            printf("     %s: allocation %ld failed, call still returned %" PRId64 "\n", name, n,
+                   rc);
+        } else if (fired) {
+            if (rc != PGD_ENOMEM)
+                T_FAIL("%s: allocation %ld failed, call returned %" PRId64, name, n, rc);
+            pgd_cache_get_stats(f.c, &st1);
+            if (A.n_live != live0 || A.n_bytes != bytes0)
+                T_FAIL("%s: allocation %ld failed: %ld blocks / %zu bytes live, were %ld / %zu",
+                       name, n, A.n_live, A.n_bytes, live0, bytes0);
+            if (memcmp(&st0, &st1, sizeof st0) != 0)
+                T_FAIL("%s: allocation %ld failed: stats changed", name, n);
+            T_EQ(pgd_seq_length(f.c, f.s), len0);
+            T_EQ(pgd_seq_n_committed(f.c, f.s), nc0);
+            T_ASSERT(f.out == NULL);
+            T_EQ(pgd_cache_check(f.c), PGD_OK);
+            /* usable: the same call succeeds now */
+            rc = call(&f);
+            if (rc < 0) T_FAIL("%s: after failure %ld, retry returned %" PRId64, name, n, rc);
+        }
+        T_EQ(pgd_cache_check(f.c), PGD_OK);
+        teardown(&f);
+        if (A.n_live != 0) T_FAIL("%s: %ld blocks leaked after teardown", name, A.n_live);
+        if (!fired) {
+            printf("     %s: %ld allocation(s) injected\n", name, n - 1);
+            return 0;
+        }
+    }
+}
+
+static int test_seq_create(void)
+{
+    return fault_loop("seq_create", setup_base, call_seq_create);
+}
+
+static int test_seq_match(void)
+{
+    return fault_loop("seq_match", setup_base, call_match);
+}
+
+static int test_seq_match_hashes(void)
+{
+    return fault_loop("seq_match_hashes", setup_base, call_match_hashes);
+}
+
+static int test_seq_grow(void)
+{
+    return fault_loop("seq_grow", setup_fresh, call_grow);
+}
+
+static int test_seq_fork(void)
+{
+    return fault_loop("seq_fork", setup_matched, call_fork);
+}
+
+static int test_seq_commit(void)
+{
+    return fault_loop("seq_commit", setup_fresh, call_commit);
+}
+
+static int test_seq_commit_hashes(void)
+{
+    return fault_loop("seq_commit_hashes", setup_fresh, call_commit_hashes);
+}
+
+static int test_seq_write_slot(void)
+{
+    return fault_loop("seq_write_slot", setup_matched, call_write_slot);
+}
+
+static int test_evict_clear(void)
+{
+    return fault_loop("cache_evict/clear", setup_base, call_evict_clear);
+}
+
+int main(void)
+{
+    T_RUN(test_pool_create);
+    T_RUN(test_cache_create);
+    T_RUN(test_cache_create_belady);
+    T_RUN(test_seq_create);
+    T_RUN(test_seq_match);
+    T_RUN(test_seq_match_hashes);
+    T_RUN(test_seq_grow);
+    T_RUN(test_seq_fork);
+    T_RUN(test_seq_commit);
+    T_RUN(test_seq_commit_hashes);
+    T_RUN(test_seq_write_slot);
+    T_RUN(test_evict_clear);
+    T_DONE();
+}

@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_pool.c - the page pool (pool.h): params validation, geometry, payload layout,
+ * alloc/ref/unref, copy-on-write, the metadata-only mode and stats. pgd_pool_check() is
+ * called after every mutation.
+ */
+#include <pagoda/pool.h>
+
+#include "t.h"
+
+static pgd_pool_params small_params(pgd_kv_type type, uint32_t n_pages)
+{
+    pgd_pool_params p = pgd_pool_default_params();
+    p.n_layers = 3;
+    p.n_kv_heads = 2;
+    p.head_dim = 5;
+    p.page_tokens = 4;
+    p.kv_type = type;
+    p.capacity_pages = n_pages;
+    return p;
+}
+
+/* ---- params ---- */
+
+static int test_defaults(void)
+{
+    pgd_pool_params p = pgd_pool_default_params();
+    pgd_pool *pool = NULL;
+    T_EQ(p.n_layers, 1);
+    T_EQ(p.n_kv_heads, 1);
+    T_EQ(p.head_dim, 64);
+    T_EQ(p.page_tokens, 16);
+    T_EQ(p.kv_type, PGD_KV_F16);
+    T_EQ(p.capacity_bytes, 64ull << 20);
+    T_EQ(p.metadata_only, 0);
+    T_ASSERT(p.alloc == NULL);
+    T_OK(pgd_pool_create(&p, &pool));
+    T_EQ(pgd_pool_page_bytes(pool), 2ull * 64 * 16 * 2);
+    T_EQ(pgd_pool_n_pages(pool), (64ull << 20) / (2ull * 64 * 16 * 2));
+    T_EQ(pgd_pool_has_payload(pool), 1);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_destroy(pool);
+    pgd_pool_destroy(NULL);
+    T_EQ(pgd_kv_type_size(PGD_KV_F32), 4);
+    T_EQ(pgd_kv_type_size(PGD_KV_F16), 2);
+    T_EQ(pgd_kv_type_size((pgd_kv_type)99), 0);
+    T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_F32), "f32") == 0);
+    T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_F16), "f16") == 0);
+    T_ASSERT(strcmp(pgd_kv_type_name((pgd_kv_type)99), "?") == 0);
+    return 0;
+}
+
+static int expect_einval(const pgd_pool_params *p, const char *what)
+{
+    pgd_pool *pool = (pgd_pool *)(uintptr_t)1; /* must be overwritten with NULL */
+    int rc = pgd_pool_create(p, &pool);
+    if (rc != PGD_EINVAL) {
+        if (rc == PGD_OK) pgd_pool_destroy(pool);
+        T_FAIL("%s: expected PGD_EINVAL, got %d", what, rc);
+    }
+    if (pool != NULL) T_FAIL("%s: *out not NULL on error", what);
+    return 0;
+}
+
+static int test_params_einval(void)
+{
+    pgd_pool_params p;
+    p = small_params(PGD_KV_F32, 8);
+    p.n_layers = 0;
+    if (expect_einval(&p, "n_layers 0")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.n_kv_heads = 0;
+    if (expect_einval(&p, "n_kv_heads 0")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.head_dim = 0;
+    if (expect_einval(&p, "head_dim 0")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.page_tokens = 0;
+    if (expect_einval(&p, "page_tokens 0")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.page_tokens = 3;
+    if (expect_einval(&p, "page_tokens 3")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.page_tokens = 24;
+    if (expect_einval(&p, "page_tokens 24")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.kv_type = (pgd_kv_type)42;
+    if (expect_einval(&p, "unknown kv type")) return 1;
+    /* capacity below one page, in bytes (capacity_pages 0 means use bytes) */
+    p = small_params(PGD_KV_F32, 0);
+    p.capacity_bytes = 2ull * 3 * 2 * 5 * 4 * 4 - 1;
+    if (expect_einval(&p, "capacity_bytes below one page")) return 1;
+    p.capacity_bytes = 0;
+    if (expect_einval(&p, "capacity_bytes 0")) return 1;
+    p.metadata_only = 1;
+    if (expect_einval(&p, "capacity_bytes 0, metadata-only")) return 1;
+    /* above 2^31 pages */
+    p = small_params(PGD_KV_F32, 0x80000001u);
+    p.metadata_only = 1;
+    if (expect_einval(&p, "capacity_pages 2^31+1")) return 1;
+    p = small_params(PGD_KV_F32, UINT32_MAX);
+    p.metadata_only = 1;
+    if (expect_einval(&p, "capacity_pages 2^32-1")) return 1;
+    /* page size overflows 64 bits */
+    p = small_params(PGD_KV_F32, 1);
+    p.n_layers = p.n_kv_heads = p.head_dim = 0x80000000u;
+    p.page_tokens = 0x80000000u;
+    if (expect_einval(&p, "page size overflow")) return 1;
+    p.metadata_only = 1;
+    if (expect_einval(&p, "page size overflow, metadata-only")) return 1;
+    return 0;
+}
+
+/* ---- geometry and layout ---- */
+
+static int check_geometry(pgd_kv_type type, size_t elt)
+{
+    pgd_pool_params p = small_params(type, 0);
+    uint64_t page_bytes = 2ull * 3 * 2 * 5 * 4 * elt;
+    pgd_pool *pool = NULL;
+    pgd_pool_stats st;
+    p.capacity_bytes = page_bytes * 7 + page_bytes / 2; /* 7.5 pages -> 7 */
+    T_OK(pgd_pool_create(&p, &pool));
+    T_EQ(pgd_pool_page_bytes(pool), page_bytes);
+    T_EQ(pgd_pool_token_bytes(pool), page_bytes / 4);
+    T_EQ(pgd_pool_n_pages(pool), 7);
+    T_EQ(pgd_pool_page_tokens(pool), 4);
+    T_EQ(pgd_pool_kv_type(pool), type);
+    T_EQ(pgd_pool_has_payload(pool), 1);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_pages_total, 7);
+    T_EQ(st.n_pages_free, 7);
+    T_EQ(st.n_pages_used, 0);
+    T_EQ(st.page_bytes, page_bytes);
+    T_ASSERT(st.arena_bytes >= 7 * page_bytes);
+    T_EQ(st.n_cow_copies, 0);
+
+    /* Layout [layer][K|V][kv_head][page_tokens][head_dim]. */
+    uint32_t id;
+    T_OK(pgd_pool_alloc(pool, &id));
+    uint8_t *base = pgd_pool_page_data(pool, id);
+    T_ASSERT(base != NULL);
+    size_t rows = (size_t)4 * 5 * elt; /* bytes of one (layer, K|V, head) block */
+    for (uint32_t l = 0; l < 3; l++) {
+        for (uint32_t h = 0; h < 2; h++) {
+            uint8_t *k = pgd_pool_k(pool, id, l, h);
+            uint8_t *v = pgd_pool_v(pool, id, l, h);
+            T_ASSERT(k && v && k != v);
+            T_EQ(k - base, (ptrdiff_t)(((l * 2 + 0) * 2 + h) * rows));
+            T_EQ(v - base, (ptrdiff_t)(((l * 2 + 1) * 2 + h) * rows));
+            T_ASSERT(k + rows <= base + page_bytes && v + rows <= base + page_bytes);
+        }
+    }
+    /* Pages do not overlap: fill every page with its own byte and read it back. */
+    uint32_t ids[7];
+    ids[0] = id;
+    for (int i = 1; i < 7; i++)
+        T_OK(pgd_pool_alloc(pool, &ids[i]));
+    for (int i = 0; i < 7; i++)
+        memset(pgd_pool_page_data(pool, ids[i]), 0x10 + i, page_bytes);
+    for (int i = 0; i < 7; i++) {
+        uint8_t *d = pgd_pool_page_data(pool, ids[i]);
+        for (uint64_t b = 0; b < page_bytes; b++)
+            if (d[b] != 0x10 + i) T_FAIL("page %d byte %" PRIu64 " clobbered", i, b);
+    }
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_destroy(pool); /* pages still referenced are released too */
+    return 0;
+}
+
+static int test_geometry_f32(void)
+{
+    return check_geometry(PGD_KV_F32, 4);
+}
+
+static int test_geometry_f16(void)
+{
+    return check_geometry(PGD_KV_F16, 2);
+}
+
+static int test_capacity_pages_overrides_bytes(void)
+{
+    pgd_pool_params p = small_params(PGD_KV_F16, 3);
+    p.capacity_bytes = 1; /* ignored */
+    pgd_pool *pool;
+    T_OK(pgd_pool_create(&p, &pool));
+    T_EQ(pgd_pool_n_pages(pool), 3);
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
+/* ---- alloc / ref / unref ---- */
+
+static int test_alloc_until_enospc(void)
+{
+    enum { N = 16 };
+    pgd_pool_params p = small_params(PGD_KV_F32, N);
+    pgd_pool *pool;
+    pgd_pool_stats st;
+    uint32_t ids[N], extra = 12345;
+    unsigned char seen[N] = {0};
+    T_OK(pgd_pool_create(&p, &pool));
+    for (int i = 0; i < N; i++) {
+        T_EQ(pgd_pool_alloc(pool, &ids[i]), PGD_OK);
+        T_ASSERT(ids[i] < N);
+        T_ASSERT(!seen[ids[i]]);
+        seen[ids[i]] = 1;
+        T_EQ(pgd_pool_refcount(pool, ids[i]), 1);
+        T_EQ(pgd_pool_check(pool), PGD_OK);
+        pgd_pool_get_stats(pool, &st);
+        T_EQ(st.n_pages_used, i + 1);
+        T_EQ(st.n_pages_free, N - i - 1);
+    }
+    T_EQ(pgd_pool_alloc(pool, &extra), PGD_ENOSPC);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_pages_free, 0);
+    T_EQ(st.n_pages_used, N);
+
+    /* ref / unref: the page returns to the free list at zero, and is reused. */
+    pgd_pool_ref(pool, ids[3]);
+    T_EQ(pgd_pool_refcount(pool, ids[3]), 2);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    T_EQ(pgd_pool_unref(pool, ids[3]), 1);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    T_EQ(pgd_pool_alloc(pool, &extra), PGD_ENOSPC);
+    T_EQ(pgd_pool_unref(pool, ids[3]), 0);
+    T_EQ(pgd_pool_refcount(pool, ids[3]), 0);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_pages_free, 1);
+    T_EQ(st.n_pages_used, N - 1);
+    T_EQ(pgd_pool_alloc(pool, &extra), PGD_OK);
+    T_EQ(extra, ids[3]);
+    T_EQ(pgd_pool_refcount(pool, extra), 1);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+
+    /* Free everything; all pages can be allocated again. */
+    for (int i = 0; i < N; i++) {
+        T_EQ(pgd_pool_unref(pool, ids[i]), 0);
+        T_EQ(pgd_pool_check(pool), PGD_OK);
+    }
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_pages_free, N);
+    T_EQ(st.n_pages_used, 0);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < N; i++) {
+        T_EQ(pgd_pool_alloc(pool, &ids[i]), PGD_OK);
+        T_ASSERT(ids[i] < N && !seen[ids[i]]);
+        seen[ids[i]] = 1;
+    }
+    T_EQ(pgd_pool_alloc(pool, &extra), PGD_ENOSPC);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
+/* Random ref/unref/alloc against a refcount model. */
+static int test_random_refcounts(void)
+{
+    enum { N = 32 };
+    pgd_pool_params p = small_params(PGD_KV_F16, N);
+    pgd_pool *pool;
+    uint32_t model[N] = {0};
+    uint64_t seed = 0x5eed;
+    T_OK(pgd_pool_create(&p, &pool));
+    for (int step = 0; step < 20000; step++) {
+        uint32_t r = (uint32_t)(t_rand(&seed) % 3), id = (uint32_t)(t_rand(&seed) % N);
+        uint32_t n_free = 0;
+        for (int i = 0; i < N; i++)
+            n_free += model[i] == 0;
+        if (r == 0) {
+            uint32_t got;
+            int rc = pgd_pool_alloc(pool, &got);
+            if (n_free == 0) {
+                T_EQ(rc, PGD_ENOSPC);
+            } else {
+                T_EQ(rc, PGD_OK);
+                T_ASSERT(got < N);
+                T_EQ(model[got], 0);
+                model[got] = 1;
+            }
+        } else if (model[id] == 0) {
+            continue;
+        } else if (r == 1) {
+            pgd_pool_ref(pool, id);
+            model[id]++;
+        } else {
+            T_EQ(pgd_pool_unref(pool, id), --model[id]);
+        }
+        T_EQ(pgd_pool_check(pool), PGD_OK);
+        for (int i = 0; i < N; i++)
+            T_EQ(pgd_pool_refcount(pool, (uint32_t)i), model[i]);
+    }
+    pgd_pool_stats st;
+    pgd_pool_get_stats(pool, &st);
+    uint32_t used = 0;
+    for (int i = 0; i < N; i++)
+        used += model[i] > 0;
+    T_EQ(st.n_pages_used, used);
+    T_EQ(st.n_pages_free, N - used);
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
+/* ---- copy-on-write ---- */
+
+static int test_cow(void)
+{
+    enum { N = 4 };
+    pgd_pool_params p = small_params(PGD_KV_F32, N);
+    pgd_pool *pool;
+    pgd_pool_stats st, st2;
+    uint32_t a, b, c, d, orig;
+    T_OK(pgd_pool_create(&p, &pool));
+    uint64_t pb = pgd_pool_page_bytes(pool);
+    uint8_t *expect = malloc(pb);
+    T_ASSERT(expect);
+    T_OK(pgd_pool_alloc(pool, &a));
+    for (uint64_t i = 0; i < pb; i++)
+        expect[i] = (uint8_t)(i * 131 + 7);
+    memcpy(pgd_pool_page_data(pool, a), expect, pb);
+
+    /* Private page: no copy. */
+    orig = a;
+    T_EQ(pgd_pool_cow(pool, &a), 0);
+    T_EQ(a, orig);
+    T_EQ(pgd_pool_refcount(pool, a), 1);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_cow_copies, 0);
+
+    /* Shared page: copy, exact bytes, one reference moves to the copy. */
+    pgd_pool_ref(pool, a);
+    b = a;
+    T_EQ(pgd_pool_cow(pool, &b), 1);
+    T_ASSERT(b != a);
+    T_ASSERT(b < N);
+    T_EQ(pgd_pool_refcount(pool, a), 1);
+    T_EQ(pgd_pool_refcount(pool, b), 1);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    T_ASSERT(memcmp(pgd_pool_page_data(pool, b), expect, pb) == 0);
+    T_ASSERT(memcmp(pgd_pool_page_data(pool, a), expect, pb) == 0);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_cow_copies, 1);
+    T_EQ(st.n_pages_used, 2);
+    /* The copy is independent. */
+    memset(pgd_pool_page_data(pool, b), 0xEE, pb);
+    T_ASSERT(memcmp(pgd_pool_page_data(pool, a), expect, pb) == 0);
+
+    /* ENOSPC: nothing changes. */
+    T_OK(pgd_pool_alloc(pool, &c));
+    T_OK(pgd_pool_alloc(pool, &d));
+    pgd_pool_ref(pool, a);
+    pgd_pool_ref(pool, a); /* refcount 3 */
+    pgd_pool_get_stats(pool, &st);
+    orig = a;
+    T_EQ(pgd_pool_cow(pool, &a), PGD_ENOSPC);
+    T_EQ(a, orig);
+    T_EQ(pgd_pool_refcount(pool, a), 3);
+    pgd_pool_get_stats(pool, &st2);
+    T_ASSERT(memcmp(&st, &st2, sizeof st) == 0);
+    T_ASSERT(memcmp(pgd_pool_page_data(pool, a), expect, pb) == 0);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+
+    /* Free one, cow from refcount 3 -> 2 + 1. */
+    T_EQ(pgd_pool_unref(pool, d), 0);
+    T_EQ(pgd_pool_cow(pool, &a), 1);
+    T_EQ(a, d);
+    T_EQ(pgd_pool_refcount(pool, orig), 2);
+    T_EQ(pgd_pool_refcount(pool, a), 1);
+    T_ASSERT(memcmp(pgd_pool_page_data(pool, a), expect, pb) == 0);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    (void)c;
+    free(expect);
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
+/* ---- metadata-only ---- */
+
+static int test_metadata_only_million_pages(void)
+{
+    enum { N = 1u << 20 };
+    pgd_pool_params p = pgd_pool_default_params();
+    pgd_pool *pool;
+    pgd_pool_stats st;
+    p.metadata_only = 1;
+    p.n_layers = 80;
+    p.n_kv_heads = 8;
+    p.head_dim = 128;
+    p.page_tokens = 16; /* 1M pages of 16 tokens: 16M tokens, 5 MiB of K/V per page */
+    p.capacity_pages = N;
+    T_OK(pgd_pool_create(&p, &pool));
+    T_EQ(pgd_pool_has_payload(pool), 0);
+    T_EQ(pgd_pool_n_pages(pool), N);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.arena_bytes, 0);
+    T_EQ(st.n_pages_total, N);
+    T_EQ(st.n_pages_free, N);
+    T_ASSERT(st.metadata_bytes > 0);
+    T_ASSERT(st.metadata_bytes <= 64ull * N); /* host memory stays sane */
+    uint32_t *ids = malloc(sizeof *ids * N);
+    unsigned char *seen = calloc(N, 1);
+    T_ASSERT(ids && seen);
+    for (uint32_t i = 0; i < N; i++) {
+        if (pgd_pool_alloc(pool, &ids[i]) != PGD_OK) T_FAIL("alloc %u failed", i);
+        if (ids[i] >= N || seen[ids[i]]) T_FAIL("bad id %u at %u", ids[i], i);
+        seen[ids[i]] = 1;
+    }
+    uint32_t x;
+    T_EQ(pgd_pool_alloc(pool, &x), PGD_ENOSPC);
+    T_ASSERT(pgd_pool_k(pool, ids[0], 0, 0) == NULL);
+    T_ASSERT(pgd_pool_v(pool, ids[0], 79, 7) == NULL);
+    T_ASSERT(pgd_pool_page_data(pool, ids[0]) == NULL);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    /* cow works without payload */
+    T_EQ(pgd_pool_unref(pool, ids[N - 1]), 0);
+    pgd_pool_ref(pool, ids[0]);
+    x = ids[0];
+    T_EQ(pgd_pool_cow(pool, &x), 1);
+    T_EQ(x, ids[N - 1]);
+    T_EQ(pgd_pool_refcount(pool, ids[0]), 1);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_cow_copies, 1);
+    T_EQ(st.n_pages_free, 0);
+    for (uint32_t i = 0; i < N; i++)
+        pgd_pool_unref(pool, ids[i]);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.n_pages_free, N);
+    T_EQ(st.n_pages_used, 0);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    free(ids);
+    free(seen);
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
+int main(void)
+{
+    T_RUN(test_defaults);
+    T_RUN(test_params_einval);
+    T_RUN(test_geometry_f32);
+    T_RUN(test_geometry_f16);
+    T_RUN(test_capacity_pages_overrides_bytes);
+    T_RUN(test_alloc_until_enospc);
+    T_RUN(test_random_refcounts);
+    T_RUN(test_cow);
+    T_RUN(test_metadata_only_million_pages);
+    T_DONE();
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.h - what the `pagoda` CLI's commands share: their entry points (called by the
+ * dispatcher in pagoda.c with argv[0] set to "pagoda <command>"), exit codes and option
+ * value parsing. Each command prints its own errors and returns an exit code.
+ */
+#ifndef PGD_TOOLS_CLI_H
+#define PGD_TOOLS_CLI_H
+
+#include <stdint.h>
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAIL = 1, /* the command ran and failed: unreadable input, bad data, ... */
+    CLI_EXIT_USAGE = 2 /* bad command line */
+};
+
+int cmd_replay(int argc, char **argv);
+int cmd_gen_trace(int argc, char **argv);
+
+/*
+ * Parses s as a decimal integer in [min, max] for option opt of command cmd. Returns 0,
+ * or -1 after printing "cmd: opt: why" on stderr.
+ */
+int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max,
+                  uint64_t *out);
+
+/* Prints "Try '<cmd> --help'." on stderr and returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd);
+
+/* Seconds on a monotonic clock. */
+double cli_now_s(void);
+
+#endif /* PGD_TOOLS_CLI_H */

@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sim.c - the replay simulator: a trace through the real cache manager (model in sim.h).
+ *
+ * Belady needs the future. Before the replay, two passes over the trace build a
+ * "future index": an open-addressing map from block key to a slot holding the sorted
+ * list of request indices that contain the block (CSR layout, one shared array):
+ *
+ *     map[key] -> slot { start, count, cursor }      occ[start .. start+count) = requests
+ *
+ * The cache asks next_use(key) when a page is hit, inserted or released; the answer is
+ * the first request after the current one that contains the block (UINT64_MAX if none).
+ * The current request index only grows, so each slot keeps a cursor that moves forward:
+ * every next_use call is O(1) amortized. Pass one also counts distinct blocks, which
+ * sizes an "unlimited" pool. LRU with a fixed capacity skips the index altogether.
+ */
+#include "sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define NONE UINT32_MAX
+
+/* Chain seed ("pgdrplay") and the fixed hash key: replay results never depend on
+ * randomness. */
+static const pgd_hash chain_seed = {UINT64_C(0x70676472706c6179), 0};
+static const uint8_t replay_key[] = "pagoda replay: fixed key";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Key of a block: XXH3-128 of (key of the previous block, id). */
+static pgd_hash chain(pgd_hash prev, uint64_t id)
+{
+    uint64_t buf[3] = {prev.lo, prev.hi, id};
+    XXH128_hash_t x = XXH3_128bits(buf, sizeof buf);
+    pgd_hash h = {x.low64, x.high64};
+    return h;
+}
+
+static void chain_all(const trace_set *t, size_t r, pgd_hash *out)
+{
+    const trace_rec *rec = &t->reqs[r];
+    const uint64_t *ids = t->ids + rec->ids_off;
+    pgd_hash h = chain_seed;
+    for (uint64_t i = 0; i < rec->n_ids; i++) {
+        h = chain(h, ids[i]);
+        out[i] = h;
+    }
+}
+
+/* ---- the future index ---- */
+
+typedef struct slot {
+    pgd_hash key;
+    uint64_t start;    /* first occurrence in occ[] */
+    uint32_t count;    /* requests containing the block */
+    uint32_t cursor;   /* occ[start + cursor] is the next candidate (only moves forward) */
+    uint32_t last_req; /* last request counted, so a request counts once */
+} slot;
+
+typedef struct future {
+    uint32_t *map; /* [mask + 1] slot index or NONE; load <= 1/2 */
+    uint64_t mask;
+    slot *slots; /* [n_slots] */
+    uint32_t n_slots, cap_slots;
+    uint32_t *occ; /* request indices, grouped by slot, ascending within a slot */
+    uint32_t cur;  /* index of the request being replayed */
+} future;
+
+static void future_deinit(future *f)
+{
+    free(f->map);
+    free(f->slots);
+    free(f->occ);
+    memset(f, 0, sizeof *f);
+}
+
+static int map_resize(future *f, uint64_t size)
+{
+    uint32_t *map = malloc(size * sizeof *map);
+    if (!map) return -1;
+    memset(map, 0xff, size * sizeof *map);
+    for (uint32_t i = 0; i < f->n_slots; i++) {
+        uint64_t pos = f->slots[i].key.lo & (size - 1);
+        while (map[pos] != NONE)
+            pos = (pos + 1) & (size - 1);
+        map[pos] = i;
+    }
+    free(f->map);
+    f->map = map;
+    f->mask = size - 1;
+    return 0;
+}
+
+/* Returns the slot of key, or NONE. */
+static uint32_t future_find(const future *f, pgd_hash key)
+{
+    uint64_t pos = key.lo & f->mask;
+    for (;;) {
+        uint32_t s = f->map[pos];
+        if (s == NONE || pgd_hash_eq(f->slots[s].key, key)) return s;
+        pos = (pos + 1) & f->mask;
+    }
+}
+
+/* Returns the slot of key, adding an empty one if needed; NONE when out of memory. */
+static uint32_t future_add(future *f, pgd_hash key)
+{
+    uint64_t pos;
+    uint32_t s;
+    if (((uint64_t)f->n_slots + 1) * 2 > f->mask + 1 && map_resize(f, (f->mask + 1) * 2) != 0) {
+        return NONE;
+    }
+    pos = key.lo & f->mask;
+    for (;;) {
+        s = f->map[pos];
+        if (s == NONE) break;
+        if (pgd_hash_eq(f->slots[s].key, key)) return s;
+        pos = (pos + 1) & f->mask;
+    }
+    if (f->n_slots == NONE - 1) return NONE;
+    if (f->n_slots == f->cap_slots) {
+        uint32_t ncap = f->cap_slots ? f->cap_slots : 1024;
+        slot *ns;
+        ncap = ncap > (NONE - 1) / 2 ? NONE - 1 : ncap * 2;
+        ns = realloc(f->slots, (size_t)ncap * sizeof *ns);
+        if (!ns) return NONE;
+        f->slots = ns;
+        f->cap_slots = ncap;
+    }
+    s = f->n_slots++;
+    memset(&f->slots[s], 0, sizeof f->slots[s]);
+    f->slots[s].key = key;
+    f->slots[s].last_req = NONE;
+    f->map[pos] = s;
+    return s;
+}
+
+/* Builds the index of t. hbuf holds the longest request's keys. Returns 0 or -1 (memory). */
+static int future_build(future *f, const trace_set *t, pgd_hash *hbuf, int with_occ)
+{
+    uint64_t total = 0;
+    if (map_resize(f, 1024) != 0) return -1;
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        chain_all(t, r, hbuf);
+        for (uint64_t i = 0; i < t->reqs[r].n_ids; i++) {
+            uint32_t s = future_add(f, hbuf[i]);
+            if (s == NONE) return -1;
+            if (f->slots[s].last_req != (uint32_t)r) {
+                f->slots[s].last_req = (uint32_t)r;
+                f->slots[s].count++;
+            }
+        }
+    }
+    if (!with_occ) return 0;
+    for (uint32_t s = 0; s < f->n_slots; s++) {
+        f->slots[s].start = total;
+        f->slots[s].last_req = NONE;
+        total += f->slots[s].count;
+    }
+    f->occ = malloc((total ? total : 1) * sizeof *f->occ);
+    if (!f->occ) return -1;
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        chain_all(t, r, hbuf);
+        for (uint64_t i = 0; i < t->reqs[r].n_ids; i++) {
+            slot *sl = &f->slots[future_find(f, hbuf[i])];
+            if (sl->last_req != (uint32_t)r) {
+                sl->last_req = (uint32_t)r;
+                f->occ[sl->start + sl->cursor++] = (uint32_t)r;
+            }
+        }
+    }
+    for (uint32_t s = 0; s < f->n_slots; s++)
+        f->slots[s].cursor = 0;
+    return 0;
+}
+
+/* The Belady oracle: the first request after the current one that contains h. */
+static uint64_t next_use(void *ud, pgd_hash h)
+{
+    future *f = ud;
+    uint32_t s = future_find(f, h);
+    slot *sl;
+    if (s == NONE) return UINT64_MAX;
+    sl = &f->slots[s];
+    while (sl->cursor < sl->count && f->occ[sl->start + sl->cursor] <= f->cur)
+        sl->cursor++;
+    return sl->cursor < sl->count ? f->occ[sl->start + sl->cursor] : UINT64_MAX;
+}
+
+/* ---- the replay ---- */
+
+/* a + b, saturating: token totals of absurd traces stay meaningful as "at least". */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t request_tokens(const trace_rec *rec, uint32_t bt, int *mismatch)
+{
+    uint64_t full = rec->n_ids * bt;
+    *mismatch = 0;
+    if (rec->n_ids == 0) return rec->input_length;
+    if (rec->input_length > full - bt) return rec->input_length;
+    *mismatch = 1;
+    return full;
+}
+
+static void progress(size_t done, size_t total, double *last, int *shown)
+{
+    double t = now_s();
+    if (t - *last < 0.5) return;
+    *last = t;
+    *shown = 1;
+    fprintf(stderr, "\rreplay: %zu/%zu requests (%.0f%%)", done, total,
+            100.0 * (double)done / (double)(total ? total : 1));
+}
+
+int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err, size_t errlen)
+{
+    const uint64_t bt = p->block_tokens;
+    future fut = {0};
+    pgd_hash *hbuf = NULL;
+    pgd_cache *c = NULL;
+    pgd_cache_params cp = pgd_cache_default_params();
+    pgd_cache_stats cs;
+    uint64_t max_ids = 0, pages;
+    double t0 = now_s(), last = t0;
+    int rc = -1, shown = 0, need_future;
+
+    memset(res, 0, sizeof *res);
+    if (bt == 0 || (bt & (bt - 1)) != 0 || bt > SIM_MAX_BLOCK_TOKENS) {
+        snprintf(err, errlen, "block tokens %llu is not a power of two in [1, %u]",
+                 (unsigned long long)bt, SIM_MAX_BLOCK_TOKENS);
+        return -1;
+    }
+    if (t->n_reqs >= NONE) {
+        snprintf(err, errlen, "too many requests (%zu; at most %u)", t->n_reqs, NONE - 1);
+        return -1;
+    }
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        if (t->reqs[r].n_ids > max_ids) max_ids = t->reqs[r].n_ids;
+    }
+    hbuf = malloc((max_ids ? max_ids : 1) * sizeof *hbuf);
+    if (!hbuf) goto nomem;
+
+    need_future = p->policy == PGD_POLICY_BELADY || p->capacity_tokens == 0;
+    if (need_future && future_build(&fut, t, hbuf, p->policy == PGD_POLICY_BELADY) != 0) {
+        goto nomem;
+    }
+    pages = p->capacity_tokens ? p->capacity_tokens / bt : (fut.n_slots ? fut.n_slots : 1);
+    if (pages == 0) {
+        snprintf(err, errlen, "capacity %llu tokens is less than one block of %llu tokens",
+                 (unsigned long long)p->capacity_tokens, (unsigned long long)bt);
+        goto done;
+    }
+    if (pages > (UINT64_C(1) << 31)) {
+        snprintf(err, errlen, "capacity of %llu pages is more than the pool allows (2^31)",
+                 (unsigned long long)pages);
+        goto done;
+    }
+    res->capacity_pages = pages;
+    res->capacity_tokens = pages * bt;
+
+    cp.pool.metadata_only = 1;
+    cp.pool.page_tokens = (uint32_t)bt;
+    cp.pool.capacity_pages = (uint32_t)pages;
+    cp.policy = p->policy;
+    cp.hash_key = replay_key;
+    cp.hash_key_len = sizeof replay_key - 1;
+    if (p->policy == PGD_POLICY_BELADY) {
+        cp.next_use = next_use;
+        cp.next_use_ud = &fut;
+    }
+    rc = pgd_cache_create(&cp, &c);
+    if (rc != PGD_OK) {
+        snprintf(err, errlen, "cannot create a cache of %llu pages: %s", (unsigned long long)pages,
+                 pgd_strerror(rc));
+        rc = -1;
+        goto done;
+    }
+    rc = -1;
+
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        const trace_rec *rec = &t->reqs[r];
+        const uint64_t n = rec->n_ids;
+        int mismatch, st;
+        uint64_t tokens = request_tokens(rec, (uint32_t)bt, &mismatch), hit_tokens;
+        pgd_seq *s = NULL;
+        int64_t k;
+
+        res->requests++;
+        res->blocks += n;
+        res->tokens = sat_add(res->tokens, tokens);
+        res->length_mismatch += (uint64_t)mismatch;
+        if (n == 0) continue;
+        chain_all(t, r, hbuf);
+        fut.cur = (uint32_t)r;
+
+        st = pgd_seq_create(c, NULL, 0, &s);
+        if (st != PGD_OK) {
+            snprintf(err, errlen, "request %zu: pgd_seq_create: %s", r + 1, pgd_strerror(st));
+            goto done;
+        }
+        k = pgd_seq_match_hashes(c, s, hbuf, (size_t)n);
+        if (k < 0 || (uint64_t)k > n) {
+            snprintf(err, errlen, "request %zu: pgd_seq_match_hashes returned %lld (%s)", r + 1,
+                     (long long)k, pgd_strerror((int)k));
+            pgd_seq_destroy(c, s);
+            goto done;
+        }
+        res->hit_blocks += (uint64_t)k;
+        hit_tokens = (uint64_t)k * bt < tokens ? (uint64_t)k * bt : tokens;
+        res->hit_tokens = sat_add(res->hit_tokens, hit_tokens);
+        for (uint64_t i = (uint64_t)k; i < n; i++) {
+            st = pgd_seq_grow(c, s, (size_t)bt);
+            if (st == PGD_ENOSPC) {
+                res->uncached_blocks += n - i;
+                break;
+            }
+            if (st == PGD_OK) st = pgd_seq_commit_hashes(c, s, &hbuf[i], 1);
+            if (st < 0) {
+                snprintf(err, errlen, "request %zu block %llu: %s", r + 1, (unsigned long long)i,
+                         pgd_strerror(st));
+                pgd_seq_destroy(c, s);
+                goto done;
+            }
+        }
+        pgd_seq_destroy(c, s);
+        if (p->check) {
+            st = pgd_cache_check(c);
+            if (st != PGD_OK) {
+                snprintf(err, errlen, "request %zu: pgd_cache_check: %s", r + 1, pgd_strerror(st));
+                goto done;
+            }
+        }
+        if (p->progress && (r & 4095) == 4095) progress(r + 1, t->n_reqs, &last, &shown);
+    }
+    pgd_cache_get_stats(c, &cs);
+    res->evictions = cs.n_evictions;
+    res->elapsed_s = now_s() - t0;
+    rc = 0;
+    goto done;
+nomem:
+    snprintf(err, errlen, "out of memory");
+done:
+    if (shown) fprintf(stderr, "\r\033[K");
+    pgd_cache_destroy(c);
+    future_deinit(&fut);
+    free(hbuf);
+    return rc;
+}
