@@ -55,9 +55,12 @@ int main(void)
         return 1;
     }
     int32_t a[80], b[90];
-    for (int i = 0; i < 64; i++) a[i] = b[i] = 1000 + i; /* the shared system prompt */
-    for (int i = 64; i < 80; i++) a[i] = i;
-    for (int i = 64; i < 90; i++) b[i] = 7 * i;
+    for (int i = 0; i < 64; i++)
+        a[i] = b[i] = 1000 + i; /* the shared system prompt */
+    for (int i = 64; i < 80; i++)
+        a[i] = i;
+    for (int i = 64; i < 90; i++)
+        b[i] = 7 * i;
     rc = run_request(c, a, 80);
     if (rc == PGD_OK) rc = run_request(c, b, 90);
     pgd_cache_stats st;

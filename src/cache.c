@@ -28,17 +28,17 @@
 enum { MODE_NONE = 0, MODE_TOKENS = 1, MODE_HASHES = 2 };
 
 struct pgd_seq {
-    pgd_seq *prev, *next;   /* live sequences of the cache */
-    uint32_t *table;        /* [cap] page ids; n_pages used */
+    pgd_seq *prev, *next; /* live sequences of the cache */
+    uint32_t *table;      /* [cap] page ids; n_pages used */
     uint32_t n_pages, cap;
-    uint64_t len;           /* positions reserved (match + grow) */
-    uint64_t n_committed;   /* tokens committed (match + commit) */
-    uint32_t n_full;        /* full pages committed: n_committed / page_tokens */
-    int mode;               /* MODE_*: how pages are hashed */
-    int unregistrable;      /* a hash conflict broke the chain: register nothing more */
-    uint32_t last_entry;    /* index entry of page n_full-1, PGD__NONE if none */
-    pgd_hash last;          /* hash of page n_full-1, or the seed */
-    int32_t *partial;       /* [page_tokens] tokens of the page being filled */
+    uint64_t len;         /* positions reserved (match + grow) */
+    uint64_t n_committed; /* tokens committed (match + commit) */
+    uint32_t n_full;      /* full pages committed: n_committed / page_tokens */
+    int mode;             /* MODE_*: how pages are hashed */
+    int unregistrable;    /* a hash conflict broke the chain: register nothing more */
+    uint32_t last_entry;  /* index entry of page n_full-1, PGD__NONE if none */
+    pgd_hash last;        /* hash of page n_full-1, or the seed */
+    int32_t *partial;     /* [page_tokens] tokens of the page being filled */
 };
 
 struct pgd_cache {
@@ -52,10 +52,10 @@ struct pgd_cache {
     pgd__hasher hasher;
     uint32_t page_tokens;
     uint32_t n_pages;
-    uint32_t *page_entry;   /* [n_pages] index entry of a cached page, or PGD__NONE */
-    pgd_seq *seqs;          /* list of live sequences */
+    uint32_t *page_entry; /* [n_pages] index entry of a cached page, or PGD__NONE */
+    pgd_seq *seqs;        /* list of live sequences */
     uint32_t n_seqs, max_seqs;
-    pgd_cache_stats st;     /* counters; gauges are filled in get_stats */
+    pgd_cache_stats st; /* counters; gauges are filled in get_stats */
 };
 
 pgd_cache_params pgd_cache_default_params(void)
@@ -151,11 +151,23 @@ void pgd_cache_destroy(pgd_cache *c)
     pgd__free(&al, c);
 }
 
-pgd_pool *pgd_cache_pool(pgd_cache *c) { return c->pool; }
-uint32_t pgd_cache_page_tokens(const pgd_cache *c) { return c->page_tokens; }
+pgd_pool *pgd_cache_pool(pgd_cache *c)
+{
+    return c->pool;
+}
+uint32_t pgd_cache_page_tokens(const pgd_cache *c)
+{
+    return c->page_tokens;
+}
 
-static void lock(pgd_cache *c) { pthread_mutex_lock(&c->mu); }
-static void unlock(pgd_cache *c) { pthread_mutex_unlock(&c->mu); }
+static void lock(pgd_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+}
+static void unlock(pgd_cache *c)
+{
+    pthread_mutex_unlock(&c->mu);
+}
 
 /* ---- page references (lock held) ---- */
 
@@ -230,7 +242,8 @@ static int table_reserve(pgd_cache *c, pgd_seq *s, uint64_t n)
     if (n <= s->cap) return PGD_OK;
     if (n > UINT32_MAX / 2) return PGD_ENOMEM;
     uint32_t cap = s->cap ? s->cap : 8;
-    while (cap < n) cap *= 2;
+    while (cap < n)
+        cap *= 2;
     uint32_t *t = pgd__realloc(&c->al, s->table, (size_t)cap * sizeof *t);
     if (!t) return PGD_ENOMEM;
     s->table = t;
@@ -285,7 +298,10 @@ void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
     /* Deepest page first: the policy then evicts a released prefix from its end. */
     for (uint32_t i = s->n_pages; i-- > 0;)
         page_unref(c, s->table[i]);
-    if (s->prev) s->prev->next = s->next; else c->seqs = s->next;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        c->seqs = s->next;
     if (s->next) s->next->prev = s->prev;
     c->n_seqs--;
     seq_free(c, s);
@@ -485,8 +501,7 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     if (c->page_entry[page] != PGD__NONE) {
         /* Shared (forked) page already registered under another hash: the two sequences
          * committed different tokens without writing. Keep the chain honest. */
-        pgd__logf(&c->log, PGD_LOG_WARN, "cache: page %u already cached under another hash",
-                  page);
+        pgd__logf(&c->log, PGD_LOG_WARN, "cache: page %u already cached under another hash", page);
         s->unregistrable = 1;
         return 0;
     }
@@ -568,8 +583,7 @@ out:
 
 /* ---- write access ---- */
 
-int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id,
-                       uint32_t *slot)
+int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id, uint32_t *slot)
 {
     int rc = PGD_OK;
     lock(c);
@@ -653,7 +667,8 @@ int pgd_cache_evict(pgd_cache *c, uint32_t n_pages)
 {
     int n = 0;
     lock(c);
-    while ((uint32_t)n < n_pages && n < INT32_MAX && evict_one(c)) n++;
+    while ((uint32_t)n < n_pages && n < INT32_MAX && evict_one(c))
+        n++;
     unlock(c);
     return n;
 }
@@ -662,7 +677,8 @@ int pgd_cache_clear(pgd_cache *c)
 {
     int n = 0;
     lock(c);
-    while (n < INT32_MAX && evict_one(c)) n++;
+    while (n < INT32_MAX && evict_one(c))
+        n++;
     unlock(c);
     return n;
 }
@@ -705,8 +721,7 @@ static int check_locked(pgd_cache *c)
         for (uint32_t i = 0; i < s->n_pages; i++) {
             uint32_t page = s->table[i];
             if (page >= c->n_pages || pgd_pool_refcount(c->pool, page) == 0) {
-                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: table holds a free page %u",
-                          page);
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: table holds a free page %u", page);
                 goto out;
             }
             holders[page]++;
@@ -730,8 +745,7 @@ static int check_locked(pgd_cache *c)
         if (cached) {
             const pgd__entry *en = pgd__index_entry(c->ix, e);
             if (!en || en->page_id != page) {
-                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry",
-                          page);
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry", page);
                 goto out;
             }
         }

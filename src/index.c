@@ -22,7 +22,7 @@
 
 struct pgd__index {
     pgd__alloc al;
-    uint32_t capacity;   /* entries */
+    uint32_t capacity; /* entries */
     uint32_t n_live;
     uint32_t mask;       /* n_slots - 1 */
     uint32_t *slots;     /* [n_slots] entry id or PGD__NONE */
@@ -39,7 +39,8 @@ int pgd__index_create(const pgd__alloc *al, uint32_t capacity, pgd__index **out)
 
     *out = NULL;
     if (capacity == 0 || capacity > (1u << 31)) return PGD_EINVAL;
-    while (n_slots < 2ull * capacity) n_slots <<= 1;
+    while (n_slots < 2ull * capacity)
+        n_slots <<= 1;
     ix = pgd__calloc(al, 1, sizeof *ix);
     if (!ix) return PGD_ENOMEM;
     ix->al = *al;
@@ -166,8 +167,14 @@ const pgd__entry *pgd__index_entry(const pgd__index *ix, uint32_t e)
     return e < ix->capacity && ix->live[e] ? &ix->entries[e] : NULL;
 }
 
-uint32_t pgd__index_size(const pgd__index *ix) { return ix->n_live; }
-uint32_t pgd__index_capacity(const pgd__index *ix) { return ix->capacity; }
+uint32_t pgd__index_size(const pgd__index *ix)
+{
+    return ix->n_live;
+}
+uint32_t pgd__index_capacity(const pgd__index *ix)
+{
+    return ix->capacity;
+}
 
 int pgd__index_check(const pgd__index *ix, const pgd__log *lg)
 {

@@ -18,9 +18,9 @@
 /* ---- asserts ---- */
 
 /* Always on: anything that would corrupt memory if it failed. */
-#define PGD_CHECK(x)                                                                      \
-    do {                                                                                  \
-        if (!(x)) pgd__check_fail(__FILE__, __LINE__, #x);                                \
+#define PGD_CHECK(x)                                                                               \
+    do {                                                                                           \
+        if (!(x)) pgd__check_fail(__FILE__, __LINE__, #x);                                         \
     } while (0)
 void pgd__check_fail(const char *file, int line, const char *expr);
 

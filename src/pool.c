@@ -21,23 +21,25 @@ struct pgd_pool {
     uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
     pgd_kv_type kv_type;
     size_t elt_bytes;
-    uint64_t head_bytes;  /* page_tokens * head_dim * elt */
-    uint64_t page_bytes;  /* 2 * n_layers * n_kv_heads * head_bytes */
+    uint64_t head_bytes; /* page_tokens * head_dim * elt */
+    uint64_t page_bytes; /* 2 * n_layers * n_kv_heads * head_bytes */
     uint32_t n_pages;
     uint32_t n_free;
-    uint32_t free_head;   /* first free page, PGD__NONE if none */
-    uint32_t *ref;        /* [n_pages] refcounts */
-    uint32_t *next_free;  /* [n_pages] free-list links */
-    void *arena_raw;      /* as allocated */
-    uint8_t *arena;       /* 64-byte aligned start of page 0 */
+    uint32_t free_head;  /* first free page, PGD__NONE if none */
+    uint32_t *ref;       /* [n_pages] refcounts */
+    uint32_t *next_free; /* [n_pages] free-list links */
+    void *arena_raw;     /* as allocated */
+    uint8_t *arena;      /* 64-byte aligned start of page 0 */
     uint64_t n_cow_copies;
 };
 
 const char *pgd_kv_type_name(pgd_kv_type t)
 {
     switch (t) {
-    case PGD_KV_F32: return "f32";
-    case PGD_KV_F16: return "f16";
+    case PGD_KV_F32:
+        return "f32";
+    case PGD_KV_F16:
+        return "f16";
     }
     return "?";
 }
@@ -45,8 +47,10 @@ const char *pgd_kv_type_name(pgd_kv_type t)
 size_t pgd_kv_type_size(pgd_kv_type t)
 {
     switch (t) {
-    case PGD_KV_F32: return 4;
-    case PGD_KV_F16: return 2;
+    case PGD_KV_F32:
+        return 4;
+    case PGD_KV_F16:
+        return 2;
     }
     return 0;
 }
@@ -82,8 +86,7 @@ int pgd_pool_create(const pgd_pool_params *p, pgd_pool **out)
         return PGD_EINVAL;
     }
     if (!p->page_tokens || (p->page_tokens & (p->page_tokens - 1))) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: page_tokens %u is not a power of two",
-                  p->page_tokens);
+        pgd__logf(&lg, PGD_LOG_ERROR, "pool: page_tokens %u is not a power of two", p->page_tokens);
         return PGD_EINVAL;
     }
     /* Overflow-checked geometry: every factor is < 2^32, so check step by step. */
@@ -147,13 +150,34 @@ void pgd_pool_destroy(pgd_pool *pool)
 
 /* ---- geometry ---- */
 
-uint32_t pgd_pool_n_pages(const pgd_pool *pool) { return pool->n_pages; }
-uint32_t pgd_pool_page_tokens(const pgd_pool *pool) { return pool->page_tokens; }
-uint64_t pgd_pool_page_bytes(const pgd_pool *pool) { return pool->page_bytes; }
-uint64_t pgd_pool_token_bytes(const pgd_pool *pool) { return pool->page_bytes / pool->page_tokens; }
-pgd_kv_type pgd_pool_kv_type(const pgd_pool *pool) { return pool->kv_type; }
-int pgd_pool_has_payload(const pgd_pool *pool) { return pool->arena != NULL; }
-const pgd__log *pgd__pool_log(const pgd_pool *pool) { return &pool->log; }
+uint32_t pgd_pool_n_pages(const pgd_pool *pool)
+{
+    return pool->n_pages;
+}
+uint32_t pgd_pool_page_tokens(const pgd_pool *pool)
+{
+    return pool->page_tokens;
+}
+uint64_t pgd_pool_page_bytes(const pgd_pool *pool)
+{
+    return pool->page_bytes;
+}
+uint64_t pgd_pool_token_bytes(const pgd_pool *pool)
+{
+    return pool->page_bytes / pool->page_tokens;
+}
+pgd_kv_type pgd_pool_kv_type(const pgd_pool *pool)
+{
+    return pool->kv_type;
+}
+int pgd_pool_has_payload(const pgd_pool *pool)
+{
+    return pool->arena != NULL;
+}
+const pgd__log *pgd__pool_log(const pgd_pool *pool)
+{
+    return &pool->log;
+}
 
 /* ---- alloc / ref / unref ---- */
 
@@ -218,8 +242,7 @@ void *pgd_pool_page_data(pgd_pool *pool, uint32_t page_id)
     return pool->arena + (uint64_t)page_id * pool->page_bytes;
 }
 
-static void *kv_ptr(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv,
-                    uint32_t head)
+static void *kv_ptr(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv, uint32_t head)
 {
     if (!pool->arena || page_id >= pool->n_pages || layer >= pool->n_layers ||
         head >= pool->n_kv_heads)
@@ -266,8 +289,8 @@ int pgd_pool_check(const pgd_pool *pool)
         live += pool->ref[i] > 0;
     if (n != pool->n_free || live + n != pool->n_pages) {
         pgd__logf(&pool->log, PGD_LOG_ERROR,
-                  "pool check: %u on free list, n_free %u, %u live of %u", n, pool->n_free,
-                  live, pool->n_pages);
+                  "pool check: %u on free list, n_free %u, %u live of %u", n, pool->n_free, live,
+                  pool->n_pages);
         return PGD_ECORRUPT;
     }
     return PGD_OK;

@@ -14,52 +14,52 @@
 
 static int t_failed, t_run;
 
-#define T_FAIL(...)                                                                       \
-    do {                                                                                  \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                   \
-        fprintf(stderr, __VA_ARGS__);                                                     \
-        fputc('\n', stderr);                                                              \
-        return 1;                                                                         \
+#define T_FAIL(...)                                                                                \
+    do {                                                                                           \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+        return 1;                                                                                  \
     } while (0)
 
-#define T_ASSERT(x)                                                                       \
-    do {                                                                                  \
-        if (!(x)) T_FAIL("assertion failed: %s", #x);                                     \
+#define T_ASSERT(x)                                                                                \
+    do {                                                                                           \
+        if (!(x)) T_FAIL("assertion failed: %s", #x);                                              \
     } while (0)
 
-#define T_EQ(a, b)                                                                        \
-    do {                                                                                  \
-        long long t_a_ = (long long)(a), t_b_ = (long long)(b);                           \
-        if (t_a_ != t_b_) T_FAIL("%s == %s: %lld != %lld", #a, #b, t_a_, t_b_);          \
+#define T_EQ(a, b)                                                                                 \
+    do {                                                                                           \
+        long long t_a_ = (long long)(a), t_b_ = (long long)(b);                                    \
+        if (t_a_ != t_b_) T_FAIL("%s == %s: %lld != %lld", #a, #b, t_a_, t_b_);                    \
     } while (0)
 
-#define T_OK(x)                                                                           \
-    do {                                                                                  \
-        long long t_r_ = (long long)(x);                                                  \
-        if (t_r_ < 0) T_FAIL("%s returned %lld", #x, t_r_);                               \
+#define T_OK(x)                                                                                    \
+    do {                                                                                           \
+        long long t_r_ = (long long)(x);                                                           \
+        if (t_r_ < 0) T_FAIL("%s returned %lld", #x, t_r_);                                        \
     } while (0)
 
-#define T_RUN(fn)                                                                         \
-    do {                                                                                  \
-        t_run++;                                                                          \
-        if ((fn)() != 0) {                                                                \
-            t_failed++;                                                                   \
-            fprintf(stderr, "FAIL %s\n", #fn);                                            \
-        } else {                                                                          \
-            printf("ok   %s\n", #fn);                                                     \
-        }                                                                                 \
+#define T_RUN(fn)                                                                                  \
+    do {                                                                                           \
+        t_run++;                                                                                   \
+        if ((fn)() != 0) {                                                                         \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s\n", #fn);                                                     \
+        } else {                                                                                   \
+            printf("ok   %s\n", #fn);                                                              \
+        }                                                                                          \
     } while (0)
 
-#define T_DONE()                                                                          \
-    do {                                                                                  \
-        printf("%d passed, %d failed\n", t_run - t_failed, t_failed);                     \
-        return t_failed ? 1 : 0;                                                          \
+#define T_DONE()                                                                                   \
+    do {                                                                                           \
+        printf("%d passed, %d failed\n", t_run - t_failed, t_failed);                              \
+        return t_failed ? 1 : 0;                                                                   \
     } while (0)
 
-#define T_SKIP(why)                                                                       \
-    do {                                                                                  \
-        printf("skipped: %s\n", why);                                                     \
-        return 77;                                                                        \
+#define T_SKIP(why)                                                                                \
+    do {                                                                                           \
+        printf("skipped: %s\n", why);                                                              \
+        return 77;                                                                                 \
     } while (0)
 
 /* Deterministic xorshift64* for randomized tests. */

@@ -47,9 +47,9 @@ typedef struct pgd_seq pgd_seq;     /* opaque; owned by its cache */
 
 /* Eviction policies. Append only. */
 typedef enum pgd_policy_kind {
-    PGD_POLICY_LRU = 0,    /* least recently released first; O(1) */
-    PGD_POLICY_BELADY = 1  /* offline optimal: farthest next use first, ties deepest page
-                              first; needs next_use */
+    PGD_POLICY_LRU = 0,   /* least recently released first; O(1) */
+    PGD_POLICY_BELADY = 1 /* offline optimal: farthest next use first, ties deepest page
+                             first; needs next_use */
 } pgd_policy_kind;
 
 /* Returns the policy's name ("lru", "belady") or "?"; static storage. */
@@ -63,9 +63,9 @@ PGD_API int pgd_policy_from_name(const char *name, pgd_policy_kind *out);
 typedef uint64_t (*pgd_next_use_fn)(void *ud, pgd_hash h);
 
 typedef struct pgd_cache_params {
-    pgd_pool_params pool;       /* geometry and capacity of the page pool */
-    pgd_policy_kind policy;     /* default LRU */
-    pgd_next_use_fn next_use;   /* required for PGD_POLICY_BELADY */
+    pgd_pool_params pool;     /* geometry and capacity of the page pool */
+    pgd_policy_kind policy;   /* default LRU */
+    pgd_next_use_fn next_use; /* required for PGD_POLICY_BELADY */
     void *next_use_ud;
     const uint8_t *hash_key;    /* NULL: random per-instance secret */
     size_t hash_key_len;        /* 1..256 bytes when hash_key is set */
@@ -74,7 +74,7 @@ typedef struct pgd_cache_params {
     const pgd_allocator *alloc; /* NULL: libc; overrides pool.alloc */
     pgd_log_fn log;             /* NULL: silent; overrides pool.log */
     void *log_ud;
-} pgd_cache_params;             /* append fields only */
+} pgd_cache_params; /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
@@ -160,8 +160,8 @@ PGD_API uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **
  * match/commit would. Writes floor(n / page_tokens) hashes (at most max_hashes) and
  * returns how many it wrote. Pure; takes no lock. */
 PGD_API size_t pgd_cache_hash_tokens(const pgd_cache *c, const void *salt, size_t salt_len,
-                                     const int32_t *tokens, size_t n_tokens,
-                                     pgd_hash *hashes, size_t max_hashes);
+                                     const int32_t *tokens, size_t n_tokens, pgd_hash *hashes,
+                                     size_t max_hashes);
 
 /* ---- stats and checks ---- */
 
@@ -172,13 +172,13 @@ typedef struct pgd_cache_stats {
     uint32_t n_pages_cached;    /* registered in the prefix index (used or not) */
     uint32_t n_pages_evictable; /* cached and held by no sequence */
     uint32_t n_seqs;
-    uint64_t n_query_tokens;    /* tokens presented to match */
-    uint64_t n_hit_tokens;      /* of those, served from cache */
+    uint64_t n_query_tokens; /* tokens presented to match */
+    uint64_t n_hit_tokens;   /* of those, served from cache */
     uint64_t n_query_pages;
     uint64_t n_hit_pages;
-    uint64_t n_evictions;       /* pages evicted by the policy */
-    uint64_t n_registered;      /* pages registered by commit */
-    uint64_t n_dedup;           /* committed pages swapped for a copy already cached */
+    uint64_t n_evictions;  /* pages evicted by the policy */
+    uint64_t n_registered; /* pages registered by commit */
+    uint64_t n_dedup;      /* committed pages swapped for a copy already cached */
     uint64_t n_cow_copies;
 } pgd_cache_stats;
 

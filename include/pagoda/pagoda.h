@@ -24,11 +24,11 @@ extern "C" {
 #endif
 
 #if defined(_WIN32)
-#  define PGD_API __declspec(dllexport)
+#define PGD_API __declspec(dllexport)
 #elif defined(__GNUC__)
-#  define PGD_API __attribute__((visibility("default")))
+#define PGD_API __attribute__((visibility("default")))
 #else
-#  define PGD_API
+#define PGD_API
 #endif
 
 #define PGD_VERSION_MAJOR 0
@@ -42,14 +42,14 @@ PGD_API const char *pgd_version(void);
 /* Status codes. Only negative values are errors. Append only, never renumber. */
 typedef enum pgd_status {
     PGD_OK = 0,
-    PGD_ENOMEM = -1,     /* allocation failed; nothing changed */
-    PGD_EINVAL = -2,     /* bad argument detected cheaply */
-    PGD_ENOSPC = -3,     /* pool full and nothing evictable; nothing changed */
-    PGD_ENOTFOUND = -4,  /* no such key / sequence / entry */
-    PGD_EBUSY = -5,      /* object in use (page pinned, sequence busy) */
-    PGD_EIO = -6,        /* tier I/O failed; detail via the log hook */
-    PGD_ECORRUPT = -7,   /* checksum or format mismatch on load */
-    PGD_ESTATE = -8      /* call not valid in the object's current state */
+    PGD_ENOMEM = -1,    /* allocation failed; nothing changed */
+    PGD_EINVAL = -2,    /* bad argument detected cheaply */
+    PGD_ENOSPC = -3,    /* pool full and nothing evictable; nothing changed */
+    PGD_ENOTFOUND = -4, /* no such key / sequence / entry */
+    PGD_EBUSY = -5,     /* object in use (page pinned, sequence busy) */
+    PGD_EIO = -6,       /* tier I/O failed; detail via the log hook */
+    PGD_ECORRUPT = -7,  /* checksum or format mismatch on load */
+    PGD_ESTATE = -8     /* call not valid in the object's current state */
 } pgd_status;
 
 /* Returns a short English description of a status code; static storage, never NULL. */

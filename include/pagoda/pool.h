@@ -28,10 +28,7 @@ extern "C" {
 #endif
 
 /* Element type of pages. Append only: the codec layer adds quantized types later. */
-typedef enum pgd_kv_type {
-    PGD_KV_F32 = 0,
-    PGD_KV_F16 = 1
-} pgd_kv_type;
+typedef enum pgd_kv_type { PGD_KV_F32 = 0, PGD_KV_F16 = 1 } pgd_kv_type;
 
 /* Returns the name of a KV type ("f32", "f16") or "?"; static storage. */
 PGD_API const char *pgd_kv_type_name(pgd_kv_type t);
@@ -41,18 +38,18 @@ PGD_API size_t pgd_kv_type_size(pgd_kv_type t);
 typedef struct pgd_pool pgd_pool; /* opaque; see thread-safety above */
 
 typedef struct pgd_pool_params {
-    uint32_t n_layers;        /* layers of the model; >= 1 */
-    uint32_t n_kv_heads;      /* KV heads per layer; >= 1 */
-    uint32_t head_dim;        /* elements per head vector; >= 1 */
-    uint32_t page_tokens;     /* tokens per page, power of two; default 16 */
-    pgd_kv_type kv_type;      /* element type; default f16 */
-    uint64_t capacity_bytes;  /* payload budget; pages = capacity_bytes / page bytes */
-    uint32_t capacity_pages;  /* if non-zero, overrides capacity_bytes */
-    int metadata_only;        /* non-zero: no payload arena (simulation, replay) */
+    uint32_t n_layers;          /* layers of the model; >= 1 */
+    uint32_t n_kv_heads;        /* KV heads per layer; >= 1 */
+    uint32_t head_dim;          /* elements per head vector; >= 1 */
+    uint32_t page_tokens;       /* tokens per page, power of two; default 16 */
+    pgd_kv_type kv_type;        /* element type; default f16 */
+    uint64_t capacity_bytes;    /* payload budget; pages = capacity_bytes / page bytes */
+    uint32_t capacity_pages;    /* if non-zero, overrides capacity_bytes */
+    int metadata_only;          /* non-zero: no payload arena (simulation, replay) */
     const pgd_allocator *alloc; /* NULL: libc */
-    pgd_log_fn log;           /* NULL: silent */
+    pgd_log_fn log;             /* NULL: silent */
     void *log_ud;
-} pgd_pool_params;            /* append fields only */
+} pgd_pool_params; /* append fields only */
 
 /* Returns the defaults: 1 layer, 1 head, head_dim 64, 16 tokens per page, f16,
  * capacity 64 MiB, payload allocated. */
@@ -69,7 +66,7 @@ PGD_API void pgd_pool_destroy(pgd_pool *pool);
 /* Geometry. O(1). */
 PGD_API uint32_t pgd_pool_n_pages(const pgd_pool *pool);
 PGD_API uint32_t pgd_pool_page_tokens(const pgd_pool *pool);
-PGD_API uint64_t pgd_pool_page_bytes(const pgd_pool *pool); /* payload bytes per page */
+PGD_API uint64_t pgd_pool_page_bytes(const pgd_pool *pool);  /* payload bytes per page */
 PGD_API uint64_t pgd_pool_token_bytes(const pgd_pool *pool); /* K+V bytes per token */
 PGD_API pgd_kv_type pgd_pool_kv_type(const pgd_pool *pool);
 PGD_API int pgd_pool_has_payload(const pgd_pool *pool);
@@ -111,11 +108,11 @@ static inline void pgd_page_slot(uint32_t page_tokens, uint64_t pos, uint64_t *p
 typedef struct pgd_pool_stats {
     uint32_t n_pages_total;
     uint32_t n_pages_free;
-    uint32_t n_pages_used;      /* refcount > 0 */
+    uint32_t n_pages_used; /* refcount > 0 */
     uint64_t page_bytes;
-    uint64_t arena_bytes;       /* payload bytes reserved (0 if metadata-only) */
-    uint64_t metadata_bytes;    /* host bytes for refcounts and lists */
-    uint64_t n_cow_copies;      /* pages copied by pgd_pool_cow */
+    uint64_t arena_bytes;    /* payload bytes reserved (0 if metadata-only) */
+    uint64_t metadata_bytes; /* host bytes for refcounts and lists */
+    uint64_t n_cow_copies;   /* pages copied by pgd_pool_cow */
 } pgd_pool_stats;
 
 PGD_API void pgd_pool_get_stats(const pgd_pool *pool, pgd_pool_stats *out);

@@ -23,8 +23,7 @@ typedef struct belady {
     uint32_t *depth; /* [n] */
 } belady;
 
-static int bel_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void *ud,
-                      void **state)
+static int bel_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void *ud, void **state)
 {
     belady *b = pgd__calloc(al, 1, sizeof *b);
     *state = NULL;
@@ -44,7 +43,8 @@ static int bel_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void
         pgd__free(al, b);
         return PGD_ENOMEM;
     }
-    for (uint32_t i = 0; i < n; i++) b->pos[i] = PGD__NONE;
+    for (uint32_t i = 0; i < n; i++)
+        b->pos[i] = PGD__NONE;
     *state = b;
     return PGD_OK;
 }
@@ -165,6 +165,6 @@ static uint32_t bel_size(const void *state)
 }
 
 const pgd__policy_ops pgd__policy_belady = {
-    "belady", bel_create, bel_destroy, bel_insert, bel_hit, bel_unreferenced,
-    bel_victim, bel_remove, bel_contains, bel_size,
+    "belady",         bel_create, bel_destroy, bel_insert,   bel_hit,
+    bel_unreferenced, bel_victim, bel_remove,  bel_contains, bel_size,
 };

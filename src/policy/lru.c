@@ -19,8 +19,7 @@ typedef struct lru {
     uint8_t *in;           /* [n] 1 if on the list */
 } lru;
 
-static int lru_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void *ud,
-                      void **state)
+static int lru_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void *ud, void **state)
 {
     lru *l = pgd__calloc(al, 1, sizeof *l);
     *state = NULL;
@@ -55,8 +54,14 @@ static void unlink_id(lru *l, uint32_t id)
 {
     if (!l->in[id]) return;
     uint32_t p = l->prev[id], n = l->next[id];
-    if (p != PGD__NONE) l->next[p] = n; else l->head = n;
-    if (n != PGD__NONE) l->prev[n] = p; else l->tail = p;
+    if (p != PGD__NONE)
+        l->next[p] = n;
+    else
+        l->head = n;
+    if (n != PGD__NONE)
+        l->prev[n] = p;
+    else
+        l->tail = p;
     l->in[id] = 0;
     l->size--;
 }
@@ -79,7 +84,10 @@ static void lru_unreferenced(void *state, uint32_t id, const pgd__pinfo *info)
     PGD_CHECK(id < l->n && !l->in[id]);
     l->prev[id] = l->tail;
     l->next[id] = PGD__NONE;
-    if (l->tail != PGD__NONE) l->next[l->tail] = id; else l->head = id;
+    if (l->tail != PGD__NONE)
+        l->next[l->tail] = id;
+    else
+        l->head = id;
     l->tail = id;
     l->in[id] = 1;
     l->size++;
@@ -110,6 +118,6 @@ static uint32_t lru_size(const void *state)
 }
 
 const pgd__policy_ops pgd__policy_lru = {
-    "lru", lru_create, lru_destroy, lru_insert, lru_hit, lru_unreferenced,
+    "lru",      lru_create, lru_destroy,  lru_insert, lru_hit, lru_unreferenced,
     lru_victim, lru_remove, lru_contains, lru_size,
 };

@@ -35,8 +35,7 @@ int pgd__hasher_init(pgd__hasher *h, const uint8_t *key, size_t key_len, pgd_has
         key_len = sizeof rnd;
     }
     if (key_len == 0 || key_len > 256) return PGD_EINVAL;
-    if (XXH3_generateSecret(h->secret, sizeof h->secret, key, key_len) != XXH_OK)
-        return PGD_EINVAL;
+    if (XXH3_generateSecret(h->secret, sizeof h->secret, key, key_len) != XXH_OK) return PGD_EINVAL;
     h->fingerprint = fingerprint;
     memset(rnd, 0, sizeof rnd);
     return PGD_OK;

@@ -15,16 +15,26 @@ const char *pgd_version(void)
 const char *pgd_strerror(int status)
 {
     switch (status) {
-    case PGD_OK: return "ok";
-    case PGD_ENOMEM: return "out of memory";
-    case PGD_EINVAL: return "invalid argument";
-    case PGD_ENOSPC: return "no space: pool full and nothing evictable";
-    case PGD_ENOTFOUND: return "not found";
-    case PGD_EBUSY: return "busy: object in use or limit reached";
-    case PGD_EIO: return "i/o error";
-    case PGD_ECORRUPT: return "corrupt data or broken invariant";
-    case PGD_ESTATE: return "call not valid in the object's current state";
-    default: return status >= 0 ? "ok (count)" : "unknown error";
+    case PGD_OK:
+        return "ok";
+    case PGD_ENOMEM:
+        return "out of memory";
+    case PGD_EINVAL:
+        return "invalid argument";
+    case PGD_ENOSPC:
+        return "no space: pool full and nothing evictable";
+    case PGD_ENOTFOUND:
+        return "not found";
+    case PGD_EBUSY:
+        return "busy: object in use or limit reached";
+    case PGD_EIO:
+        return "i/o error";
+    case PGD_ECORRUPT:
+        return "corrupt data or broken invariant";
+    case PGD_ESTATE:
+        return "call not valid in the object's current state";
+    default:
+        return status >= 0 ? "ok (count)" : "unknown error";
     }
 }
 

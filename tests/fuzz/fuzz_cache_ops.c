@@ -139,13 +139,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             *sp = NULL;
             break;
         case 9: /* evict or clear */
-            if (a & 1) pgd_cache_clear(c);
-            else pgd_cache_evict(c, a >> 1);
+            if (a & 1)
+                pgd_cache_clear(c);
+            else
+                pgd_cache_evict(c, a >> 1);
             break;
         }
         must_check(c);
     }
-    for (int i = 0; i < MAX_SEQS; i++) pgd_seq_destroy(c, seqs[i]);
+    for (int i = 0; i < MAX_SEQS; i++)
+        pgd_seq_destroy(c, seqs[i]);
     pgd_cache_clear(c);
     must_check(c);
     pgd_cache_stats st;
