@@ -17,6 +17,9 @@ enum {
 
 int cmd_replay(int argc, char **argv);
 int cmd_gen_trace(int argc, char **argv);
+int cmd_run(int argc, char **argv);         /* run.c */
+int cmd_inspect(int argc, char **argv);     /* inspect.c */
+int cmd_synth_model(int argc, char **argv); /* synth_model.c */
 
 /*
  * Parses s as a decimal integer in [min, max] for option opt of command cmd. Returns 0,

@@ -25,6 +25,9 @@ static int cmd_help(int argc, char **argv);
 static const command commands[] = {
     {"replay", cmd_replay, "replay a request trace through the cache manager, report hits"},
     {"gen-trace", cmd_gen_trace, "write a synthetic request trace (Mooncake JSONL format)"},
+    {"run", cmd_run, "generate text with a GGUF model on the paged KV cache"},
+    {"inspect", cmd_inspect, "show a GGUF model's metadata, tensors and KV bytes per token"},
+    {"synth-model", cmd_synth_model, "write a GGUF model with random weights of a real shape"},
     {"version", cmd_version, "print the version of pagoda and libpagoda"},
     {"help", cmd_help, "show this help, or a command's help: pagoda help COMMAND"},
 };

@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_matmul.c - speed of the engine's matrix kernels (engine/ops.h) on 1B-model shapes:
+ * matvec (decode, 1 token) and matmul (prefill, 512 tokens) for each weight type, thread
+ * count and ISA, as GFLOP/s and GB/s of weight reads, with ratios against the scalar path
+ * and the AVX2 path of the same run. A STREAM-like probe (summing a 256 MiB buffer) gives
+ * the machine's read bandwidth, so matvec GB/s reads as a fraction of it.
+ *
+ * Matvec cycles through copies of the matrix filling --ws-mib MiB, so the weights come from
+ * memory as in a real decode step (a 1B Q8_0 model reads ~1.2 GB per token), not from
+ * cache. The scalar path at 512 tokens runs on the first rows only and is scaled up. Each
+ * figure is the best of --reps timed runs after one untimed warm-up. "err" is the largest
+ * difference to the scalar path's outputs relative to the largest output; the checksum
+ * folds every output, so a change that is fast but wrong shows up.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops.h"
+#include "threadpool.h"
+
+static const struct {
+    uint32_t n_in, n_out;
+    const char *what;
+} all_shapes[] = {
+    {2048, 2048, "attn q/o"},
+    {2048, 8192, "ffn gate/up"},
+    {8192, 2048, "ffn down"},
+    {2048, 32000, "output"},
+};
+enum { N_SHAPES = sizeof all_shapes / sizeof all_shapes[0] };
+
+static const uint32_t all_types[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_BF16,
+                                     GGML_TYPE_F32};
+enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
+
+typedef struct opts {
+    uint64_t seed;
+    int json, smoke, reps;
+    uint32_t ws_mib, probe_mib, gemm_tok;
+    uint32_t type_mask, shape_mask, thread_mask, isa_mask, tok_mask;
+} opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: bench_matmul [options]\n"
+            "GFLOP/s and GB/s of pe_matmul on 1B-model shapes, per type, threads and ISA.\n"
+            "  --types LIST    f16,q8_0,q4_0,bf16,f32 (default all)\n"
+            "  --shapes LIST   indices into 2048x2048,2048x8192,8192x2048,2048x32000\n"
+            "                  (n_in x n_out; default 0,1,2,3)\n"
+            "  --threads LIST  thread counts, 1 and/or 2 (default 1,2)\n"
+            "  --isa LIST      scalar,avx2,avx512 (default all this CPU has)\n"
+            "  --tok LIST      1 (matvec) and/or 512 (matmul) (default 1,512)\n"
+            "  --gemm-tok N    tokens of the matmul runs (default 512)\n"
+            "  --reps N        timed runs per figure, best reported (default 3)\n"
+            "  --ws-mib N      matvec working set in MiB: copies of the matrix (default 512)\n"
+            "  --probe-mib N   bandwidth probe buffer in MiB (default 256)\n"
+            "  --seed N        weights/activations seed (default 1)\n"
+            "  --json          one JSON object per line instead of the table\n"
+            "  --smoke         tiny and fast (for ctest)\n"
+            "  --help          show this help\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+static float frand(uint64_t *s)
+{
+    return (float)((double)(rng(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* Parses "a,b,c" against names (or numbers when names is NULL) into a bit mask. */
+static int parse_list(const char *arg, const char *const *names, int n, uint32_t *mask)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    *mask = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < n; i++)
+            if (strcmp(tok, names[i]) == 0) found = i;
+        if (found < 0) return -1;
+        *mask |= 1u << found;
+    }
+    return *mask ? 0 : -1;
+}
+
+/* ---- bandwidth probe ---- */
+
+typedef struct probe_ctx {
+    const uint64_t *buf;
+    size_t n_words, per_task;
+    uint64_t sums[64];
+} probe_ctx;
+
+static void probe_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    probe_ctx *p = ctx;
+    size_t i0 = (size_t)task * p->per_task, i1 = i0 + p->per_task;
+    if (i1 > p->n_words) i1 = p->n_words;
+    uint64_t a[8] = {0};
+    for (size_t i = i0; i + 8 <= i1; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p->buf[i + j];
+    p->sums[task] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+/* Best read bandwidth in GB/s of n_threads summing a buffer of mib MiB. */
+static double probe(uint32_t n_threads, uint32_t mib, int reps, uint64_t *check)
+{
+    size_t bytes = (size_t)mib << 20;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i;
+    pe_threadpool *tp = pe_tp_create(n_threads);
+    probe_ctx p = {buf, bytes / 8, (bytes / 8 + n_threads - 1) / n_threads, {0}};
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_s();
+        pe_tp_run(tp, probe_task, &p, n_threads);
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    for (uint32_t i = 0; i < n_threads; i++) *check += p.sums[i];
+    pe_tp_destroy(tp);
+    free(buf);
+    return (double)bytes / best / 1e9;
+}
+
+/* ---- matmul runs ---- */
+
+typedef struct result {
+    uint32_t shape, type, n_tok, threads;
+    pe_isa isa;
+    double ms, gflops, gbs, err;
+} result;
+
+static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t *seed,
+                          uint64_t *row_bytes)
+{
+    *row_bytes = ggml_row_size(type, n_in);
+    uint8_t *w = malloc(*row_bytes * n_out);
+    float *row = malloc(n_in * sizeof *row);
+    if (!w || !row) {
+        free(w);
+        free(row);
+        return NULL;
+    }
+    for (uint32_t o = 0; o < n_out; o++) {
+        for (uint32_t i = 0; i < n_in; i++) row[i] = frand(seed) * 0.05f;
+        pe_quant_row(type, row, w + o * *row_bytes, n_in);
+    }
+    free(row);
+    return w;
+}
+
+static double max_abs(const float *y, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fabs(y[i]) > m ? fabs(y[i]) : m;
+    return m;
+}
+
+int main(int argc, char **argv)
+{
+    opts o = {1, 0, 0, 3, 512, 256, 512, 0x1f, 0xf, 0x3, 0x7, 0x3};
+    static const char *const type_names[] = {"f16", "q8_0", "q4_0", "bf16", "f32"};
+    static const char *const shape_names[] = {"0", "1", "2", "3"};
+    static const char *const thread_names[] = {"1", "2"};
+    static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+    static const char *const tok_names[] = {"1", "512"};
+    static const struct option lo[] = {
+        {"types", required_argument, 0, 'T'},   {"shapes", required_argument, 0, 'S'},
+        {"threads", required_argument, 0, 't'}, {"isa", required_argument, 0, 'I'},
+        {"tok", required_argument, 0, 'k'},     {"gemm-tok", required_argument, 0, 'g'},
+        {"reps", required_argument, 0, 'r'},    {"ws-mib", required_argument, 0, 'w'},
+        {"probe-mib", required_argument, 0, 'p'}, {"seed", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'j'},          {"smoke", no_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    int c, bad = 0;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'T':
+            bad |= parse_list(optarg, type_names, N_TYPES, &o.type_mask);
+            break;
+        case 'S':
+            bad |= parse_list(optarg, shape_names, N_SHAPES, &o.shape_mask);
+            break;
+        case 't':
+            bad |= parse_list(optarg, thread_names, 2, &o.thread_mask);
+            break;
+        case 'I':
+            bad |= parse_list(optarg, isa_names, 3, &o.isa_mask);
+            break;
+        case 'k':
+            bad |= parse_list(optarg, tok_names, 2, &o.tok_mask);
+            break;
+        case 'g':
+            o.gemm_tok = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'r':
+            o.reps = (int)strtol(optarg, NULL, 10);
+            break;
+        case 'w':
+            o.ws_mib = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'p':
+            o.probe_mib = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 's':
+            o.seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'j':
+            o.json = 1;
+            break;
+        case 'm':
+            o.smoke = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (bad || optind != argc || o.reps < 1 || o.gemm_tok < 1 || o.probe_mib < 1) {
+        usage(stderr);
+        return 2;
+    }
+    uint32_t shapes_in[N_SHAPES], shapes_out[N_SHAPES];
+    for (int i = 0; i < N_SHAPES; i++) {
+        shapes_in[i] = all_shapes[i].n_in;
+        shapes_out[i] = all_shapes[i].n_out;
+    }
+    if (o.smoke) { /* tiny: exercise every path once */
+        for (int i = 0; i < N_SHAPES; i++) {
+            shapes_in[i] = 256 + 32 * (uint32_t)i;
+            shapes_out[i] = 64 + 3 * (uint32_t)i;
+        }
+        o.gemm_tok = 19;
+        o.reps = 1;
+        o.ws_mib = 1;
+        o.probe_mib = 4;
+    }
+    const pe_isa best_isa = pe_isa_detect();
+    uint64_t check = 0;
+
+    /* read bandwidth */
+    double bw[3] = {0};
+    for (uint32_t nt = 1; nt <= 2; nt++)
+        if (o.thread_mask & (1u << (nt - 1))) bw[nt] = probe(nt, o.probe_mib, o.reps, &check);
+    if (o.json) {
+        printf("{\"probe_mib\": %u, \"read_gbs_1t\": %.2f, \"read_gbs_2t\": %.2f, \"isa\": \"%s\"}\n",
+               o.probe_mib, bw[1], bw[2], pe_isa_name(best_isa));
+    } else {
+        printf("isa %s; read bandwidth (sum over %u MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+               pe_isa_name(best_isa), o.probe_mib, bw[1], bw[2]);
+        printf("%-12s %-5s %4s %3s %-7s %9s %8s %7s %6s %8s %8s %8s\n", "shape", "type", "tok",
+               "thr", "isa", "ms", "GFLOP/s", "GB/s", "%bw", "x_scalar", "x_avx2", "err");
+    }
+
+    pe_threadpool *pools[3] = {NULL, pe_tp_create(1), pe_tp_create(2)};
+    uint64_t seed = o.seed;
+    int rc = 0;
+    for (int si = 0; si < N_SHAPES && rc == 0; si++) {
+        if (!(o.shape_mask & (1u << si))) continue;
+        const uint32_t n_in = shapes_in[si], n_out = shapes_out[si];
+        for (int ti = 0; ti < N_TYPES && rc == 0; ti++) {
+            if (!(o.type_mask & (1u << ti))) continue;
+            const uint32_t type = all_types[ti];
+            uint64_t rb;
+            uint8_t *w0 = make_weights(type, n_in, n_out, &seed, &rb);
+            const size_t mat_bytes = rb * n_out;
+            /* copies for matvec: at least the working set, at least one */
+            size_t n_copies = ((size_t)o.ws_mib << 20) / mat_bytes + 1;
+            uint8_t *copies = malloc(mat_bytes * n_copies);
+            float *x = malloc((size_t)o.gemm_tok * n_in * sizeof *x);
+            float *y = malloc((size_t)o.gemm_tok * n_out * sizeof *y);
+            float *ys = malloc((size_t)o.gemm_tok * n_out * sizeof *ys);
+            pe_mat wm = {type, n_in, n_out, w0, rb};
+            void *scratch = malloc(pe_matmul_scratch_bytes(&wm, o.gemm_tok));
+            if (!w0 || !copies || !x || !y || !ys || !scratch) {
+                fprintf(stderr, "bench_matmul: out of memory\n");
+                rc = 1;
+            }
+            for (size_t i = 0; rc == 0 && i < n_copies; i++) memcpy(copies + i * mat_bytes, w0, mat_bytes);
+            for (size_t i = 0; rc == 0 && i < (size_t)o.gemm_tok * n_in; i++) x[i] = frand(&seed);
+            for (int ki = 0; ki < 2 && rc == 0; ki++) {
+                if (!(o.tok_mask & (1u << ki))) continue;
+                const uint32_t n_tok = ki == 0 ? 1 : o.gemm_tok;
+                for (uint32_t nt = 1; nt <= 2; nt++) {
+                    if (!(o.thread_mask & (1u << (nt - 1)))) continue;
+                    double ms_isa[3] = {0};
+                    uint32_t scalar_rows = n_out;
+                    for (int isa = 0; isa <= (int)best_isa; isa++) {
+                        /* the scalar path always runs (it is the baseline of the ratios) */
+                        if (isa != 0 && !(o.isa_mask & (1u << isa))) continue;
+                        pe_isa_force((pe_isa)isa);
+                        pe_mat m = wm;
+                        if (isa == 0 && n_tok > 1 && !o.smoke) /* scaled-up estimate */
+                            m.n_out = scalar_rows = n_out < 128 ? n_out : 128;
+                        double best = 1e30;
+                        size_t copy = 0;
+                        for (int r = 0; r <= o.reps; r++) {
+                            m.data = n_tok == 1 ? copies + copy * mat_bytes : w0;
+                            copy = (copy + 1) % n_copies;
+                            double t0 = now_s(), dt;
+                            if (n_tok == 1) { /* sweep the working set: one pass per rep */
+                                size_t passes = n_copies;
+                                for (size_t p = 0; p < passes; p++) {
+                                    m.data = copies + ((copy + p) % n_copies) * mat_bytes;
+                                    pe_matmul(pools[nt], &m, x, n_tok, y, scratch);
+                                }
+                                dt = (now_s() - t0) / (double)passes;
+                            } else {
+                                pe_matmul(pools[nt], &m, x, n_tok, y, scratch);
+                                dt = now_s() - t0;
+                            }
+                            if (r > 0 && dt < best) best = dt;
+                        }
+                        best *= (double)n_out / m.n_out;
+                        ms_isa[isa] = best * 1e3;
+                        /* outputs to compare: token-major [n_tok][m.n_out] */
+                        double err = 0.0;
+                        if (isa == 0) {
+                            memcpy(ys, y, (size_t)n_tok * m.n_out * sizeof *y);
+                        } else {
+                            double scale = 0.0, diff = 0.0;
+                            for (uint32_t t = 0; t < n_tok; t++) {
+                                for (uint32_t r = 0; r < scalar_rows; r++) {
+                                    double a = y[(size_t)t * n_out + r], b = ys[(size_t)t * scalar_rows + r];
+                                    diff = fabs(a - b) > diff ? fabs(a - b) : diff;
+                                }
+                            }
+                            scale = max_abs(ys, (size_t)n_tok * scalar_rows);
+                            err = scale > 0 ? diff / scale : diff;
+                        }
+                        for (size_t i = 0; i < (size_t)n_tok * m.n_out; i++) {
+                            uint32_t bits;
+                            float v = y[i] * 1024.0f;
+                            memcpy(&bits, &v, 4);
+                            check += (uint64_t)lrintf(v) + (bits >> 31);
+                        }
+                        result res = {(uint32_t)si, type, n_tok, nt, (pe_isa)isa, best * 1e3,
+                                      2.0 * n_in * n_out * n_tok / best / 1e9,
+                                      (double)mat_bytes / best / 1e9, err};
+                        if (isa != 0 && !(o.isa_mask & (1u << isa))) continue;
+                        if (isa == 0 && !(o.isa_mask & 1u)) continue;
+                        double xs = ms_isa[0] > 0 ? ms_isa[0] / res.ms : 0.0;
+                        double xa = ms_isa[1] > 0 ? ms_isa[1] / res.ms : 0.0;
+                        char shape[32];
+                        snprintf(shape, sizeof shape, "%ux%u", n_in, n_out);
+                        if (o.json) {
+                            printf("{\"shape\": \"%s\", \"type\": \"%s\", \"n_tok\": %u, "
+                                   "\"threads\": %u, \"isa\": \"%s\", \"ms\": %.4f, "
+                                   "\"gflops\": %.2f, \"gbs\": %.2f, \"bw_frac\": %.3f, "
+                                   "\"x_scalar\": %.2f, \"x_avx2\": %.2f, \"err\": %.2e}\n",
+                                   shape, ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
+                                   res.ms, res.gflops, res.gbs, bw[nt] > 0 ? res.gbs / bw[nt] : 0.0,
+                                   xs, xa, err);
+                        } else {
+                            printf("%-12s %-5s %4u %3u %-7s %9.3f %8.1f %7.2f %5.0f%% %8.2f %8.2f "
+                                   "%8.1e\n",
+                                   shape, ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
+                                   res.ms, res.gflops, res.gbs,
+                                   bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0, xs, xa, err);
+                        }
+                        fflush(stdout);
+                        if (err > 1e-4) {
+                            fprintf(stderr, "bench_matmul: %s %s differs from the scalar path\n",
+                                    shape, ggml_type_name(type));
+                            rc = 1;
+                        }
+                    }
+                }
+            }
+            free(w0);
+            free(copies);
+            free(x);
+            free(y);
+            free(ys);
+            free(scratch);
+        }
+    }
+    pe_isa_force(best_isa);
+    pe_tp_destroy(pools[1]);
+    pe_tp_destroy(pools[2]);
+    if (o.json)
+        printf("{\"checksum\": \"%016" PRIx64 "\"}\n", check);
+    else
+        printf("checksum %016" PRIx64 "\n", check);
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * model.h - Llama-family models (architecture "llama": Llama 1/2/3, Mistral, TinyLlama,
+ * SmolLM) loaded from GGUF, and the forward pass whose attention reads and writes K/V
+ * through libpagoda pages and page tables.
+ *
+ *   pe_model_load(path)            mmap the GGUF, read llama.* hyper-parameters, check every
+ *                                  tensor's type and shape, load the vocabulary
+ *   pe_ctx_create(model, params)   a cache manager (pool sized in tokens), a thread pool,
+ *                                  scratch buffers for chunks of up to n_batch tokens
+ *   pe_forward(ctx, seq, tokens)   one chunk of a sequence: grows the sequence, writes K/V
+ *                                  of every layer into its pages, commits the tokens (full
+ *                                  pages become shareable prefix-cache entries), returns
+ *                                  logits of the last token (or of every token)
+ *
+ * A context is used by one thread at a time (the scheduler's); the cache manager inside
+ * it is thread-safe on its own.
+ */
+#ifndef PE_MODEL_H
+#define PE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pagoda/cache.h>
+
+#include "gguf.h"
+#include "ops.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+
+typedef struct pe_hparams {
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t n_ff;
+    uint32_t head_dim;   /* attention.key_length, or n_embd / n_head */
+    uint32_t n_rot;      /* rope.dimension_count, or head_dim */
+    float rope_theta;    /* rope.freq_base, default 10000 */
+    float rope_scale;    /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    float rms_eps;       /* attention.layer_norm_rms_epsilon */
+} pe_hparams;
+
+typedef struct pe_layer {
+    const float *attn_norm; /* [n_embd] */
+    const float *ffn_norm;  /* [n_embd] */
+    pe_mat wq, wk, wv, wo;  /* q: n_embd -> n_head*hd; k,v: n_embd -> n_head_kv*hd */
+    pe_mat w_gate, w_up;    /* n_embd -> n_ff */
+    pe_mat w_down;          /* n_ff -> n_embd */
+} pe_layer;
+
+typedef struct pe_model {
+    gguf_file *gf;
+    pe_hparams hp;
+    char name[128];
+    pe_mat tok_embd;          /* n_vocab rows of n_embd */
+    pe_mat output;            /* n_vocab rows of n_embd (tied: = tok_embd) */
+    const float *output_norm; /* [n_embd] */
+    const float *rope_freqs;  /* [n_rot/2] or NULL (llama3-style frequency factors) */
+    pe_layer *layers;         /* [n_layer] */
+    float *owned;             /* norms converted to f32 when stored otherwise */
+    pe_vocab *vocab;
+    pgd_hash fingerprint;     /* of metadata + tensor table: seeds prefix-cache hashes */
+    uint64_t weight_bytes;
+} pe_model;
+
+/* Progress callback for loading large models: done/total bytes. */
+typedef void (*pe_progress_fn)(void *ud, uint64_t done, uint64_t total);
+
+/* Loads a model. Returns 0, or -1 with one line naming the problem in err (missing or
+ * mis-shaped tensor, unsupported type by name, bad hyper-parameter). */
+int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out,
+                  char *err, size_t errlen);
+void pe_model_free(pe_model *m);
+
+typedef struct pe_ctx_params {
+    uint32_t n_ctx;          /* max tokens of one sequence; 0: the model's n_ctx_train */
+    uint32_t n_batch;        /* max tokens per pe_forward call (chunk); default 512 */
+    uint32_t n_threads;      /* 0: all cores */
+    uint32_t page_tokens;    /* default 16 */
+    pgd_kv_type kv_type;     /* default f16 */
+    uint64_t kv_tokens;      /* pool capacity in tokens; 0: n_ctx */
+    int contiguous_ref;      /* also keep K/V in plain arrays and attend from them
+                                (the reference path for tests); one sequence only */
+    pgd_policy_kind policy;  /* default LRU */
+} pe_ctx_params;
+
+pe_ctx_params pe_ctx_default_params(void);
+
+typedef struct pe_ctx pe_ctx;
+
+int pe_ctx_create(pe_model *m, const pe_ctx_params *p, pe_ctx **out, char *err, size_t errlen);
+void pe_ctx_free(pe_ctx *ctx);
+pgd_cache *pe_ctx_cache(pe_ctx *ctx);
+const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx);
+
+/* Runs tokens[0..n) at positions [pgd_seq_length(seq), +n) of seq. n <= n_batch.
+ * logits: NULL, or [n_vocab] for the last token, or [n][n_vocab] when all_logits.
+ * Returns 0, or a negative pgd_status (PGD_ENOSPC: the pool is full; nothing was
+ * written; PGD_EINVAL: n too large or past n_ctx). */
+int pe_forward(pe_ctx *ctx, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
+               int all_logits);
+
+#endif /* PE_MODEL_H */

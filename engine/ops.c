@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops.c - the front of the kernels (ops.h): ISA detection and dispatch, the threading of
+ * pe_matmul over the pool, and the portable scalar kernels used on CPUs without AVX2.
+ * Callers: the forward pass (model.c), tests and benches.
+ *
+ * pe_matmul cuts Y[n_tok][n_out] into tasks of rows x tokens:
+ *   - n_tok < PE_GEMM_MIN_TOK (decode): 32 rows per task, all tokens. The kernels stream each
+ *     weight row once and are memory bound.
+ *   - otherwise (prefill): up to 128 rows x 256 tokens per task; the AVX-512 kernel
+ *     repacks its rows into L1-sized panels and reuses every weight load across tokens.
+ * Activations of quantized products are quantized once per call, before the tasks start.
+ * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "ops.h"
+#include "ops_int.h"
+
+enum {
+    GEMV_TASK_ROWS = 32,  /* rows per task for small n_tok */
+    GEMM_TASK_ROWS = 128, /* most rows per task for large n_tok (a multiple of 32) */
+    GEMM_TASK_TOK = 256,  /* tokens per task for large n_tok */
+    QUANT_TASK_TOK = 16,  /* tokens per activation-quantization task */
+};
+
+/* ---- ISA detection and dispatch ---- */
+
+static atomic_int isa_detected = -1;
+static atomic_int isa_forced = -1;
+
+static pe_isa detect(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    if (avx512) return PE_ISA_AVX512;
+    if (avx2) return PE_ISA_AVX2;
+#endif
+    return PE_ISA_SCALAR;
+}
+
+pe_isa pe_isa_detect(void)
+{
+    int v = atomic_load_explicit(&isa_detected, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect();
+        atomic_store_explicit(&isa_detected, v, memory_order_relaxed);
+    }
+    return (pe_isa)v;
+}
+
+const char *pe_isa_name(pe_isa isa)
+{
+    switch (isa) {
+    case PE_ISA_SCALAR:
+        return "scalar";
+    case PE_ISA_AVX2:
+        return "avx2";
+    case PE_ISA_AVX512:
+        return "avx512";
+    }
+    return "unknown";
+}
+
+pe_isa pe_isa_force(pe_isa isa)
+{
+    pe_isa best = pe_isa_detect();
+    if ((int)isa > (int)best || (int)isa < 0) isa = best;
+    atomic_store_explicit(&isa_forced, (int)isa, memory_order_relaxed);
+    return isa;
+}
+
+static const pe_kernels *kernels(void)
+{
+    int v = atomic_load_explicit(&isa_forced, memory_order_relaxed);
+    if (v < 0) v = (int)pe_isa_detect();
+#if defined(__x86_64__) || defined(__i386__)
+    if (v == PE_ISA_AVX512) return &pe__kernels_avx512;
+    if (v == PE_ISA_AVX2) return &pe__kernels_avx2;
+#endif
+    return &pe__kernels_scalar;
+}
+
+/* ---- pe_matmul ---- */
+
+static size_t round_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok)
+{
+    if (!pe__type_is_quant(w->type)) return 64;
+    size_t nb = w->n_in / QK8_0;
+    return 64 + (size_t)n_tok * (round_up(w->n_in, 64) + nb * (sizeof(float) + sizeof(int32_t)));
+}
+
+typedef struct mm_plan {
+    pe_mm m;
+    const pe_kernels *k;
+    uint32_t rows_per_task, tok_per_task, n_row_tasks;
+} mm_plan;
+
+static void quant_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    mm_plan *p = ctx;
+    pe_mm *m = &p->m;
+    int32_t off = pe__act_offset(m->w->type);
+    uint32_t t1 = (task + 1) * QUANT_TASK_TOK < m->n_tok ? (task + 1) * QUANT_TASK_TOK : m->n_tok;
+    for (uint32_t t = task * QUANT_TASK_TOK; t < t1; t++) {
+        p->k->quant_act(m->x + (size_t)t * m->w->n_in, m->w->n_in, off,
+                        (int8_t *)m->xq + t * m->xq_stride, (float *)m->xd + (size_t)t * m->nb,
+                        (int32_t *)m->xc + (size_t)t * m->nb);
+    }
+}
+
+static void mm_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    mm_plan *p = ctx;
+    uint32_t rt = task % p->n_row_tasks, tt = task / p->n_row_tasks;
+    uint32_t r0 = rt * p->rows_per_task, t0 = tt * p->tok_per_task;
+    uint32_t r1 = r0 + p->rows_per_task, t1 = t0 + p->tok_per_task;
+    if (r1 > p->m.w->n_out) r1 = p->m.w->n_out;
+    if (t1 > p->m.n_tok) t1 = p->m.n_tok;
+    p->k->rows(&p->m, r0, r1, t0, t1);
+}
+
+void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
+               void *scratch)
+{
+    mm_plan p;
+    memset(&p, 0, sizeof p);
+    p.k = kernels();
+    p.m.w = w;
+    p.m.x = x;
+    p.m.y = y;
+    p.m.n_tok = n_tok;
+    if (n_tok == 0 || w->n_out == 0) return;
+    if (pe__type_is_quant(w->type)) {
+        uint8_t *s = (uint8_t *)round_up((uintptr_t)scratch, 64);
+        p.m.nb = w->n_in / QK8_0;
+        p.m.xq_stride = round_up(w->n_in, 64);
+        p.m.xq = (const int8_t *)s;
+        p.m.xd = (const float *)(s + (size_t)n_tok * p.m.xq_stride);
+        p.m.xc = (const int32_t *)(p.m.xd + (size_t)n_tok * p.m.nb);
+        uint32_t n_qt = (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK;
+        pe_tp_run(tp, quant_task, &p, n_qt);
+    }
+    uint32_t n_threads = pe_tp_n_threads(tp);
+    if (n_tok < PE_GEMM_MIN_TOK) {
+        p.rows_per_task = GEMV_TASK_ROWS;
+        p.tok_per_task = n_tok;
+    } else {
+        /* Large tiles reuse each panel across many tokens, but keep >= 4 tasks per thread
+         * so that the atomic task counter can balance them. */
+        uint32_t rows = GEMM_TASK_ROWS;
+        uint32_t n_tt = (n_tok + GEMM_TASK_TOK - 1) / GEMM_TASK_TOK;
+        while (rows > 32 && (size_t)((w->n_out + rows - 1) / rows) * n_tt < 4u * n_threads)
+            rows /= 2;
+        p.rows_per_task = rows;
+        p.tok_per_task = GEMM_TASK_TOK;
+    }
+    p.n_row_tasks = (w->n_out + p.rows_per_task - 1) / p.rows_per_task;
+    uint32_t n_tt = (n_tok + p.tok_per_task - 1) / p.tok_per_task;
+    pe_tp_run(tp, mm_task, &p, p.n_row_tasks * n_tt);
+}
+
+/* ---- vector helpers ---- */
+
+void pe_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+    kernels()->rmsnorm(out, x, w, n, eps);
+}
+
+float pe_dot_f32(const float *a, const float *b, uint32_t n)
+{
+    return kernels()->dot_f32(a, b, n);
+}
+
+void pe_axpy_f32(float *y, float a, const float *x, uint32_t n)
+{
+    kernels()->axpy_f32(y, a, x, n);
+}
+
+void pe_softmax(float *x, uint32_t n)
+{
+    kernels()->softmax(x, n);
+}
+
+void pe_swiglu_f32(float *g, const float *u, size_t n)
+{
+    kernels()->swiglu(g, u, n);
+}
+
+/* ---- scalar kernels (CPUs without AVX2) ---- */
+
+static void quant_act_scalar(const float *x, uint32_t n, int32_t off, int8_t *q, float *d,
+                             int32_t *c)
+{
+    for (uint32_t b = 0; b < n / QK8_0; b++) {
+        block_q8_0 blk;
+        pe__quant_q8_0_ref(x + (size_t)b * QK8_0, &blk, QK8_0);
+        int32_t sum = 0;
+        for (int j = 0; j < QK8_0; j++) {
+            q[b * QK8_0 + j] = blk.qs[j];
+            sum += blk.qs[j];
+        }
+        d[b] = pe_f16_to_f32(blk.d);
+        c[b] = -off * sum;
+    }
+}
+
+static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
+{
+    const uint32_t n_in = m->w->n_in;
+    const int8_t *xq = m->xq + t * m->xq_stride;
+    const float *xd = m->xd + (size_t)t * m->nb;
+    const float *x = m->x + (size_t)t * n_in;
+    float acc[8] = {0};
+    switch (m->w->type) {
+    case GGML_TYPE_Q8_0: {
+        float s = 0.0f;
+        for (uint32_t b = 0; b < m->nb; b++) {
+            const block_q8_0 *blk = (const block_q8_0 *)row + b;
+            int sumi = 0;
+            for (int j = 0; j < QK8_0; j++) sumi += blk->qs[j] * xq[b * QK8_0 + j];
+            s += (float)sumi * (pe_f16_to_f32(blk->d) * xd[b]);
+        }
+        return s;
+    }
+    case GGML_TYPE_Q4_0: {
+        float s = 0.0f;
+        for (uint32_t b = 0; b < m->nb; b++) {
+            const block_q4_0 *blk = (const block_q4_0 *)row + b;
+            int sumi = 0;
+            for (int j = 0; j < QK4_0 / 2; j++) {
+                sumi += ((blk->qs[j] & 0x0f) - 8) * xq[b * QK4_0 + j];
+                sumi += ((blk->qs[j] >> 4) - 8) * xq[b * QK4_0 + QK4_0 / 2 + j];
+            }
+            s += (float)sumi * pe_f16_to_f32(blk->d) * xd[b];
+        }
+        return s;
+    }
+    case GGML_TYPE_F32: {
+        const float *wr = (const float *)row;
+        uint32_t i = 0;
+        for (; i + 8 <= n_in; i += 8)
+            for (int j = 0; j < 8; j++) acc[j] += wr[i + j] * x[i + j];
+        for (; i < n_in; i++) acc[0] += wr[i] * x[i];
+        break;
+    }
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: {
+        const uint16_t *wr = (const uint16_t *)row;
+        const int f16 = m->w->type == GGML_TYPE_F16;
+        for (uint32_t i = 0; i < n_in; i++) {
+            float wi = f16 ? pe_f16_to_f32(wr[i]) : pe_bf16_to_f32(wr[i]);
+            acc[i & 7] += wi * x[i];
+        }
+        break;
+    }
+    default:
+        PE_UNREACHABLE_TYPE(m->w->type);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static void rows_scalar(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const pe_mat *w = m->w;
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        for (uint32_t t = t0; t < t1; t++) m->y[(size_t)t * w->n_out + r] = row_dot_scalar(m, row, t);
+    }
+}
+
+static float dot_f32_scalar(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    for (; i < n; i++) acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static void axpy_f32_scalar(float *y, float a, const float *x, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* Shared by every ISA: the sum of squares is a tiny part of the forward pass. */
+static void rmsnorm_scalar(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+    double ss = 0.0;
+    for (uint32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (uint32_t i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+static void softmax_scalar(float *x, uint32_t n)
+{
+    if (n == 0) return;
+    float max = x[0];
+    for (uint32_t i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (uint32_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+static void swiglu_scalar(float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+const pe_kernels pe__kernels_scalar = {
+    quant_act_scalar, rows_scalar,    dot_f32_scalar, axpy_f32_scalar,
+    rmsnorm_scalar,   softmax_scalar, swiglu_scalar,
+};

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops.h - compute kernels of the engine: row conversion (dequantize/quantize) and
+ * matrix products over weights of type F32, F16, BF16, Q8_0 and Q4_0.
+ *
+ * Every kernel has a scalar reference (the spec, in ops_ref.c) and SIMD versions
+ * (AVX2/FMA/F16C and AVX-512, chosen once at run time from the CPU's features); tests
+ * check each SIMD kernel against the reference on random shapes within a stated bound.
+ *
+ * Products: Y[t][o] = sum_i W[o][i] * X[t][i]  for t < n_tok, o < n_out, i < n_in.
+ * W is row-major with n_out rows of n_in values of its type (ggml layout: a GGUF tensor of
+ * ne = {n_in, n_out}). For Q8_0/Q4_0 weights the activations are quantized to Q8_0 per
+ * row first (as llama.cpp does) and the dot products run on integers.
+ */
+#ifndef PE_OPS_H
+#define PE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ggml_types.h"
+#include "threadpool.h"
+
+/* A weight matrix: n_out rows of n_in values of type. */
+typedef struct pe_mat {
+    uint32_t type; /* ggml_type: F32 F16 BF16 Q8_0 Q4_0 */
+    uint32_t n_in, n_out;
+    const void *data;
+    uint64_t row_bytes;
+} pe_mat;
+
+typedef enum pe_isa { PE_ISA_SCALAR = 0, PE_ISA_AVX2 = 1, PE_ISA_AVX512 = 2 } pe_isa;
+
+/* The best ISA this CPU has (detected once). */
+pe_isa pe_isa_detect(void);
+const char *pe_isa_name(pe_isa isa);
+/* Forces an ISA for the kernels below (tests and benches); never above the detected one.
+ * Returns the ISA now in force. */
+pe_isa pe_isa_force(pe_isa isa);
+
+/* Converts n values of a row of type to f32 (n a multiple of the block size). */
+void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
+/* Converts n f32 values to a row of type (F32 F16 BF16 Q8_0 Q4_0), round-to-nearest as
+ * ggml's reference quantizers do. */
+void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n);
+
+/* Y[n_tok][n_out] = X[n_tok][n_in] * W^T, multithreaded over tp (NULL: this thread).
+ * scratch: at least pe_matmul_scratch_bytes(W, n_tok) bytes (quantized activations). */
+size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok);
+void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
+               void *scratch);
+
+/* The scalar reference of pe_matmul (single thread), for tests. */
+void pe_matmul_ref(const pe_mat *w, const float *x, uint32_t n_tok, float *y);
+
+/* Small vector helpers used by the forward pass (SIMD where it pays). */
+void pe_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps);
+float pe_dot_f32(const float *a, const float *b, uint32_t n);
+/* y += a * x */
+void pe_axpy_f32(float *y, float a, const float *x, uint32_t n);
+/* Softmax in place over n values (max-subtracted, f32). */
+void pe_softmax(float *x, uint32_t n);
+/* SwiGLU in place: g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (vectorised exp,
+ * relative error < 1e-6). */
+void pe_swiglu_f32(float *g, const float *u, size_t n);
+
+#endif /* PE_OPS_H */

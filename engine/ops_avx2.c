@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops_avx2.c - AVX2/FMA/F16C kernels (pe_kernels for PE_ISA_AVX2), for x86 CPUs without
+ * AVX-512. Reached through ops.c's dispatch only; every function is compiled with a target
+ * attribute, so the library builds without -march flags and runs anywhere.
+ *
+ * Products work on the weights as stored (GGUF layout), a tile of R rows x T tokens at a
+ * time: each weight block is loaded and unpacked once and used for T tokens, each
+ * activation block once for R rows. Accumulators hold 8 partial sums per (row, token),
+ * reduced once at the end of the row.
+ *   Q8_0 x Q8_0: maddubs(|w|, sign(x, w)) then madd(1) = 8 int32 partial dots per block
+ *                (|w| <= 128, |x| <= 127: a pair is at most 32512, no saturation).
+ *   Q4_0 x Q8_0: maddubs(nibble, x) + the correction -8 * sum(x) / 8 per lane.
+ *   then y += float(dot) * d_w * d_x per block (f32, like ggml).
+ *   F32/F16/BF16: weights converted to f32 in registers, FMA with f32 activations.
+ * Invariant: the integer part of every quantized dot is exact; the activation quantizer is
+ * bit-identical to pe__quant_q8_0_ref.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops_int.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline)) TGT
+
+enum {
+    QR = 2, /* rows x tokens of a quantized tile */
+    QT = 3,
+    FR = 4, /* rows x tokens of a float tile */
+    FT = 2,
+};
+
+INL float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INL int32_t hsum8i(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* roundf(): to nearest, halfway cases away from zero (exact for |v| < 2^23). */
+INL __m256 round_away(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
+}
+
+/* ---- activation quantization ---- */
+
+TGT static void quant_act(const float *x, uint32_t n, int32_t off, int8_t *q, float *d,
+                          int32_t *c)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (uint32_t b = 0; b < n / QK8_0; b++) {
+        const float *xb = x + (size_t)b * QK8_0;
+        __m256 v[4];
+        for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(xb + 8 * i);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]),
+                                               _mm256_andnot_ps(sign, v[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]),
+                                               _mm256_andnot_ps(sign, v[3])));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float dd = amax / 127;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        d[b] = pe_f16_to_f32(pe_f32_to_f16(dd));
+        const __m256 idv = _mm256_set1_ps(id);
+        __m256i i32[4];
+        for (int i = 0; i < 4; i++)
+            i32[i] = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[i], idv)));
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]),
+                                       _mm256_add_epi32(i32[2], i32[3]));
+        c[b] = -off * hsum8i(sum);
+        __m256i p16a = _mm256_packs_epi32(i32[0], i32[1]);
+        __m256i p16b = _mm256_packs_epi32(i32[2], i32[3]);
+        __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
+        _mm256_storeu_si256((__m256i *)(q + (size_t)b * QK8_0), p8);
+    }
+}
+
+/* ---- quantized tiles ---- */
+
+INL float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* The 32 nibbles of a Q4_0 block as bytes 0..15, in value order. */
+INL __m256i q4_nibbles(const uint8_t *qs)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* y[t][r] for R rows from w0 (row stride rb) and T tokens from t. */
+INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32_t t,
+                const int q4, const int R, const int T)
+{
+    const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][4]; /* [R][T]: fixed size so that it lives in registers */
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < m->nb; b++) {
+        __m256i wv[4], aw[4];
+        __m256 dw[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t *blk = w0 + (size_t)i * rb + b * bsz;
+            if (q4) {
+                wv[i] = q4_nibbles(blk + 2);
+            } else {
+                wv[i] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                aw[i] = _mm256_sign_epi8(wv[i], wv[i]);
+            }
+            dw[i] = _mm256_set1_ps(f16_at(blk));
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            const size_t tj = t + j;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(m->xq + tj * m->xq_stride + b * 32));
+            __m256 dx = _mm256_set1_ps(m->xd[tj * m->nb + b]);
+            __m256i cv = _mm256_set1_epi32(m->xc[tj * m->nb + b] >> 3);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                __m256i dot;
+                if (q4) {
+                    dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[i], xv), ones),
+                                           cv);
+                } else {
+                    __m256i sx = _mm256_sign_epi8(xv, wv[i]);
+                    dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[i], sx), ones);
+                }
+                __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), dw[i]);
+                acc[i][j] = _mm256_fmadd_ps(s, dx, acc[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) m->y[(size_t)(t + j) * m->w->n_out + r + i] = hsum8(acc[i][j]);
+}
+
+/* ---- float tiles ---- */
+
+/* 8 weights of row p at k, as f32. */
+INL __m256 f_load(const uint8_t *p, uint32_t k, const int type)
+{
+    if (type == GGML_TYPE_F32) return _mm256_loadu_ps((const float *)p + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
+    if (type == GGML_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INL float f_at(const uint8_t *p, uint32_t k, const int type)
+{
+    if (type == GGML_TYPE_F32) return ((const float *)p)[k];
+    uint16_t h;
+    memcpy(&h, p + 2 * (size_t)k, 2);
+    return type == GGML_TYPE_F16 ? pe_f16_to_f32(h) : pe_bf16_to_f32(h);
+}
+
+INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32_t t,
+                const int type, const int R, const int T)
+{
+    const uint32_t n = m->w->n_in;
+    __m256 acc[4][4]; /* [R][T]: fixed size so that it lives in registers */
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) acc[i][j] = _mm256_setzero_ps();
+    uint32_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) wv[i] = f_load(w0 + (size_t)i * rb, k, type);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            __m256 xv = _mm256_loadu_ps(m->x + (size_t)(t + j) * n + k);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            float s = hsum8(acc[i][j]);
+            for (uint32_t kk = k; kk < n; kk++)
+                s += f_at(w0 + (size_t)i * rb, kk, type) * m->x[(size_t)(t + j) * n + kk];
+            m->y[(size_t)(t + j) * m->w->n_out + r + i] = s;
+        }
+    }
+}
+
+/* ---- tile drivers ---- */
+
+#define TILE_T(call, R, T)                                                                         \
+    do {                                                                                           \
+        switch (T) {                                                                               \
+        case 1:                                                                                    \
+            call(R, 1);                                                                            \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            call(R, 2);                                                                            \
+            break;                                                                                 \
+        default:                                                                                   \
+            call(R, 3);                                                                            \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
+#define Q8_TILE(R, T) q_tile(m, row, rb, r, t, 0, R, T)
+#define Q4_TILE(R, T) q_tile(m, row, rb, r, t, 1, R, T)
+#define F32_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_F32, R, T)
+#define F16_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_F16, R, T)
+#define BF16_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_BF16, R, T)
+
+/* Walks rows in groups of RB (then single rows) and tokens in groups of TB (then the
+ * rest), calling TILE(R, T) with R, T constants. */
+#define WALK(TILE, RB, TB)                                                                         \
+    do {                                                                                           \
+        uint32_t r = r0;                                                                           \
+        for (; r < r1; r += (r + RB <= r1 ? RB : 1)) {                                             \
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;                        \
+            uint32_t t = t0;                                                                       \
+            if (r + RB <= r1) {                                                                    \
+                for (; t + TB <= t1; t += TB) TILE(RB, TB);                                        \
+                if (t < t1) TILE_T(TILE, RB, t1 - t);                                              \
+            } else {                                                                               \
+                for (; t + TB <= t1; t += TB) TILE(1, TB);                                         \
+                if (t < t1) TILE_T(TILE, 1, t1 - t);                                               \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const pe_mat *w = m->w;
+    const size_t rb = w->row_bytes;
+    switch (w->type) {
+    case GGML_TYPE_Q8_0:
+        WALK(Q8_TILE, QR, QT);
+        break;
+    case GGML_TYPE_Q4_0:
+        WALK(Q4_TILE, QR, QT);
+        break;
+    case GGML_TYPE_F32:
+        WALK(F32_TILE, FR, FT);
+        break;
+    case GGML_TYPE_F16:
+        WALK(F16_TILE, FR, FT);
+        break;
+    case GGML_TYPE_BF16:
+        WALK(BF16_TILE, FR, FT);
+        break;
+    default:
+        PE_UNREACHABLE_TYPE(w->type);
+    }
+}
+
+/* ---- vector helpers ---- */
+
+TGT static float dot_f32(const float *a, const float *b, uint32_t n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+TGT static void axpy_f32(float *y, float a, const float *x, uint32_t n)
+{
+    const __m256 av = _mm256_set1_ps(a);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+TGT static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        s0 = _mm256_fmadd_pd(lo, lo, s0);
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    double sd[4];
+    _mm256_storeu_pd(sd, _mm256_add_pd(s0, s1));
+    double ss = (sd[0] + sd[1]) + (sd[2] + sd[3]);
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    const __m256 sv = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
+                                                _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+/* e^x for x <= 88.3 (Cephes expf: relative error < 2e-7); 0 below -87.3 where the result
+ * would be subnormal. */
+INL __m256 vexp(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, y);
+}
+
+TGT static void softmax(float *x, uint32_t n)
+{
+    if (n == 0) return;
+    uint32_t i = 0;
+    float max = x[0];
+    if (n >= 8) {
+        __m256 mv = _mm256_loadu_ps(x);
+        for (i = 8; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        max = _mm_cvtss_f32(m4);
+    }
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const __m256 maxv = _mm256_set1_ps(max);
+    __m256 sv = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), maxv));
+        _mm256_storeu_ps(x + i, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+    float sum = hsum8(sv);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; i++) x[i] *= 1.0f / sum;
+}
+
+TGT static void swiglu(float *g, const float *u, size_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 e = vexp(_mm256_xor_ps(gv, sign));
+        __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+const pe_kernels pe__kernels_avx2 = {
+    quant_act, rows_avx2, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+};
+
+#endif /* x86 */

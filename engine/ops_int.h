@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops_int.h - declarations shared by the kernel files: ops.c (dispatch, threading, scalar
+ * kernels), ops_ref.c (the spec), ops_avx2.c and ops_avx512.c. Not for other callers.
+ *
+ * One pe_matmul call: the activations of a Q8_0/Q4_0 product are quantized once into the
+ * caller's scratch (pe_mm.xq/xd/xc), then the output is cut into tasks of rows x tokens
+ * that the thread pool runs; each task calls the ISA's rows() on its tile.
+ *
+ *   scratch: xq [n_tok][xq_stride] int8   (Q8_0 values of each token, ggml reference)
+ *            xd [n_tok][nb]       f32    (block scales, rounded through f16 as stored)
+ *            xc [n_tok][nb]       int32  (-off * sum of the block's values)
+ *
+ * xc serves kernels that feed dpbusd/maddubs with unsigned weights: Q8_0 weights are used
+ * as q + 128 (off = 128), Q4_0 nibbles as q + 8 (off = 8), so sum(w * x) = sum(u * x) + xc.
+ */
+#ifndef PE_OPS_INT_H
+#define PE_OPS_INT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ops.h"
+
+/* From this many tokens on, a task is a matrix-matrix product (repacked panels on AVX-512);
+ * below it, each weight row is streamed once for all tokens (decode). */
+#define PE_GEMM_MIN_TOK 8
+
+/* The arguments of one pe_matmul call, shared by all of its tasks. */
+typedef struct pe_mm {
+    const pe_mat *w;
+    const float *x;    /* [n_tok][n_in] activations */
+    float *y;          /* [n_tok][n_out] */
+    uint32_t n_tok;
+    uint32_t nb;       /* blocks per row (quantized weights) */
+    const int8_t *xq;  /* [n_tok][xq_stride] */
+    const float *xd;   /* [n_tok][nb] */
+    const int32_t *xc; /* [n_tok][nb] */
+    size_t xq_stride;  /* bytes, a multiple of 64 */
+} pe_mm;
+
+/* The kernels of one ISA. */
+typedef struct pe_kernels {
+    /* Quantizes n values (a multiple of 32) to Q8_0 as pe__quant_q8_0_ref does, writing
+     * values, f16-rounded scales and the corrections -off * sum(q) per block. */
+    void (*quant_act)(const float *x, uint32_t n, int32_t off, int8_t *q, float *d,
+                      int32_t *c);
+    /* y[t][r] for rows [r0, r1) and tokens [t0, t1). */
+    void (*rows)(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
+    float (*dot_f32)(const float *a, const float *b, uint32_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, uint32_t n);
+    void (*rmsnorm)(float *out, const float *x, const float *w, uint32_t n, float eps);
+    void (*softmax)(float *x, uint32_t n);
+    void (*swiglu)(float *g, const float *u, size_t n);
+} pe_kernels;
+
+extern const pe_kernels pe__kernels_scalar;
+extern const pe_kernels pe__kernels_avx2;
+extern const pe_kernels pe__kernels_avx512;
+
+/* ---- reference pieces (ops_ref.c) ---- */
+void pe__quant_q8_0_ref(const float *x, block_q8_0 *y, size_t n);
+void pe__quant_q4_0_ref(const float *x, block_q4_0 *y, size_t n);
+float pe__dot_q8_0_q8_0_ref(const block_q8_0 *w, const block_q8_0 *x, size_t nb);
+float pe__dot_q4_0_q8_0_ref(const block_q4_0 *w, const block_q8_0 *x, size_t nb);
+
+/* Activation offset of a weight type (see above). */
+static inline int32_t pe__act_offset(uint32_t type)
+{
+    return type == GGML_TYPE_Q4_0 ? 8 : 128;
+}
+
+static inline int pe__type_is_quant(uint32_t type)
+{
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
+}
+
+/* A type the kernels do not know is a caller bug (the loader refuses such tensors). */
+#define PE_UNREACHABLE_TYPE(t)                                                                     \
+    do {                                                                                           \
+        fprintf(stderr, "%s: unsupported tensor type %u\n", __func__, (unsigned)(t));             \
+        abort();                                                                                   \
+    } while (0)
+
+#define PE_CHECK_ALLOC(p)                                                                          \
+    do {                                                                                           \
+        if (!(p)) {                                                                                \
+            fprintf(stderr, "%s: out of memory\n", __func__);                                      \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#endif /* PE_OPS_INT_H */

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_ops.c - the engine's kernels (engine/ops.h) against their scalar reference
+ * (pe_matmul_ref, ops_ref.c), for every weight type and every ISA this CPU has (each forced
+ * with pe_isa_force), plus the quantizers and the f16/bf16 conversions.
+ *
+ * Bounds (S = sum_i |w_i x_i| over the row, with dequantized weights):
+ *   matmul, every type:      |y - y_ref| <= 1e-5 * S   (f32 rounding of the sums only)
+ *   Q8_0/Q4_0, unit scales:  y == exact integer dot    (the integer part is exact)
+ *   Q8_0 round trip:         |x - x'| <= d/2 + 127 |d - d16|  (d16: d as stored in f16)
+ *   Q4_0 round trip:         |x - x'| <= |d|/2 + 8 |d - d16|, or |d| + ... where q clamps to 15
+ *   F16 / BF16 round trip:   relative 2^-11 / 2^-8 (normal range)
+ *   softmax, swiglu:         relative 2e-6 / 1e-6 against double precision
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "t.h"
+#include "threadpool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+static uint64_t seed = 0x9e3779b97f4a7c15ULL;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    return (float)((double)(t_rand(&seed) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                 GGML_TYPE_Q4_0};
+enum { N_TYPES = sizeof types / sizeof types[0] };
+
+/* ---- f16 / bf16 ---- */
+
+static int test_f16_all_patterns_round_trip(void)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = pe_f16_to_f32((uint16_t)h);
+        uint16_t back = pe_f32_to_f16(f);
+        int nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        if (nan) {
+            T_ASSERT(isnan(f));
+            T_ASSERT((back & 0x7c00) == 0x7c00 && (back & 0x3ff));
+            T_EQ(back & 0x8000, h & 0x8000);
+        } else if (back != h) {
+            T_FAIL("f16 0x%04x -> %g -> 0x%04x", (unsigned)h, (double)f, (unsigned)back);
+        }
+    }
+    /* a few values by hand */
+    T_EQ(pe_f32_to_f16(1.0f), 0x3c00);
+    T_EQ(pe_f32_to_f16(-2.0f), 0xc000);
+    T_EQ(pe_f32_to_f16(65504.0f), 0x7bff);
+    T_EQ(pe_f32_to_f16(65520.0f), 0x7c00);     /* ties to even: rounds up to inf */
+    T_EQ(pe_f32_to_f16(5.9604645e-8f), 0x0001); /* 2^-24, smallest subnormal */
+    T_EQ(pe_f32_to_f16(2.9802322e-8f), 0x0000); /* 2^-25: tie to even, 0 */
+    T_ASSERT(pe_f16_to_f32(0x0001) == 5.9604645e-8f);
+    return 0;
+}
+
+static int test_bf16_all_patterns_round_trip(void)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = pe_bf16_to_f32((uint16_t)h);
+        uint16_t back = pe_f32_to_bf16(f);
+        if (isnan(f))
+            T_ASSERT(isnan(pe_bf16_to_f32(back)));
+        else if (back != h)
+            T_FAIL("bf16 0x%04x -> %g -> 0x%04x", (unsigned)h, (double)f, (unsigned)back);
+    }
+    T_EQ(pe_f32_to_bf16(1.0f), 0x3f80);
+    T_EQ(pe_f32_to_bf16(1.00390625f), 0x3f80); /* halfway, ties to even */
+    T_EQ(pe_f32_to_bf16(1.01171875f), 0x3f82); /* halfway, ties to even (up) */
+    return 0;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("f16c"))) static uint16_t f16c_convert(float f)
+{
+    return (uint16_t)_cvtss_sh(f, 0);
+}
+#endif
+
+static int test_f16_matches_f16c(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c")) return 0;
+    /* Random bit patterns cover NaN, inf and huge values; random values near the f16 range
+     * cover subnormals, overflow and rounding ties. */
+    for (uint32_t i = 0; i < 4000000; i++) {
+        uint32_t bits = (uint32_t)t_rand(&seed);
+        if (i & 1) { /* exponent in [2^-27, 2^17) */
+            uint32_t e = 100 + (uint32_t)(t_rand(&seed) % 44);
+            bits = (bits & 0x807fffffu) | (e << 23);
+            if (i & 2) bits &= ~0x0fffu; /* many exact ties */
+        }
+        float f;
+        memcpy(&f, &bits, 4);
+        uint16_t a = pe_f32_to_f16(f), b = f16c_convert(f);
+        if (isnan(f)) {
+            T_ASSERT((a & 0x7c00) == 0x7c00 && (a & 0x3ff));
+        } else if (a != b) {
+            T_FAIL("f32 0x%08x: pe_f32_to_f16 0x%04x, F16C 0x%04x", bits, (unsigned)a, (unsigned)b);
+        }
+    }
+#endif
+    return 0;
+}
+
+/* ---- quantizers ---- */
+
+static int test_q8_0_known_blocks(void)
+{
+    /* amax 127: d = 1 exactly, so q = roundf(x): halfway cases go away from zero. */
+    float x[64];
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) * 0.25f;
+    x[0] = -127.0f;
+    x[1] = 0.5f;
+    x[2] = -0.5f;
+    x[3] = 2.5f;
+    x[4] = -2.5f;
+    x[5] = 126.5f;
+    x[6] = 0.49999997f;
+    /* amax 63.5: d = 0.5, id = 2 */
+    for (int j = 0; j < 32; j++) x[32 + j] = 0.0f;
+    x[32] = 63.5f;
+    x[33] = 0.25f;
+    x[34] = -0.75f;
+    x[35] = 1.2f;
+    block_q8_0 b[2];
+    pe_quant_row(GGML_TYPE_Q8_0, x, b, 64);
+    T_EQ(b[0].d, 0x3c00);
+    T_EQ(b[1].d, 0x3800);
+    const int8_t want0[7] = {-127, 1, -1, 3, -3, 127, 0};
+    for (int j = 0; j < 7; j++) T_EQ(b[0].qs[j], want0[j]);
+    for (int j = 7; j < 32; j++) T_EQ(b[0].qs[j], (int)roundf((float)(j - 16) * 0.25f));
+    T_EQ(b[0].qs[7], -2); /* -2.25 */
+    T_EQ(b[0].qs[10], -2); /* -1.5 -> -2 (away from zero) */
+    const int8_t want1[4] = {127, 1, -2, 2};
+    for (int j = 0; j < 4; j++) T_EQ(b[1].qs[j], want1[j]);
+    for (int j = 4; j < 32; j++) T_EQ(b[1].qs[j], 0);
+    /* all zero: d = 0, q = 0 */
+    memset(x, 0, sizeof x);
+    pe_quant_row(GGML_TYPE_Q8_0, x, b, 32);
+    T_EQ(b[0].d, 0);
+    for (int j = 0; j < 32; j++) T_EQ(b[0].qs[j], 0);
+    return 0;
+}
+
+static int test_q4_0_known_blocks(void)
+{
+    float x[64];
+    /* max = -8 (first largest |x|): d = 1, q = MIN(15, (int8)(x + 8.5)) */
+    memset(x, 0, sizeof x);
+    x[0] = -8.0f;
+    x[1] = 7.0f;
+    x[2] = 7.4f;
+    x[3] = 8.0f; /* same |x| as the max, later: max stays -8; 16.5 -> 16 -> 15 */
+    x[4] = 0.5f;
+    x[5] = -0.5f;
+    x[6] = 0.49f;
+    x[7] = -7.6f;
+    x[16] = 3.0f;
+    x[31] = -3.0f;
+    /* max = +4: d = -0.5, id = -2 */
+    x[32] = 4.0f;
+    x[33] = -4.0f;
+    x[34] = 1.0f;
+    block_q4_0 b[2];
+    pe_quant_row(GGML_TYPE_Q4_0, x, b, 64);
+    T_EQ(b[0].d, 0x3c00);
+    T_EQ(b[1].d, 0xb800);
+    const int want0[32] = {0, 15, 15, 15, 9, 8, 8, 0, 8, 8, 8, 8, 8, 8, 8, 8,
+                           11, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 5};
+    const int want1[3] = {0, 15, 6};
+    for (int j = 0; j < 16; j++) {
+        T_EQ(b[0].qs[j] & 0x0f, want0[j]);
+        T_EQ(b[0].qs[j] >> 4, want0[j + 16]);
+    }
+    for (int j = 0; j < 3; j++) T_EQ(b[1].qs[j] & 0x0f, want1[j]);
+    T_EQ(b[1].qs[3], 0x88);
+    return 0;
+}
+
+static int test_quant_round_trip(void)
+{
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    void *q = malloc(N * 4);
+    T_ASSERT(x && y && q);
+    for (int i = 0; i < N; i++) x[i] = frand() * (i % 97 == 0 ? 30.0f : 1.0f) * (float)(1 + i / 512);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = types[ti];
+        pe_quant_row(type, x, q, N);
+        pe_dequant_row(type, q, y, N);
+        for (int i = 0; i < N; i++) {
+            double err = fabs((double)x[i] - y[i]), bound;
+            if (type == GGML_TYPE_F32) {
+                bound = 0.0;
+            } else if (type == GGML_TYPE_F16) {
+                bound = fabs(x[i]) * 0x1p-11;
+            } else if (type == GGML_TYPE_BF16) {
+                bound = fabs(x[i]) * 0x1p-8;
+            } else {
+                const float *xb = x + i / 32 * 32;
+                double amax = 0.0, max = 0.0;
+                for (int j = 0; j < 32; j++) {
+                    if (fabs(xb[j]) > amax) {
+                        amax = fabs(xb[j]);
+                        max = xb[j];
+                    }
+                }
+                if (type == GGML_TYPE_Q8_0) {
+                    double d = (float)(amax / 127), d16 = pe_f16_to_f32(pe_f32_to_f16((float)d));
+                    bound = d / 2 + 127 * fabs(d - d16);
+                } else {
+                    double d = fabs((float)(max / -8)), d16 = fabs(pe_f16_to_f32(pe_f32_to_f16((float)d)));
+                    const block_q4_0 *blk = (const block_q4_0 *)q + i / 32;
+                    int j = i % 32;
+                    int qv = j < 16 ? blk->qs[j] & 0x0f : blk->qs[j - 16] >> 4;
+                    bound = (qv == 15 ? d : d / 2) + 8 * fabs(d - d16);
+                }
+            }
+            bound += 1e-6 * fabs(x[i]);
+            if (err > bound)
+                T_FAIL("%s: x[%d] = %g -> %g (bound %g)", ggml_type_name(type), i, (double)x[i],
+                       (double)y[i], bound);
+        }
+    }
+    free(x);
+    free(y);
+    free(q);
+    return 0;
+}
+
+/* ---- matmul against the reference ---- */
+
+typedef struct mm_case {
+    uint32_t type, n_in, n_out, n_tok;
+} mm_case;
+
+/* Random weights of type, produced by the reference quantizer (or raw random blocks). */
+static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, int raw, uint64_t *rb)
+{
+    *rb = ggml_row_size(type, n_in);
+    uint8_t *w = malloc(*rb * n_out + 1);
+    float *row = malloc(n_in * sizeof *row);
+    if (!w || !row) abort();
+    for (uint32_t o = 0; o < n_out; o++) {
+        float scale = 0.05f + (float)(o % 5);
+        for (uint32_t i = 0; i < n_in; i++) row[i] = frand() * scale;
+        pe_quant_row(type, row, w + o * *rb, n_in);
+        if (raw && (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0)) {
+            /* every byte pattern, including q8 = -128 which no quantizer writes */
+            size_t bs = type == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+            for (uint32_t b = 0; b < n_in / 32; b++)
+                for (size_t j = 2; j < bs; j++) w[o * *rb + b * bs + j] = (uint8_t)t_rand(&seed);
+        }
+    }
+    free(row);
+    return w;
+}
+
+/* S[t][o] = sum_i |w[o][i] * x[t][i]| with dequantized weights. */
+static double *magnitudes(const pe_mat *w, const float *x, uint32_t n_tok)
+{
+    double *s = calloc((size_t)n_tok * w->n_out, sizeof *s);
+    float *row = malloc(w->n_in * sizeof *row);
+    if (!s || !row) abort();
+    for (uint32_t o = 0; o < w->n_out; o++) {
+        pe_dequant_row(w->type, (const uint8_t *)w->data + o * w->row_bytes, row, w->n_in);
+        for (uint32_t t = 0; t < n_tok; t++) {
+            double a = 0.0;
+            for (uint32_t i = 0; i < w->n_in; i++) a += fabs((double)row[i] * x[(size_t)t * w->n_in + i]);
+            s[(size_t)t * w->n_out + o] = a;
+        }
+    }
+    free(row);
+    return s;
+}
+
+static int check_case(const mm_case *c, pe_threadpool *tp, int raw)
+{
+    pe_mat w = {c->type, c->n_in, c->n_out, NULL, 0};
+    w.data = make_weights(c->type, c->n_in, c->n_out, raw, &w.row_bytes);
+    size_t ny = (size_t)c->n_tok * c->n_out;
+    float *x = malloc((size_t)c->n_tok * c->n_in * sizeof *x);
+    float *ref = malloc(ny * sizeof *ref), *y = malloc((ny + 16) * sizeof *y);
+    void *scratch = malloc(pe_matmul_scratch_bytes(&w, c->n_tok));
+    T_ASSERT(x && ref && y && scratch);
+    for (size_t i = 0; i < (size_t)c->n_tok * c->n_in; i++)
+        x[i] = frand() * (i % 37 == 0 ? 8.0f : 1.0f);
+    pe_matmul_ref(&w, x, c->n_tok, ref);
+    double *s = magnitudes(&w, x, c->n_tok);
+    int rc = 0;
+    pe_isa best = pe_isa_detect();
+    for (int isa = PE_ISA_SCALAR; isa <= (int)best && rc == 0; isa++) {
+        T_EQ(pe_isa_force((pe_isa)isa), isa);
+        for (size_t i = 0; i < ny + 16; i++) y[i] = NAN;
+        pe_matmul(tp, &w, x, c->n_tok, y, scratch);
+        for (size_t i = 0; i < ny && rc == 0; i++) {
+            double err = fabs((double)y[i] - ref[i]);
+            if (!(err <= 1e-5 * s[i] + 1e-30)) {
+                fprintf(stderr, "%s %s n_in %u n_out %u n_tok %u%s: y[t=%zu][o=%zu] = %.9g, ref %.9g, "
+                                "S %.6g\n",
+                        pe_isa_name((pe_isa)isa), ggml_type_name(c->type), c->n_in, c->n_out,
+                        c->n_tok, raw ? " (raw blocks)" : "", i / c->n_out, i % c->n_out,
+                        (double)y[i], (double)ref[i], s[i]);
+                rc = 1;
+            }
+        }
+        for (size_t i = ny; i < ny + 16; i++) T_ASSERT(isnan(y[i])); /* nothing past the end */
+    }
+    pe_isa_force(best);
+    free((void *)w.data);
+    free(x);
+    free(ref);
+    free(y);
+    free(scratch);
+    free(s);
+    return rc;
+}
+
+static int test_matmul_matches_reference(void)
+{
+    static const uint32_t n_ins[] = {32, 64, 96, 256, 2048, 4096 + 32};
+    static const uint32_t n_outs[] = {1, 7, 33, 100};
+    static const uint32_t n_toks[] = {1, 2, 3, 5, 8, 17};
+    pe_threadpool *tp = pe_tp_create(2);
+    T_ASSERT(tp);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        for (size_t a = 0; a < sizeof n_ins / sizeof n_ins[0]; a++) {
+            for (size_t b = 0; b < sizeof n_outs / sizeof n_outs[0]; b++) {
+                for (size_t k = 0; k < sizeof n_toks / sizeof n_toks[0]; k++) {
+                    /* the largest rows with every token count only at the ragged n_out */
+                    if (n_ins[a] >= 2048 && n_outs[b] != 33 && n_toks[k] != 1 && n_toks[k] != 17)
+                        continue;
+                    mm_case c = {types[ti], n_ins[a], n_outs[b], n_toks[k]};
+                    if (check_case(&c, (k & 1) ? tp : NULL, 0)) return 1;
+                }
+            }
+        }
+    }
+    pe_tp_destroy(tp);
+    return 0;
+}
+
+static int test_matmul_odd_shapes(void)
+{
+    /* float rows of any length; token counts across the 256-token task boundary; more
+     * threads than tasks; raw quantized blocks with every byte value */
+    static const mm_case cases[] = {
+        {GGML_TYPE_F32, 33, 9, 3},      {GGML_TYPE_F16, 100, 40, 9},   {GGML_TYPE_BF16, 7, 5, 20},
+        {GGML_TYPE_F32, 1, 3, 1},       {GGML_TYPE_F16, 300, 65, 13},  {GGML_TYPE_Q8_0, 64, 70, 300},
+        {GGML_TYPE_Q4_0, 96, 129, 260}, {GGML_TYPE_F16, 48, 31, 270},  {GGML_TYPE_Q8_0, 1024, 3, 8},
+        {GGML_TYPE_BF16, 272, 300, 7},  {GGML_TYPE_Q4_0, 1056, 33, 16},
+    };
+    pe_threadpool *tp = pe_tp_create(3);
+    T_ASSERT(tp);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (check_case(&cases[i], tp, 0)) return 1;
+    for (size_t ti = 3; ti < N_TYPES; ti++) {
+        mm_case c1 = {types[ti], 256, 37, 1}, c2 = {types[ti], 256, 37, 11};
+        if (check_case(&c1, tp, 1) || check_case(&c2, tp, 1)) return 1;
+    }
+    pe_tp_destroy(tp);
+    return 0;
+}
+
+/* With unit scales on both sides the products are small integers, so every path must give
+ * exactly the integer dot product. */
+static int test_matmul_quantized_exact(void)
+{
+    enum { N_IN = 4096 + 64, N_OUT = 45, N_TOK = 13 };
+    pe_isa best = pe_isa_detect();
+    float *x = malloc((size_t)N_TOK * N_IN * sizeof *x), *y = malloc((size_t)N_TOK * N_OUT * 4);
+    int8_t *xi = malloc((size_t)N_TOK * N_IN);
+    T_ASSERT(x && y && xi);
+    for (uint32_t t = 0; t < N_TOK; t++) {
+        for (uint32_t i = 0; i < N_IN; i++) {
+            int v = (int)(t_rand(&seed) % 255) - 127;
+            if (i % 32 == t % 32) v = (t & 1) ? 127 : -127; /* amax 127: activation d = 1 */
+            xi[(size_t)t * N_IN + i] = (int8_t)v;
+            x[(size_t)t * N_IN + i] = (float)v;
+        }
+    }
+    for (int q4 = 0; q4 < 2; q4++) {
+        pe_mat w = {q4 ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0, N_IN, N_OUT, NULL, 0};
+        w.row_bytes = ggml_row_size(w.type, N_IN);
+        uint8_t *wd = malloc(w.row_bytes * N_OUT);
+        int8_t *wi = malloc((size_t)N_OUT * N_IN);
+        T_ASSERT(wd && wi);
+        for (uint32_t o = 0; o < N_OUT; o++) {
+            for (uint32_t b = 0; b < N_IN / 32; b++) {
+                uint8_t *blk = wd + o * w.row_bytes + b * (q4 ? 18 : 34);
+                blk[0] = 0x00; /* d = 1.0 (f16 0x3c00, little-endian) */
+                blk[1] = 0x3c;
+                for (int j = 0; j < (q4 ? 16 : 32); j++) blk[2 + j] = (uint8_t)t_rand(&seed);
+                for (int j = 0; j < 32; j++) {
+                    int v = q4 ? (j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4) - 8 : (int8_t)blk[2 + j];
+                    wi[(size_t)o * N_IN + b * 32 + j] = (int8_t)v;
+                }
+            }
+        }
+        w.data = wd;
+        void *scratch = malloc(pe_matmul_scratch_bytes(&w, N_TOK));
+        pe_threadpool *tp = pe_tp_create(2);
+        T_ASSERT(scratch && tp);
+        for (int isa = PE_ISA_SCALAR; isa <= (int)best; isa++) {
+            pe_isa_force((pe_isa)isa);
+            for (uint32_t nt = 1; nt <= N_TOK; nt += 11) { /* GEMV (1) and GEMM (12) */
+                pe_matmul(tp, &w, x, nt, y, scratch);
+                for (uint32_t t = 0; t < nt; t++) {
+                    for (uint32_t o = 0; o < N_OUT; o++) {
+                        int64_t want = 0;
+                        for (uint32_t i = 0; i < N_IN; i++)
+                            want += wi[(size_t)o * N_IN + i] * xi[(size_t)t * N_IN + i];
+                        if (y[(size_t)t * N_OUT + o] != (float)want)
+                            T_FAIL("%s %s t %u o %u: %.1f != %lld", pe_isa_name((pe_isa)isa),
+                                   ggml_type_name(w.type), t, o, (double)y[(size_t)t * N_OUT + o],
+                                   (long long)want);
+                    }
+                }
+            }
+        }
+        pe_isa_force(best);
+        pe_tp_destroy(tp);
+        free(scratch);
+        free(wd);
+        free(wi);
+    }
+    free(x);
+    free(y);
+    free(xi);
+    return 0;
+}
+
+/* ---- vector helpers ---- */
+
+static int test_vector_helpers(void)
+{
+    enum { N = 1000 };
+    static const uint32_t ns[] = {1, 5, 16, 17, 64, 100, 1000};
+    float *a = malloc(N * 4), *b = malloc(N * 4), *c = malloc(N * 4), *d = malloc(N * 4);
+    T_ASSERT(a && b && c && d);
+    pe_isa best = pe_isa_detect();
+    for (int isa = PE_ISA_SCALAR; isa <= (int)best; isa++) {
+        pe_isa_force((pe_isa)isa);
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            uint32_t n = ns[k];
+            for (uint32_t i = 0; i < n; i++) {
+                a[i] = frand() * 4.0f;
+                b[i] = frand();
+            }
+            double dot = 0.0, mag = 0.0, ss = 0.0;
+            for (uint32_t i = 0; i < n; i++) {
+                dot += (double)a[i] * b[i];
+                mag += fabs((double)a[i] * b[i]);
+                ss += (double)a[i] * a[i];
+            }
+            T_ASSERT(fabs(pe_dot_f32(a, b, n) - dot) <= 1e-6 * mag + 1e-30);
+
+            memcpy(c, b, n * 4);
+            pe_axpy_f32(c, 0.75f, a, n);
+            for (uint32_t i = 0; i < n; i++)
+                T_ASSERT(fabs(c[i] - (b[i] + 0.75 * a[i])) <= 1e-6 * (fabs(b[i]) + fabs(a[i])));
+
+            pe_rmsnorm(c, a, b, n, 1e-5f);
+            double scale = 1.0 / sqrt(ss / n + 1e-5);
+            for (uint32_t i = 0; i < n; i++)
+                T_ASSERT(fabs(c[i] - a[i] * scale * b[i]) <= 1e-6 * fabs(a[i] * scale * b[i]) + 1e-30);
+
+            /* softmax over scores with a wide range, one -inf (a masked position) */
+            for (uint32_t i = 0; i < n; i++) c[i] = a[i] * 20.0f;
+            if (n > 3) c[2] = -INFINITY;
+            memcpy(d, c, n * 4);
+            pe_softmax(c, n);
+            double max = -INFINITY, sum = 0.0;
+            for (uint32_t i = 0; i < n; i++) max = d[i] > max ? d[i] : max;
+            /* the kernel's input is x - max rounded to f32; the bound covers exp and the sum */
+            for (uint32_t i = 0; i < n; i++) sum += exp((double)(d[i] - (float)max));
+            for (uint32_t i = 0; i < n; i++) {
+                double p = exp((double)(d[i] - (float)max)) / sum;
+                if (!(fabs(c[i] - p) <= 2e-6 * p + 1e-37))
+                    T_FAIL("%s softmax n %u: p[%u] = %.9g, want %.9g", pe_isa_name((pe_isa)isa), n,
+                           i, (double)c[i], p);
+            }
+
+            for (uint32_t i = 0; i < n; i++) {
+                c[i] = a[i] * 30.0f;
+                d[i] = b[i];
+            }
+            c[0] = -120.0f; /* e^120 overflows: silu is -0 */
+            memcpy(a, c, n * 4);
+            pe_swiglu_f32(c, d, n);
+            for (uint32_t i = 0; i < n; i++) {
+                double g = a[i], want = g / (1.0 + exp(-g)) * d[i];
+                if (!(fabs(c[i] - want) <= 1e-6 * fabs(want) + 1e-30))
+                    T_FAIL("%s swiglu: g %g u %g -> %.9g, want %.9g", pe_isa_name((pe_isa)isa),
+                           g, (double)d[i], (double)c[i], want);
+            }
+        }
+    }
+    pe_isa_force(best);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    return 0;
+}
+
+int main(void)
+{
+    printf("isa: %s\n", pe_isa_name(pe_isa_detect()));
+    T_RUN(test_f16_all_patterns_round_trip);
+    T_RUN(test_bf16_all_patterns_round_trip);
+    T_RUN(test_f16_matches_f16c);
+    T_RUN(test_q8_0_known_blocks);
+    T_RUN(test_q4_0_known_blocks);
+    T_RUN(test_quant_round_trip);
+    T_RUN(test_matmul_matches_reference);
+    T_RUN(test_matmul_odd_shapes);
+    T_RUN(test_matmul_quantized_exact);
+    T_RUN(test_vector_helpers);
+    T_DONE();
+}

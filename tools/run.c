@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * run.c - `pagoda run`: load a GGUF model, prefill the prompt in chunks through the paged
+ * KV cache, then sample and stream tokens until -n tokens or an end-of-generation token.
+ * Generated text goes to stdout as it is produced; the timing line goes to stderr.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "model.h"
+#include "sample.h"
+
+static void usage(FILE *out)
+{
+    fputs("usage: pagoda run -m MODEL.gguf -p PROMPT [options]\n"
+          "\n"
+          "Generates text with a Llama-family GGUF model on the paged KV cache.\n"
+          "\n"
+          "  -m, --model FILE        GGUF model (architecture llama)\n"
+          "  -p, --prompt TEXT       the prompt (BOS is added when the model asks for it)\n"
+          "  -f, --file FILE         read the prompt from a file instead\n"
+          "  -n, --n-predict N       tokens to generate (default 128; -1: until EOS or ctx)\n"
+          "  -c, --ctx-size N        context length in tokens (default: the model's)\n"
+          "  -t, --threads N         threads (default: all cores)\n"
+          "  -b, --batch-size N      prompt tokens per forward chunk (default 512)\n"
+          "      --temp T            temperature; 0 = greedy (default 0.8)\n"
+          "      --top-k N           (default 40; 0 = off)\n"
+          "      --top-p P           (default 0.95; 1 = off)\n"
+          "      --min-p P           (default 0.05; 0 = off)\n"
+          "      --repeat-penalty R  (default 1.0 = off)\n"
+          "      --repeat-last-n N   (default 64)\n"
+          "  -s, --seed S            RNG seed (default 3735928559)\n"
+          "      --kv-type T         KV element type: f32 | f16 (default f16)\n"
+          "      --page-tokens N     tokens per KV page, a power of two (default 16)\n"
+          "      --no-display-prompt do not echo the prompt\n"
+          "  -h, --help\n",
+          out);
+}
+
+static void load_progress(void *ud, uint64_t done, uint64_t total)
+{
+    int *last = ud;
+    int pct = total ? (int)(done * 100 / total) : 100;
+    if (pct != *last) {
+        fprintf(stderr, "\rloading model: %3d%%", pct);
+        if (pct == 100) fputc('\n', stderr);
+        *last = pct;
+    }
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+static int parse_float(const char *opt, const char *s, float *out)
+{
+    char *end;
+    float v = strtof(s, &end);
+    if (end == s || *end) {
+        fprintf(stderr, "pagoda run: %s: '%s' is not a number\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_KVT, O_PT, O_NDP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},      {"n-predict", required_argument, 0, 'n'},
+        {"ctx-size", required_argument, 0, 'c'},  {"threads", required_argument, 0, 't'},
+        {"batch-size", required_argument, 0, 'b'}, {"seed", required_argument, 0, 's'},
+        {"temp", required_argument, 0, O_TEMP},   {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP},  {"min-p", required_argument, 0, O_MINP},
+        {"repeat-penalty", required_argument, 0, O_RP},
+        {"repeat-last-n", required_argument, 0, O_RLN},
+        {"kv-type", required_argument, 0, O_KVT}, {"page-tokens", required_argument, 0, O_PT},
+        {"no-display-prompt", no_argument, 0, O_NDP}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *cmd = "pagoda run";
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    int64_t n_predict = 128;
+    uint64_t v;
+    int display_prompt = 1;
+    pe_ctx_params cp = pe_ctx_default_params();
+    pe_sampler_params sp = pe_sampler_default_params();
+    sp.seed = 3735928559u;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:b:s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_path = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'f': prompt_file = optarg; break;
+        case 'n':
+            if (strcmp(optarg, "-1") == 0) {
+                n_predict = -1;
+                break;
+            }
+            if (cli_parse_u64(cmd, "-n", optarg, 0, 1u << 30, &v)) return CLI_EXIT_USAGE;
+            n_predict = (int64_t)v;
+            break;
+        case 'c':
+            if (cli_parse_u64(cmd, "-c", optarg, 1, 1u << 24, &v)) return CLI_EXIT_USAGE;
+            cp.n_ctx = (uint32_t)v;
+            break;
+        case 't':
+            if (cli_parse_u64(cmd, "-t", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            cp.n_threads = (uint32_t)v;
+            break;
+        case 'b':
+            if (cli_parse_u64(cmd, "-b", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
+            cp.n_batch = (uint32_t)v;
+            break;
+        case 's':
+            if (cli_parse_u64(cmd, "--seed", optarg, 0, UINT64_MAX, &v)) return CLI_EXIT_USAGE;
+            sp.seed = v;
+            break;
+        case O_TEMP:
+            if (parse_float("--temp", optarg, &sp.temp)) return CLI_EXIT_USAGE;
+            break;
+        case O_TOPK:
+            if (cli_parse_u64(cmd, "--top-k", optarg, 0, 1u << 30, &v)) return CLI_EXIT_USAGE;
+            sp.top_k = (int32_t)v;
+            break;
+        case O_TOPP:
+            if (parse_float("--top-p", optarg, &sp.top_p)) return CLI_EXIT_USAGE;
+            break;
+        case O_MINP:
+            if (parse_float("--min-p", optarg, &sp.min_p)) return CLI_EXIT_USAGE;
+            break;
+        case O_RP:
+            if (parse_float("--repeat-penalty", optarg, &sp.repeat_penalty))
+                return CLI_EXIT_USAGE;
+            break;
+        case O_RLN:
+            if (cli_parse_u64(cmd, "--repeat-last-n", optarg, 0, 1u << 20, &v))
+                return CLI_EXIT_USAGE;
+            sp.repeat_last_n = (int32_t)v;
+            break;
+        case O_KVT:
+            if (strcmp(optarg, "f32") == 0) {
+                cp.kv_type = PGD_KV_F32;
+            } else if (strcmp(optarg, "f16") == 0) {
+                cp.kv_type = PGD_KV_F16;
+            } else {
+                fprintf(stderr, "%s: --kv-type: '%s' is not one of f32, f16\n", cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case O_PT:
+            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v))
+                return CLI_EXIT_USAGE;
+            if (v & (v - 1)) {
+                fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
+                        (unsigned long long)v);
+                return CLI_EXIT_USAGE;
+            }
+            cp.page_tokens = (uint32_t)v;
+            break;
+        case O_NDP: display_prompt = 0; break;
+        case 'h': usage(stdout); return CLI_EXIT_OK;
+        default: return cli_usage_error(cmd);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return cli_usage_error(cmd);
+    }
+    if (!model_path) {
+        fprintf(stderr, "%s: -m MODEL is required\n", cmd);
+        return cli_usage_error(cmd);
+    }
+    if (sp.temp < 0 || sp.top_p <= 0 || sp.min_p < 0 || sp.min_p > 1 ||
+        sp.repeat_penalty <= 0) {
+        fprintf(stderr, "%s: sampling parameters out of range\n", cmd);
+        return CLI_EXIT_USAGE;
+    }
+    char *owned_prompt = NULL;
+    if (prompt_file) {
+        owned_prompt = read_file(prompt_file);
+        if (!owned_prompt) {
+            fprintf(stderr, "%s: cannot read %s\n", cmd, prompt_file);
+            return CLI_EXIT_FAIL;
+        }
+        prompt = owned_prompt;
+    }
+    if (!prompt) prompt = "";
+
+    int rc = CLI_EXIT_FAIL;
+    char err[512];
+    pe_model *m = NULL;
+    pe_ctx *ctx = NULL;
+    pe_sampler *smp = NULL;
+    int32_t *toks = NULL;
+    float *logits = NULL;
+    int last_pct = -1;
+    pgd_seq *seq = NULL;
+    int show = isatty(2);
+    if (pe_model_load(model_path, show ? load_progress : NULL, &last_pct, &m, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    if (pe_ctx_create(m, &cp, &ctx, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    const pe_ctx_params *ap = pe_ctx_params_get(ctx);
+    size_t plen = strlen(prompt);
+    int add_bos = pe_vocab_add_bos(m->vocab);
+    int64_t n_prompt = pe_tokenize(m->vocab, prompt, plen, add_bos, 1, NULL, 0);
+    if (n_prompt < 0) {
+        fprintf(stderr, "%s: cannot tokenize the prompt\n", cmd);
+        goto out;
+    }
+    uint64_t n_gen_max = n_predict < 0 ? ap->n_ctx : (uint64_t)n_predict;
+    toks = malloc(((size_t)n_prompt + n_gen_max + 1) * sizeof *toks);
+    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    smp = pe_sampler_create(&sp, m->hp.n_vocab);
+    if (!toks || !logits || !smp) {
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        goto out;
+    }
+    pe_tokenize(m->vocab, prompt, plen, add_bos, 1, toks, (size_t)n_prompt);
+    if (n_prompt == 0) {
+        fprintf(stderr, "%s: the prompt is empty and the model adds no BOS token\n", cmd);
+        goto out;
+    }
+    if ((uint64_t)n_prompt >= ap->n_ctx) {
+        fprintf(stderr, "%s: the prompt has %lld tokens, the context only %u\n", cmd,
+                (long long)n_prompt, ap->n_ctx);
+        goto out;
+    }
+    if ((int)pgd_seq_create(pe_ctx_cache(ctx), NULL, 0, &seq) != PGD_OK) {
+        fprintf(stderr, "%s: cannot create a sequence\n", cmd);
+        goto out;
+    }
+    pe_detok dt;
+    pe_detok_init(&dt, m->vocab);
+    char piece[256];
+    for (int64_t i = 0; i < n_prompt; i++) {
+        pe_detok_push(&dt, toks[i], piece, sizeof piece); /* state only: the prompt is echoed */
+        pe_sampler_accept(smp, toks[i]);
+    }
+    if (display_prompt) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+    }
+
+    double t0 = cli_now_s();
+    for (int64_t i = 0; i < n_prompt; i += ap->n_batch) {
+        uint32_t n = (uint32_t)(n_prompt - i < ap->n_batch ? n_prompt - i : ap->n_batch);
+        int frc = pe_forward(ctx, seq, toks + i, n, i + n == n_prompt ? logits : NULL, 0);
+        if (frc < 0) {
+            fprintf(stderr, "\n%s: forward failed: %s\n", cmd, pgd_strerror(frc));
+            goto out;
+        }
+    }
+    double t1 = cli_now_s();
+    uint64_t n_gen = 0;
+    int64_t pos = n_prompt;
+    while (n_gen < n_gen_max && (uint64_t)pos < ap->n_ctx) {
+        int32_t tok = pe_sampler_sample(smp, logits);
+        if (pe_vocab_is_eog(m->vocab, tok)) break;
+        pe_sampler_accept(smp, tok);
+        size_t len = pe_detok_push(&dt, tok, piece, sizeof piece);
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+        toks[pos] = tok;
+        n_gen++;
+        if (n_gen == n_gen_max || (uint64_t)pos + 1 >= ap->n_ctx) break;
+        int frc = pe_forward(ctx, seq, &toks[pos], 1, logits, 0);
+        if (frc < 0) {
+            fprintf(stderr, "\n%s: forward failed: %s\n", cmd, pgd_strerror(frc));
+            goto out;
+        }
+        pos++;
+    }
+    size_t len = pe_detok_flush(&dt, piece, sizeof piece);
+    fwrite(piece, 1, len, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    double t2 = cli_now_s();
+    pgd_cache_stats st;
+    pgd_cache_get_stats(pe_ctx_cache(ctx), &st);
+    double tp = t1 - t0, tg = t2 - t1;
+    fprintf(stderr,
+            "prompt: %lld tokens, %.2f s, %.1f t/s | generated: %llu tokens, %.2f s, %.1f t/s"
+            " | KV pages used: %u of %u (%u tokens each, %s)\n",
+            (long long)n_prompt, tp, tp > 0 ? n_prompt / tp : 0.0, (unsigned long long)n_gen,
+            tg, tg > 0 ? n_gen / tg : 0.0, st.n_pages_used, st.n_pages_total, ap->page_tokens,
+            pgd_kv_type_name(ap->kv_type));
+    rc = CLI_EXIT_OK;
+out:
+    if (seq) pgd_seq_destroy(pe_ctx_cache(ctx), seq);
+    pe_sampler_free(smp);
+    free(logits);
+    free(toks);
+    pe_ctx_free(ctx);
+    pe_model_free(m);
+    free(owned_prompt);
+    return rc;
+}

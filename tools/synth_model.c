@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * synth_model.c - `pagoda synth-model`: writes a valid llama-architecture GGUF with
+ * random weights of a realistic shape, for tests and benchmarks (nothing is downloaded).
+ *
+ * Tensor names, shapes (ne[0] is the input dimension) and metadata keys are the ones
+ * llama.cpp writes. Weights are deterministic from --seed and independent of the thread
+ * count: each row has its own generator, seeded from (seed, tensor, row). Values are
+ * normal-ish (a sum of four uniforms) with std 1/sqrt(n_in), so activations keep their
+ * scale through the layers (the two projections back into the residual stream are scaled
+ * down by a further 1/sqrt(2 * n_layers)); norm weights are 1 +- 0.02.
+ *
+ * The 2-D weights take --type (f32 f16 bf16 q8_0 q4_0), converted by the engine's own
+ * pe_quant_row (ggml's reference quantizers); a matrix whose rows are not a multiple of
+ * the quantization block falls back to f16 with a note; norms are f32.
+ * Data is produced in pieces of at most 64 MiB (gguf_writer_write_chunks), the rows of a
+ * piece spread over all cores, so multi-GB models never sit in memory.
+ *
+ * Vocabulary: with --vocab, every tokenizer.* key of that GGUF is copied and its token
+ * count is the vocabulary size; without, a minimal SentencePiece-style vocabulary is
+ * generated: <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF>, then "▁a", "a", "▁b", ...
+ */
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gguf.h"
+#include "ops.h"
+
+/* llama.cpp's general.file_type values (enum llama_ftype). */
+enum {
+    FTYPE_ALL_F32 = 0,
+    FTYPE_MOSTLY_F16 = 1,
+    FTYPE_MOSTLY_Q4_0 = 2,
+    FTYPE_MOSTLY_Q8_0 = 7,
+    FTYPE_MOSTLY_BF16 = 32
+};
+
+#define MAX_THREADS 64
+
+typedef struct shape {
+    const char *name;
+    uint64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
+    float rope_base;
+} shape;
+
+static const shape shapes[] = {
+    {"tiny", 64, 2, 4, 2, 172, 512, 512, 10000.0f},
+    {"small", 512, 8, 8, 4, 1536, 32000, 2048, 10000.0f},
+    {"1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f},
+};
+
+static void usage(FILE *f, const char *cmd)
+{
+    fprintf(f,
+            "usage: %s [--shape tiny|small|1b] [--type T] -o FILE [options]\n"
+            "\n"
+            "Writes a llama-architecture GGUF model with random weights (deterministic from\n"
+            "--seed) of a realistic shape, for tests and benchmarks.\n"
+            "\n"
+            "shapes:  tiny   dim 64, 2 layers, 4 heads, 2 KV heads, ffn 172, vocab 512, ctx 512\n"
+            "         small  dim 512, 8 layers, 8 heads, 4 KV heads, ffn 1536, vocab 32000,\n"
+            "                ctx 2048\n"
+            "         1b     dim 2048, 16 layers, 32 heads, 8 KV heads, ffn 8192, vocab 32000,\n"
+            "                ctx 4096, rope base 500000\n"
+            "\n"
+            "options:\n"
+            "  --shape NAME        tiny (default), small or 1b\n"
+            "  --type T            type of the 2-D weights: f32, f16 (default), bf16, q8_0,\n"
+            "                      q4_0; a matrix whose rows are not a multiple of 32 values\n"
+            "                      falls back to f16 for the quantized types; norms are f32\n"
+            "  -o, --output FILE   the GGUF file to write (via FILE.tmp, then renamed)\n"
+            "  --vocab FILE        copy the tokenizer.* keys of this GGUF; its token count is\n"
+            "                      the vocabulary size (default: a generated SentencePiece-\n"
+            "                      style vocabulary of --vocab-size tokens)\n"
+            "  --seed N            random seed (default 1)\n"
+            "  --dim N, --layers N, --heads N, --kv-heads N, --ffn N, --vocab-size N, --ctx N\n"
+            "                      override a dimension of the shape\n"
+            "  --threads N         threads generating weights (default: all cores)\n"
+            "  -h, --help          show this help\n",
+            cmd);
+}
+
+/* ---- random numbers ---- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Fills x[n] with normal-ish values of mean `mean` and std `std`: the sum of the four
+ * 16-bit parts of one xorshift64* draw (Irwin-Hall, n = 4) is close enough to a normal
+ * for weights, and costs one multiply per value. */
+static void gen_row(uint64_t state, float *x, uint64_t n, float mean, float std)
+{
+    const float scale = std / 37837.23f; /* std of a sum of four U{0..65535} */
+    uint64_t s = state ? state : 1;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t r;
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        r = s * 2685821657736338717ull;
+        int32_t sum = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) +
+                      (int32_t)((r >> 32) & 0xffff) + (int32_t)(r >> 48) - 131070;
+        x[i] = mean + (float)sum * scale;
+    }
+}
+
+/* ---- the model description ---- */
+
+typedef struct tdesc {
+    char name[64];
+    uint32_t type;
+    uint32_t n_dims;
+    uint64_t ne[2];
+    float mean, std;
+} tdesc;
+
+typedef struct synth {
+    uint64_t seed;
+    tdesc *t;
+    uint64_t n_t;
+    uint32_t n_threads;
+    /* progress */
+    uint64_t total_bytes, done_bytes;
+    int progress; /* 0 none, 1 tty (\r updates), 2 log lines every 10% */
+    int last_pct;
+    const char *path;
+} synth;
+
+typedef struct job {
+    const synth *s;
+    uint64_t ti;
+    uint64_t row0, n_rows; /* rows of this job */
+    uint8_t *dst;          /* the first row's bytes */
+    uint64_t row_bytes;
+    int failed;
+} job;
+
+static void *run_job(void *arg)
+{
+    job *j = arg;
+    const tdesc *t = &j->s->t[j->ti];
+    float *x = malloc(t->ne[0] * sizeof *x);
+    if (!x) {
+        j->failed = 1;
+        return NULL;
+    }
+    for (uint64_t r = 0; r < j->n_rows; r++) {
+        uint64_t row = j->row0 + r;
+        uint64_t st = splitmix64(j->s->seed ^ splitmix64((j->ti << 32) ^ row));
+        gen_row(st, x, t->ne[0], t->mean, t->std);
+        pe_quant_row(t->type, x, j->dst + r * j->row_bytes, t->ne[0]);
+    }
+    free(x);
+    return NULL;
+}
+
+static void show_progress(synth *s, int done)
+{
+    int pct = s->total_bytes ? (int)(s->done_bytes * 100 / s->total_bytes) : 100;
+    if (!s->progress) return;
+    if (s->progress == 1 && (pct != s->last_pct || done)) {
+        fprintf(stderr, "\rwriting %s: %3d%% (%llu / %llu MiB)", s->path, pct,
+                (unsigned long long)(s->done_bytes >> 20),
+                (unsigned long long)(s->total_bytes >> 20));
+        if (done) fputc('\n', stderr);
+    } else if (s->progress == 2 && pct / 10 != s->last_pct / 10) {
+        fprintf(stderr, "writing %s: %d%%\n", s->path, pct / 10 * 10);
+    }
+    s->last_pct = pct;
+}
+
+static int fill(void *ud, uint64_t ti, uint64_t offset, void *dst, uint64_t n_bytes)
+{
+    synth *s = ud;
+    const tdesc *t = &s->t[ti];
+    uint64_t row_bytes = ggml_row_size(t->type, t->ne[0]);
+    uint64_t row0 = offset / row_bytes, n_rows = n_bytes / row_bytes;
+    uint32_t n_jobs = s->n_threads;
+    pthread_t th[MAX_THREADS];
+    job jobs[MAX_THREADS];
+    int started[MAX_THREADS] = {0}, failed = 0;
+
+    if (n_rows * t->ne[0] < (1u << 16)) n_jobs = 1; /* not worth a thread */
+    if (n_jobs > n_rows) n_jobs = (uint32_t)n_rows;
+    for (uint32_t k = 0; k < n_jobs; k++) {
+        uint64_t a = n_rows * k / n_jobs, b = n_rows * (k + 1) / n_jobs;
+        jobs[k] = (job){s, ti, row0 + a, b - a, (uint8_t *)dst + a * row_bytes, row_bytes, 0};
+    }
+    for (uint32_t k = 1; k < n_jobs; k++) {
+        started[k] = pthread_create(&th[k], NULL, run_job, &jobs[k]) == 0;
+        if (!started[k]) run_job(&jobs[k]);
+    }
+    run_job(&jobs[0]);
+    for (uint32_t k = 0; k < n_jobs; k++) {
+        if (k > 0 && started[k]) pthread_join(th[k], NULL);
+        failed |= jobs[k].failed;
+    }
+    if (failed) return -1;
+    s->done_bytes += n_bytes;
+    show_progress(s, 0);
+    return 0;
+}
+
+/* ---- vocabulary ---- */
+
+/* Writes the generated SentencePiece-style vocabulary of n tokens (n >= 260). */
+static int gen_vocab(gguf_writer *w, uint64_t n)
+{
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyz";
+    static const char sp[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+    gguf_str *strs = malloc(n * sizeof *strs);
+    float *scores = malloc(n * sizeof *scores);
+    int32_t *types = malloc(n * sizeof *types);
+    char *arena = malloc(n * 16);
+    uint64_t i, used = 0;
+    int rc = -1;
+
+    if (!strs || !scores || !types || !arena) goto out;
+    for (i = 0; i < n; i++) {
+        char *p = arena + used;
+        int len;
+        if (i < 3) {
+            static const char *const special[3] = {"<unk>", "<s>", "</s>"};
+            len = snprintf(p, 16, "%s", special[i]);
+            types[i] = i == 0 ? 2 : 3; /* UNKNOWN, CONTROL */
+            scores[i] = 0.0f;
+        } else if (i < 259) {
+            len = snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3));
+            types[i] = 6; /* BYTE */
+            scores[i] = 0.0f;
+        } else if (i == 259) {
+            len = snprintf(p, 16, "%s", sp);
+            types[i] = 1; /* NORMAL */
+            scores[i] = -1.0f;
+        } else {
+            /* Words over a..z by length (a, b, .., z, aa, ab, ..), each with and without
+             * the space prefix: "▁a", "a", "▁b", "b", ... */
+            uint64_t k = (i - 260) / 2, base = 26, w_len = 1;
+            char buf[8];
+            while (k >= base) {
+                k -= base;
+                base *= 26;
+                w_len++;
+            }
+            for (uint64_t c = 0; c < w_len; c++) {
+                buf[w_len - 1 - c] = letters[k % 26];
+                k /= 26;
+            }
+            buf[w_len] = '\0';
+            len = snprintf(p, 16, "%s%s", (i - 260) % 2 == 0 ? sp : "", buf);
+            types[i] = 1;
+            scores[i] = -(float)(i - 258);
+        }
+        strs[i].ptr = p;
+        strs[i].len = (uint64_t)len;
+        used += (uint64_t)len;
+    }
+    if (gguf_writer_set_str(w, "tokenizer.ggml.model", "llama") != 0 ||
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, n) != 0 ||
+        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n) != 0 ||
+        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n) != 0 ||
+        gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1) != 0 ||
+        gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2) != 0 ||
+        gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0) != 0 ||
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1) != 0 ||
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0) != 0) {
+        goto out;
+    }
+    rc = 0;
+out:
+    free(strs);
+    free(scores);
+    free(types);
+    free(arena);
+    return rc;
+}
+
+/* Copies the tokenizer.* keys of the GGUF at path; sets *n_vocab. Returns 0, or -1 after
+ * printing why. */
+static int copy_vocab(const char *cmd, gguf_writer *w, const char *path, uint64_t *n_vocab)
+{
+    char err[512];
+    gguf_file *f;
+    const gguf_kv *tokens;
+    if (gguf_open(path, &f, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: --vocab %s: %s\n", cmd, path, err);
+        return -1;
+    }
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens) != 0 ||
+        tokens->n == 0) {
+        fprintf(stderr, "%s: --vocab %s: no tokenizer.ggml.tokens string array\n", cmd, path);
+        gguf_close(f);
+        return -1;
+    }
+    *n_vocab = tokens->n;
+    for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) != 0) continue;
+        if (gguf_writer_copy_kv(w, kv) != 0) {
+            fprintf(stderr, "%s: out of memory\n", cmd);
+            gguf_close(f);
+            return -1;
+        }
+    }
+    gguf_close(f);
+    return 0;
+}
+
+/* ---- the command ---- */
+
+enum { N_SEED, N_DIM, N_LAYERS, N_HEADS, N_KV_HEADS, N_FFN, N_VOCAB, N_CTX, N_THREADS, N_COUNT };
+enum { OPT_NUM = 256, OPT_SHAPE = OPT_NUM + N_COUNT, OPT_TYPE, OPT_VOCAB };
+
+static void add_tensor(tdesc *t, uint64_t *n, const char *name, uint32_t type, uint32_t n_dims,
+                       uint64_t ne0, uint64_t ne1, float mean, float std)
+{
+    tdesc *d = &t[*n];
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->type = type;
+    d->n_dims = n_dims;
+    d->ne[0] = ne0;
+    d->ne[1] = ne1;
+    d->mean = mean;
+    d->std = std;
+    (*n)++;
+}
+
+/* The type of a matrix with rows of n_in values: wtype, or f16 when n_in does not fit
+ * wtype's blocks (noted once per tensor kind). */
+static uint32_t matrix_type(const char *cmd, uint32_t wtype, uint64_t n_in, const char *kind,
+                            int *noted)
+{
+    const ggml_type_traits *tr = ggml_get_traits(wtype);
+    if (n_in % tr->blck_size == 0) return wtype;
+    if (!*noted) {
+        fprintf(stderr,
+                "%s: note: %s rows of %llu values are not a multiple of the %s block (%u): "
+                "written as f16\n",
+                cmd, kind, (unsigned long long)n_in, tr->name, tr->blck_size);
+        *noted = 1;
+    }
+    return GGML_TYPE_F16;
+}
+
+int cmd_synth_model(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"shape", required_argument, NULL, OPT_SHAPE},
+        {"type", required_argument, NULL, OPT_TYPE},
+        {"output", required_argument, NULL, 'o'},
+        {"vocab", required_argument, NULL, OPT_VOCAB},
+        {"seed", required_argument, NULL, OPT_NUM + N_SEED},
+        {"dim", required_argument, NULL, OPT_NUM + N_DIM},
+        {"layers", required_argument, NULL, OPT_NUM + N_LAYERS},
+        {"heads", required_argument, NULL, OPT_NUM + N_HEADS},
+        {"kv-heads", required_argument, NULL, OPT_NUM + N_KV_HEADS},
+        {"ffn", required_argument, NULL, OPT_NUM + N_FFN},
+        {"vocab-size", required_argument, NULL, OPT_NUM + N_VOCAB},
+        {"ctx", required_argument, NULL, OPT_NUM + N_CTX},
+        {"threads", required_argument, NULL, OPT_NUM + N_THREADS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const struct {
+        const char *name;
+        uint64_t min, max;
+    } lim[N_COUNT] = {
+        [N_SEED] = {"--seed", 0, UINT64_MAX},        [N_DIM] = {"--dim", 2, 1u << 16},
+        [N_LAYERS] = {"--layers", 1, 1024},          [N_HEADS] = {"--heads", 1, 1024},
+        [N_KV_HEADS] = {"--kv-heads", 1, 1024},      [N_FFN] = {"--ffn", 1, 1u << 18},
+        [N_VOCAB] = {"--vocab-size", 260, 1u << 22}, [N_CTX] = {"--ctx", 1, 1u << 24},
+        [N_THREADS] = {"--threads", 1, MAX_THREADS},
+    };
+    const char *cmd = argv[0], *out_path = NULL, *vocab_path = NULL, *shape_name = "tiny";
+    const char *type_name = "f16";
+    uint64_t val[N_COUNT] = {0};
+    int given[N_COUNT] = {0};
+    const shape *sh = NULL;
+    shape s;
+    ggml_type wtype;
+    uint32_t ftype, hd;
+    uint64_t n_vocab, n_t = 0;
+    synth syn;
+    tdesc *t = NULL;
+    gguf_writer *w = NULL;
+    char err[512], name[160];
+    int opt, noted_ffn_down = 0, noted_other = 0, rc = CLI_EXIT_FAIL;
+    long nproc;
+    double t0;
+
+    optind = 0; /* glibc: full re-initialisation */
+    for (;;) {
+        opt = getopt_long(argc, argv, "ho:", opts, NULL);
+        if (opt == -1) break;
+        if (opt >= OPT_NUM && opt < OPT_NUM + N_COUNT) {
+            int k = opt - OPT_NUM;
+            if (cli_parse_u64(cmd, lim[k].name, optarg, lim[k].min, lim[k].max, &val[k]) != 0) {
+                return cli_usage_error(cmd);
+            }
+            given[k] = 1;
+            continue;
+        }
+        switch (opt) {
+        case OPT_SHAPE:
+            shape_name = optarg;
+            break;
+        case OPT_TYPE:
+            type_name = optarg;
+            break;
+        case OPT_VOCAB:
+            vocab_path = optarg;
+            break;
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'h':
+            usage(stdout, cmd);
+            return CLI_EXIT_OK;
+        default:
+            return cli_usage_error(cmd);
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return cli_usage_error(cmd);
+    }
+    if (!out_path) {
+        fprintf(stderr, "%s: -o FILE is required\n", cmd);
+        return cli_usage_error(cmd);
+    }
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (strcmp(shapes[i].name, shape_name) == 0) sh = &shapes[i];
+    }
+    if (!sh) {
+        fprintf(stderr, "%s: --shape: '%s' is not one of tiny, small, 1b\n", cmd, shape_name);
+        return cli_usage_error(cmd);
+    }
+    if (ggml_type_from_name(type_name, &wtype) != 0 ||
+        (wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16 && wtype != GGML_TYPE_BF16 &&
+         wtype != GGML_TYPE_Q8_0 && wtype != GGML_TYPE_Q4_0)) {
+        fprintf(stderr, "%s: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0\n", cmd,
+                type_name);
+        return cli_usage_error(cmd);
+    }
+    s = *sh;
+    if (given[N_DIM]) s.dim = val[N_DIM];
+    if (given[N_LAYERS]) s.layers = val[N_LAYERS];
+    if (given[N_HEADS]) s.heads = val[N_HEADS];
+    if (given[N_KV_HEADS]) s.kv_heads = val[N_KV_HEADS];
+    if (given[N_FFN]) s.ffn = val[N_FFN];
+    if (given[N_VOCAB]) s.vocab = val[N_VOCAB];
+    if (given[N_CTX]) s.ctx = val[N_CTX];
+    if (!given[N_SEED]) val[N_SEED] = 1;
+    if (s.dim % s.heads != 0 || (s.dim / s.heads) % 2 != 0) {
+        fprintf(stderr, "%s: dim %llu must be a multiple of 2 x heads (%llu)\n", cmd,
+                (unsigned long long)s.dim, (unsigned long long)s.heads);
+        return cli_usage_error(cmd);
+    }
+    if (s.kv_heads > s.heads || s.heads % s.kv_heads != 0) {
+        fprintf(stderr, "%s: heads %llu must be a multiple of kv-heads %llu\n", cmd,
+                (unsigned long long)s.heads, (unsigned long long)s.kv_heads);
+        return cli_usage_error(cmd);
+    }
+    hd = (uint32_t)(s.dim / s.heads);
+    switch (wtype) {
+    case GGML_TYPE_F32:
+        ftype = FTYPE_ALL_F32;
+        break;
+    case GGML_TYPE_BF16:
+        ftype = FTYPE_MOSTLY_BF16;
+        break;
+    case GGML_TYPE_Q8_0:
+        ftype = FTYPE_MOSTLY_Q8_0;
+        break;
+    case GGML_TYPE_Q4_0:
+        ftype = FTYPE_MOSTLY_Q4_0;
+        break;
+    default:
+        ftype = FTYPE_MOSTLY_F16;
+        break;
+    }
+
+    w = gguf_writer_create(3, 0);
+    if (!w) goto oom;
+    n_vocab = s.vocab;
+    if (vocab_path) {
+        if (copy_vocab(cmd, w, vocab_path, &n_vocab) != 0) goto out;
+        if (given[N_VOCAB] && n_vocab != s.vocab) {
+            fprintf(stderr, "%s: --vocab-size %llu differs from the %llu tokens of %s\n", cmd,
+                    (unsigned long long)s.vocab, (unsigned long long)n_vocab, vocab_path);
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+        s.vocab = n_vocab;
+    }
+    {
+        int custom = 0;
+        for (int k = N_DIM; k <= N_CTX; k++)
+            custom |= given[k];
+        snprintf(name, sizeof name, "pagoda synthetic %s%s (random weights)", s.name,
+                 custom ? " custom" : "");
+    }
+    if (gguf_writer_set_str(w, "general.architecture", "llama") != 0 ||
+        gguf_writer_set_str(w, "general.name", name) != 0 ||
+        gguf_writer_set_u32(w, "general.file_type", ftype) != 0 ||
+        gguf_writer_set_u32(w, "general.quantization_version", 2) != 0 ||
+        gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s.ctx) != 0 ||
+        gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s.dim) != 0 ||
+        gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s.layers) != 0 ||
+        gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)s.ffn) != 0 ||
+        gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s.heads) != 0 ||
+        gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s.kv_heads) != 0 ||
+        gguf_writer_set_f32(w, "llama.rope.freq_base", s.rope_base) != 0 ||
+        gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f) != 0 ||
+        gguf_writer_set_u32(w, "llama.rope.dimension_count", hd) != 0 ||
+        gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)s.vocab) != 0) {
+        goto oom;
+    }
+    if (!vocab_path && gen_vocab(w, s.vocab) != 0) goto oom;
+
+    /* Tensors, in the order llama.cpp's converters write them. */
+    t = calloc(3 + 9 * s.layers, sizeof *t);
+    if (!t) goto oom;
+    {
+        const float sd = 1.0f / sqrtf((float)s.dim), sf = 1.0f / sqrtf((float)s.ffn);
+        const float res = 1.0f / sqrtf(2.0f * (float)s.layers); /* residual branches */
+        const uint64_t kv_dim = s.kv_heads * hd;
+        uint32_t mt = matrix_type(cmd, wtype, s.dim, "matrix", &noted_other);
+        uint32_t mt_down = matrix_type(cmd, wtype, s.ffn, "ffn_down.weight", &noted_ffn_down);
+        add_tensor(t, &n_t, "token_embd.weight", mt, 2, s.dim, s.vocab, 0.0f, 1.0f);
+        add_tensor(t, &n_t, "output_norm.weight", GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+        add_tensor(t, &n_t, "output.weight", mt, 2, s.dim, s.vocab, 0.0f, sd);
+        for (uint64_t l = 0; l < s.layers; l++) {
+            static const char *const parts[9] = {
+                "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+                "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
+            };
+            char tn[9][64];
+            for (int k = 0; k < 9; k++) {
+                snprintf(tn[k], sizeof tn[k], "blk.%llu.%s.weight", (unsigned long long)l,
+                         parts[k]);
+            }
+            add_tensor(t, &n_t, tn[0], GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+            add_tensor(t, &n_t, tn[1], mt, 2, s.dim, s.dim, 0.0f, sd);
+            add_tensor(t, &n_t, tn[2], mt, 2, s.dim, kv_dim, 0.0f, sd);
+            add_tensor(t, &n_t, tn[3], mt, 2, s.dim, kv_dim, 0.0f, sd);
+            add_tensor(t, &n_t, tn[4], mt, 2, s.dim, s.dim, 0.0f, sd * res);
+            add_tensor(t, &n_t, tn[5], GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+            add_tensor(t, &n_t, tn[6], mt, 2, s.dim, s.ffn, 0.0f, sd);
+            add_tensor(t, &n_t, tn[7], mt_down, 2, s.ffn, s.dim, 0.0f, sf * res);
+            add_tensor(t, &n_t, tn[8], mt, 2, s.dim, s.ffn, 0.0f, sd);
+        }
+    }
+    for (uint64_t i = 0; i < n_t; i++) {
+        if (gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne) != 0) {
+            fprintf(stderr, "%s: cannot add tensor '%s'\n", cmd, t[i].name);
+            goto out;
+        }
+    }
+
+    nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    memset(&syn, 0, sizeof syn);
+    syn.seed = val[N_SEED];
+    syn.t = t;
+    syn.n_t = n_t;
+    syn.n_threads = given[N_THREADS]      ? (uint32_t)val[N_THREADS]
+                    : nproc < 1           ? 1
+                    : nproc > MAX_THREADS ? MAX_THREADS
+                                          : (uint32_t)nproc;
+    syn.total_bytes = gguf_writer_data_bytes(w);
+    syn.progress = isatty(STDERR_FILENO) ? 1 : syn.total_bytes > (100u << 20) ? 2 : 0;
+    syn.last_pct = -1;
+    syn.path = out_path;
+    t0 = cli_now_s();
+    if (gguf_writer_write_chunks(w, out_path, fill, &syn, err, sizeof err) != 0) {
+        if (syn.progress == 1) fputc('\n', stderr);
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    show_progress(&syn, 1);
+    {
+        uint64_t n_params = 0, n_bytes = 0;
+        for (uint64_t i = 0; i < n_t; i++) {
+            n_params += t[i].ne[0] * t[i].ne[1];
+            n_bytes += ggml_row_size(t[i].type, t[i].ne[0]) * t[i].ne[1];
+        }
+        printf("wrote %s: llama %s, %s weights, dim %llu, %llu layers, %llu/%llu heads, ffn %llu, "
+               "vocab %llu, ctx %llu: %llu params, %llu tensor bytes in %.2f s\n",
+               out_path, s.name, ggml_type_name(wtype), (unsigned long long)s.dim,
+               (unsigned long long)s.layers, (unsigned long long)s.heads,
+               (unsigned long long)s.kv_heads, (unsigned long long)s.ffn,
+               (unsigned long long)s.vocab, (unsigned long long)s.ctx, (unsigned long long)n_params,
+               (unsigned long long)n_bytes, cli_now_s() - t0);
+    }
+    rc = CLI_EXIT_OK;
+    goto out;
+oom:
+    fprintf(stderr, "%s: out of memory\n", cmd);
+out:
+    gguf_writer_destroy(w);
+    free(t);
+    return rc;
+}
