@@ -152,14 +152,16 @@ int main(int argc, char **argv)
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     if (!toks || !logits) return 1;
     toks[0] = 1;
-    for (uint32_t i = 1; i < n_tok; i++) toks[i] = 3 + (int32_t)(rng(&seed) % (m->hp.n_vocab - 3));
+    for (uint32_t i = 1; i < n_tok; i++)
+        toks[i] = 3 + (int32_t)(rng(&seed) % (m->hp.n_vocab - 3));
 
     if (!json)
         printf("model %s: %.2f GiB of weights, %u threads, kv %s, isa %s\n", model_path,
                m->weight_bytes / 1073741824.0, threads, pgd_kv_type_name(kv),
                pe_isa_name(pe_isa_detect()));
-    if (!json) printf("%-8s %-6s %8s %10s %12s %10s\n", "depth", "test", "tokens", "seconds",
-                      "tokens/s", "vs depth0");
+    if (!json)
+        printf("%-8s %-6s %8s %10s %12s %10s\n", "depth", "test", "tokens", "seconds", "tokens/s",
+               "vs depth0");
     double base_pp = 0, base_tg = 0;
     uint64_t checksum = 0;
     for (uint32_t d = 0; d < n_depth; d++) {
@@ -177,8 +179,7 @@ int main(int argc, char **argv)
         double t0 = now_s();
         for (uint32_t i = 0; i < pp; i += batch) {
             uint32_t n = pp - i < batch ? pp - i : batch;
-            if (pe_forward(c, s, toks + depths[d] + i, n, i + n == pp ? logits : NULL, 0))
-                return 1;
+            if (pe_forward(c, s, toks + depths[d] + i, n, i + n == pp ? logits : NULL, 0)) return 1;
         }
         double tpp = now_s() - t0;
         pgd_seq_destroy(cache, s);

@@ -48,23 +48,22 @@ typedef struct opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench_matmul [options]\n"
-            "GFLOP/s and GB/s of pe_matmul on 1B-model shapes, per type, threads and ISA.\n"
-            "  --types LIST    f16,q8_0,q4_0,bf16,f32 (default all)\n"
-            "  --shapes LIST   indices into 2048x2048,2048x8192,8192x2048,2048x32000\n"
-            "                  (n_in x n_out; default 0,1,2,3)\n"
-            "  --threads LIST  thread counts, 1 and/or 2 (default 1,2)\n"
-            "  --isa LIST      scalar,avx2,avx512 (default all this CPU has)\n"
-            "  --tok LIST      1 (matvec) and/or 512 (matmul) (default 1,512)\n"
-            "  --gemm-tok N    tokens of the matmul runs (default 512)\n"
-            "  --reps N        timed runs per figure, best reported (default 3)\n"
-            "  --ws-mib N      matvec working set in MiB: copies of the matrix (default 512)\n"
-            "  --probe-mib N   bandwidth probe buffer in MiB (default 256)\n"
-            "  --seed N        weights/activations seed (default 1)\n"
-            "  --json          one JSON object per line instead of the table\n"
-            "  --smoke         tiny and fast (for ctest)\n"
-            "  --help          show this help\n");
+    fprintf(f, "usage: bench_matmul [options]\n"
+               "GFLOP/s and GB/s of pe_matmul on 1B-model shapes, per type, threads and ISA.\n"
+               "  --types LIST    f16,q8_0,q4_0,bf16,f32 (default all)\n"
+               "  --shapes LIST   indices into 2048x2048,2048x8192,8192x2048,2048x32000\n"
+               "                  (n_in x n_out; default 0,1,2,3)\n"
+               "  --threads LIST  thread counts, 1 and/or 2 (default 1,2)\n"
+               "  --isa LIST      scalar,avx2,avx512 (default all this CPU has)\n"
+               "  --tok LIST      1 (matvec) and/or 512 (matmul) (default 1,512)\n"
+               "  --gemm-tok N    tokens of the matmul runs (default 512)\n"
+               "  --reps N        timed runs per figure, best reported (default 3)\n"
+               "  --ws-mib N      matvec working set in MiB: copies of the matrix (default 512)\n"
+               "  --probe-mib N   bandwidth probe buffer in MiB (default 256)\n"
+               "  --seed N        weights/activations seed (default 1)\n"
+               "  --json          one JSON object per line instead of the table\n"
+               "  --smoke         tiny and fast (for ctest)\n"
+               "  --help          show this help\n");
 }
 
 static double now_s(void)
@@ -119,7 +118,8 @@ static void probe_task(void *ctx, uint32_t task, uint32_t thread)
     if (i1 > p->n_words) i1 = p->n_words;
     uint64_t a[8] = {0};
     for (size_t i = i0; i + 8 <= i1; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += p->buf[i + j];
+        for (int j = 0; j < 8; j++)
+            a[j] += p->buf[i + j];
     p->sums[task] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
@@ -129,7 +129,8 @@ static double probe(uint32_t n_threads, uint32_t mib, int reps, uint64_t *check)
     size_t bytes = (size_t)mib << 20;
     uint64_t *buf = malloc(bytes);
     if (!buf) return 0.0;
-    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i;
+    for (size_t i = 0; i < bytes / 8; i++)
+        buf[i] = i;
     pe_threadpool *tp = pe_tp_create(n_threads);
     probe_ctx p = {buf, bytes / 8, (bytes / 8 + n_threads - 1) / n_threads, {0}};
     double best = 1e30;
@@ -139,7 +140,8 @@ static double probe(uint32_t n_threads, uint32_t mib, int reps, uint64_t *check)
         double dt = now_s() - t0;
         if (r > 0 && dt < best) best = dt;
     }
-    for (uint32_t i = 0; i < n_threads; i++) *check += p.sums[i];
+    for (uint32_t i = 0; i < n_threads; i++)
+        *check += p.sums[i];
     pe_tp_destroy(tp);
     free(buf);
     return (double)bytes / best / 1e9;
@@ -165,7 +167,8 @@ static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t
         return NULL;
     }
     for (uint32_t o = 0; o < n_out; o++) {
-        for (uint32_t i = 0; i < n_in; i++) row[i] = frand(seed) * 0.05f;
+        for (uint32_t i = 0; i < n_in; i++)
+            row[i] = frand(seed) * 0.05f;
         pe_quant_row(type, row, w + o * *row_bytes, n_in);
     }
     free(row);
@@ -175,7 +178,8 @@ static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t
 static double max_abs(const float *y, size_t n)
 {
     double m = 0.0;
-    for (size_t i = 0; i < n; i++) m = fabs(y[i]) > m ? fabs(y[i]) : m;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(y[i]) > m ? fabs(y[i]) : m;
     return m;
 }
 
@@ -188,16 +192,25 @@ int main(int argc, char **argv)
     static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
     static const char *const tok_names[] = {"1", "512"};
     static const struct option lo[] = {
-        {"types", required_argument, 0, 'T'},   {"shapes", required_argument, 0, 'S'},
-        {"threads", required_argument, 0, 't'}, {"isa", required_argument, 0, 'I'},
-        {"tok", required_argument, 0, 'k'},     {"gemm-tok", required_argument, 0, 'g'},
-        {"reps", required_argument, 0, 'r'},    {"ws-mib", required_argument, 0, 'w'},
-        {"probe-mib", required_argument, 0, 'p'}, {"seed", required_argument, 0, 's'},
-        {"json", no_argument, 0, 'j'},          {"smoke", no_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"types", required_argument, 0, 'T'},
+        {"shapes", required_argument, 0, 'S'},
+        {"threads", required_argument, 0, 't'},
+        {"isa", required_argument, 0, 'I'},
+        {"tok", required_argument, 0, 'k'},
+        {"gemm-tok", required_argument, 0, 'g'},
+        {"reps", required_argument, 0, 'r'},
+        {"ws-mib", required_argument, 0, 'w'},
+        {"probe-mib", required_argument, 0, 'p'},
+        {"seed", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'j'},
+        {"smoke", no_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
-    int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    int bad = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, "", lo, NULL);
+        if (c == -1) break;
         switch (c) {
         case 'T':
             bad |= parse_list(optarg, type_names, N_TYPES, &o.type_mask);
@@ -270,11 +283,13 @@ int main(int argc, char **argv)
     for (uint32_t nt = 1; nt <= 2; nt++)
         if (o.thread_mask & (1u << (nt - 1))) bw[nt] = probe(nt, o.probe_mib, o.reps, &check);
     if (o.json) {
-        printf("{\"probe_mib\": %u, \"read_gbs_1t\": %.2f, \"read_gbs_2t\": %.2f, \"isa\": \"%s\"}\n",
-               o.probe_mib, bw[1], bw[2], pe_isa_name(best_isa));
+        printf(
+            "{\"probe_mib\": %u, \"read_gbs_1t\": %.2f, \"read_gbs_2t\": %.2f, \"isa\": \"%s\"}\n",
+            o.probe_mib, bw[1], bw[2], pe_isa_name(best_isa));
     } else {
-        printf("isa %s; read bandwidth (sum over %u MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
-               pe_isa_name(best_isa), o.probe_mib, bw[1], bw[2]);
+        printf(
+            "isa %s; read bandwidth (sum over %u MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+            pe_isa_name(best_isa), o.probe_mib, bw[1], bw[2]);
         printf("%-12s %-5s %4s %3s %-7s %9s %8s %7s %6s %8s %8s %8s\n", "shape", "type", "tok",
                "thr", "isa", "ms", "GFLOP/s", "GB/s", "%bw", "x_scalar", "x_avx2", "err");
     }
@@ -303,8 +318,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_matmul: out of memory\n");
                 rc = 1;
             }
-            for (size_t i = 0; rc == 0 && i < n_copies; i++) memcpy(copies + i * mat_bytes, w0, mat_bytes);
-            for (size_t i = 0; rc == 0 && i < (size_t)o.gemm_tok * n_in; i++) x[i] = frand(&seed);
+            for (size_t i = 0; rc == 0 && i < n_copies; i++)
+                memcpy(copies + i * mat_bytes, w0, mat_bytes);
+            for (size_t i = 0; rc == 0 && i < (size_t)o.gemm_tok * n_in; i++)
+                x[i] = frand(&seed);
             for (int ki = 0; ki < 2 && rc == 0; ki++) {
                 if (!(o.tok_mask & (1u << ki))) continue;
                 const uint32_t n_tok = ki == 0 ? 1 : o.gemm_tok;
@@ -348,7 +365,8 @@ int main(int argc, char **argv)
                             double scale = 0.0, diff = 0.0;
                             for (uint32_t t = 0; t < n_tok; t++) {
                                 for (uint32_t r = 0; r < scalar_rows; r++) {
-                                    double a = y[(size_t)t * n_out + r], b = ys[(size_t)t * scalar_rows + r];
+                                    double a = y[(size_t)t * n_out + r],
+                                           b = ys[(size_t)t * scalar_rows + r];
                                     diff = fabs(a - b) > diff ? fabs(a - b) : diff;
                                 }
                             }
@@ -361,9 +379,15 @@ int main(int argc, char **argv)
                             memcpy(&bits, &v, 4);
                             check += (uint64_t)lrintf(v) + (bits >> 31);
                         }
-                        result res = {(uint32_t)si, type, n_tok, nt, (pe_isa)isa, best * 1e3,
+                        result res = {(uint32_t)si,
+                                      type,
+                                      n_tok,
+                                      nt,
+                                      (pe_isa)isa,
+                                      best * 1e3,
                                       2.0 * n_in * n_out * n_tok / best / 1e9,
-                                      (double)mat_bytes / best / 1e9, err};
+                                      (double)mat_bytes / best / 1e9,
+                                      err};
                         if (isa != 0 && !(o.isa_mask & (1u << isa))) continue;
                         if (isa == 0 && !(o.isa_mask & 1u)) continue;
                         double xs = ms_isa[0] > 0 ? ms_isa[0] / res.ms : 0.0;

@@ -68,9 +68,9 @@ typedef struct block_q4_0 {
 /* Type traits. name is NULL for numbers no ggml type uses. */
 typedef struct ggml_type_traits {
     const char *name;
-    uint32_t blck_size;  /* values per block */
-    uint32_t type_size;  /* bytes per block */
-    int supported;       /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0) */
+    uint32_t blck_size; /* values per block */
+    uint32_t type_size; /* bytes per block */
+    int supported;      /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0) */
 } ggml_type_traits;
 
 /* Returns the traits of t, or NULL for an unknown type number. */
@@ -121,7 +121,7 @@ static inline uint16_t pe_f32_to_f16(float f)
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds past 65504 */
-    if (ax < 0x38800000u) {                                    /* subnormal or zero in f16 */
+    if (ax < 0x38800000u) {                                  /* subnormal or zero in f16 */
         if (ax < 0x33000000u) return (uint16_t)sign;
         uint32_t e = ax >> 23;
         uint32_t m = (ax & 0x7fffff) | 0x800000;

@@ -1375,6 +1375,15 @@ static int fill_whole(void *ud, uint64_t tensor_index, uint64_t offset, void *ds
     return c->fill(c->ud, tensor_index, dst, n_bytes);
 }
 
+/* The bytes of tensor t asked for at once: all of it, or the most whole rows that fit in
+ * max_piece (at least one). */
+static uint64_t piece_bytes(const wtensor *t, uint64_t max_piece)
+{
+    uint64_t rows = max_piece / t->row_bytes;
+    if (t->n_bytes <= max_piece) return t->n_bytes;
+    return t->row_bytes * (rows ? rows : 1);
+}
+
 /* Writes the file; tensors are requested in pieces of at most max_piece bytes (whole rows,
  * or one row when a row is larger). */
 static int writer_write(gguf_writer *w, const char *path, gguf_fill_chunk_fn fill, void *ud,
@@ -1390,9 +1399,7 @@ static int writer_write(gguf_writer *w, const char *path, gguf_fill_chunk_fn fil
     /* Offsets, and the largest piece the callback will be asked for. */
     for (uint64_t i = 0; i < w->n_t; i++) {
         wtensor *t = &w->ts[i];
-        uint64_t piece = t->n_bytes;
-        if (piece > max_piece)
-            piece = t->row_bytes * (max_piece / t->row_bytes ? max_piece / t->row_bytes : 1);
+        uint64_t piece = piece_bytes(t, max_piece);
         if (piece > buf_bytes) buf_bytes = piece;
         t->offset = off;
         off += (t->n_bytes + w->alignment - 1) / w->alignment * w->alignment;
@@ -1448,8 +1455,9 @@ static int writer_write(gguf_writer *w, const char *path, gguf_fill_chunk_fn fil
     for (uint64_t i = 0; i < w->n_t; i++) {
         const wtensor *t = &w->ts[i];
         uint64_t pad = (w->alignment - t->n_bytes % w->alignment) % w->alignment;
+        uint64_t piece = piece_bytes(t, max_piece);
         for (uint64_t pos = 0; pos < t->n_bytes;) {
-            uint64_t n = t->n_bytes - pos < buf_bytes ? t->n_bytes - pos : buf_bytes;
+            uint64_t n = t->n_bytes - pos < piece ? t->n_bytes - pos : piece;
             if (!fill) {
                 memset(buf, 0, n);
             } else if (fill(ud, i, pos, buf, n) != 0) {

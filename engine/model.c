@@ -53,8 +53,8 @@ static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uin
     return 0;
 }
 
-static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out,
-                   char *err, size_t errlen)
+static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, char *err,
+                   size_t errlen)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -109,8 +109,8 @@ static int load_mat(const gguf_file *f, const char *name, uint32_t n_in, uint32_
     out->data = t->data;
     out->row_bytes = ggml_row_size(t->type, n_in);
     if (!out->row_bytes)
-        return errf(err, errlen, "tensor '%s': row of %u values does not fit type %s", name,
-                    n_in, ggml_type_name(t->type));
+        return errf(err, errlen, "tensor '%s': row of %u values does not fit type %s", name, n_in,
+                    ggml_type_name(t->type));
     return 0;
 }
 
@@ -168,8 +168,8 @@ static pgd_hash fingerprint(const gguf_file *f)
     return r;
 }
 
-int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out,
-                  char *err, size_t errlen)
+int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out, char *err,
+                  size_t errlen)
 {
     pe_model *m = calloc(1, sizeof *m);
     char msg[512];
@@ -193,8 +193,7 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     }
     gguf_str name;
     if (gguf_get_str(f, "general.name", &name) == 0)
-        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 100 ? 100 : name.len),
-                 name.ptr);
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 100 ? 100 : name.len), name.ptr);
 
     pe_hparams *hp = &m->hp;
     hp->rope_theta = 10000.0f;
@@ -209,8 +208,7 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         get_f32(f, "llama", "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen))
         goto fail;
     hp->n_head_kv = hp->n_head;
-    if (get_u32(f, "llama", "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen))
-        goto fail;
+    if (get_u32(f, "llama", "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) goto fail;
     if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_head_kv || !hp->n_ff ||
         hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv || hp->n_layer > 4096 ||
         hp->n_embd > (1u << 20) || hp->n_ff > (1u << 22)) {
@@ -225,8 +223,8 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     hp->n_rot = hp->head_dim;
     if (get_u32(f, "llama", "rope.dimension_count", &hp->n_rot, 0, err, errlen)) goto fail;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim > 1024 || !hp->head_dim) {
-        errf(err, errlen, "%s: rope.dimension_count %u does not fit head_dim %u", path,
-             hp->n_rot, hp->head_dim);
+        errf(err, errlen, "%s: rope.dimension_count %u does not fit head_dim %u", path, hp->n_rot,
+             hp->head_dim);
         goto fail;
     }
     gguf_str stype;
@@ -281,7 +279,8 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
             goto fail;
 #undef NAME
     }
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) m->weight_bytes += gguf_tensor_at(f, i)->n_bytes;
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++)
+        m->weight_bytes += gguf_tensor_at(f, i)->n_bytes;
     /* Touch the weights once, so that the first token does not pay for page faults, and
      * so that a large model shows progress while it comes off the disk. */
     if (progress) {
@@ -290,7 +289,8 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
             const gguf_tensor *t = gguf_tensor_at(f, i);
             const uint8_t *p = t->data;
-            for (uint64_t o = 0; o < t->n_bytes; o += 4096) sink ^= p[o];
+            for (uint64_t o = 0; o < t->n_bytes; o += 4096)
+                sink ^= p[o];
             done += t->n_bytes;
             progress(ud, done, total);
         }
@@ -317,9 +317,13 @@ struct pe_ctx {
     float *att;                                /* [n_threads][group][n_ctx] scores */
     float *rope;                               /* [n_batch][n_rot/2][2] cos, sin */
     float *inv_freq;                           /* [n_rot/2] */
-    uint32_t *slot_page, *slot_off;            /* [n_batch] */
+    uint32_t *slot_page, *slot_off;            /* [n_batch] where each row's K/V goes */
+    uint64_t *row_pos;                         /* [n_batch] position of each row */
+    const uint32_t **row_pages;                /* [n_batch] page table of each row's seq */
+    float *logits_tmp;                         /* [cap][n_vocab], batches of several seqs */
+    uint32_t logits_cap;
     void *scratch;
-    float *kc, *vc;                            /* contiguous reference [layer][n_ctx][kv] */
+    float *kc, *vc; /* contiguous reference [layer][n_ctx][kv] */
 };
 
 pe_ctx_params pe_ctx_default_params(void)
@@ -333,8 +337,14 @@ pe_ctx_params pe_ctx_default_params(void)
     return p;
 }
 
-pgd_cache *pe_ctx_cache(pe_ctx *ctx) { return ctx->cache; }
-const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx) { return &ctx->p; }
+pgd_cache *pe_ctx_cache(pe_ctx *ctx)
+{
+    return ctx->cache;
+}
+const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx)
+{
+    return &ctx->p;
+}
 
 void pe_ctx_free(pe_ctx *ctx)
 {
@@ -354,6 +364,9 @@ void pe_ctx_free(pe_ctx *ctx)
     free(ctx->inv_freq);
     free(ctx->slot_page);
     free(ctx->slot_off);
+    free(ctx->row_pos);
+    free(ctx->row_pages);
+    free(ctx->logits_tmp);
     free(ctx->scratch);
     free(ctx->kc);
     free(ctx->vc);
@@ -404,8 +417,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.pool.head_dim = hp->head_dim;
     cp.pool.page_tokens = c->p.page_tokens;
     cp.pool.kv_type = c->p.kv_type;
-    cp.pool.capacity_pages =
-        (uint32_t)((c->p.kv_tokens + c->p.page_tokens - 1) / c->p.page_tokens);
+    cp.pool.capacity_pages = (uint32_t)((c->p.kv_tokens + c->p.page_tokens - 1) / c->p.page_tokens);
     cp.policy = c->p.policy;
     cp.model_fingerprint = m->fingerprint;
     int rc = pgd_cache_create(&cp, &c->cache);
@@ -431,9 +443,12 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->inv_freq = malloc(hp->n_rot / 2 * sizeof(float) + sizeof(float));
     c->slot_page = malloc(n * sizeof(uint32_t));
     c->slot_off = malloc(n * sizeof(uint32_t));
+    c->row_pos = malloc(n * sizeof(uint64_t));
+    c->row_pages = malloc(n * sizeof(uint32_t *));
     c->scratch = malloc(max_scratch(m, (uint32_t)n) + 64);
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->ao || !c->hb || !c->hb2 || !c->att ||
-        !c->rope || !c->inv_freq || !c->slot_page || !c->slot_off || !c->scratch) {
+        !c->rope || !c->inv_freq || !c->slot_page || !c->slot_off || !c->row_pos || !c->row_pages ||
+        !c->scratch) {
         errf(err, errlen, "out of memory for activations of %zu tokens", n);
         goto fail;
     }
@@ -487,13 +502,13 @@ __attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const uint16_
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     float r = _mm_cvtss_f32(s);
-    for (; i < n; i++) r += pe_f16_to_f32(k[i]) * q[i];
+    for (; i < n; i++)
+        r += pe_f16_to_f32(k[i]) * q[i];
     return r;
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, float a,
-                                                                   const uint16_t *x,
-                                                                   uint32_t n)
+                                                                   const uint16_t *x, uint32_t n)
 {
     __m256 va = _mm256_set1_ps(a);
     uint32_t i = 0;
@@ -501,7 +516,8 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, flo
         __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xf, _mm256_loadu_ps(y + i)));
     }
-    for (; i < n; i++) y[i] += a * pe_f16_to_f32(x[i]);
+    for (; i < n; i++)
+        y[i] += a * pe_f16_to_f32(x[i]);
 }
 #endif
 
@@ -513,7 +529,8 @@ static float dot_f16(const uint16_t *k, const float *q, uint32_t n)
     if (have_avx2) return dot_f16_avx2(k, q, n);
 #endif
     float r = 0;
-    for (uint32_t i = 0; i < n; i++) r += pe_f16_to_f32(k[i]) * q[i];
+    for (uint32_t i = 0; i < n; i++)
+        r += pe_f16_to_f32(k[i]) * q[i];
     return r;
 }
 
@@ -525,16 +542,15 @@ static void axpy_f16(float *y, float a, const uint16_t *x, uint32_t n)
         return;
     }
 #endif
-    for (uint32_t i = 0; i < n; i++) y[i] += a * pe_f16_to_f32(x[i]);
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += a * pe_f16_to_f32(x[i]);
 }
 
 /* ---- attention over pages ---- */
 
 typedef struct attn_job {
     pe_ctx *c;
-    uint32_t layer, n;
-    uint64_t pos0;
-    const uint32_t *pages; /* the sequence's page table */
+    uint32_t layer;
 } attn_job;
 
 /* One task = (token t, kv head g): every query head of the group reads each K/V row once. */
@@ -545,7 +561,8 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     const pe_hparams *hp = &c->m->hp;
     const uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv, pt = c->p.page_tokens;
     const uint32_t t = task / hp->n_head_kv, g = task % hp->n_head_kv;
-    const uint64_t n_keys = j->pos0 + t + 1;
+    const uint64_t n_keys = c->row_pos[t] + 1;
+    const uint32_t *pages = c->row_pages[t];
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = c->att + (size_t)thread * G * c->p.n_ctx; /* [G][n_keys] */
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)g * G * hd;
@@ -559,13 +576,15 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
             float *s = sc + (size_t)h * n_keys, *o = out + (size_t)h * hd;
             for (uint64_t p = 0; p < n_keys; p++) {
                 float d = 0;
-                for (uint32_t i = 0; i < hd; i++) d += q[h * hd + i] * K[p * KV + i];
+                for (uint32_t i = 0; i < hd; i++)
+                    d += q[h * hd + i] * K[p * KV + i];
                 s[p] = d * scale;
             }
             pe_softmax(s, (uint32_t)n_keys);
             memset(o, 0, hd * sizeof *o);
             for (uint64_t p = 0; p < n_keys; p++)
-                for (uint32_t i = 0; i < hd; i++) o[i] += s[p] * V[p * KV + i];
+                for (uint32_t i = 0; i < hd; i++)
+                    o[i] += s[p] * V[p * KV + i];
         }
         return;
     }
@@ -573,7 +592,7 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     const int f16 = c->p.kv_type == PGD_KV_F16;
     for (uint64_t p0 = 0; p0 < n_keys; p0 += pt) {
         uint32_t rows = n_keys - p0 < pt ? (uint32_t)(n_keys - p0) : pt;
-        const void *kp = pgd_pool_k(c->pool, j->pages[p0 / pt], j->layer, g);
+        const void *kp = pgd_pool_k(c->pool, pages[p0 / pt], j->layer, g);
         for (uint32_t r = 0; r < rows; r++) {
             for (uint32_t h = 0; h < G; h++) {
                 float d = f16 ? dot_f16((const uint16_t *)kp + (size_t)r * hd, q + h * hd, hd)
@@ -588,7 +607,7 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     }
     for (uint64_t p0 = 0; p0 < n_keys; p0 += pt) {
         uint32_t rows = n_keys - p0 < pt ? (uint32_t)(n_keys - p0) : pt;
-        const void *vp = pgd_pool_v(c->pool, j->pages[p0 / pt], j->layer, g);
+        const void *vp = pgd_pool_v(c->pool, pages[p0 / pt], j->layer, g);
         for (uint32_t r = 0; r < rows; r++) {
             for (uint32_t h = 0; h < G; h++) {
                 float a = sc[(size_t)h * n_keys + p0 + r];
@@ -602,7 +621,7 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
 }
 
 /* Stores the chunk's k and v rows of one layer into their page slots. */
-static void store_kv(pe_ctx *c, uint32_t layer, uint32_t n, uint64_t pos0)
+static void store_kv(pe_ctx *c, uint32_t layer, uint32_t n)
 {
     const pe_hparams *hp = &c->m->hp;
     const uint32_t hd = hp->head_dim;
@@ -626,8 +645,8 @@ static void store_kv(pe_ctx *c, uint32_t layer, uint32_t n, uint64_t pos0)
             }
         }
         if (c->kc) {
-            float *kc = c->kc + ((size_t)layer * c->p.n_ctx + pos0 + t) * KV;
-            float *vc = c->vc + ((size_t)layer * c->p.n_ctx + pos0 + t) * KV;
+            float *kc = c->kc + ((size_t)layer * c->p.n_ctx + c->row_pos[t]) * KV;
+            float *vc = c->vc + ((size_t)layer * c->p.n_ctx + c->row_pos[t]) * KV;
             for (size_t i = 0; i < KV; i++) { /* same rounding as the pages */
                 kc[i] = c->p.kv_type == PGD_KV_F16 ? pe_f16_to_f32(pe_f32_to_f16(c->k[t * KV + i]))
                                                    : c->k[t * KV + i];
@@ -640,37 +659,80 @@ static void store_kv(pe_ctx *c, uint32_t layer, uint32_t n, uint64_t pos0)
 
 /* ---- forward ---- */
 
-int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
-               int all_logits)
+/* Undoes the grows of items[0..n) (a batch that could not run). */
+static void undo_grows(pe_ctx *c, const pe_batch_item *items, const uint64_t *pos0, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        pgd_seq_truncate(c->cache, items[i].seq, pos0[i]);
+}
+
+int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
 {
     const pe_model *m = c->m;
     const pe_hparams *hp = &m->hp;
     const uint32_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
     const size_t Q = (size_t)hp->n_head * hd, KV = (size_t)hp->n_head_kv * hd;
-    const uint64_t pos0 = pgd_seq_length(c->cache, seq);
+    uint64_t pos0[PE_MAX_BATCH_SEQS];
+    uint32_t n = 0, n_out = 0;
+    int rc;
+
     if (have_avx2 < 0) have_avx2 = pe_isa_detect() >= PE_ISA_AVX2;
-    if (n == 0 || n > c->p.n_batch || pos0 + n > c->p.n_ctx) return PGD_EINVAL;
-    for (uint32_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || (uint32_t)tokens[t] >= hp->n_vocab) return PGD_EINVAL;
-
-    int rc = pgd_seq_grow(c->cache, seq, n);
-    if (rc != PGD_OK) return rc;
-    for (uint32_t t = 0; t < n; t++) {
-        rc = pgd_seq_write_slot(c->cache, seq, pos0 + t, &c->slot_page[t], &c->slot_off[t]);
-        if (rc != PGD_OK) return rc;
+    if (n_items == 0 || n_items > PE_MAX_BATCH_SEQS || (c->kc && n_items > 1)) return PGD_EINVAL;
+    for (uint32_t i = 0; i < n_items; i++) {
+        const pe_batch_item *it = &items[i];
+        if (!it->seq || !it->n || it->n > c->p.n_batch - n) return PGD_EINVAL;
+        pos0[i] = pgd_seq_length(c->cache, it->seq);
+        if (pos0[i] + it->n > c->p.n_ctx) return PGD_EINVAL;
+        for (uint32_t t = 0; t < it->n; t++)
+            if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= hp->n_vocab) return PGD_EINVAL;
+        for (uint32_t k = 0; k < i; k++)
+            if (items[k].seq == it->seq) return PGD_EINVAL;
+        n += it->n;
+        n_out += it->logits ? (it->all_logits ? it->n : 1) : 0;
     }
-    const uint32_t *pages;
-    pgd_seq_pages(c->cache, seq, &pages);
+    if (n_items > 1 && n_out > c->logits_cap) {
+        float *lt = realloc(c->logits_tmp, (size_t)n_out * hp->n_vocab * sizeof *lt);
+        if (!lt) return PGD_ENOMEM;
+        c->logits_tmp = lt;
+        c->logits_cap = n_out;
+    }
 
-    for (uint32_t t = 0; t < n; t++) {
-        pe_dequant_row(m->tok_embd.type,
-                       (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
-                       c->x + (size_t)t * E, E);
-        float pos = (float)(pos0 + t) * hp->rope_scale;
-        for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
-            float th = pos * c->inv_freq[i];
-            c->rope[(size_t)t * hp->n_rot + 2 * i] = cosf(th);
-            c->rope[(size_t)t * hp->n_rot + 2 * i + 1] = sinf(th);
+    /* Reserve every item's pages first, so that a full pool changes nothing. */
+    for (uint32_t i = 0; i < n_items; i++) {
+        rc = pgd_seq_grow(c->cache, items[i].seq, items[i].n);
+        if (rc != PGD_OK) {
+            undo_grows(c, items, pos0, i);
+            return rc;
+        }
+    }
+    uint32_t r = 0;
+    for (uint32_t i = 0; i < n_items; i++) {
+        for (uint32_t t = 0; t < items[i].n; t++, r++) {
+            c->row_pos[r] = pos0[i] + t;
+            rc = pgd_seq_write_slot(c->cache, items[i].seq, c->row_pos[r], &c->slot_page[r],
+                                    &c->slot_off[r]);
+            if (rc != PGD_OK) {
+                undo_grows(c, items, pos0, n_items);
+                return rc;
+            }
+        }
+    }
+    r = 0;
+    for (uint32_t i = 0; i < n_items; i++) {
+        const uint32_t *pages;
+        pgd_seq_pages(c->cache, items[i].seq, &pages);
+        for (uint32_t t = 0; t < items[i].n; t++, r++) {
+            c->row_pages[r] = pages;
+            int32_t tok = items[i].tokens[t];
+            pe_dequant_row(m->tok_embd.type,
+                           (const uint8_t *)m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes,
+                           c->x + (size_t)r * E, E);
+            float pos = (float)c->row_pos[r] * hp->rope_scale;
+            for (uint32_t k = 0; k < hp->n_rot / 2; k++) {
+                float th = pos * c->inv_freq[k];
+                c->rope[(size_t)r * hp->n_rot + 2 * k] = cosf(th);
+                c->rope[(size_t)r * hp->n_rot + 2 * k + 1] = sinf(th);
+            }
         }
     }
 
@@ -686,11 +748,12 @@ int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float
             rope_apply(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
             rope_apply(c->k + t * KV, cs, hp->n_head_kv, hd, hp->n_rot);
         }
-        store_kv(c, l, n, pos0);
-        attn_job job = {c, l, n, pos0, pages};
+        store_kv(c, l, n);
+        attn_job job = {c, l};
         pe_tp_run(c->tp, attn_task, &job, n * hp->n_head_kv);
         pe_matmul(c->tp, &L->wo, c->ao, n, c->xb, c->scratch);
-        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xb[i];
+        for (size_t i = 0; i < (size_t)n * E; i++)
+            c->x[i] += c->xb[i];
 
         for (uint32_t t = 0; t < n; t++)
             pe_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
@@ -701,17 +764,46 @@ int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float
             c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
         }
         pe_matmul(c->tp, &L->w_down, c->hb, n, c->xb, c->scratch);
-        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xb[i];
+        for (size_t i = 0; i < (size_t)n * E; i++)
+            c->x[i] += c->xb[i];
     }
 
-    if (logits) {
-        uint32_t first = all_logits ? 0 : n - 1;
-        for (uint32_t t = first; t < n; t++)
-            pe_rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm, E,
-                       hp->rms_eps);
-        uint32_t rows = n - first;
-        pe_matmul(c->tp, &m->output, c->xb, rows, logits, c->scratch);
+    /* Logits: the selected rows go through the output matrix as one product. */
+    if (n_out) {
+        uint32_t o = 0;
+        r = 0;
+        for (uint32_t i = 0; i < n_items; i++) {
+            const pe_batch_item *it = &items[i];
+            uint32_t first = it->all_logits ? 0 : it->n - 1;
+            for (uint32_t t = first; it->logits && t < it->n; t++, o++)
+                pe_rmsnorm(c->xb + (size_t)o * E, c->x + (size_t)(r + t) * E, m->output_norm, E,
+                           hp->rms_eps);
+            r += it->n;
+        }
+        float *dst = n_items == 1 ? items[0].logits : c->logits_tmp;
+        pe_matmul(c->tp, &m->output, c->xb, n_out, dst, c->scratch);
+        if (n_items > 1) {
+            o = 0;
+            for (uint32_t i = 0; i < n_items; i++) {
+                const pe_batch_item *it = &items[i];
+                if (!it->logits) continue;
+                uint32_t rows = it->all_logits ? it->n : 1;
+                memcpy(it->logits, c->logits_tmp + (size_t)o * hp->n_vocab,
+                       (size_t)rows * hp->n_vocab * sizeof(float));
+                o += rows;
+            }
+        }
     }
-    rc = pgd_seq_commit(c->cache, seq, tokens, n);
-    return rc < 0 ? rc : 0;
+    for (uint32_t i = 0; i < n_items; i++) {
+        rc = pgd_seq_commit(c->cache, items[i].seq, items[i].tokens, items[i].n);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
+               int all_logits)
+{
+    pe_batch_item it = {seq, tokens, n, logits, all_logits};
+    return pe_forward_batch(c, &it, 1);
 }

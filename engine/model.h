@@ -37,11 +37,11 @@ typedef struct pe_hparams {
     uint32_t n_head;
     uint32_t n_head_kv;
     uint32_t n_ff;
-    uint32_t head_dim;   /* attention.key_length, or n_embd / n_head */
-    uint32_t n_rot;      /* rope.dimension_count, or head_dim */
-    float rope_theta;    /* rope.freq_base, default 10000 */
-    float rope_scale;    /* 1 / rope.scaling.factor for linear scaling, else 1 */
-    float rms_eps;       /* attention.layer_norm_rms_epsilon */
+    uint32_t head_dim; /* attention.key_length, or n_embd / n_head */
+    uint32_t n_rot;    /* rope.dimension_count, or head_dim */
+    float rope_theta;  /* rope.freq_base, default 10000 */
+    float rope_scale;  /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    float rms_eps;     /* attention.layer_norm_rms_epsilon */
 } pe_hparams;
 
 typedef struct pe_layer {
@@ -63,7 +63,7 @@ typedef struct pe_model {
     pe_layer *layers;         /* [n_layer] */
     float *owned;             /* norms converted to f32 when stored otherwise */
     pe_vocab *vocab;
-    pgd_hash fingerprint;     /* of metadata + tensor table: seeds prefix-cache hashes */
+    pgd_hash fingerprint; /* of metadata + tensor table: seeds prefix-cache hashes */
     uint64_t weight_bytes;
 } pe_model;
 
@@ -72,20 +72,20 @@ typedef void (*pe_progress_fn)(void *ud, uint64_t done, uint64_t total);
 
 /* Loads a model. Returns 0, or -1 with one line naming the problem in err (missing or
  * mis-shaped tensor, unsupported type by name, bad hyper-parameter). */
-int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out,
-                  char *err, size_t errlen);
+int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out, char *err,
+                  size_t errlen);
 void pe_model_free(pe_model *m);
 
 typedef struct pe_ctx_params {
-    uint32_t n_ctx;          /* max tokens of one sequence; 0: the model's n_ctx_train */
-    uint32_t n_batch;        /* max tokens per pe_forward call (chunk); default 512 */
-    uint32_t n_threads;      /* 0: all cores */
-    uint32_t page_tokens;    /* default 16 */
-    pgd_kv_type kv_type;     /* default f16 */
-    uint64_t kv_tokens;      /* pool capacity in tokens; 0: n_ctx */
-    int contiguous_ref;      /* also keep K/V in plain arrays and attend from them
-                                (the reference path for tests); one sequence only */
-    pgd_policy_kind policy;  /* default LRU */
+    uint32_t n_ctx;         /* max tokens of one sequence; 0: the model's n_ctx_train */
+    uint32_t n_batch;       /* max tokens per pe_forward call (chunk); default 512 */
+    uint32_t n_threads;     /* 0: all cores */
+    uint32_t page_tokens;   /* default 16 */
+    pgd_kv_type kv_type;    /* default f16 */
+    uint64_t kv_tokens;     /* pool capacity in tokens; 0: n_ctx */
+    int contiguous_ref;     /* also keep K/V in plain arrays and attend from them
+                               (the reference path for tests); one sequence only */
+    pgd_policy_kind policy; /* default LRU */
 } pe_ctx_params;
 
 pe_ctx_params pe_ctx_default_params(void);
@@ -97,10 +97,28 @@ void pe_ctx_free(pe_ctx *ctx);
 pgd_cache *pe_ctx_cache(pe_ctx *ctx);
 const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx);
 
+/* One sequence's part of a batch: tokens[0..n) at positions [length, length + n). */
+typedef struct pe_batch_item {
+    pgd_seq *seq;
+    const int32_t *tokens;
+    uint32_t n;
+    float *logits; /* NULL, [n_vocab] for the last token, or [n][n_vocab] if all_logits */
+    int all_logits;
+} pe_batch_item;
+
+#define PE_MAX_BATCH_SEQS 256
+
+/* Runs one step of continuous batching: the tokens of every item (prefill chunks and
+ * decode tokens of different sequences, at most n_batch in all, each sequence once) go
+ * through each weight matrix as one matrix-matrix product; attention reads each item's
+ * own page table. Returns 0, or a negative pgd_status with no sequence changed
+ * (PGD_ENOSPC: the pool cannot hold the new tokens; PGD_EINVAL: bad tokens, too many
+ * tokens, a sequence twice, past n_ctx; PGD_ENOMEM). */
+int pe_forward_batch(pe_ctx *ctx, const pe_batch_item *items, uint32_t n_items);
+
 /* Runs tokens[0..n) at positions [pgd_seq_length(seq), +n) of seq. n <= n_batch.
  * logits: NULL, or [n_vocab] for the last token, or [n][n_vocab] when all_logits.
- * Returns 0, or a negative pgd_status (PGD_ENOSPC: the pool is full; nothing was
- * written; PGD_EINVAL: n too large or past n_ctx). */
+ * pe_forward_batch with one item: same returns. */
 int pe_forward(pe_ctx *ctx, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
                int all_logits);
 

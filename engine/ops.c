@@ -37,9 +37,9 @@ static pe_isa detect(void)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c");
-    int avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512vnni");
     if (avx512) return PE_ISA_AVX512;
     if (avx2) return PE_ISA_AVX2;
 #endif
@@ -230,7 +230,8 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
         for (uint32_t b = 0; b < m->nb; b++) {
             const block_q8_0 *blk = (const block_q8_0 *)row + b;
             int sumi = 0;
-            for (int j = 0; j < QK8_0; j++) sumi += blk->qs[j] * xq[b * QK8_0 + j];
+            for (int j = 0; j < QK8_0; j++)
+                sumi += blk->qs[j] * xq[b * QK8_0 + j];
             s += (float)sumi * (pe_f16_to_f32(blk->d) * xd[b]);
         }
         return s;
@@ -252,8 +253,10 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
         const float *wr = (const float *)row;
         uint32_t i = 0;
         for (; i + 8 <= n_in; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += wr[i + j] * x[i + j];
-        for (; i < n_in; i++) acc[0] += wr[i] * x[i];
+            for (int j = 0; j < 8; j++)
+                acc[j] += wr[i + j] * x[i + j];
+        for (; i < n_in; i++)
+            acc[0] += wr[i] * x[i];
         break;
     }
     case GGML_TYPE_F16:
@@ -277,7 +280,8 @@ static void rows_scalar(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, u
     const pe_mat *w = m->w;
     for (uint32_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-        for (uint32_t t = t0; t < t1; t++) m->y[(size_t)t * w->n_out + r] = row_dot_scalar(m, row, t);
+        for (uint32_t t = t0; t < t1; t++)
+            m->y[(size_t)t * w->n_out + r] = row_dot_scalar(m, row, t);
     }
 }
 
@@ -286,42 +290,50 @@ static float dot_f32_scalar(const float *a, const float *b, uint32_t n)
     float acc[8] = {0};
     uint32_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    for (; i < n; i++) acc[0] += a[i] * b[i];
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (; i < n; i++)
+        acc[0] += a[i] * b[i];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 static void axpy_f32_scalar(float *y, float a, const float *x, uint32_t n)
 {
-    for (uint32_t i = 0; i < n; i++) y[i] += a * x[i];
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 /* Shared by every ISA: the sum of squares is a tiny part of the forward pass. */
 static void rmsnorm_scalar(float *out, const float *x, const float *w, uint32_t n, float eps)
 {
     double ss = 0.0;
-    for (uint32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (uint32_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
     const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (uint32_t i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = (x[i] * scale) * w[i];
 }
 
 static void softmax_scalar(float *x, uint32_t n)
 {
     if (n == 0) return;
     float max = x[0];
-    for (uint32_t i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+    for (uint32_t i = 1; i < n; i++)
+        max = x[i] > max ? x[i] : max;
     double sum = 0.0;
     for (uint32_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];
     }
     const float inv = (float)(1.0 / sum);
-    for (uint32_t i = 0; i < n; i++) x[i] *= inv;
+    for (uint32_t i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 static void swiglu_scalar(float *g, const float *u, size_t n)
 {
-    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (size_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 const pe_kernels pe__kernels_scalar = {

@@ -45,7 +45,11 @@ void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
 void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 
 /* Y[n_tok][n_out] = X[n_tok][n_in] * W^T, multithreaded over tp (NULL: this thread).
- * scratch: at least pe_matmul_scratch_bytes(W, n_tok) bytes (quantized activations). */
+ * scratch: at least pe_matmul_scratch_bytes(W, n_tok) bytes (quantized activations).
+ * x and y must not overlap. Matches pe_matmul_ref within 1e-5 * sum_i |w_i x_i| per output
+ * (Q8_0/Q4_0: the integer block dots are exact; tests/engine/test_ops.c). Uses up to 40 KB
+ * of stack per thread for repacked weight panels. Calls with different pools and scratch
+ * may run concurrently. */
 size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok);
 void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
                void *scratch);

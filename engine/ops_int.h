@@ -29,8 +29,8 @@
 /* The arguments of one pe_matmul call, shared by all of its tasks. */
 typedef struct pe_mm {
     const pe_mat *w;
-    const float *x;    /* [n_tok][n_in] activations */
-    float *y;          /* [n_tok][n_out] */
+    const float *x; /* [n_tok][n_in] activations */
+    float *y;       /* [n_tok][n_out] */
     uint32_t n_tok;
     uint32_t nb;       /* blocks per row (quantized weights) */
     const int8_t *xq;  /* [n_tok][xq_stride] */
@@ -43,8 +43,7 @@ typedef struct pe_mm {
 typedef struct pe_kernels {
     /* Quantizes n values (a multiple of 32) to Q8_0 as pe__quant_q8_0_ref does, writing
      * values, f16-rounded scales and the corrections -off * sum(q) per block. */
-    void (*quant_act)(const float *x, uint32_t n, int32_t off, int8_t *q, float *d,
-                      int32_t *c);
+    void (*quant_act)(const float *x, uint32_t n, int32_t off, int8_t *q, float *d, int32_t *c);
     /* y[t][r] for rows [r0, r1) and tokens [t0, t1). */
     void (*rows)(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
     float (*dot_f32)(const float *a, const float *b, uint32_t n);
@@ -78,7 +77,7 @@ static inline int pe__type_is_quant(uint32_t type)
 /* A type the kernels do not know is a caller bug (the loader refuses such tensors). */
 #define PE_UNREACHABLE_TYPE(t)                                                                     \
     do {                                                                                           \
-        fprintf(stderr, "%s: unsupported tensor type %u\n", __func__, (unsigned)(t));             \
+        fprintf(stderr, "%s: unsupported tensor type %u\n", __func__, (unsigned)(t));              \
         abort();                                                                                   \
     } while (0)
 

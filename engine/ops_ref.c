@@ -34,7 +34,8 @@ void pe__quant_q8_0_ref(const float *x, block_q8_0 *y, size_t n)
         const float d = amax / ((1 << 7) - 1);
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = pe_f32_to_f16(d);
-        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)roundf(x[i * QK8_0 + j] * id);
+        for (int j = 0; j < QK8_0; j++)
+            y[i].qs[j] = (int8_t)roundf(x[i * QK8_0 + j] * id);
     }
 }
 
@@ -71,10 +72,12 @@ void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n)
         memcpy(dst, src, n * sizeof(float));
         break;
     case GGML_TYPE_F16:
-        for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = pe_f32_to_f16(src[i]);
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = pe_f32_to_f16(src[i]);
         break;
     case GGML_TYPE_BF16:
-        for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = pe_f32_to_bf16(src[i]);
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = pe_f32_to_bf16(src[i]);
         break;
     case GGML_TYPE_Q8_0:
         pe__quant_q8_0_ref(src, dst, n);
@@ -94,16 +97,19 @@ void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n)
         memcpy(dst, src, n * sizeof(float));
         break;
     case GGML_TYPE_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = pe_f16_to_f32(((const uint16_t *)src)[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = pe_f16_to_f32(((const uint16_t *)src)[i]);
         break;
     case GGML_TYPE_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = pe_bf16_to_f32(((const uint16_t *)src)[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = pe_bf16_to_f32(((const uint16_t *)src)[i]);
         break;
     case GGML_TYPE_Q8_0:
         for (size_t i = 0; i < n / QK8_0; i++) {
             const block_q8_0 *b = (const block_q8_0 *)src + i;
             const float d = pe_f16_to_f32(b->d);
-            for (int j = 0; j < QK8_0; j++) dst[i * QK8_0 + j] = d * (float)b->qs[j];
+            for (int j = 0; j < QK8_0; j++)
+                dst[i * QK8_0 + j] = d * (float)b->qs[j];
         }
         break;
     case GGML_TYPE_Q4_0:
@@ -128,7 +134,8 @@ float pe__dot_q8_0_q8_0_ref(const block_q8_0 *w, const block_q8_0 *x, size_t nb)
     float sumf = 0.0f;
     for (size_t ib = 0; ib < nb; ib++) {
         int sumi = 0;
-        for (int j = 0; j < QK8_0; j++) sumi += w[ib].qs[j] * x[ib].qs[j];
+        for (int j = 0; j < QK8_0; j++)
+            sumi += w[ib].qs[j] * x[ib].qs[j];
         sumf += (float)sumi * (pe_f16_to_f32(w[ib].d) * pe_f16_to_f32(x[ib].d));
     }
     return sumf;

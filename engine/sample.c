@@ -15,7 +15,7 @@ struct pe_sampler {
     uint64_t rng;
     int32_t *recent; /* ring of the last repeat_last_n tokens */
     uint32_t n_recent, head;
-    uint32_t *idx;   /* [n_vocab] candidate ids */
+    uint32_t *idx; /* [n_vocab] candidate ids */
 };
 
 pe_sampler_params pe_sampler_default_params(void)
@@ -26,8 +26,8 @@ pe_sampler_params pe_sampler_default_params(void)
 
 pe_sampler *pe_sampler_create(const pe_sampler_params *p, uint32_t n_vocab)
 {
-    if (!p || n_vocab == 0 || p->repeat_last_n < 0 || p->repeat_penalty <= 0 ||
-        isnan(p->temp) || isnan(p->top_p) || isnan(p->min_p))
+    if (!p || n_vocab == 0 || p->repeat_last_n < 0 || p->repeat_penalty <= 0 || isnan(p->temp) ||
+        isnan(p->top_p) || isnan(p->min_p))
         return NULL;
     pe_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -92,8 +92,10 @@ static void sift(const float *l, uint32_t *h, uint32_t n, uint32_t i)
 /* Puts the k best candidates in idx[0..k), best first: a min-heap of k, O(n log k). */
 static void top_k_sorted(const float *l, uint32_t *idx, uint32_t n, uint32_t k)
 {
-    for (uint32_t i = 0; i < k; i++) idx[i] = i;
-    for (uint32_t i = k / 2; i-- > 0;) sift(l, idx, k, i);
+    for (uint32_t i = 0; i < k; i++)
+        idx[i] = i;
+    for (uint32_t i = k / 2; i-- > 0;)
+        sift(l, idx, k, i);
     for (uint32_t i = k; i < n; i++) {
         if (below(l, idx[0], i)) {
             idx[0] = i;
@@ -117,10 +119,11 @@ int32_t pe_sampler_sample(pe_sampler *s, float *logits)
             if (t < 0 || (uint32_t)t >= n) continue;
             /* each distinct token penalised once, as llama.cpp does */
             int seen = 0;
-            for (uint32_t j = 0; j < i; j++) seen |= s->recent[j] == t;
+            for (uint32_t j = 0; j < i; j++)
+                seen |= s->recent[j] == t;
             if (seen) continue;
-            logits[t] = logits[t] > 0 ? logits[t] / s->p.repeat_penalty
-                                      : logits[t] * s->p.repeat_penalty;
+            logits[t] =
+                logits[t] > 0 ? logits[t] / s->p.repeat_penalty : logits[t] * s->p.repeat_penalty;
         }
     }
     if (s->p.temp <= 0) {
@@ -153,7 +156,8 @@ int32_t pe_sampler_sample(pe_sampler *s, float *logits)
     }
     if (s->p.min_p > 0) {
         uint32_t j = 1;
-        while (j < keep && p[j] >= s->p.min_p * p[0]) j++;
+        while (j < keep && p[j] >= s->p.min_p * p[0])
+            j++;
         keep = j;
     }
     /* temperature, then draw */

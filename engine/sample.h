@@ -12,13 +12,13 @@
 #include <stdint.h>
 
 typedef struct pe_sampler_params {
-    float temp;           /* <= 0: greedy; default 0.8 */
-    int32_t top_k;        /* <= 0: off; default 40 */
-    float top_p;          /* >= 1: off; default 0.95 */
-    float min_p;          /* <= 0: off; default 0.05 */
-    float repeat_penalty; /* 1: off; default 1.0 */
-    int32_t repeat_last_n;/* tokens the penalty looks back over; default 64 */
-    uint64_t seed;        /* default 0xC0FFEE */
+    float temp;            /* <= 0: greedy; default 0.8 */
+    int32_t top_k;         /* <= 0: off; default 40 */
+    float top_p;           /* >= 1: off; default 0.95 */
+    float min_p;           /* <= 0: off; default 0.05 */
+    float repeat_penalty;  /* 1: off; default 1.0 */
+    int32_t repeat_last_n; /* tokens the penalty looks back over; default 64 */
+    uint64_t seed;         /* default 0xC0FFEE */
 } pe_sampler_params;
 
 typedef struct pe_sampler pe_sampler;

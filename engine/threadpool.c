@@ -190,7 +190,8 @@ void pe_tp_destroy(pe_threadpool *tp)
     if (tp->n_started) {
         tp->stop = 1;
         publish(tp);
-        for (uint32_t i = 0; i < tp->n_started; i++) pthread_join(tp->workers[i].th, NULL);
+        for (uint32_t i = 0; i < tp->n_started; i++)
+            pthread_join(tp->workers[i].th, NULL);
     }
     free(tp->workers);
     free(tp);
@@ -205,7 +206,8 @@ void pe_tp_run(pe_threadpool *tp, pe_task_fn fn, void *ctx, uint32_t n_tasks)
 {
     if (n_tasks == 0) return;
     if (!tp || tp->n_started == 0 || n_tasks == 1) {
-        for (uint32_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+        for (uint32_t t = 0; t < n_tasks; t++)
+            fn(ctx, t, 0);
         return;
     }
     tp->fn = fn;

@@ -4,8 +4,8 @@
  * src/llama-vocab.cpp (llm_tokenizer_spm, llm_tokenizer_bpe, tokenizer_st_partition,
  * token_to_piece) for the "llama" and "gpt2" tokenizer models.
  *
- *   text --partition--> [raw | special id | raw ...]      special tokens found by memmem,
- *                                                         longest first (llama.cpp order)
+ *   text --partition--> [raw | special id | raw ...]      special tokens found by substring
+ *                                                         search, longest first (llama.cpp)
  *        raw, SentencePiece:  " " + text, ' ' -> "▁", split into UTF-8 characters, merge
  *                             the adjacent pair whose concatenation is the highest-scoring
  *                             token (ties: leftmost) until none is; a final piece that is
@@ -15,11 +15,12 @@
  *
  * Both merge loops use a binary heap of candidate pairs with lazy deletion (a popped pair
  * whose sides changed since it was pushed is skipped), so a text of n characters costs
- * O(n log n), never O(n^2): a 1 MB input tokenizes in well under a second.
+ * O(n log n), never O(n^2): 1 MB of text takes 0.1-0.5 s on the 2-core CI machine with
+ * the Llama-2 and GPT-2 vocabularies (test_tokenizer's test_big_inputs prints the times).
  *
  * Callers: see tokenizer.h. Invariants: a pe_vocab is never written after pe_vocab_create
  * returns; token texts are unique (a duplicate is refused); every id stored in it (bos,
- * eos, byte tokens, special list) is in [0, n_tokens).
+ * eos, byte tokens, special list) is -1 ("none") or in [0, n_tokens).
  */
 #include "tokenizer.h"
 
@@ -54,11 +55,11 @@ enum {
 struct pe_vocab {
     int spm; /* 1: "llama" (SentencePiece), 0: "gpt2" (byte-level BPE) */
     uint32_t n_tokens;
-    char *text;         /* all token texts, back to back */
-    uint64_t *text_off; /* [n_tokens + 1] */
-    float *scores;      /* [n_tokens] */
-    uint16_t *attr;     /* [n_tokens] A_* bits */
-    char *piece;        /* rendered pieces (control tokens as their text) */
+    char *text;          /* all token texts, back to back */
+    uint64_t *text_off;  /* [n_tokens + 1] */
+    float *scores;       /* [n_tokens] */
+    uint16_t *attr;      /* [n_tokens] A_* bits */
+    char *piece;         /* rendered pieces (control tokens as their text) */
     uint64_t *piece_off; /* [n_tokens + 1] */
     size_t max_piece;
 
@@ -168,8 +169,8 @@ static void tv_push(tokvec *tv, int32_t id)
  * the smaller left index. SentencePiece: key1 = score. BPE: key1 = -rank. */
 
 typedef struct pair {
-    float key;     /* SentencePiece score */
-    int32_t rank;  /* BPE merge rank */
+    float key;    /* SentencePiece score */
+    int32_t rank; /* BPE merge rank */
     int32_t left, right;
     uint32_t size; /* bytes of left + right when pushed */
 } pair;
@@ -461,8 +462,7 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 }
 
 /* Splits the raw fragments of *fv around every occurrence of special token id. */
-static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragvec *fv,
-                         fragvec *tmp)
+static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragvec *fv, fragvec *tmp)
 {
     size_t tl, i;
     const char *t = tok_text(v, id, &tl);
@@ -697,8 +697,7 @@ size_t pe_detok_flush(pe_detok *d, char *out, size_t outlen)
     return 3;
 }
 
-size_t pe_detokenize(const pe_vocab *v, const int32_t *tokens, size_t n, char *out,
-                     size_t outlen)
+size_t pe_detokenize(const pe_vocab *v, const int32_t *tokens, size_t n, char *out, size_t outlen)
 {
     pe_detok d;
     size_t i, pos = 0;
@@ -768,8 +767,7 @@ int pe_vocab_is_eog(const pe_vocab *v, int32_t tok)
 
 int pe_vocab_is_control(const pe_vocab *v, int32_t tok)
 {
-    return tok >= 0 && (uint32_t)tok < v->n_tokens &&
-           (v->attr[tok] & (A_CONTROL | A_UNKNOWN)) != 0;
+    return tok >= 0 && (uint32_t)tok < v->n_tokens && (v->attr[tok] & (A_CONTROL | A_UNKNOWN)) != 0;
 }
 
 const char *pe_vocab_text(const pe_vocab *v, int32_t tok, size_t *len)
@@ -942,28 +940,74 @@ static int32_t find_cstr(const pe_vocab *v, const char *s)
 
 /* Token texts llama.cpp recognises (load(), "auto-detect special tokens by text"). */
 static const char *const eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81"
-    "sentence\xef\xbd\x9c>", "<end_of_utterance>", NULL};
-static const char *const fim_pre_texts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin"
-    "\xef\xbd\x9c>", "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const fim_suf_texts[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole"
-    "\xef\xbd\x9c>", "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const fim_mid_texts[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end"
-    "\xef\xbd\x9c>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                            "[PAD]", NULL};
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>",
+    "<end_of_utterance>",
+    NULL};
+static const char *const fim_pre_texts[] = {"<|fim_prefix|>",
+                                            "<fim-prefix>",
+                                            "<fim_prefix>",
+                                            "<\357\275\234fim\342\226\201begin\357\275\234>",
+                                            "<PRE>",
+                                            "\342\226\201<PRE>",
+                                            "<|code_prefix|>",
+                                            "<|prefix|>",
+                                            NULL};
+static const char *const fim_suf_texts[] = {"<|fim_suffix|>",
+                                            "<fim-suffix>",
+                                            "<fim_suffix>",
+                                            "<\357\275\234fim\342\226\201hole\357\275\234>",
+                                            "<SUF>",
+                                            "\342\226\201<SUF>",
+                                            "<|code_suffix|>",
+                                            "<|suffix|>",
+                                            NULL};
+static const char *const fim_mid_texts[] = {"<|fim_middle|>",
+                                            "<fim-middle>",
+                                            "<fim_middle>",
+                                            "<\357\275\234fim\342\226\201end\357\275\234>",
+                                            "<MID>",
+                                            "\342\226\201<MID>",
+                                            "<|code_middle|>",
+                                            "<|middle|>",
+                                            NULL};
+static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                            "<PAD>",       "[PAD]",     NULL};
 static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                            "<REPO>", "<reponame>", NULL};
+                                            "<REPO>",       "<reponame>",    NULL};
 static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", "[e~[", NULL};
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>",
+    "[e~[",
+    NULL};
 
 /* Returns the first token of list present in v (marked CONTROL), or -1. */
 static int32_t detect(pe_vocab *v, const char *const *list)
@@ -1013,11 +1057,10 @@ static void detect_specials(pe_vocab *v)
         int32_t ret = find_cstr(v, "<|return|>"), call = find_cstr(v, "<|call|>");
         int32_t calls = find_cstr(v, "<|calls|>"), flush = find_cstr(v, "<|flush|>");
         int has_ret = ret >= 0 && (v->attr[ret] & A_EOG);
-        int has_call = (call >= 0 && (v->attr[call] & A_EOG)) ||
-                       (calls >= 0 && (v->attr[calls] & A_EOG));
+        int has_call =
+            (call >= 0 && (v->attr[call] & A_EOG)) || (calls >= 0 && (v->attr[calls] & A_EOG));
         int has_flush = flush >= 0 && (v->attr[flush] & A_EOG);
-        if ((has_ret && has_call) || (has_call && has_flush))
-            v->attr[end_id] = A_USER_DEFINED;
+        if ((has_ret && has_call) || (has_call && has_flush)) v->attr[end_id] = A_USER_DEFINED;
     }
     /* gemma4 / paddleocr: "</s>" is not the end of generation when "<|tool_response>" is */
     s_id = find_cstr(v, "</s>");
@@ -1171,8 +1214,8 @@ static void sort_special(pe_vocab *v)
 }
 
 /* Resolves a special id: -2 the default (if in range), -1 none, else must be in range. */
-static int resolve_id(const pe_vocab *v, const char *key, int32_t given, int32_t def,
-                      int32_t *out, char *err, size_t errlen)
+static int resolve_id(const pe_vocab *v, const char *key, int32_t given, int32_t def, int32_t *out,
+                      char *err, size_t errlen)
 {
     if (given == -2) {
         *out = (def >= 0 && (uint32_t)def < v->n_tokens) ? def : -1;
@@ -1271,10 +1314,8 @@ int pe_vocab_create(const pe_vocab_params *p, pe_vocab **out, char *err, size_t 
     if (p->add_eos >= 0) v->add_eos = p->add_eos != 0;
     if (p->add_space_prefix >= 0) v->add_space_prefix = p->add_space_prefix != 0;
 
-    if (resolve_id(v, "tokenizer.ggml.bos_token_id", p->bos_id, def_bos, &v->bos, err,
-                   errlen) ||
-        resolve_id(v, "tokenizer.ggml.eos_token_id", p->eos_id, def_eos, &v->eos, err,
-                   errlen) ||
+    if (resolve_id(v, "tokenizer.ggml.bos_token_id", p->bos_id, def_bos, &v->bos, err, errlen) ||
+        resolve_id(v, "tokenizer.ggml.eos_token_id", p->eos_id, def_eos, &v->eos, err, errlen) ||
         resolve_id(v, "tokenizer.ggml.unknown_token_id", p->unk_id, def_unk, &v->unk, err,
                    errlen) ||
         resolve_id(v, "tokenizer.ggml.eot_token_id", p->eot_id, -1, &v->eot, err, errlen) ||
@@ -1436,8 +1477,7 @@ int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen)
     uint64_t i;
 
     *out = NULL;
-    if (load_str(f, "tokenizer.ggml.model", model, sizeof model, &present, err, errlen))
-        return -1;
+    if (load_str(f, "tokenizer.ggml.model", model, sizeof model, &present, err, errlen)) return -1;
     if (!present) {
         snprintf(err, errlen, "tokenizer.ggml.model: missing");
         return -1;
@@ -1462,8 +1502,8 @@ int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen)
     p.tokens = toks->strs;
     rc = -1;
 
-    kv = load_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, GGUF_TYPE_INT32, p.n_tokens,
-                  &bad, err, errlen);
+    kv = load_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, GGUF_TYPE_INT32, p.n_tokens, &bad,
+                  err, errlen);
     if (bad) goto out;
     if (kv) {
         scores = malloc(p.n_tokens * sizeof *scores);
@@ -1491,8 +1531,7 @@ int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen)
             goto out;
         }
         if (kv->n > (uint64_t)INT32_MAX || (kv->n > 0 && !kv->strs)) {
-            snprintf(err, errlen, "tokenizer.ggml.merges: %llu merges",
-                     (unsigned long long)kv->n);
+            snprintf(err, errlen, "tokenizer.ggml.merges: %llu merges", (unsigned long long)kv->n);
             goto out;
         }
         p.n_merges = (uint32_t)kv->n;

@@ -45,16 +45,16 @@ enum {
 /* A vocabulary built from arrays, as pe_vocab_load reads them from GGUF; for tests, the
  * fuzz target and tools. Everything is copied: nothing needs to outlive the call. */
 typedef struct pe_vocab_params {
-    const char *model;           /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
-    const char *pre;             /* gpt2: pre-tokenizer name; NULL: llama.cpp's default */
-    const char *name;            /* general.name (NULL: none); "phi-3"/"phi3" gets
-                                    llama.cpp's rstrip rule for special tokens */
+    const char *model; /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
+    const char *pre;   /* gpt2: pre-tokenizer name; NULL: llama.cpp's default */
+    const char *name;  /* general.name (NULL: none); "phi-3"/"phi3" gets
+                          llama.cpp's rstrip rule for special tokens */
     uint32_t n_tokens;
-    const gguf_str *tokens;      /* [n_tokens] token texts (need not be NUL-terminated) */
-    const float *scores;         /* [n_tokens] or NULL (all 0) */
-    const int32_t *token_types;  /* [n_tokens] PE_TOKEN_TYPE_* or NULL (all NORMAL) */
+    const gguf_str *tokens;     /* [n_tokens] token texts (need not be NUL-terminated) */
+    const float *scores;        /* [n_tokens] or NULL (all 0) */
+    const int32_t *token_types; /* [n_tokens] PE_TOKEN_TYPE_* or NULL (all NORMAL) */
     uint32_t n_merges;
-    const gguf_str *merges;      /* gpt2: [n_merges] "left right", rank = index */
+    const gguf_str *merges; /* gpt2: [n_merges] "left right", rank = index */
     /* Special ids: -1 none, -2 the model's default (llama: bos 1, eos 2, unk 0). */
     int32_t bos_id, eos_id, unk_id, eot_id, eom_id, pad_id;
     /* -1: the model's default (llama: add_bos 1, add_space_prefix 1; gpt2: 0, 0). */
@@ -121,9 +121,9 @@ size_t pe_token_to_piece(const pe_vocab *v, int32_t tok, char *buf, size_t bufle
 /* Caller-owned decoder state (init/deinit-free: plain data). */
 typedef struct pe_detok {
     const pe_vocab *v;
-    unsigned flags;    /* PE_PIECE_SPECIAL to render control tokens */
-    int strip_space;   /* the next non-empty piece loses one leading space */
-    uint8_t pend[4];   /* an incomplete UTF-8 sequence carried to the next call */
+    unsigned flags;  /* PE_PIECE_SPECIAL to render control tokens */
+    int strip_space; /* the next non-empty piece loses one leading space */
+    uint8_t pend[4]; /* an incomplete UTF-8 sequence carried to the next call */
     uint32_t n_pend;
 } pe_detok;
 
@@ -141,7 +141,6 @@ size_t pe_detok_flush(pe_detok *d, char *out, size_t outlen);
 
 /* Decodes tokens[0..n) in one call with pe_detok (the leading-space rule included) into
  * out. Returns the length, or the size needed (nothing usable written) if > outlen. */
-size_t pe_detokenize(const pe_vocab *v, const int32_t *tokens, size_t n, char *out,
-                     size_t outlen);
+size_t pe_detokenize(const pe_vocab *v, const int32_t *tokens, size_t n, char *out, size_t outlen);
 
 #endif /* PE_TOKENIZER_H */

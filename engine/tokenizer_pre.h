@@ -31,9 +31,9 @@ typedef struct pe_words {
     size_t *ends;
     size_t n, cap_ends;
     /* scratch, kept between calls to avoid reallocation */
-    uint32_t *cps;     /* [n_cps] code points of the text */
-    size_t *sub_off;   /* [n_cps + 1] byte offset of each code point in subj */
-    uint8_t *subj;     /* the regex subject: valid UTF-8 */
+    uint32_t *cps;        /* [n_cps] code points of the text */
+    size_t *sub_off;      /* [n_cps + 1] byte offset of each code point in subj */
+    uint8_t *subj;        /* the regex subject: valid UTF-8 */
     size_t *cuts, *cuts2; /* piece boundaries, in code points */
     size_t cap_cps, cap_subj, cap_cuts;
 } pe_words;

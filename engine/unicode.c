@@ -76,9 +76,9 @@ static int gpt2_printable(uint32_t b)
 uint32_t pe_gpt2_byte_to_cp(uint8_t b)
 {
     if (gpt2_printable(b)) return b;
-    if (b <= 0x20) return 256u + b;           /* 33 bytes: 256..288 */
+    if (b <= 0x20) return 256u + b;               /* 33 bytes: 256..288 */
     if (b <= 0xa0) return 256u + 33 + (b - 0x7f); /* 34 bytes: 289..322 */
-    return 256u + 33 + 34;                    /* 0xad: 323 */
+    return 256u + 33 + 34;                        /* 0xad: 323 */
 }
 
 int pe_gpt2_cp_to_byte(uint32_t cp)

@@ -469,6 +469,22 @@ out:
     return rc;
 }
 
+int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
+{
+    int rc = PGD_OK;
+    lock(c);
+    if (n_tokens < s->n_committed || n_tokens > s->len) {
+        rc = PGD_ESTATE;
+        goto out;
+    }
+    uint32_t keep = (uint32_t)((n_tokens + c->page_tokens - 1) / c->page_tokens);
+    while (s->n_pages > keep) page_unref(c, s->table[--s->n_pages]);
+    s->len = n_tokens;
+out:
+    unlock(c);
+    return rc;
+}
+
 /* ---- commit ---- */
 
 /* Registers page i of s (full, committed) under hash h. */

@@ -93,18 +93,25 @@ static int parse_float(const char *opt, const char *s, float *out)
 int cmd_run(int argc, char **argv)
 {
     enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_KVT, O_PT, O_NDP };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'},      {"n-predict", required_argument, 0, 'n'},
-        {"ctx-size", required_argument, 0, 'c'},  {"threads", required_argument, 0, 't'},
-        {"batch-size", required_argument, 0, 'b'}, {"seed", required_argument, 0, 's'},
-        {"temp", required_argument, 0, O_TEMP},   {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP},  {"min-p", required_argument, 0, O_MINP},
-        {"repeat-penalty", required_argument, 0, O_RP},
-        {"repeat-last-n", required_argument, 0, O_RLN},
-        {"kv-type", required_argument, 0, O_KVT}, {"page-tokens", required_argument, 0, O_PT},
-        {"no-display-prompt", no_argument, 0, O_NDP}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"n-predict", required_argument, 0, 'n'},
+                                         {"ctx-size", required_argument, 0, 'c'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"batch-size", required_argument, 0, 'b'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"temp", required_argument, 0, O_TEMP},
+                                         {"top-k", required_argument, 0, O_TOPK},
+                                         {"top-p", required_argument, 0, O_TOPP},
+                                         {"min-p", required_argument, 0, O_MINP},
+                                         {"repeat-penalty", required_argument, 0, O_RP},
+                                         {"repeat-last-n", required_argument, 0, O_RLN},
+                                         {"kv-type", required_argument, 0, O_KVT},
+                                         {"page-tokens", required_argument, 0, O_PT},
+                                         {"no-display-prompt", no_argument, 0, O_NDP},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *cmd = "pagoda run";
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     int64_t n_predict = 128;
@@ -115,11 +122,19 @@ int cmd_run(int argc, char **argv)
     sp.seed = 3735928559u;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:b:s:h", opts, NULL)) != -1) {
+    for (;;) {
+        c = getopt_long(argc, argv, "m:p:f:n:c:t:b:s:h", opts, NULL);
+        if (c == -1) break;
         switch (c) {
-        case 'm': model_path = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'f': prompt_file = optarg; break;
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'p':
+            prompt = optarg;
+            break;
+        case 'f':
+            prompt_file = optarg;
+            break;
         case 'n':
             if (strcmp(optarg, "-1") == 0) {
                 n_predict = -1;
@@ -158,8 +173,7 @@ int cmd_run(int argc, char **argv)
             if (parse_float("--min-p", optarg, &sp.min_p)) return CLI_EXIT_USAGE;
             break;
         case O_RP:
-            if (parse_float("--repeat-penalty", optarg, &sp.repeat_penalty))
-                return CLI_EXIT_USAGE;
+            if (parse_float("--repeat-penalty", optarg, &sp.repeat_penalty)) return CLI_EXIT_USAGE;
             break;
         case O_RLN:
             if (cli_parse_u64(cmd, "--repeat-last-n", optarg, 0, 1u << 20, &v))
@@ -177,8 +191,7 @@ int cmd_run(int argc, char **argv)
             }
             break;
         case O_PT:
-            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v))
-                return CLI_EXIT_USAGE;
+            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
             if (v & (v - 1)) {
                 fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
                         (unsigned long long)v);
@@ -186,9 +199,14 @@ int cmd_run(int argc, char **argv)
             }
             cp.page_tokens = (uint32_t)v;
             break;
-        case O_NDP: display_prompt = 0; break;
-        case 'h': usage(stdout); return CLI_EXIT_OK;
-        default: return cli_usage_error(cmd);
+        case O_NDP:
+            display_prompt = 0;
+            break;
+        case 'h':
+            usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_usage_error(cmd);
         }
     }
     if (optind < argc) {
@@ -199,8 +217,7 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "%s: -m MODEL is required\n", cmd);
         return cli_usage_error(cmd);
     }
-    if (sp.temp < 0 || sp.top_p <= 0 || sp.min_p < 0 || sp.min_p > 1 ||
-        sp.repeat_penalty <= 0) {
+    if (sp.temp < 0 || sp.top_p <= 0 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0) {
         fprintf(stderr, "%s: sampling parameters out of range\n", cmd);
         return CLI_EXIT_USAGE;
     }
@@ -224,6 +241,7 @@ int cmd_run(int argc, char **argv)
     float *logits = NULL;
     int last_pct = -1;
     pgd_seq *seq = NULL;
+    char *piece = NULL;
     int show = isatty(2);
     if (pe_model_load(model_path, show ? load_progress : NULL, &last_pct, &m, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
@@ -265,9 +283,15 @@ int cmd_run(int argc, char **argv)
     }
     pe_detok dt;
     pe_detok_init(&dt, m->vocab);
-    char piece[256];
+    /* A piece never exceeds the longest token plus a held partial UTF-8 sequence. */
+    size_t piece_cap = pe_vocab_max_piece(m->vocab) + 16;
+    piece = malloc(piece_cap);
+    if (!piece) {
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        goto out;
+    }
     for (int64_t i = 0; i < n_prompt; i++) {
-        pe_detok_push(&dt, toks[i], piece, sizeof piece); /* state only: the prompt is echoed */
+        pe_detok_push(&dt, toks[i], piece, piece_cap); /* state only: the prompt is echoed */
         pe_sampler_accept(smp, toks[i]);
     }
     if (display_prompt) {
@@ -291,8 +315,8 @@ int cmd_run(int argc, char **argv)
         int32_t tok = pe_sampler_sample(smp, logits);
         if (pe_vocab_is_eog(m->vocab, tok)) break;
         pe_sampler_accept(smp, tok);
-        size_t len = pe_detok_push(&dt, tok, piece, sizeof piece);
-        fwrite(piece, 1, len, stdout);
+        size_t len = pe_detok_push(&dt, tok, piece, piece_cap);
+        fwrite(piece, 1, len <= piece_cap ? len : 0, stdout);
         fflush(stdout);
         toks[pos] = tok;
         n_gen++;
@@ -304,8 +328,8 @@ int cmd_run(int argc, char **argv)
         }
         pos++;
     }
-    size_t len = pe_detok_flush(&dt, piece, sizeof piece);
-    fwrite(piece, 1, len, stdout);
+    size_t len = pe_detok_flush(&dt, piece, piece_cap);
+    fwrite(piece, 1, len <= piece_cap ? len : 0, stdout);
     fputc('\n', stdout);
     fflush(stdout);
     double t2 = cli_now_s();
@@ -315,13 +339,14 @@ int cmd_run(int argc, char **argv)
     fprintf(stderr,
             "prompt: %lld tokens, %.2f s, %.1f t/s | generated: %llu tokens, %.2f s, %.1f t/s"
             " | KV pages used: %u of %u (%u tokens each, %s)\n",
-            (long long)n_prompt, tp, tp > 0 ? n_prompt / tp : 0.0, (unsigned long long)n_gen,
-            tg, tg > 0 ? n_gen / tg : 0.0, st.n_pages_used, st.n_pages_total, ap->page_tokens,
+            (long long)n_prompt, tp, tp > 0 ? n_prompt / tp : 0.0, (unsigned long long)n_gen, tg,
+            tg > 0 ? n_gen / tg : 0.0, st.n_pages_used, st.n_pages_total, ap->page_tokens,
             pgd_kv_type_name(ap->kv_type));
     rc = CLI_EXIT_OK;
 out:
     if (seq) pgd_seq_destroy(pe_ctx_cache(ctx), seq);
     pe_sampler_free(smp);
+    free(piece);
     free(logits);
     free(toks);
     pe_ctx_free(ctx);

@@ -125,6 +125,12 @@ PGD_API int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *h
  * changed). Cost: O(new pages) plus the evictions. */
 PGD_API int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens);
 
+/* Shrinks the sequence to n_tokens positions (n_committed <= n_tokens <= length), dropping
+ * the pages past the new end: undoes a grow whose tokens were not computed (a failed
+ * batch, rejected speculative tokens). Returns PGD_OK, or PGD_ESTATE when n_tokens is
+ * below the committed length or above the length (nothing changed). O(dropped pages). */
+PGD_API int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens);
+
 /* Registers written tokens. tokens[0..n) are the tokens at positions
  * [n_committed, n_committed + n), which must be <= the length (grow first). Every page
  * that becomes full is hashed and registered in the prefix index; if another sequence

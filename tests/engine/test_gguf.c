@@ -490,45 +490,51 @@ static int test_big_vocab(void)
 }
 
 typedef struct chunk_log {
-    uint64_t next[2]; /* expected next offset per tensor */
+    uint64_t next[3]; /* expected next offset per tensor */
     uint64_t max_piece;
     int bad;
 } chunk_log;
 
+static const uint64_t chunk_rows[3] = {4096 * 4, 4096 / 32 * 34, 64 / 32 * 34};
+
 static int fill_chunk(void *ud, uint64_t ti, uint64_t off, void *dst, uint64_t n)
 {
     chunk_log *c = ud;
-    uint64_t row = ti == 0 ? 4096 * 4 : 64 / 32 * 34;
-    if (ti > 1 || off != c->next[ti] || off % row || n % row) c->bad = 1;
-    c->next[ti] = off + n;
+    if (ti > 2 || off != c->next[ti] || off % chunk_rows[ti] || n % chunk_rows[ti]) c->bad = 1;
+    if (ti <= 2) c->next[ti] = off + n;
     if (n > c->max_piece) c->max_piece = n;
     memset(dst, (int)(ti + 1), n);
     return 0;
 }
 
-/* A tensor over 64 MiB is asked for in whole-row pieces of at most 64 MiB. */
+/* Tensors over 64 MiB are asked for in whole-row pieces of at most 64 MiB, each with its
+ * own row size (f32 rows of 16 KiB, q8_0 rows of 4352 bytes). */
 static int test_chunks(void)
 {
-    const uint64_t ne_big[2] = {4096, 4200}, ne_small[2] = {64, 3};
-    chunk_log log = {{0, 0}, 0, 0};
+    const uint64_t ne_big[2] = {4096, 4200}, ne_bq[2] = {4096, 15500}, ne_small[2] = {64, 3};
+    chunk_log log = {{0, 0, 0}, 0, 0};
     gguf_writer *w = gguf_writer_create(3, 0);
     char err[256];
     gguf_file *f;
     const gguf_tensor *t;
     T_EQ(gguf_writer_add_tensor(w, "big", GGML_TYPE_F32, 2, ne_big), 0);
+    T_EQ(gguf_writer_add_tensor(w, "bigq", GGML_TYPE_Q8_0, 2, ne_bq), 0);
     T_EQ(gguf_writer_add_tensor(w, "small", GGML_TYPE_Q8_0, 2, ne_small), 0);
-    T_EQ(gguf_writer_data_bytes(w), 4096ull * 4200 * 4 + 224);
+    T_EQ(gguf_writer_data_bytes(w), 4096ull * 4200 * 4 + 4352ull * 15500 + 224);
     T_EQ(gguf_writer_write_chunks(w, tmp_path("big.gguf"), fill_chunk, &log, err, sizeof err), 0);
     gguf_writer_destroy(w);
     T_EQ(log.bad, 0);
     T_EQ(log.next[0], 4096ull * 4200 * 4);
-    T_EQ(log.next[1], 204);
+    T_EQ(log.next[1], 4352ull * 15500);
+    T_EQ(log.next[2], 204);
     T_ASSERT(log.max_piece <= (64u << 20));
     T_EQ(gguf_open(tmp_path("big.gguf"), &f, err, sizeof err), 0);
     t = gguf_find_tensor(f, "big");
     T_EQ(((const uint8_t *)t->data)[t->n_bytes - 1], 1);
+    t = gguf_find_tensor(f, "bigq");
+    T_EQ(((const uint8_t *)t->data)[t->n_bytes - 1], 2);
     t = gguf_find_tensor(f, "small");
-    T_EQ(((const uint8_t *)t->data)[0], 2);
+    T_EQ(((const uint8_t *)t->data)[0], 3);
     gguf_close(f);
     unlink(tmp_path("big.gguf"));
     return 0;

@@ -8,6 +8,7 @@
  *     element in a later layer (one f16 ulp is 1e-3 relative);
  *   - a prompt whose prefix is cached gives the same logits as a cold run;
  *   - chunked prefill (1, 7, all tokens per chunk) gives the same logits;
+ *   - a batch of several sequences gives each the logits it gets alone;
  *   - bad tokens and an over-long chunk are refused without writing anything.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) with a message when none is found.
@@ -80,7 +81,8 @@ static double max_rel_diff(const float *a, const float *b, size_t n)
 static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
 {
     t[0] = 1;
-    for (uint32_t i = 1; i < n; i++) t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
+    for (uint32_t i = 1; i < n; i++)
+        t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
 }
 
 static int test_paged_equals_contiguous(void)
@@ -104,8 +106,9 @@ static int test_paged_equals_contiguous(void)
         T_OK(run_all(ref, toks, n, chunk, b));
         double d = max_rel_diff(a, b, (size_t)n * V);
         double bound = kv == PGD_KV_F32 ? 1e-5 : 1e-3;
-        if (d > bound) T_FAIL("trial %d (n %u, chunk %u, kv %s): paged vs contiguous %.3g", trial,
-                             n, chunk, pgd_kv_type_name(kv), d);
+        if (d > bound)
+            T_FAIL("trial %d (n %u, chunk %u, kv %s): paged vs contiguous %.3g", trial, n, chunk,
+                   pgd_kv_type_name(kv), d);
         pe_ctx_free(paged);
         pe_ctx_free(ref);
         free(toks);
@@ -183,6 +186,100 @@ static int test_prefix_hit_is_exact(void)
     return 0;
 }
 
+/* A batch of several sequences (prefill chunks and decode tokens together) gives each
+ * sequence the logits it gets alone; a batch that does not fit changes nothing. */
+static int test_batch_equals_sequential(void)
+{
+    uint64_t seed = 1234;
+    const uint32_t V = g_model->hp.n_vocab;
+    enum { S = 3 };
+    static const uint32_t lens[S] = {5, 40, 17};
+    int32_t toks[S][48];
+    float *alone = malloc((size_t)S * 4 * V * sizeof *alone);
+    float *batch = malloc((size_t)S * 4 * V * sizeof *batch);
+    T_ASSERT(alone && batch);
+    for (int i = 0; i < S; i++)
+        random_tokens(&seed, toks[i], lens[i] + 3);
+
+    pe_ctx *c = make_ctx(64, 16, PGD_KV_F32, 0);
+    T_ASSERT(c);
+    pgd_cache *cache = pe_ctx_cache(c);
+    for (int i = 0; i < S; i++) { /* alone: prefill, then 3 decode steps */
+        pgd_seq *s;
+        T_OK(pgd_seq_create(cache, "alone", 5, &s));
+        T_EQ(pe_forward(c, s, toks[i], lens[i], alone + ((size_t)i * 4) * V, 0), 0);
+        for (uint32_t k = 0; k < 3; k++)
+            T_EQ(pe_forward(c, s, &toks[i][lens[i] + k], 1, alone + ((size_t)i * 4 + 1 + k) * V, 0),
+                 0);
+        pgd_seq_destroy(cache, s);
+    }
+    pgd_seq *seqs[S];
+    pe_batch_item items[S];
+    for (int i = 0; i < S; i++) {
+        T_OK(pgd_seq_create(cache, "batch", 5, &seqs[i]));
+        items[i] = (pe_batch_item){seqs[i], toks[i], lens[i], batch + ((size_t)i * 4) * V, 0};
+    }
+    T_EQ(pe_forward_batch(c, items, S), 0);
+    for (uint32_t k = 0; k < 3; k++) {
+        for (int i = 0; i < S; i++)
+            items[i] = (pe_batch_item){seqs[i], &toks[i][lens[i] + k], 1,
+                                       batch + ((size_t)i * 4 + 1 + k) * V, 0};
+        T_EQ(pe_forward_batch(c, items, S), 0);
+    }
+    double d = max_rel_diff(alone, batch, (size_t)S * 4 * V);
+    if (d > 1e-5) T_FAIL("batched vs alone: %.3g", d);
+
+    /* the same sequence twice, or more tokens than n_batch: refused, nothing changed */
+    items[0] = (pe_batch_item){seqs[0], toks[0], 1, NULL, 0};
+    items[1] = items[0];
+    T_EQ(pe_forward_batch(c, items, 2), PGD_EINVAL);
+    int32_t many[70] = {0};
+    items[1] = (pe_batch_item){seqs[1], many, 64, NULL, 0};
+    T_EQ(pe_forward_batch(c, items, 2), PGD_EINVAL);
+    T_EQ(pgd_seq_length(cache, seqs[0]), lens[0] + 3);
+    T_EQ(pgd_seq_length(cache, seqs[1]), lens[1] + 3);
+    T_EQ(pgd_cache_check(cache), PGD_OK);
+    for (int i = 0; i < S; i++)
+        pgd_seq_destroy(cache, seqs[i]);
+    pe_ctx_free(c);
+    free(alone);
+    free(batch);
+    return 0;
+}
+
+/* A batch whose pages do not fit fails with PGD_ENOSPC and leaves every sequence as it
+ * was (the grows of the items before the one that failed are undone). */
+static int test_batch_enospc_changes_nothing(void)
+{
+    pe_ctx_params p = pe_ctx_default_params();
+    char err[256];
+    pe_ctx *c;
+    p.n_ctx = 256;
+    p.n_batch = 256;
+    p.kv_tokens = 64; /* 4 pages of 16 */
+    p.n_threads = 1;
+    T_EQ(pe_ctx_create(g_model, &p, &c, err, sizeof err), 0);
+    pgd_cache *cache = pe_ctx_cache(c);
+    pgd_seq *a, *b;
+    int32_t t[80];
+    uint64_t seed = 5;
+    random_tokens(&seed, t, 80);
+    T_OK(pgd_seq_create(cache, NULL, 0, &a));
+    T_OK(pgd_seq_create(cache, NULL, 0, &b));
+    pe_batch_item items[2] = {{a, t, 30, NULL, 0}, {b, t + 30, 40, NULL, 0}}; /* 2 + 3 pages */
+    T_EQ(pe_forward_batch(c, items, 2), PGD_ENOSPC);
+    T_EQ(pgd_seq_length(cache, a), 0);
+    T_EQ(pgd_seq_length(cache, b), 0);
+    pgd_cache_stats st;
+    pgd_cache_get_stats(cache, &st);
+    T_EQ(st.n_pages_free, st.n_pages_total);
+    T_EQ(pgd_cache_check(cache), PGD_OK);
+    pgd_seq_destroy(cache, a);
+    pgd_seq_destroy(cache, b);
+    pe_ctx_free(c);
+    return 0;
+}
+
 static int test_bad_input_refused(void)
 {
     pe_ctx *c = make_ctx(8, 16, PGD_KV_F16, 0);
@@ -223,6 +320,8 @@ int main(int argc, char **argv)
     T_RUN(test_paged_equals_contiguous);
     T_RUN(test_chunking_invariant);
     T_RUN(test_prefix_hit_is_exact);
+    T_RUN(test_batch_equals_sequential);
+    T_RUN(test_batch_enospc_changes_nothing);
     T_RUN(test_bad_input_refused);
     T_RUN(test_load_errors);
     pe_model_free(g_model);

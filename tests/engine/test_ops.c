@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "ops_int.h"
 #include "t.h"
 #include "threadpool.h"
 
@@ -56,7 +57,7 @@ static int test_f16_all_patterns_round_trip(void)
     T_EQ(pe_f32_to_f16(1.0f), 0x3c00);
     T_EQ(pe_f32_to_f16(-2.0f), 0xc000);
     T_EQ(pe_f32_to_f16(65504.0f), 0x7bff);
-    T_EQ(pe_f32_to_f16(65520.0f), 0x7c00);     /* ties to even: rounds up to inf */
+    T_EQ(pe_f32_to_f16(65520.0f), 0x7c00);      /* ties to even: rounds up to inf */
     T_EQ(pe_f32_to_f16(5.9604645e-8f), 0x0001); /* 2^-24, smallest subnormal */
     T_EQ(pe_f32_to_f16(2.9802322e-8f), 0x0000); /* 2^-25: tie to even, 0 */
     T_ASSERT(pe_f16_to_f32(0x0001) == 5.9604645e-8f);
@@ -119,7 +120,8 @@ static int test_q8_0_known_blocks(void)
 {
     /* amax 127: d = 1 exactly, so q = roundf(x): halfway cases go away from zero. */
     float x[64];
-    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) * 0.25f;
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j - 16) * 0.25f;
     x[0] = -127.0f;
     x[1] = 0.5f;
     x[2] = -0.5f;
@@ -128,7 +130,8 @@ static int test_q8_0_known_blocks(void)
     x[5] = 126.5f;
     x[6] = 0.49999997f;
     /* amax 63.5: d = 0.5, id = 2 */
-    for (int j = 0; j < 32; j++) x[32 + j] = 0.0f;
+    for (int j = 0; j < 32; j++)
+        x[32 + j] = 0.0f;
     x[32] = 63.5f;
     x[33] = 0.25f;
     x[34] = -0.75f;
@@ -138,18 +141,23 @@ static int test_q8_0_known_blocks(void)
     T_EQ(b[0].d, 0x3c00);
     T_EQ(b[1].d, 0x3800);
     const int8_t want0[7] = {-127, 1, -1, 3, -3, 127, 0};
-    for (int j = 0; j < 7; j++) T_EQ(b[0].qs[j], want0[j]);
-    for (int j = 7; j < 32; j++) T_EQ(b[0].qs[j], (int)roundf((float)(j - 16) * 0.25f));
-    T_EQ(b[0].qs[7], -2); /* -2.25 */
+    for (int j = 0; j < 7; j++)
+        T_EQ(b[0].qs[j], want0[j]);
+    for (int j = 7; j < 32; j++)
+        T_EQ(b[0].qs[j], (int)roundf((float)(j - 16) * 0.25f));
+    T_EQ(b[0].qs[7], -2);  /* -2.25 */
     T_EQ(b[0].qs[10], -2); /* -1.5 -> -2 (away from zero) */
     const int8_t want1[4] = {127, 1, -2, 2};
-    for (int j = 0; j < 4; j++) T_EQ(b[1].qs[j], want1[j]);
-    for (int j = 4; j < 32; j++) T_EQ(b[1].qs[j], 0);
+    for (int j = 0; j < 4; j++)
+        T_EQ(b[1].qs[j], want1[j]);
+    for (int j = 4; j < 32; j++)
+        T_EQ(b[1].qs[j], 0);
     /* all zero: d = 0, q = 0 */
     memset(x, 0, sizeof x);
     pe_quant_row(GGML_TYPE_Q8_0, x, b, 32);
     T_EQ(b[0].d, 0);
-    for (int j = 0; j < 32; j++) T_EQ(b[0].qs[j], 0);
+    for (int j = 0; j < 32; j++)
+        T_EQ(b[0].qs[j], 0);
     return 0;
 }
 
@@ -176,14 +184,15 @@ static int test_q4_0_known_blocks(void)
     pe_quant_row(GGML_TYPE_Q4_0, x, b, 64);
     T_EQ(b[0].d, 0x3c00);
     T_EQ(b[1].d, 0xb800);
-    const int want0[32] = {0, 15, 15, 15, 9, 8, 8, 0, 8, 8, 8, 8, 8, 8, 8, 8,
-                           11, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 5};
+    const int want0[32] = {0,  15, 15, 15, 9, 8, 8, 0, 8, 8, 8, 8, 8, 8, 8, 8,
+                           11, 8,  8,  8,  8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 5};
     const int want1[3] = {0, 15, 6};
     for (int j = 0; j < 16; j++) {
         T_EQ(b[0].qs[j] & 0x0f, want0[j]);
         T_EQ(b[0].qs[j] >> 4, want0[j + 16]);
     }
-    for (int j = 0; j < 3; j++) T_EQ(b[1].qs[j] & 0x0f, want1[j]);
+    for (int j = 0; j < 3; j++)
+        T_EQ(b[1].qs[j] & 0x0f, want1[j]);
     T_EQ(b[1].qs[3], 0x88);
     return 0;
 }
@@ -194,7 +203,8 @@ static int test_quant_round_trip(void)
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
     void *q = malloc(N * 4);
     T_ASSERT(x && y && q);
-    for (int i = 0; i < N; i++) x[i] = frand() * (i % 97 == 0 ? 30.0f : 1.0f) * (float)(1 + i / 512);
+    for (int i = 0; i < N; i++)
+        x[i] = frand() * (i % 97 == 0 ? 30.0f : 1.0f) * (float)(1 + i / 512);
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = types[ti];
         pe_quant_row(type, x, q, N);
@@ -220,7 +230,8 @@ static int test_quant_round_trip(void)
                     double d = (float)(amax / 127), d16 = pe_f16_to_f32(pe_f32_to_f16((float)d));
                     bound = d / 2 + 127 * fabs(d - d16);
                 } else {
-                    double d = fabs((float)(max / -8)), d16 = fabs(pe_f16_to_f32(pe_f32_to_f16((float)d)));
+                    double d = fabs((float)(max / -8)),
+                           d16 = fabs(pe_f16_to_f32(pe_f32_to_f16((float)d)));
                     const block_q4_0 *blk = (const block_q4_0 *)q + i / 32;
                     int j = i % 32;
                     int qv = j < 16 ? blk->qs[j] & 0x0f : blk->qs[j - 16] >> 4;
@@ -239,6 +250,60 @@ static int test_quant_round_trip(void)
     return 0;
 }
 
+/* Each ISA's activation quantizer is bit-identical to the reference (values, scales and the
+ * correction -off * sum), including halfway cases, zero blocks and extreme scales. */
+static int test_act_quant_bit_exact(void)
+{
+    enum { NB = 77, N = NB * 32 };
+    float *x = malloc(N * sizeof *x);
+    int8_t *q = malloc(N);
+    float *d = malloc(NB * sizeof *d);
+    int32_t *c = malloc(NB * sizeof *c);
+    block_q8_0 *ref = malloc(NB * sizeof *ref);
+    T_ASSERT(x && q && d && c && ref);
+    for (int rep = 0; rep < 20; rep++) {
+        for (int b = 0; b < NB; b++) {
+            float scale = b % 7 == 0 ? 1e-30f : b % 7 == 1 ? 1e30f : (float)(1 + b % 5);
+            for (int j = 0; j < 32; j++)
+                x[b * 32 + j] = frand() * scale;
+            if (b % 5 == 2) { /* amax 127 -> d = 1: halfway values must round away from 0 */
+                for (int j = 0; j < 32; j++)
+                    x[b * 32 + j] = (float)((int)(frand() * 120)) + 0.5f;
+                x[b * 32 + 3] = -127.0f;
+            }
+            if (b % 11 == 4) memset(x + b * 32, 0, 32 * sizeof *x);
+        }
+        pe__quant_q8_0_ref(x, ref, N);
+        const pe_kernels *ks[3] = {&pe__kernels_scalar, NULL, NULL};
+#if defined(__x86_64__) || defined(__i386__)
+        if (pe_isa_detect() >= PE_ISA_AVX2) ks[1] = &pe__kernels_avx2;
+        if (pe_isa_detect() >= PE_ISA_AVX512) ks[2] = &pe__kernels_avx512;
+#endif
+        for (int k = 0; k < 3; k++) {
+            if (!ks[k]) continue;
+            int32_t off = rep & 1 ? 8 : 128;
+            ks[k]->quant_act(x, N, off, q, d, c);
+            for (int b = 0; b < NB; b++) {
+                int32_t sum = 0;
+                for (int j = 0; j < 32; j++) {
+                    if (q[b * 32 + j] != ref[b].qs[j])
+                        T_FAIL("isa %d block %d value %d: x %.9g -> %d, ref %d", k, b, j,
+                               (double)x[b * 32 + j], q[b * 32 + j], ref[b].qs[j]);
+                    sum += ref[b].qs[j];
+                }
+                T_ASSERT(d[b] == pe_f16_to_f32(ref[b].d));
+                T_EQ(c[b], -off * sum);
+            }
+        }
+    }
+    free(x);
+    free(q);
+    free(d);
+    free(c);
+    free(ref);
+    return 0;
+}
+
 /* ---- matmul against the reference ---- */
 
 typedef struct mm_case {
@@ -254,13 +319,15 @@ static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, int raw,
     if (!w || !row) abort();
     for (uint32_t o = 0; o < n_out; o++) {
         float scale = 0.05f + (float)(o % 5);
-        for (uint32_t i = 0; i < n_in; i++) row[i] = frand() * scale;
+        for (uint32_t i = 0; i < n_in; i++)
+            row[i] = frand() * scale;
         pe_quant_row(type, row, w + o * *rb, n_in);
         if (raw && (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0)) {
             /* every byte pattern, including q8 = -128 which no quantizer writes */
             size_t bs = type == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
             for (uint32_t b = 0; b < n_in / 32; b++)
-                for (size_t j = 2; j < bs; j++) w[o * *rb + b * bs + j] = (uint8_t)t_rand(&seed);
+                for (size_t j = 2; j < bs; j++)
+                    w[o * *rb + b * bs + j] = (uint8_t)t_rand(&seed);
         }
     }
     free(row);
@@ -277,7 +344,8 @@ static double *magnitudes(const pe_mat *w, const float *x, uint32_t n_tok)
         pe_dequant_row(w->type, (const uint8_t *)w->data + o * w->row_bytes, row, w->n_in);
         for (uint32_t t = 0; t < n_tok; t++) {
             double a = 0.0;
-            for (uint32_t i = 0; i < w->n_in; i++) a += fabs((double)row[i] * x[(size_t)t * w->n_in + i]);
+            for (uint32_t i = 0; i < w->n_in; i++)
+                a += fabs((double)row[i] * x[(size_t)t * w->n_in + i]);
             s[(size_t)t * w->n_out + o] = a;
         }
     }
@@ -302,20 +370,23 @@ static int check_case(const mm_case *c, pe_threadpool *tp, int raw)
     pe_isa best = pe_isa_detect();
     for (int isa = PE_ISA_SCALAR; isa <= (int)best && rc == 0; isa++) {
         T_EQ(pe_isa_force((pe_isa)isa), isa);
-        for (size_t i = 0; i < ny + 16; i++) y[i] = NAN;
+        for (size_t i = 0; i < ny + 16; i++)
+            y[i] = NAN;
         pe_matmul(tp, &w, x, c->n_tok, y, scratch);
         for (size_t i = 0; i < ny && rc == 0; i++) {
             double err = fabs((double)y[i] - ref[i]);
             if (!(err <= 1e-5 * s[i] + 1e-30)) {
-                fprintf(stderr, "%s %s n_in %u n_out %u n_tok %u%s: y[t=%zu][o=%zu] = %.9g, ref %.9g, "
-                                "S %.6g\n",
+                fprintf(stderr,
+                        "%s %s n_in %u n_out %u n_tok %u%s: y[t=%zu][o=%zu] = %.9g, ref %.9g, "
+                        "S %.6g\n",
                         pe_isa_name((pe_isa)isa), ggml_type_name(c->type), c->n_in, c->n_out,
                         c->n_tok, raw ? " (raw blocks)" : "", i / c->n_out, i % c->n_out,
                         (double)y[i], (double)ref[i], s[i]);
                 rc = 1;
             }
         }
-        for (size_t i = ny; i < ny + 16; i++) T_ASSERT(isnan(y[i])); /* nothing past the end */
+        for (size_t i = ny; i < ny + 16; i++)
+            T_ASSERT(isnan(y[i])); /* nothing past the end */
     }
     pe_isa_force(best);
     free((void *)w.data);
@@ -356,10 +427,12 @@ static int test_matmul_odd_shapes(void)
     /* float rows of any length; token counts across the 256-token task boundary; more
      * threads than tasks; raw quantized blocks with every byte value */
     static const mm_case cases[] = {
-        {GGML_TYPE_F32, 33, 9, 3},      {GGML_TYPE_F16, 100, 40, 9},   {GGML_TYPE_BF16, 7, 5, 20},
-        {GGML_TYPE_F32, 1, 3, 1},       {GGML_TYPE_F16, 300, 65, 13},  {GGML_TYPE_Q8_0, 64, 70, 300},
-        {GGML_TYPE_Q4_0, 96, 129, 260}, {GGML_TYPE_F16, 48, 31, 270},  {GGML_TYPE_Q8_0, 1024, 3, 8},
-        {GGML_TYPE_BF16, 272, 300, 7},  {GGML_TYPE_Q4_0, 1056, 33, 16},
+        {GGML_TYPE_F32, 33, 9, 3},      {GGML_TYPE_F16, 100, 40, 9},
+        {GGML_TYPE_BF16, 7, 5, 20},     {GGML_TYPE_F32, 1, 3, 1},
+        {GGML_TYPE_F16, 300, 65, 13},   {GGML_TYPE_Q8_0, 64, 70, 300},
+        {GGML_TYPE_Q4_0, 96, 129, 260}, {GGML_TYPE_F16, 48, 31, 270},
+        {GGML_TYPE_Q8_0, 1024, 3, 8},   {GGML_TYPE_BF16, 272, 300, 7},
+        {GGML_TYPE_Q4_0, 1056, 33, 16},
     };
     pe_threadpool *tp = pe_tp_create(3);
     T_ASSERT(tp);
@@ -401,9 +474,11 @@ static int test_matmul_quantized_exact(void)
                 uint8_t *blk = wd + o * w.row_bytes + b * (q4 ? 18 : 34);
                 blk[0] = 0x00; /* d = 1.0 (f16 0x3c00, little-endian) */
                 blk[1] = 0x3c;
-                for (int j = 0; j < (q4 ? 16 : 32); j++) blk[2 + j] = (uint8_t)t_rand(&seed);
+                for (int j = 0; j < (q4 ? 16 : 32); j++)
+                    blk[2 + j] = (uint8_t)t_rand(&seed);
                 for (int j = 0; j < 32; j++) {
-                    int v = q4 ? (j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4) - 8 : (int8_t)blk[2 + j];
+                    int v = q4 ? (j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4) - 8
+                               : (int8_t)blk[2 + j];
                     wi[(size_t)o * N_IN + b * 32 + j] = (int8_t)v;
                 }
             }
@@ -474,17 +549,21 @@ static int test_vector_helpers(void)
             pe_rmsnorm(c, a, b, n, 1e-5f);
             double scale = 1.0 / sqrt(ss / n + 1e-5);
             for (uint32_t i = 0; i < n; i++)
-                T_ASSERT(fabs(c[i] - a[i] * scale * b[i]) <= 1e-6 * fabs(a[i] * scale * b[i]) + 1e-30);
+                T_ASSERT(fabs(c[i] - a[i] * scale * b[i]) <=
+                         1e-6 * fabs(a[i] * scale * b[i]) + 1e-30);
 
             /* softmax over scores with a wide range, one -inf (a masked position) */
-            for (uint32_t i = 0; i < n; i++) c[i] = a[i] * 20.0f;
+            for (uint32_t i = 0; i < n; i++)
+                c[i] = a[i] * 20.0f;
             if (n > 3) c[2] = -INFINITY;
             memcpy(d, c, n * 4);
             pe_softmax(c, n);
             double max = -INFINITY, sum = 0.0;
-            for (uint32_t i = 0; i < n; i++) max = d[i] > max ? d[i] : max;
+            for (uint32_t i = 0; i < n; i++)
+                max = d[i] > max ? d[i] : max;
             /* the kernel's input is x - max rounded to f32; the bound covers exp and the sum */
-            for (uint32_t i = 0; i < n; i++) sum += exp((double)(d[i] - (float)max));
+            for (uint32_t i = 0; i < n; i++)
+                sum += exp((double)(d[i] - (float)max));
             for (uint32_t i = 0; i < n; i++) {
                 double p = exp((double)(d[i] - (float)max)) / sum;
                 if (!(fabs(c[i] - p) <= 2e-6 * p + 1e-37))
@@ -502,8 +581,8 @@ static int test_vector_helpers(void)
             for (uint32_t i = 0; i < n; i++) {
                 double g = a[i], want = g / (1.0 + exp(-g)) * d[i];
                 if (!(fabs(c[i] - want) <= 1e-6 * fabs(want) + 1e-30))
-                    T_FAIL("%s swiglu: g %g u %g -> %.9g, want %.9g", pe_isa_name((pe_isa)isa),
-                           g, (double)d[i], (double)c[i], want);
+                    T_FAIL("%s swiglu: g %g u %g -> %.9g, want %.9g", pe_isa_name((pe_isa)isa), g,
+                           (double)d[i], (double)c[i], want);
             }
         }
     }
@@ -524,6 +603,7 @@ int main(void)
     T_RUN(test_q8_0_known_blocks);
     T_RUN(test_q4_0_known_blocks);
     T_RUN(test_quant_round_trip);
+    T_RUN(test_act_quant_bit_exact);
     T_RUN(test_matmul_matches_reference);
     T_RUN(test_matmul_odd_shapes);
     T_RUN(test_matmul_quantized_exact);

@@ -40,8 +40,8 @@ static int test_golden(void)
     if (!model[0]) return 0;
     snprintf(errfile, sizeof errfile, "%s/golden.err", dir);
     snprintf(cmd, sizeof cmd,
-             "'%s' run -m '%s' -p 'Once upon a time' -n 64 --temp 0 -c 512 -t 2 2>'%s'", bin,
-             model, errfile);
+             "'%s' run -m '%s' -p 'Once upon a time' -n 64 --temp 0 -c 512 -t 2 2>'%s'", bin, model,
+             errfile);
     T_EQ(run(cmd, out, sizeof out), 0);
     if (strcmp(out, want) != 0) T_FAIL("golden text differs:\n got: [%s]\nwant: [%s]", out, want);
     FILE *f = fopen(errfile, "r");

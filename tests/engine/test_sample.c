@@ -15,7 +15,8 @@
 
 static void fill(float *l, uint64_t seed)
 {
-    for (int i = 0; i < V; i++) l[i] = (float)(t_rand(&seed) % 1000) / 100.0f;
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(t_rand(&seed) % 1000) / 100.0f;
 }
 
 static int argmax(const float *l)
@@ -63,7 +64,8 @@ static int test_seed_reproduces(void)
     }
     T_ASSERT(memcmp(a, b, sizeof a) == 0);
     int distinct = 0;
-    for (int i = 1; i < 64; i++) distinct |= a[i] != a[0];
+    for (int i = 1; i < 64; i++)
+        distinct |= a[i] != a[0];
     T_ASSERT(distinct); /* temperature 1 over near-flat logits does vary */
     return 0;
 }
@@ -94,7 +96,8 @@ static int test_topk1_and_tiny_topp_are_greedy(void)
 static int test_min_p_drops_tail(void)
 {
     float l[V], c[V];
-    for (int i = 0; i < V; i++) l[i] = -20.0f;
+    for (int i = 0; i < V; i++)
+        l[i] = -20.0f;
     l[3] = 5.0f;
     l[7] = 4.9f; /* p ratio exp(-0.1) ~ 0.9: kept */
     pe_sampler_params p = pe_sampler_default_params();
@@ -120,7 +123,8 @@ static int test_min_p_drops_tail(void)
 static int test_repeat_penalty(void)
 {
     float l[V], c[V];
-    for (int i = 0; i < V; i++) l[i] = 0;
+    for (int i = 0; i < V; i++)
+        l[i] = 0;
     l[10] = 2.0f;
     l[11] = 1.5f;
     pe_sampler_params p = pe_sampler_default_params();
@@ -154,7 +158,8 @@ static int test_follows_softmax(void)
         cnt[pe_sampler_sample(s, c)]++;
     }
     double z = 0, e[4], chi = 0;
-    for (int i = 0; i < 4; i++) z += exp(l[i]);
+    for (int i = 0; i < 4; i++)
+        z += exp(l[i]);
     for (int i = 0; i < 4; i++) {
         e[i] = N * exp(l[i]) / z;
         chi += (cnt[i] - e[i]) * (cnt[i] - e[i]) / e[i];

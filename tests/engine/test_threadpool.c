@@ -54,9 +54,11 @@ static int stress(uint32_t n_threads, uint32_t n_runs, int with_pauses)
     c.n_threads = n_threads;
     for (uint32_t run = 0; run < n_runs; run++) {
         uint32_t n = (uint32_t)(t_rand(&s) % MAX_TASKS);
-        for (uint32_t i = 0; i < MAX_TASKS; i++) atomic_store(&c.hits[i], 0);
+        for (uint32_t i = 0; i < MAX_TASKS; i++)
+            atomic_store(&c.hits[i], 0);
         atomic_store(&c.total, 0);
-        for (uint32_t i = 0; i < n; i++) c.plain[i] = 0;
+        for (uint32_t i = 0; i < n; i++)
+            c.plain[i] = 0;
         pe_tp_run(tp, count_task, &c, n);
         T_EQ(atomic_load(&c.total), n);
         for (uint32_t i = 0; i < n; i++) {
@@ -119,9 +121,11 @@ static int test_dispatch_latency(void)
     pe_threadpool *tp = pe_tp_create(2);
     T_ASSERT(tp);
     enum { N = 20000 };
-    for (int i = 0; i < 1000; i++) pe_tp_run(tp, noop_task, NULL, 2);
+    for (int i = 0; i < 1000; i++)
+        pe_tp_run(tp, noop_task, NULL, 2);
     double t0 = now_s();
-    for (int i = 0; i < N; i++) pe_tp_run(tp, noop_task, NULL, 2);
+    for (int i = 0; i < N; i++)
+        pe_tp_run(tp, noop_task, NULL, 2);
     double dt = now_s() - t0;
     printf("  pe_tp_run (2 threads, 2 tasks): %.2f us per run\n", dt / N * 1e6);
     pe_tp_destroy(tp);

@@ -201,8 +201,12 @@ static int conformance(const char *name, int is_spm)
         if (!next) break;
         pos = next + strlen(SEP);
     }
-    printf("     %s: %zu/%zu strings match .out, %zu/%zu round-trip\n", name, n_pass, n_tests,
-           n_rt, n_pass);
+    if (line && *line) {
+        fprintf(stderr, "%s: more output lines than inputs\n", name);
+        goto out;
+    }
+    printf("     %s: %zu/%zu strings match .out, %zu/%zu round-trip\n", name, n_pass, n_tests, n_rt,
+           n_pass);
     if (n_tests > 0 && n_pass == n_tests && n_rt == n_pass) rc = 0;
 out:
     free(inp);
@@ -219,7 +223,31 @@ static int test_conformance_llama_spm(void)
 
 static int test_conformance_phi3(void)
 {
-    return conformance("ggml-vocab-phi-3", 1);
+    const char *chat = "<|user|>\nHello<|end|>\n<|assistant|>";
+    int64_t n, nh, i;
+    int32_t *ids, *hello;
+    pe_vocab *v;
+    if (conformance("ggml-vocab-phi-3", 1) != 0) return 1;
+    v = load_vocab("vocab/ggml-vocab-phi-3.gguf");
+    if (!v) return g_missing ? 0 : 1;
+    T_EQ(pe_vocab_eos(v), 32000);
+    T_EQ(pe_vocab_eot(v), 32007); /* "<|end|>", found by its text */
+    T_ASSERT(pe_vocab_is_eog(v, 32000) && pe_vocab_is_eog(v, 32007));
+    T_ASSERT(!pe_vocab_is_eog(v, 32010));
+    /* chat markup: Phi-3's special tokens strip the whitespace after them (llama.cpp
+     * rstrip), and the text after a special token gets the space prefix again */
+    ids = tok(v, chat, strlen(chat), 0, 1, &n);
+    hello = tok(v, "Hello", 5, 0, 0, &nh);
+    T_EQ(n, nh + 3);
+    T_EQ(ids[0], 32010);
+    for (i = 0; i < nh; i++)
+        T_EQ(ids[1 + i], hello[i]);
+    T_EQ(ids[1 + nh], 32007);
+    T_EQ(ids[2 + nh], 32001);
+    free(ids);
+    free(hello);
+    pe_vocab_free(v);
+    return 0;
 }
 
 static int test_conformance_gpt2(void)
@@ -311,8 +339,11 @@ static pe_vocab *make_spm(mem_vocab *m, int space_prefix)
     mv_add(m, "b", -3, PE_TOKEN_TYPE_NORMAL);            /* 261 */
     mv_add(m, "aa", -1, PE_TOKEN_TYPE_NORMAL);           /* 262 */
     mv_add(m, "ab", -1, PE_TOKEN_TYPE_NORMAL);           /* 263 */
-    mv_add(m, "\xe2\x96\x81" "ab", -2, PE_TOKEN_TYPE_NORMAL); /* 264 */
-    mv_add(m, "<|im_end|>", 0, PE_TOKEN_TYPE_CONTROL);   /* 265 */
+    mv_add(m,
+           "\xe2\x96\x81"
+           "ab",
+           -2, PE_TOKEN_TYPE_NORMAL);                  /* 264 */
+    mv_add(m, "<|im_end|>", 0, PE_TOKEN_TYPE_CONTROL); /* 265 */
     p.model = "llama";
     p.n_tokens = m->n;
     p.tokens = m->toks;
@@ -409,7 +440,10 @@ static int test_streaming_decode(void)
     T_EQ(pe_detok_push(&d, 3 + 0xf0, out, sizeof out), 0);
     n = pe_detok_push(&d, 260, out, sizeof out);
     T_EQ(n, 4);
-    T_ASSERT(memcmp(out, "\xef\xbf\xbd" "a", 4) == 0);
+    T_ASSERT(memcmp(out,
+                    "\xef\xbf\xbd"
+                    "a",
+                    4) == 0);
     /* an incomplete sequence at the end: flush gives U+FFFD */
     T_EQ(pe_detok_push(&d, 3 + 0xe2, out, sizeof out), 0);
     T_EQ(pe_detok_push(&d, 3 + 0x96, out, sizeof out), 0);
@@ -447,8 +481,7 @@ static pe_vocab *make_bpe(mem_vocab *m, const char *pre)
             cp = (uint32_t)i;
         } else {
             for (b = 0; b < i; b++)
-                if (!((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae)))
-                    n_low++;
+                if (!((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae))) n_low++;
             cp = 256u + (uint32_t)n_low;
         }
         if (cp < 0x80) {
@@ -461,10 +494,10 @@ static pe_vocab *make_bpe(mem_vocab *m, const char *pre)
         }
         mv_add(m, s, 0, PE_TOKEN_TYPE_NORMAL);
     }
-    mv_add(m, "he", 0, PE_TOKEN_TYPE_NORMAL);                  /* 256 */
-    mv_add(m, "\xc4\xa0t", 0, PE_TOKEN_TYPE_NORMAL);           /* 257 */
-    mv_add(m, "\xc4\xa0the", 0, PE_TOKEN_TYPE_NORMAL);         /* 258 */
-    mv_add(m, "<|endoftext|>", 0, PE_TOKEN_TYPE_CONTROL);      /* 259 */
+    mv_add(m, "he", 0, PE_TOKEN_TYPE_NORMAL);             /* 256 */
+    mv_add(m, "\xc4\xa0t", 0, PE_TOKEN_TYPE_NORMAL);      /* 257 */
+    mv_add(m, "\xc4\xa0the", 0, PE_TOKEN_TYPE_NORMAL);    /* 258 */
+    mv_add(m, "<|endoftext|>", 0, PE_TOKEN_TYPE_CONTROL); /* 259 */
     for (i = 0; i < 3; i++) {
         merges[i].ptr = merges_c[i];
         merges[i].len = strlen(merges_c[i]);
@@ -484,8 +517,8 @@ static pe_vocab *make_bpe(mem_vocab *m, const char *pre)
 
 static int test_bpe(void)
 {
-    static const char *pres[] = {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm",
-                                 "deepseek-coder", "default", "starcoder", "falcon"};
+    static const char *pres[] = {"gpt-2",          "llama-bpe", "qwen2",     "deepseek-llm",
+                                 "deepseek-coder", "default",   "starcoder", "falcon"};
     mem_vocab m;
     pe_vocab *v = make_bpe(&m, "gpt-2");
     char out[64];
@@ -496,8 +529,8 @@ static int test_bpe(void)
     EXPECT(v, "the", 0, 0, 't', 256);
     /* "a<|endoftext|>b": one token with parse_special, bytes without */
     EXPECT(v, "a<|endoftext|>b", 0, 1, 'a', 259, 'b');
-    EXPECT(v, "a<|endoftext|>b", 0, 0, 'a', '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x',
-           't', '|', '>', 'b');
+    EXPECT(v, "a<|endoftext|>b", 0, 0, 'a', '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't',
+           '|', '>', 'b');
     T_ASSERT(pe_vocab_is_eog(v, 259));
     T_EQ(pe_detokenize(v, (const int32_t[]){258, 259, 't'}, 3, out, sizeof out), 5);
     T_ASSERT(memcmp(out, " thet", 5) == 0);
@@ -541,12 +574,33 @@ static int check_split(const char *pre, const char *text, const char *const *wan
 static int test_pre_splits(void)
 {
     static const char *text = "I'VE 1234567 don't\n\n  x!!\n";
-    static const char *const llama3[] = {"I", "'VE", "\xc4\xa0", "123", "456", "7",
-                                         "\xc4\xa0" "don", "'t", "\xc4\x8a\xc4\x8a",
-                                         "\xc4\xa0", "\xc4\xa0x", "!!\xc4\x8a", NULL};
-    static const char *const gpt2[] = {"I", "'", "VE", "\xc4\xa0" "1234567", "\xc4\xa0" "don",
-                                       "'t", "\xc4\x8a\xc4\x8a\xc4\xa0", "\xc4\xa0x", "!!",
-                                       "\xc4\x8a", NULL};
+    static const char *const llama3[] = {"I",
+                                         "'VE",
+                                         "\xc4\xa0",
+                                         "123",
+                                         "456",
+                                         "7",
+                                         "\xc4\xa0"
+                                         "don",
+                                         "'t",
+                                         "\xc4\x8a\xc4\x8a",
+                                         "\xc4\xa0",
+                                         "\xc4\xa0x",
+                                         "!!\xc4\x8a",
+                                         NULL};
+    static const char *const gpt2[] = {"I",
+                                       "'",
+                                       "VE",
+                                       "\xc4\xa0"
+                                       "1234567",
+                                       "\xc4\xa0"
+                                       "don",
+                                       "'t",
+                                       "\xc4\x8a\xc4\x8a\xc4\xa0",
+                                       "\xc4\xa0x",
+                                       "!!",
+                                       "\xc4\x8a",
+                                       NULL};
     /* U+0085 is White_Space for llama.cpp (PCRE2's \s lacks it) */
     static const char *const nel[] = {"a", "\xc3\x82\xc4\xa7", "\xc3\x82\xc4\xa7", "b", NULL};
     /* invalid bytes become U+FFFD (EF BF BD -> "ï¿½") */
@@ -555,11 +609,14 @@ static int test_pre_splits(void)
     pe_vocab *v;
     T_EQ(check_split("llama3", text, llama3), 0);
     T_EQ(check_split("gpt-2", text, gpt2), 0);
-    T_EQ(check_split("gpt-2", "a\xc2\x85\xc2\x85" "b", nel), 0);
+    T_EQ(check_split("gpt-2",
+                     "a\xc2\x85\xc2\x85"
+                     "b",
+                     nel),
+         0);
     T_EQ(check_split("gpt-2", "a\xff", bad), 0);
     T_EQ(check_split("qwen2", "12", (const char *const[]){"1", "2", NULL}), 0);
-    T_EQ(check_split("default", "12345",
-                     (const char *const[]){"123", "45", NULL}), 0);
+    T_EQ(check_split("default", "12345", (const char *const[]){"123", "45", NULL}), 0);
     v = make_bpe(&m, "llama3");
     T_ASSERT(v);
     T_EQ(pe_vocab_add_bos(v), 1); /* llama3 defaults to BOS */
@@ -572,8 +629,8 @@ static int test_pre_splits(void)
 static int test_invalid_utf8(void)
 {
     static const char *cases[] = {
-        "\xff", "\xc3", "a\xe2\x96", "\xed\xa0\x80x", "\xf7\xbf\xbf\xbfz", "\xc0\x80",
-        "\x80\x80\x80", "\xf0\x9f", "<|endoftext|\xff>", "\xe2\x96\x81\xe2\x96",
+        "\xff",     "\xc3",         "a\xe2\x96", "\xed\xa0\x80x",     "\xf7\xbf\xbf\xbfz",
+        "\xc0\x80", "\x80\x80\x80", "\xf0\x9f",  "<|endoftext|\xff>", "\xe2\x96\x81\xe2\x96",
     };
     mem_vocab m1, m2;
     pe_vocab *vs[2];
@@ -647,8 +704,8 @@ static double now_s(void)
  * O(n log n); an O(n^2) one would take minutes here. */
 static int big_inputs(const pe_vocab *v, const char *name)
 {
-    static const char *words[] = {"the ", "quick ", "brown ", "fox, ", "jumps\n", "über ",
-                                  "12345 ", "日本語 ", "🦙 ", "don't "};
+    static const char *words[] = {"the ",  "quick ", "brown ",  "fox, ", "jumps\n",
+                                  "über ", "12345 ", "日本語 ", "🦙 ", "don't "};
     const size_t size = 1u << 20;
     char *buf = malloc(size + 16);
     uint64_t seed = 7;
@@ -670,8 +727,10 @@ static int big_inputs(const pe_vocab *v, const char *name)
         n = pe_tokenize(v, buf, len, 0, 0, NULL, 0);
         T_ASSERT(n > 0);
         printf("     %s: 1 MB (%s) -> %lld tokens in %.2f s\n", name,
-               kind == 0 ? "words" : kind == 1 ? "'a' x 1M" : "' ' x 1M", (long long)n,
-               now_s() - t0);
+               kind == 0   ? "words"
+               : kind == 1 ? "'a' x 1M"
+                           : "' ' x 1M",
+               (long long)n, now_s() - t0);
         T_ASSERT(now_s() - t0 < 20.0);
     }
     free(buf);
@@ -685,7 +744,13 @@ static int test_big_inputs(void)
     T_ASSERT(v && big_inputs(v, "spm (in memory)") == 0);
     pe_vocab_free(v);
     v = make_bpe(&m2, "gpt-2");
-    T_ASSERT(v && big_inputs(v, "bpe (in memory)") == 0);
+    T_ASSERT(v && big_inputs(v, "bpe gpt-2 (in memory)") == 0);
+    pe_vocab_free(v);
+    v = make_bpe(&m2, "llama3");
+    T_ASSERT(v && big_inputs(v, "bpe llama3 (in memory)") == 0);
+    pe_vocab_free(v);
+    v = make_bpe(&m2, "deepseek-llm");
+    T_ASSERT(v && big_inputs(v, "bpe deepseek-llm (in memory)") == 0);
     pe_vocab_free(v);
     v = load_vocab("vocab/ggml-vocab-llama-spm.gguf");
     if (v) {

@@ -45,9 +45,22 @@ static uint32_t add_tok(uint32_t n, const char *s)
 static pe_vocab *build_spm(void)
 {
     static const char *extra[] = {
-        "\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "\xe2\x96\x81" "ab", "\xc3\xa9",
-        "\xe6\x97\xa5", "\xe6\x97\xa5\xe6\x9c\xac", "<|im_start|>", "<|im_end|>", "<tool>",
-        "</s>x", "\xe2\x96\x81\xe2\x96\x81",
+        "\xe2\x96\x81",
+        "a",
+        "b",
+        "ab",
+        "\xe2\x96\x81"
+        "a",
+        "\xe2\x96\x81"
+        "ab",
+        "\xc3\xa9",
+        "\xe6\x97\xa5",
+        "\xe6\x97\xa5\xe6\x9c\xac",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<tool>",
+        "</s>x",
+        "\xe2\x96\x81\xe2\x96\x81",
     };
     static float scores[600];
     static int32_t types[600];
@@ -88,10 +101,10 @@ static pe_vocab *build_spm(void)
 
 static pe_vocab *build_bpe(const char *pre)
 {
-    static const char *merges_c[] = {"h e", "\xc4\xa0 t", "\xc4\xa0t he", "1 2", "12 3",
-                                     "\xc4\x8a \xc4\x8a", "\xc3\xa6 \xc2\x97"};
-    static const char *extra[] = {"he", "\xc4\xa0t", "\xc4\xa0the", "12", "123",
-                                  "\xc4\x8a\xc4\x8a", "\xc3\xa6\xc2\x97"};
+    static const char *merges_c[] = {"h e",  "\xc4\xa0 t",        "\xc4\xa0t he",     "1 2",
+                                     "12 3", "\xc4\x8a \xc4\x8a", "\xc3\xa6 \xc2\x97"};
+    static const char *extra[] = {"he",  "\xc4\xa0t",        "\xc4\xa0the",     "12",
+                                  "123", "\xc4\x8a\xc4\x8a", "\xc3\xa6\xc2\x97"};
     static char text[300][8];
     static gguf_str toks[300];
     static int32_t types[300];
@@ -184,8 +197,8 @@ static int valid_utf8(const uint8_t *s, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *pres[N_VOCABS] = {NULL, "gpt-2", "llama-bpe", "qwen2", "deepseek-llm",
-                                         "default"};
+    static const char *pres[N_VOCABS] = {NULL,    "gpt-2",        "llama-bpe",
+                                         "qwen2", "deepseek-llm", "default"};
     const pe_vocab *v;
     const char *text;
     size_t len, i, cap, pos = 0, n2;

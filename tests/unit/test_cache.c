@@ -1641,6 +1641,37 @@ static int model_run(uint32_t T, uint32_t n_pages, int payload, int policy, uint
     return fail;
 }
 
+/* truncate undoes a grow: pages past the new end go back, committed tokens stay. */
+static int test_truncate(void)
+{
+    pgd_cache *c = make_cache(4, 16);
+    pgd_seq *s;
+    pgd_cache_stats st;
+    static const int32_t t[6] = {1, 2, 3, 4, 5, 6};
+    T_ASSERT(c);
+    T_OK(pgd_seq_create(c, NULL, 0, &s));
+    T_EQ(pgd_seq_grow(c, s, 6), PGD_OK);
+    T_EQ(pgd_seq_commit(c, s, t, 5), 1);
+    T_EQ(pgd_seq_grow(c, s, 11), PGD_OK); /* 17 positions: 5 pages */
+    pgd_cache_get_stats(c, &st);
+    T_EQ(st.n_pages_free, 11);
+    T_EQ(pgd_seq_truncate(c, s, 4), PGD_ESTATE); /* below the committed 5 */
+    T_EQ(pgd_seq_truncate(c, s, 18), PGD_ESTATE);
+    T_EQ(pgd_seq_truncate(c, s, 6), PGD_OK);
+    T_EQ(pgd_seq_length(c, s), 6);
+    pgd_cache_get_stats(c, &st);
+    T_EQ(st.n_pages_free, 14);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    T_EQ(pgd_seq_truncate(c, s, 5), PGD_OK);
+    T_EQ(pgd_seq_grow(c, s, 3), PGD_OK);
+    T_EQ(pgd_seq_commit(c, s, t + 5, 1), 0);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_seq_destroy(c, s);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
 static int test_model(void)
 {
     const char *one = getenv("PGD_TEST_SEED");
@@ -1697,6 +1728,7 @@ int main(void)
     T_RUN(test_eviction_leaves_first);
     T_RUN(test_lru_order);
     T_RUN(test_evict_clear_stats);
+    T_RUN(test_truncate);
     T_RUN(test_model);
     T_DONE();
 }
