@@ -26,6 +26,9 @@
 
 #include "model.h"
 
+/* Rows of one sequence per prefill attention task (see attn_tile_task). */
+#define ATT_TILE 8
+
 /* ---- loading ---- */
 
 static int errf(char *err, size_t errlen, const char *fmt, ...)
@@ -314,13 +317,17 @@ struct pe_ctx {
     pe_threadpool *tp;
     uint32_t n_threads;
     float *x, *xb, *q, *k, *v, *ao, *hb, *hb2; /* [n_batch][...] activations */
-    float *att;                                /* [n_threads][group][n_ctx] scores */
-    float *rope;                               /* [n_batch][n_rot/2][2] cos, sin */
-    float *inv_freq;                           /* [n_rot/2] */
-    uint32_t *slot_page, *slot_off;            /* [n_batch] where each row's K/V goes */
-    uint64_t *row_pos;                         /* [n_batch] position of each row */
-    const uint32_t **row_pages;                /* [n_batch] page table of each row's seq */
-    float *logits_tmp;                         /* [cap][n_vocab], batches of several seqs */
+    float *att;                                /* [n_threads][att_stride] scores */
+    size_t att_stride;                         /* ATT_TILE * group * n_ctx floats */
+    float *pagebuf;                            /* [n_threads][pagebuf_stride] */
+    size_t pagebuf_stride;
+    uint32_t *tile_row, *tile_len, n_tiles; /* [n_batch] prefill attention tiles */
+    float *rope;                            /* [n_batch][n_rot/2][2] cos, sin */
+    float *inv_freq;                        /* [n_rot/2] */
+    uint32_t *slot_page, *slot_off;         /* [n_batch] where each row's K/V goes */
+    uint64_t *row_pos;                      /* [n_batch] position of each row */
+    const uint32_t **row_pages;             /* [n_batch] page table of each row's seq */
+    float *logits_tmp;                      /* [cap][n_vocab], batches of several seqs */
     uint32_t logits_cap;
     void *scratch;
     float *kc, *vc; /* contiguous reference [layer][n_ctx][kv] */
@@ -360,6 +367,9 @@ void pe_ctx_free(pe_ctx *ctx)
     free(ctx->hb);
     free(ctx->hb2);
     free(ctx->att);
+    free(ctx->pagebuf);
+    free(ctx->tile_row);
+    free(ctx->tile_len);
     free(ctx->rope);
     free(ctx->inv_freq);
     free(ctx->slot_page);
@@ -400,7 +410,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     if (c->p.n_batch > c->p.n_ctx) c->p.n_batch = c->p.n_ctx;
     if (!c->p.page_tokens) c->p.page_tokens = 16;
     if (!c->p.kv_tokens) c->p.kv_tokens = c->p.n_ctx;
-    if (c->p.n_ctx > (1u << 24)) {
+    if (c->p.n_ctx > (1u << 22)) {
         errf(err, errlen, "context of %u tokens is too large", c->p.n_ctx);
         goto fail;
     }
@@ -438,7 +448,13 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->ao = malloc(n * Q * sizeof(float));
     c->hb = malloc(n * hp->n_ff * sizeof(float));
     c->hb2 = malloc(n * hp->n_ff * sizeof(float));
-    c->att = malloc((size_t)c->n_threads * G * c->p.n_ctx * sizeof(float));
+    c->att_stride = (size_t)ATT_TILE * G * c->p.n_ctx;
+    c->att = malloc((size_t)c->n_threads * c->att_stride * sizeof(float));
+    const size_t ldk = (c->p.page_tokens + 7) & ~(size_t)7;
+    c->pagebuf_stride = ldk * hp->head_dim + (size_t)c->p.page_tokens * hp->head_dim + ldk + 16;
+    c->pagebuf = malloc((size_t)c->n_threads * c->pagebuf_stride * sizeof(float));
+    c->tile_row = malloc(n * sizeof(uint32_t));
+    c->tile_len = malloc(n * sizeof(uint32_t));
     c->rope = malloc(n * hp->n_rot * sizeof(float));
     c->inv_freq = malloc(hp->n_rot / 2 * sizeof(float) + sizeof(float));
     c->slot_page = malloc(n * sizeof(uint32_t));
@@ -448,7 +464,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->scratch = malloc(max_scratch(m, (uint32_t)n) + 64);
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->ao || !c->hb || !c->hb2 || !c->att ||
         !c->rope || !c->inv_freq || !c->slot_page || !c->slot_off || !c->row_pos || !c->row_pages ||
-        !c->scratch) {
+        !c->scratch || !c->pagebuf || !c->tile_row || !c->tile_len) {
         errf(err, errlen, "out of memory for activations of %zu tokens", n);
         goto fail;
     }
@@ -507,6 +523,32 @@ __attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const uint16_
     return r;
 }
 
+/* Converts n f16 values to f32. */
+__attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint16_t *x, float *y,
+                                                                     size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++)
+        y[i] = pe_f16_to_f32(x[i]);
+}
+
+/* out[j] = scale * sum_d q[d] * kt[d][j] for j < 8 * n_blk: keys in the lanes, so no
+ * horizontal sums (kt is the page's K transposed, row stride ldk). */
+__attribute__((target("avx2,fma"))) static void scores_avx2(const float *kt, uint32_t ldk,
+                                                            uint32_t n_blk, const float *q,
+                                                            uint32_t hd, float scale, float *out)
+{
+    for (uint32_t b = 0; b < n_blk; b++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (uint32_t d = 0; d < hd; d++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]),
+                                  _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b), acc);
+        _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+    }
+}
+
 __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, float a,
                                                                    const uint16_t *x, uint32_t n)
 {
@@ -522,6 +564,35 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, flo
 #endif
 
 static int have_avx2 = -1;
+
+static void f16_to_f32(const uint16_t *x, float *y, size_t n)
+{
+#if defined(__x86_64__)
+    if (have_avx2) {
+        f16_to_f32_avx2(x, y, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        y[i] = pe_f16_to_f32(x[i]);
+}
+
+static void scores(const float *kt, uint32_t ldk, uint32_t n_blk, const float *q, uint32_t hd,
+                   float scale, float *out)
+{
+#if defined(__x86_64__)
+    if (have_avx2) {
+        scores_avx2(kt, ldk, n_blk, q, hd, scale, out);
+        return;
+    }
+#endif
+    for (uint32_t j = 0; j < 8 * n_blk; j++) {
+        float acc = 0;
+        for (uint32_t d = 0; d < hd; d++)
+            acc += q[d] * kt[(size_t)d * ldk + j];
+        out[j] = acc * scale;
+    }
+}
 
 static float dot_f16(const uint16_t *k, const float *q, uint32_t n)
 {
@@ -547,6 +618,7 @@ static void axpy_f16(float *y, float a, const uint16_t *x, uint32_t n)
 }
 
 /* ---- attention over pages ---- */
+
 
 typedef struct attn_job {
     pe_ctx *c;
@@ -615,6 +687,81 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
                     axpy_f16(out + (size_t)h * hd, a, (const uint16_t *)vp + (size_t)r * hd, hd);
                 else
                     pe_axpy_f32(out + (size_t)h * hd, a, (const float *)vp + (size_t)r * hd, hd);
+            }
+        }
+    }
+}
+
+/* Copies a page's K or V rows of one head to f32 [rows][hd]. */
+static void page_rows_f32(const pe_ctx *c, const void *src, uint32_t rows, uint32_t hd, float *dst)
+{
+    if (c->p.kv_type == PGD_KV_F16)
+        f16_to_f32(src, dst, (size_t)rows * hd);
+    else
+        memcpy(dst, src, (size_t)rows * hd * sizeof(float));
+}
+
+/*
+ * Prefill tiles: one task = (up to ATT_TILE consecutive rows of one sequence, kv head g).
+ * Each K page is converted and transposed once ([hd][keys], keys in SIMD lanes) and
+ * serves every row of the tile and every query head of the group; each V page likewise.
+ * Rows are causal: row t sees keys [0, pos_t].
+ */
+static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
+{
+    attn_job *j = ud;
+    pe_ctx *c = j->c;
+    const pe_hparams *hp = &c->m->hp;
+    const uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv, pt = c->p.page_tokens;
+    const uint32_t tile = task / hp->n_head_kv, g = task % hp->n_head_kv;
+    const uint32_t r0 = c->tile_row[tile], nr = c->tile_len[tile];
+    const uint32_t *pages = c->row_pages[r0];
+    const uint64_t max_keys = c->row_pos[r0 + nr - 1] + 1;
+    const uint32_t ldk = (pt + 7) & ~7u;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *sc = c->att + (size_t)thread * c->att_stride;         /* [nr][G][max_keys] */
+    float *kt = c->pagebuf + (size_t)thread * c->pagebuf_stride; /* [hd][ldk] */
+    float *vf = kt + (size_t)hd * ldk;                           /* [pt][hd] */
+    float *tmp = vf + (size_t)pt * hd;                           /* [ldk] */
+
+    for (uint64_t p0 = 0; p0 < max_keys; p0 += pt) {
+        uint32_t rows = max_keys - p0 < pt ? (uint32_t)(max_keys - p0) : pt;
+        page_rows_f32(c, pgd_pool_k(c->pool, pages[p0 / pt], j->layer, g), rows, hd, vf);
+        for (uint32_t d = 0; d < hd; d++) {
+            for (uint32_t r = 0; r < ldk; r++)
+                kt[(size_t)d * ldk + r] = r < rows ? vf[(size_t)r * hd + d] : 0.0f;
+        }
+        for (uint32_t t = 0; t < nr; t++) {
+            uint64_t nk = c->row_pos[r0 + t] + 1;
+            if (p0 >= nk) continue;
+            uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
+            const float *q = c->q + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
+            for (uint32_t h = 0; h < G; h++) {
+                scores(kt, ldk, (valid + 7) / 8, q + (size_t)h * hd, hd, scale, tmp);
+                memcpy(sc + ((size_t)t * G + h) * max_keys + p0, tmp, valid * sizeof(float));
+            }
+        }
+    }
+    for (uint32_t t = 0; t < nr; t++) {
+        uint64_t nk = c->row_pos[r0 + t] + 1;
+        float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
+        for (uint32_t h = 0; h < G; h++) {
+            pe_softmax(sc + ((size_t)t * G + h) * max_keys, (uint32_t)nk);
+            memset(out + (size_t)h * hd, 0, hd * sizeof(float));
+        }
+    }
+    for (uint64_t p0 = 0; p0 < max_keys; p0 += pt) {
+        uint32_t rows = max_keys - p0 < pt ? (uint32_t)(max_keys - p0) : pt;
+        page_rows_f32(c, pgd_pool_v(c->pool, pages[p0 / pt], j->layer, g), rows, hd, vf);
+        for (uint32_t t = 0; t < nr; t++) {
+            uint64_t nk = c->row_pos[r0 + t] + 1;
+            if (p0 >= nk) continue;
+            uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
+            float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
+            for (uint32_t h = 0; h < G; h++) {
+                const float *a = sc + ((size_t)t * G + h) * max_keys + p0;
+                for (uint32_t r = 0; r < valid; r++)
+                    pe_axpy_f32(out + (size_t)h * hd, a[r], vf + (size_t)r * hd, hd);
             }
         }
     }
@@ -717,6 +864,16 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             }
         }
     }
+    /* Attention tiles: runs of up to ATT_TILE rows of one sequence. */
+    c->n_tiles = 0;
+    r = 0;
+    for (uint32_t i = 0; i < n_items; i++) {
+        for (uint32_t t = 0; t < items[i].n; t += ATT_TILE) {
+            c->tile_row[c->n_tiles] = r + t;
+            c->tile_len[c->n_tiles++] = items[i].n - t < ATT_TILE ? items[i].n - t : ATT_TILE;
+        }
+        r += items[i].n;
+    }
     r = 0;
     for (uint32_t i = 0; i < n_items; i++) {
         const uint32_t *pages;
@@ -750,7 +907,10 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         }
         store_kv(c, l, n);
         attn_job job = {c, l};
-        pe_tp_run(c->tp, attn_task, &job, n * hp->n_head_kv);
+        if (c->kc || c->n_tiles == n)
+            pe_tp_run(c->tp, attn_task, &job, n * hp->n_head_kv);
+        else
+            pe_tp_run(c->tp, attn_tile_task, &job, c->n_tiles * hp->n_head_kv);
         pe_matmul(c->tp, &L->wo, c->ao, n, c->xb, c->scratch);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
