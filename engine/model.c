@@ -451,7 +451,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->att_stride = (size_t)ATT_TILE * G * c->p.n_ctx;
     c->att = malloc((size_t)c->n_threads * c->att_stride * sizeof(float));
     const size_t ldk = (c->p.page_tokens + 7) & ~(size_t)7;
-    c->pagebuf_stride = ldk * hp->head_dim + (size_t)c->p.page_tokens * hp->head_dim + ldk + 16;
+    c->pagebuf_stride = ldk * hp->head_dim + (size_t)c->p.page_tokens * hp->head_dim + ldk * G + 16;
     c->pagebuf = malloc((size_t)c->n_threads * c->pagebuf_stride * sizeof(float));
     c->tile_row = malloc(n * sizeof(uint32_t));
     c->tile_len = malloc(n * sizeof(uint32_t));
@@ -505,24 +505,6 @@ static void rope_apply(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-__attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const uint16_t *k,
-                                                                   const float *q, uint32_t n)
-{
-    __m256 acc = _mm256_setzero_ps();
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i)));
-        acc = _mm256_fmadd_ps(kf, _mm256_loadu_ps(q + i), acc);
-    }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    float r = _mm_cvtss_f32(s);
-    for (; i < n; i++)
-        r += pe_f16_to_f32(k[i]) * q[i];
-    return r;
-}
-
 /* Converts n f16 values to f32. */
 __attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint16_t *x, float *y,
                                                                      size_t n)
@@ -534,33 +516,71 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint1
         y[i] = pe_f16_to_f32(x[i]);
 }
 
-/* out[j] = scale * sum_d q[d] * kt[d][j] for j < 8 * n_blk: keys in the lanes, so no
- * horizontal sums (kt is the page's K transposed, row stride ldk). */
+/* out[h][j] = scale * sum_d q[h][d] * kt[d][j] for h < nq (query vectors q + h * hd),
+ * j < 8 * n_blk: keys in the lanes, so no horizontal sums; four queries at a time keep
+ * eight independent accumulators in flight (a single chain of FMAs is latency-bound).
+ * kt is the page's K transposed, row stride ldk; out rows have stride ldo. */
 __attribute__((target("avx2,fma"))) static void scores_avx2(const float *kt, uint32_t ldk,
                                                             uint32_t n_blk, const float *q,
-                                                            uint32_t hd, float scale, float *out)
+                                                            uint32_t nq, uint32_t hd, float scale,
+                                                            float *out, uint32_t ldo)
 {
+    const __m256 vs = _mm256_set1_ps(scale);
     for (uint32_t b = 0; b < n_blk; b++) {
-        __m256 acc = _mm256_setzero_ps();
-        for (uint32_t d = 0; d < hd; d++)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]),
-                                  _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b), acc);
-        _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+        uint32_t h = 0;
+        for (; h + 4 <= nq; h += 4) {
+            const float *q0 = q + (size_t)h * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (uint32_t d = 0; d < hd; d++) {
+                __m256 k = _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b);
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d]), k, a0);
+                a1 = _mm256_fmadd_ps(_mm256_set1_ps(q0[hd + d]), k, a1);
+                a2 = _mm256_fmadd_ps(_mm256_set1_ps(q0[2 * hd + d]), k, a2);
+                a3 = _mm256_fmadd_ps(_mm256_set1_ps(q0[3 * hd + d]), k, a3);
+            }
+            _mm256_storeu_ps(out + (size_t)h * ldo + 8 * b, _mm256_mul_ps(a0, vs));
+            _mm256_storeu_ps(out + (size_t)(h + 1) * ldo + 8 * b, _mm256_mul_ps(a1, vs));
+            _mm256_storeu_ps(out + (size_t)(h + 2) * ldo + 8 * b, _mm256_mul_ps(a2, vs));
+            _mm256_storeu_ps(out + (size_t)(h + 3) * ldo + 8 * b, _mm256_mul_ps(a3, vs));
+        }
+        for (; h < nq; h++) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+            const float *q0 = q + (size_t)h * hd;
+            uint32_t d = 0;
+            for (; d + 2 <= hd; d += 2) {
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d]),
+                                     _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b), a0);
+                a1 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d + 1]),
+                                     _mm256_loadu_ps(kt + (size_t)(d + 1) * ldk + 8 * b), a1);
+            }
+            for (; d < hd; d++)
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d]),
+                                     _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b), a0);
+            _mm256_storeu_ps(out + (size_t)h * ldo + 8 * b,
+                             _mm256_mul_ps(_mm256_add_ps(a0, a1), vs));
+        }
     }
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, float a,
-                                                                   const uint16_t *x, uint32_t n)
+/* out[0..hd) += sum_r a[r] * v[r][0..hd) with the output row held in registers
+ * (hd a multiple of 8, at most 128). */
+__attribute__((target("avx2,fma"))) static void
+acc_rows_avx2(const float *v, uint32_t rows, const float *a, uint32_t hd, float *out)
 {
-    __m256 va = _mm256_set1_ps(a);
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xf, _mm256_loadu_ps(y + i)));
+    __m256 acc[16];
+    const uint32_t nc = hd / 8;
+    for (uint32_t c = 0; c < nc; c++)
+        acc[c] = _mm256_loadu_ps(out + 8 * c);
+    for (uint32_t r = 0; r < rows; r++) {
+        __m256 ar = _mm256_set1_ps(a[r]);
+        const float *vr = v + (size_t)r * hd;
+        for (uint32_t c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(ar, _mm256_loadu_ps(vr + 8 * c), acc[c]);
     }
-    for (; i < n; i++)
-        y[i] += a * pe_f16_to_f32(x[i]);
+    for (uint32_t c = 0; c < nc; c++)
+        _mm256_storeu_ps(out + 8 * c, acc[c]);
 }
+
 #endif
 
 static int have_avx2 = -1;
@@ -577,118 +597,75 @@ static void f16_to_f32(const uint16_t *x, float *y, size_t n)
         y[i] = pe_f16_to_f32(x[i]);
 }
 
-static void scores(const float *kt, uint32_t ldk, uint32_t n_blk, const float *q, uint32_t hd,
-                   float scale, float *out)
+static void scores(const float *kt, uint32_t ldk, uint32_t n_blk, const float *q, uint32_t nq,
+                   uint32_t hd, float scale, float *out, uint32_t ldo)
 {
 #if defined(__x86_64__)
     if (have_avx2) {
-        scores_avx2(kt, ldk, n_blk, q, hd, scale, out);
+        scores_avx2(kt, ldk, n_blk, q, nq, hd, scale, out, ldo);
         return;
     }
 #endif
-    for (uint32_t j = 0; j < 8 * n_blk; j++) {
-        float acc = 0;
+    for (uint32_t h = 0; h < nq; h++) {
+        for (uint32_t j = 0; j < 8 * n_blk; j++) {
+            float acc = 0;
+            for (uint32_t d = 0; d < hd; d++)
+                acc += q[(size_t)h * hd + d] * kt[(size_t)d * ldk + j];
+            out[(size_t)h * ldo + j] = acc * scale;
+        }
+    }
+}
+
+static void acc_rows(const float *v, uint32_t rows, const float *a, uint32_t hd, float *out)
+{
+#if defined(__x86_64__)
+    if (have_avx2 && hd % 8 == 0 && hd <= 128) {
+        acc_rows_avx2(v, rows, a, hd, out);
+        return;
+    }
+#endif
+    for (uint32_t r = 0; r < rows; r++)
         for (uint32_t d = 0; d < hd; d++)
-            acc += q[d] * kt[(size_t)d * ldk + j];
-        out[j] = acc * scale;
-    }
-}
-
-static float dot_f16(const uint16_t *k, const float *q, uint32_t n)
-{
-#if defined(__x86_64__)
-    if (have_avx2) return dot_f16_avx2(k, q, n);
-#endif
-    float r = 0;
-    for (uint32_t i = 0; i < n; i++)
-        r += pe_f16_to_f32(k[i]) * q[i];
-    return r;
-}
-
-static void axpy_f16(float *y, float a, const uint16_t *x, uint32_t n)
-{
-#if defined(__x86_64__)
-    if (have_avx2) {
-        axpy_f16_avx2(y, a, x, n);
-        return;
-    }
-#endif
-    for (uint32_t i = 0; i < n; i++)
-        y[i] += a * pe_f16_to_f32(x[i]);
+            out[d] += a[r] * v[(size_t)r * hd + d];
 }
 
 /* ---- attention over pages ---- */
-
 
 typedef struct attn_job {
     pe_ctx *c;
     uint32_t layer;
 } attn_job;
 
-/* One task = (token t, kv head g): every query head of the group reads each K/V row once. */
+/* The contiguous reference (tests): one task = (token t, kv head g), K/V from plain
+ * per-layer arrays, scalar loops. */
 static void attn_task(void *ud, uint32_t task, uint32_t thread)
 {
     attn_job *j = ud;
     pe_ctx *c = j->c;
     const pe_hparams *hp = &c->m->hp;
-    const uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv, pt = c->p.page_tokens;
+    const uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
     const uint32_t t = task / hp->n_head_kv, g = task % hp->n_head_kv;
     const uint64_t n_keys = c->row_pos[t] + 1;
-    const uint32_t *pages = c->row_pages[t];
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = c->att + (size_t)thread * G * c->p.n_ctx; /* [G][n_keys] */
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)g * G * hd;
     float *out = c->ao + (size_t)t * hp->n_head * hd + (size_t)g * G * hd;
     const size_t KV = (size_t)hp->n_head_kv * hd;
-
-    if (c->kc) { /* the contiguous reference: plain arrays, scalar loops */
-        const float *K = c->kc + (size_t)j->layer * c->p.n_ctx * KV + (size_t)g * hd;
-        const float *V = c->vc + (size_t)j->layer * c->p.n_ctx * KV + (size_t)g * hd;
-        for (uint32_t h = 0; h < G; h++) {
-            float *s = sc + (size_t)h * n_keys, *o = out + (size_t)h * hd;
-            for (uint64_t p = 0; p < n_keys; p++) {
-                float d = 0;
-                for (uint32_t i = 0; i < hd; i++)
-                    d += q[h * hd + i] * K[p * KV + i];
-                s[p] = d * scale;
-            }
-            pe_softmax(s, (uint32_t)n_keys);
-            memset(o, 0, hd * sizeof *o);
-            for (uint64_t p = 0; p < n_keys; p++)
-                for (uint32_t i = 0; i < hd; i++)
-                    o[i] += s[p] * V[p * KV + i];
-        }
-        return;
-    }
-
-    const int f16 = c->p.kv_type == PGD_KV_F16;
-    for (uint64_t p0 = 0; p0 < n_keys; p0 += pt) {
-        uint32_t rows = n_keys - p0 < pt ? (uint32_t)(n_keys - p0) : pt;
-        const void *kp = pgd_pool_k(c->pool, pages[p0 / pt], j->layer, g);
-        for (uint32_t r = 0; r < rows; r++) {
-            for (uint32_t h = 0; h < G; h++) {
-                float d = f16 ? dot_f16((const uint16_t *)kp + (size_t)r * hd, q + h * hd, hd)
-                              : pe_dot_f32((const float *)kp + (size_t)r * hd, q + h * hd, hd);
-                sc[(size_t)h * n_keys + p0 + r] = d * scale;
-            }
-        }
-    }
+    const float *K = c->kc + (size_t)j->layer * c->p.n_ctx * KV + (size_t)g * hd;
+    const float *V = c->vc + (size_t)j->layer * c->p.n_ctx * KV + (size_t)g * hd;
     for (uint32_t h = 0; h < G; h++) {
-        pe_softmax(sc + (size_t)h * n_keys, (uint32_t)n_keys);
-        memset(out + (size_t)h * hd, 0, hd * sizeof(float));
-    }
-    for (uint64_t p0 = 0; p0 < n_keys; p0 += pt) {
-        uint32_t rows = n_keys - p0 < pt ? (uint32_t)(n_keys - p0) : pt;
-        const void *vp = pgd_pool_v(c->pool, pages[p0 / pt], j->layer, g);
-        for (uint32_t r = 0; r < rows; r++) {
-            for (uint32_t h = 0; h < G; h++) {
-                float a = sc[(size_t)h * n_keys + p0 + r];
-                if (f16)
-                    axpy_f16(out + (size_t)h * hd, a, (const uint16_t *)vp + (size_t)r * hd, hd);
-                else
-                    pe_axpy_f32(out + (size_t)h * hd, a, (const float *)vp + (size_t)r * hd, hd);
-            }
+        float *s = sc + (size_t)h * n_keys, *o = out + (size_t)h * hd;
+        for (uint64_t p = 0; p < n_keys; p++) {
+            float d = 0;
+            for (uint32_t i = 0; i < hd; i++)
+                d += q[h * hd + i] * K[p * KV + i];
+            s[p] = d * scale;
         }
+        pe_softmax(s, (uint32_t)n_keys);
+        memset(o, 0, hd * sizeof *o);
+        for (uint64_t p = 0; p < n_keys; p++)
+            for (uint32_t i = 0; i < hd; i++)
+                o[i] += s[p] * V[p * KV + i];
     }
 }
 
@@ -702,7 +679,8 @@ static void page_rows_f32(const pe_ctx *c, const void *src, uint32_t rows, uint3
 }
 
 /*
- * Prefill tiles: one task = (up to ATT_TILE consecutive rows of one sequence, kv head g).
+ * Paged attention: one task = (up to ATT_TILE consecutive rows of one sequence, kv head g);
+ * a decode token is a tile of one row.
  * Each K page is converted and transposed once ([hd][keys], keys in SIMD lanes) and
  * serves every row of the tile and every query head of the group; each V page likewise.
  * Rows are causal: row t sees keys [0, pos_t].
@@ -722,7 +700,7 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
     float *sc = c->att + (size_t)thread * c->att_stride;         /* [nr][G][max_keys] */
     float *kt = c->pagebuf + (size_t)thread * c->pagebuf_stride; /* [hd][ldk] */
     float *vf = kt + (size_t)hd * ldk;                           /* [pt][hd] */
-    float *tmp = vf + (size_t)pt * hd;                           /* [ldk] */
+    float *tmp = vf + (size_t)pt * hd;                           /* [G][ldk] */
 
     for (uint64_t p0 = 0; p0 < max_keys; p0 += pt) {
         uint32_t rows = max_keys - p0 < pt ? (uint32_t)(max_keys - p0) : pt;
@@ -736,10 +714,10 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
             if (p0 >= nk) continue;
             uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
             const float *q = c->q + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-            for (uint32_t h = 0; h < G; h++) {
-                scores(kt, ldk, (valid + 7) / 8, q + (size_t)h * hd, hd, scale, tmp);
-                memcpy(sc + ((size_t)t * G + h) * max_keys + p0, tmp, valid * sizeof(float));
-            }
+            scores(kt, ldk, (valid + 7) / 8, q, G, hd, scale, tmp, ldk);
+            for (uint32_t h = 0; h < G; h++)
+                memcpy(sc + ((size_t)t * G + h) * max_keys + p0, tmp + (size_t)h * ldk,
+                       valid * sizeof(float));
         }
     }
     for (uint32_t t = 0; t < nr; t++) {
@@ -758,11 +736,9 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
             if (p0 >= nk) continue;
             uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
             float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-            for (uint32_t h = 0; h < G; h++) {
-                const float *a = sc + ((size_t)t * G + h) * max_keys + p0;
-                for (uint32_t r = 0; r < valid; r++)
-                    pe_axpy_f32(out + (size_t)h * hd, a[r], vf + (size_t)r * hd, hd);
-            }
+            for (uint32_t h = 0; h < G; h++)
+                acc_rows(vf, valid, sc + ((size_t)t * G + h) * max_keys + p0, hd,
+                         out + (size_t)h * hd);
         }
     }
 }
@@ -907,7 +883,7 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         }
         store_kv(c, l, n);
         attn_job job = {c, l};
-        if (c->kc || c->n_tiles == n)
+        if (c->kc)
             pe_tp_run(c->tp, attn_task, &job, n * hp->n_head_kv);
         else
             pe_tp_run(c->tp, attn_tile_task, &job, c->n_tiles * hp->n_head_kv);
