@@ -478,7 +478,8 @@ int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
         goto out;
     }
     uint32_t keep = (uint32_t)((n_tokens + c->page_tokens - 1) / c->page_tokens);
-    while (s->n_pages > keep) page_unref(c, s->table[--s->n_pages]);
+    while (s->n_pages > keep)
+        page_unref(c, s->table[--s->n_pages]);
     s->len = n_tokens;
 out:
     unlock(c);
