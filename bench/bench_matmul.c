@@ -15,6 +15,7 @@
  * folds every output, so a change that is fast but wrong shows up.
  */
 #include <getopt.h>
+#include <sys/mman.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 
 typedef struct opts {
     uint64_t seed;
-    int json, smoke, reps;
+    int json, smoke, reps, thp;
     uint32_t ws_mib, probe_mib, gemm_tok;
     uint32_t type_mask, shape_mask, thread_mask, isa_mask, tok_mask;
 } opts;
@@ -62,6 +63,7 @@ static void usage(FILE *f)
                "  --ws-mib N      matvec working set in MiB: copies of the matrix (default 512)\n"
                "  --probe-mib N   bandwidth probe buffer in MiB (default 256)\n"
                "  --seed N        weights/activations seed (default 1)\n"
+               "  --thp           back the matvec copies with transparent huge pages (madvise)\n"
                "  --json          one JSON object per line instead of the table\n"
                "  --smoke         tiny and fast (for ctest)\n"
                "  --help          show this help\n");
@@ -197,7 +199,7 @@ static double max_abs(const float *y, size_t n)
 
 int main(int argc, char **argv)
 {
-    opts o = {1, 0, 0, 3, 512, 256, 512, 0x1f, 0xf, 0x3, 0x7, 0x3};
+    opts o = {1, 0, 0, 3, 0, 512, 256, 512, 0x1f, 0xf, 0x3, 0x7, 0x3};
     static const char *const type_names[] = {"f16", "q8_0", "q4_0", "bf16", "f32"};
     static const char *const shape_names[] = {"0", "1", "2", "3"};
     static const char *const thread_names[] = {"1", "2"};
@@ -214,6 +216,7 @@ int main(int argc, char **argv)
         {"ws-mib", required_argument, 0, 'w'},
         {"probe-mib", required_argument, 0, 'p'},
         {"seed", required_argument, 0, 's'},
+        {"thp", no_argument, 0, 'H'},
         {"json", no_argument, 0, 'j'},
         {"smoke", no_argument, 0, 'm'},
         {"help", no_argument, 0, 'h'},
@@ -253,6 +256,9 @@ int main(int argc, char **argv)
             break;
         case 's':
             o.seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'H':
+            o.thp = 1;
             break;
         case 'j':
             o.json = 1;
@@ -320,7 +326,10 @@ int main(int argc, char **argv)
             const size_t mat_bytes = rb * n_out;
             /* copies for matvec: at least the working set, at least one */
             size_t n_copies = ((size_t)o.ws_mib << 20) / mat_bytes + 1;
-            uint8_t *copies = malloc(mat_bytes * n_copies);
+            uint8_t *copies = NULL;
+            if (posix_memalign((void **)&copies, 2u << 20, mat_bytes * n_copies) != 0)
+                copies = NULL;
+            if (copies && o.thp) madvise(copies, mat_bytes * n_copies, MADV_HUGEPAGE);
             float *x = malloc((size_t)o.gemm_tok * n_in * sizeof *x);
             float *y = malloc((size_t)o.gemm_tok * n_out * sizeof *y);
             float *ys = malloc((size_t)o.gemm_tok * n_out * sizeof *ys);

@@ -895,10 +895,7 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             pe_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
         pe_matmul(c->tp, &L->w_gate, c->xb, n, c->hb, c->scratch);
         pe_matmul(c->tp, &L->w_up, c->xb, n, c->hb2, c->scratch);
-        for (size_t i = 0; i < (size_t)n * F; i++) {
-            float g = c->hb[i];
-            c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
-        }
+        pe_swiglu_f32(c->hb, c->hb2, (size_t)n * F);
         pe_matmul(c->tp, &L->w_down, c->hb, n, c->xb, c->scratch);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];

@@ -5,8 +5,9 @@
  * Callers: the forward pass (model.c), tests and benches.
  *
  * pe_matmul cuts Y[n_tok][n_out] into tasks of rows x tokens:
- *   - n_tok < PE_GEMM_MIN_TOK (decode): 32 rows per task, all tokens. The kernels stream each
- *     weight row once and are memory bound.
+ *   - n_tok < pe__gemm_min_tok() (decode): one task per thread, which claims chunks of rows
+ *     (guided: long first, short last) for all tokens. The kernels stream each weight row
+ *     once and are memory bound.
  *   - otherwise (prefill): up to 128 rows x 256 tokens per task; the AVX-512 kernel
  *     repacks its rows into L1-sized panels and reuses every weight load across tokens.
  * Activations of quantized products are quantized once per call, before the tasks start.
@@ -16,11 +17,15 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "ops.h"
 #include "ops_int.h"
 
 enum {
-    GEMV_TASK_ROWS = 32,  /* rows per task for small n_tok */
+    GEMV_MIN_ROWS = 32,   /* least rows per claim for small n_tok */
     GEMM_TASK_ROWS = 128, /* most rows per task for large n_tok (a multiple of 32) */
     GEMM_TASK_TOK = 256,  /* tokens per task for large n_tok */
     QUANT_TASK_TOK = 16,  /* tokens per activation-quantization task */
@@ -31,12 +36,21 @@ enum {
 static atomic_int isa_detected = -1;
 static atomic_int isa_forced = -1;
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C by CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know it.
+ * The AVX2 check below covers the OS's saving of the vector state. */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static pe_isa detect(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                  __builtin_cpu_supports("avx512vnni");
@@ -106,6 +120,8 @@ typedef struct mm_plan {
     pe_mm m;
     const pe_kernels *k;
     uint32_t rows_per_task, tok_per_task, n_row_tasks;
+    uint32_t n_threads;
+    atomic_uint next_row; /* GEMV: first row not yet claimed */
 } mm_plan;
 
 static void quant_task(void *ctx, uint32_t task, uint32_t thread)
@@ -132,6 +148,29 @@ static void mm_task(void *ctx, uint32_t task, uint32_t thread)
     p->k->rows(&p->m, r0, r1, t0, t1);
 }
 
+/* GEMV: each thread claims rows until none are left, remaining / (2 n_threads) at a time
+ * (at least GEMV_MIN_ROWS): the first chunks are long, which the kernels stream best (each
+ * splits a chunk into 4 contiguous streams), and the last are short, so the threads finish
+ * together. The end-of-run wait went from 3.6% to 2.6% of decode time (perf samples) against
+ * fixed 128-row tasks. */
+static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    mm_plan *p = ctx;
+    const uint32_t n = p->m.w->n_out;
+    uint32_t cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
+    while (cur < n) {
+        uint32_t left = n - cur;
+        uint32_t chunk = (left / (2 * p->n_threads) + 15) & ~15u;
+        if (chunk < GEMV_MIN_ROWS) chunk = GEMV_MIN_ROWS;
+        if (chunk > left) chunk = left;
+        if (atomic_compare_exchange_weak_explicit(&p->next_row, &cur, cur + chunk,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            p->k->rows(&p->m, cur, cur + chunk, 0, p->m.n_tok);
+            cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
+        }
+    }
+}
+
 void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
                void *scratch)
 {
@@ -154,21 +193,21 @@ void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_to
         pe_tp_run(tp, quant_task, &p, n_qt);
     }
     uint32_t n_threads = pe_tp_n_threads(tp);
-    if (n_tok < PE_GEMM_MIN_TOK) {
-        p.rows_per_task = GEMV_TASK_ROWS;
-        p.tok_per_task = n_tok;
-    } else {
-        /* Large tiles reuse each panel across many tokens, but keep >= 4 tasks per thread
-         * so that the atomic task counter can balance them. */
-        uint32_t rows = GEMM_TASK_ROWS;
-        uint32_t n_tt = (n_tok + GEMM_TASK_TOK - 1) / GEMM_TASK_TOK;
-        while (rows > 32 && (size_t)((w->n_out + rows - 1) / rows) * n_tt < 4u * n_threads)
-            rows /= 2;
-        p.rows_per_task = rows;
-        p.tok_per_task = GEMM_TASK_TOK;
+    if (n_tok < pe__gemm_min_tok(w->type)) {
+        p.n_threads = n_threads;
+        atomic_init(&p.next_row, 0);
+        pe_tp_run(tp, gemv_task, &p, n_threads);
+        return;
     }
-    p.n_row_tasks = (w->n_out + p.rows_per_task - 1) / p.rows_per_task;
-    uint32_t n_tt = (n_tok + p.tok_per_task - 1) / p.tok_per_task;
+    /* GEMM: large tiles reuse each panel across many tokens, but keep >= 4 tasks per thread
+     * so that the atomic task counter can balance them. */
+    uint32_t rows = GEMM_TASK_ROWS;
+    const uint32_t n_tt = (n_tok + GEMM_TASK_TOK - 1) / GEMM_TASK_TOK;
+    while (rows > 32 && (size_t)((w->n_out + rows - 1) / rows) * n_tt < 4u * n_threads)
+        rows /= 2;
+    p.rows_per_task = rows;
+    p.tok_per_task = GEMM_TASK_TOK;
+    p.n_row_tasks = (w->n_out + rows - 1) / rows;
     pe_tp_run(tp, mm_task, &p, p.n_row_tasks * n_tt);
 }
 

@@ -24,15 +24,13 @@
 
 #include "ops_int.h"
 
+/* Bytes ahead of the current position that GEMV prefetches in each row stream. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 1024
+#endif
+
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INL static inline __attribute__((always_inline)) TGT
-
-enum {
-    QR = 4, /* rows x tokens of a quantized tile (measured best of 2x3, 3x3, 4x2, 4x3) */
-    QT = 2,
-    FR = 4, /* rows x tokens of a float tile */
-    FT = 2,
-};
 
 INL float hsum8(__m256 v)
 {
@@ -50,17 +48,12 @@ INL int32_t hsum8i(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-/* Prefetch of the next tile's rows during a GEMV tile: see ops_avx512.c (7.3 -> 11-13 GB/s
- * for q8_0 2048x2048 on one thread there). */
-INL size_t pf_step_bytes(size_t tile_bytes, uint32_t n_steps)
+/* GEMV prefetch, PF_AHEAD bytes ahead in each of the 4 row streams: see ops_avx512.c
+ * (7.3 -> 15.5 GB/s on one thread there, with the stream layout of walk()). */
+INL void pf_range(const uint8_t *p, size_t n)
 {
-    return ((tile_bytes + n_steps - 1) / n_steps + 63) & ~(size_t)63;
-}
-
-INL void pf_next(const uint8_t *next, size_t step_bytes, uint32_t step)
-{
-    for (size_t l = 0; l < step_bytes; l += 64)
-        _mm_prefetch((const char *)next + (size_t)step * step_bytes + l, _MM_HINT_T1);
+    for (size_t l = 0; l < n; l += 64)
+        _mm_prefetch((const char *)p + l, _MM_HINT_T1);
 }
 
 /* roundf(): to nearest, halfway cases away from zero (exact for |v| < 2^23). */
@@ -128,13 +121,6 @@ TGT static void quant_act(const float *x, uint32_t n, int32_t off, int8_t *q, fl
 
 /* ---- quantized tiles ---- */
 
-INL float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* The 32 nibbles of a Q4_0 block as bytes 0..15, in value order: both lanes hold qs[0..15],
  * the high lane keeps the high nibbles. */
 INL __m256i q4_nibbles(const uint8_t *qs)
@@ -160,12 +146,11 @@ INL __m256 q_scales8(const uint8_t *blk, size_t bsz, uint32_t n)
  * made 8 blocks at a time (gather + cvtph + mul) and read back by broadcast FMAs, instead
  * of converting and broadcasting each f16 scale (as in ops_avx512.c, where this took a
  * q4_0 GEMV from 1.45 to 1.25 ns per row and block with L2-resident weights). */
-INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32_t t, const int q4,
-                const int R, const int T)
+INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep,
+                uint32_t t, const int q4, const int R, const int T)
 {
     const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const __m256i ones = _mm256_set1_epi16(1);
-    const size_t pf = pf_step_bytes((size_t)R * rb, (m->nb + 7) / 8);
     __m256 acc[4][4];               /* [R][T]: fixed size so that it lives in registers */
     _Alignas(32) float sc[4][4][8]; /* [R][T][block]: d_w * d_x */
     _Alignas(32) int32_t cs[4][8];  /* [T][block]: Q4_0 correction per lane, xc / 8 */
@@ -177,10 +162,12 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
     for (uint32_t b8 = 0; b8 < m->nb; b8 += 8) {
         const uint32_t nj = m->nb - b8 < 8 ? m->nb - b8 : 8;
         __m256 dw[4];
-        pf_next(w0 + (size_t)R * rb, pf, b8 / 8);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)
-            dw[i] = q_scales8(w0 + (size_t)i * rb + b8 * bsz, bsz, nj);
+            pf_range(w0 + (size_t)i * rs + b8 * bsz + PF_AHEAD, 8 * bsz);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            dw[i] = q_scales8(w0 + (size_t)i * rs + b8 * bsz, bsz, nj);
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             const size_t o = (size_t)(t + j) * m->nb + b8;
@@ -197,7 +184,7 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
             __m256i wv[4], aw[4];
 #pragma GCC unroll 4
             for (int i = 0; i < R; i++) {
-                const uint8_t *blk = w0 + (size_t)i * rb + b * bsz;
+                const uint8_t *blk = w0 + (size_t)i * rs + b * bsz;
                 if (q4) {
                     wv[i] = q4_nibbles(blk + 2);
                     aw[i] = wv[i];
@@ -230,7 +217,7 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
-            m->y[(size_t)(t + j) * m->w->n_out + r + i] = hsum8(acc[i][j]);
+            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
 }
 
 /* ---- float tiles ---- */
@@ -252,8 +239,8 @@ INL float f_at(const uint8_t *p, uint32_t k, const int type)
     return type == GGML_TYPE_F16 ? pe_f16_to_f32(h) : pe_bf16_to_f32(h);
 }
 
-INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32_t t,
-                const int type, const int R, const int T)
+INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep,
+                uint32_t t, const int type, const int R, const int T)
 {
     const uint32_t n = m->w->n_in;
     __m256 acc[4][4]; /* [R][T]: fixed size so that it lives in registers */
@@ -262,14 +249,17 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm256_setzero_ps();
-    const size_t pf = pf_step_bytes((size_t)R * rb, n / 8 + 1);
+    const size_t es = type == GGML_TYPE_F32 ? 4 : 2;
     uint32_t k = 0;
     for (; k + 8 <= n; k += 8) {
         __m256 wv[4];
-        pf_next(w0 + (size_t)R * rb, pf, k / 8);
+        if (k % 64 == 0)
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                pf_range(w0 + (size_t)i * rs + k * es + PF_AHEAD, 64 * es);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)
-            wv[i] = f_load(w0 + (size_t)i * rb, k, type);
+            wv[i] = f_load(w0 + (size_t)i * rs, k, type);
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             __m256 xv = _mm256_loadu_ps(m->x + (size_t)(t + j) * n + k);
@@ -284,77 +274,100 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
         for (int j = 0; j < T; j++) {
             float s = hsum8(acc[i][j]);
             for (uint32_t kk = k; kk < n; kk++)
-                s += f_at(w0 + (size_t)i * rb, kk, type) * m->x[(size_t)(t + j) * n + kk];
-            m->y[(size_t)(t + j) * m->w->n_out + r + i] = s;
+                s += f_at(w0 + (size_t)i * rs, kk, type) * m->x[(size_t)(t + j) * n + kk];
+            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = s;
         }
     }
 }
 
 /* ---- tile drivers ---- */
 
-#define TILE_T(call, R, T)                                                                         \
-    do {                                                                                           \
-        switch (T) {                                                                               \
-        case 1:                                                                                    \
-            call(R, 1);                                                                            \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            call(R, 2);                                                                            \
-            break;                                                                                 \
-        default:                                                                                   \
-            call(R, 3);                                                                            \
-            break;                                                                                 \
-        }                                                                                          \
-    } while (0)
+/* Each (type, R, T) tile is a function of its own: inlined into one big driver they
+ * shared a register allocation that parked pointers in vector registers, adding uops to
+ * the hot loops. R is 4 (then 1 for the last rows), T 1..2: of 2x3, 3x3, 4x2 and 4x3 tiles,
+ * 4x2 was fastest (q8_0 prefill 45 GFLOP/s vs 33-43; decode also best with 4 rows). */
+typedef void (*tile_fn)(const pe_mm *m, const uint8_t *row, size_t rs, uint32_t r, uint32_t rstep,
+                        uint32_t t);
 
-#define Q8_TILE(R, T) q_tile(m, row, rb, r, t, 0, R, T)
-#define Q4_TILE(R, T) q_tile(m, row, rb, r, t, 1, R, T)
-#define F32_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_F32, R, T)
-#define F16_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_F16, R, T)
-#define BF16_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_BF16, R, T)
+#define TILE_FN(name, call)                                                                        \
+    TGT __attribute__((noinline)) static void name(const pe_mm *m, const uint8_t *row, size_t rs,  \
+                                                   uint32_t r, uint32_t rstep, uint32_t t)         \
+    {                                                                                              \
+        call;                                                                                      \
+    }
 
-/* Walks rows in groups of RB (then single rows) and tokens in groups of TB (then the
- * rest), calling TILE(R, T) with R, T constants. */
-#define WALK(TILE, RB, TB)                                                                         \
-    do {                                                                                           \
-        uint32_t r = r0;                                                                           \
-        for (; r < r1; r += (r + RB <= r1 ? RB : 1)) {                                             \
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;                        \
-            uint32_t t = t0;                                                                       \
-            if (r + RB <= r1) {                                                                    \
-                for (; t + TB <= t1; t += TB)                                                      \
-                    TILE(RB, TB);                                                                  \
-                if (t < t1) TILE_T(TILE, RB, t1 - t);                                              \
-            } else {                                                                               \
-                for (; t + TB <= t1; t += TB)                                                      \
-                    TILE(1, TB);                                                                   \
-                if (t < t1) TILE_T(TILE, 1, t1 - t);                                               \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
+#define Q8_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 0, R, T)
+#define Q4_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 1, R, T)
+#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F32, R, T)
+#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F16, R, T)
+#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_BF16, R, T)
+
+TILE_FN(q8_4_1, Q8_TILE(4, 1))
+TILE_FN(q8_4_2, Q8_TILE(4, 2))
+TILE_FN(q8_1_1, Q8_TILE(1, 1))
+TILE_FN(q8_1_2, Q8_TILE(1, 2))
+static const tile_fn q8_tiles[2][2] = {{q8_4_1, q8_4_2}, {q8_1_1, q8_1_2}};
+TILE_FN(q4_4_1, Q4_TILE(4, 1))
+TILE_FN(q4_4_2, Q4_TILE(4, 2))
+TILE_FN(q4_1_1, Q4_TILE(1, 1))
+TILE_FN(q4_1_2, Q4_TILE(1, 2))
+static const tile_fn q4_tiles[2][2] = {{q4_4_1, q4_4_2}, {q4_1_1, q4_1_2}};
+TILE_FN(f32_4_1, F32_TILE(4, 1))
+TILE_FN(f32_4_2, F32_TILE(4, 2))
+TILE_FN(f32_1_1, F32_TILE(1, 1))
+TILE_FN(f32_1_2, F32_TILE(1, 2))
+static const tile_fn f32_tiles[2][2] = {{f32_4_1, f32_4_2}, {f32_1_1, f32_1_2}};
+TILE_FN(f16_4_1, F16_TILE(4, 1))
+TILE_FN(f16_4_2, F16_TILE(4, 2))
+TILE_FN(f16_1_1, F16_TILE(1, 1))
+TILE_FN(f16_1_2, F16_TILE(1, 2))
+static const tile_fn f16_tiles[2][2] = {{f16_4_1, f16_4_2}, {f16_1_1, f16_1_2}};
+TILE_FN(bf16_4_1, BF16_TILE(4, 1))
+TILE_FN(bf16_4_2, BF16_TILE(4, 2))
+TILE_FN(bf16_1_1, BF16_TILE(1, 1))
+TILE_FN(bf16_1_2, BF16_TILE(1, 2))
+static const tile_fn bf16_tiles[2][2] = {{bf16_4_1, bf16_4_2}, {bf16_1_1, bf16_1_2}};
+
+/* Rows 4 at a time, tokens 2 at a time (then the rest). The 4 rows of a tile are a
+ * quarter of the task apart, so that each of the 4 streams reads a contiguous quarter of
+ * the task front to back and the prefetcher (and pf_range, PF_AHEAD bytes ahead in each
+ * stream) sees 4 long sequential streams instead of short rows that jump every 4 rows. */
+TGT static void walk(const pe_mm *m, const tile_fn tiles[2][2], uint32_t r0, uint32_t r1,
+                     uint32_t t0, uint32_t t1)
+{
+    const size_t rb = m->w->row_bytes;
+    const uint32_t q = (r1 - r0) / 4;
+    for (uint32_t r = r0; r < r1; r++) {
+        const int big = r < r0 + q;
+        if (!big && r < r0 + 4 * q) continue; /* done as rows 2..4 of a tile */
+        const uint8_t *row = (const uint8_t *)m->w->data + (size_t)r * rb;
+        for (uint32_t t = t0; t < t1; t += 2) {
+            const uint32_t nt = t1 - t < 2 ? t1 - t : 2;
+            tiles[big ? 0 : 1][nt - 1](m, row, (size_t)q * rb, r, q, t);
+        }
+    }
+}
 
 TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    const pe_mat *w = m->w;
-    const size_t rb = w->row_bytes;
-    switch (w->type) {
+    switch (m->w->type) {
     case GGML_TYPE_Q8_0:
-        WALK(Q8_TILE, QR, QT);
+        walk(m, q8_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_Q4_0:
-        WALK(Q4_TILE, QR, QT);
+        walk(m, q4_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_F32:
-        WALK(F32_TILE, FR, FT);
+        walk(m, f32_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_F16:
-        WALK(F16_TILE, FR, FT);
+        walk(m, f16_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_BF16:
-        WALK(BF16_TILE, FR, FT);
+        walk(m, bf16_tiles, r0, r1, t0, t1);
         break;
     default:
-        PE_UNREACHABLE_TYPE(w->type);
+        PE_UNREACHABLE_TYPE(m->w->type);
     }
 }
 

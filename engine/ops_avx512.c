@@ -6,7 +6,7 @@
  *
  * Two product paths:
  *
- * GEMV (fewer than PE_GEMM_MIN_TOK tokens: decode) works on the weights as stored, a tile
+ * GEMV (fewer than pe__gemm_min_tok() tokens: decode) works on the weights as stored, a tile
  * of R rows x T tokens at a time, each weight block loaded once for T tokens. Quantized
  * blocks use 256-bit vpdpbusd (unsigned x signed bytes): Q8_0 weights enter as q ^ 0x80 =
  * q + 128 and Q4_0 nibbles as q + 8, and the accumulator starts at the activation's
@@ -24,6 +24,11 @@
  *   float panel (F32/F16/BF16 weights converted to f32): f32 [k][32 rows], transposed
  *   16x16 at a time; micro-kernel 2 groups x 12 tokens = 24 FMA accumulators per k.
  *
+ * Measured (512 tokens, one thread, bench_matmul): q8_0/q4_0 390-440 GFLOP/s against
+ * 50 for the GEMV-style 4x2 register tiles of ops_avx2.c (8.6x; 820-900 on 2 threads);
+ * f16/bf16/f32 125-139 against 42-53 (of 189 peak FMA). Panel depth 512 instead of 256
+ * gained 2%, 3x8 or 4x6 float micro-tiles within 3% of 2x12.
+ *
  * Invariants: the integer part of every quantized dot is exact and the activation quantizer
  * is bit-identical to pe__quant_q8_0_ref; panel rows past n_out are zero and never stored.
  */
@@ -35,14 +40,15 @@
 
 #include "ops_int.h"
 
+/* Bytes ahead of the current position that GEMV prefetches in each row stream. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 1024
+#endif
+
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define INL static inline __attribute__((always_inline)) TGT
 
 enum {
-    QR = 4, /* GEMV tile, quantized: rows x tokens */
-    QT = 4,
-    FR = 4, /* GEMV tile, float */
-    FT = 4,
     KB = 32,  /* GEMM: blocks of 32 values per quantized panel (36 KB) */
     KC = 256, /* GEMM: values per float panel */
     FG = 2,   /* GEMM: groups of 16 rows per float panel */
@@ -65,13 +71,6 @@ INL float hsum16(__m512 v)
     return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
-INL float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 INL int32_t i32_at(const int8_t *p)
 {
     int32_t v;
@@ -84,20 +83,16 @@ INL __mmask16 mask16(uint32_t n)
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
-/* GEMV reads each weight row once. Rows of 2048 values are too short for the hardware
- * prefetcher to ramp up (its streams restart with every row), so while a tile of R rows is
- * computed, the next R rows (which follow in memory) are prefetched into L2, an equal
- * share per step. Measured on q8_0 2048x2048, 1 thread: 7.3 -> 11-13 GB/s; T1 beat T0 by
- * ~5% and NTA lost 30%; prefetching 2 or 4 tiles ahead gained nothing. */
-INL size_t pf_step_bytes(size_t tile_bytes, uint32_t n_steps)
+/* GEMV reads each weight row once, as 4 sequential streams (see walk()), and prefetches
+ * each stream PF_AHEAD bytes ahead into L2. Measured on q8_0 2048x8192, decode shapes:
+ * no software prefetch and consecutive rows 7.3 GB/s on 1 thread; prefetching the next
+ * tile 11-13; 4 streams + 1 KB ahead 15.5 (1 thread) and ~30 GB/s (2 threads), against
+ * ~33 GB/s for a pure read of the machine. T0/T1/T2 hints were equal, NTA lost 30%, and
+ * 512/2048/4096 bytes ahead were no better. */
+INL void pf_range(const uint8_t *p, size_t n)
 {
-    return ((tile_bytes + n_steps - 1) / n_steps + 63) & ~(size_t)63;
-}
-
-INL void pf_next(const uint8_t *next, size_t step_bytes, uint32_t step)
-{
-    for (size_t l = 0; l < step_bytes; l += 64)
-        _mm_prefetch((const char *)next + (size_t)step * step_bytes + l, _MM_HINT_T1);
+    for (size_t l = 0; l < n; l += 64)
+        _mm_prefetch((const char *)p + l, _MM_HINT_T1);
 }
 
 /* roundf(): to nearest, halfway cases away from zero (exact for |v| < 2^23). */
@@ -115,9 +110,10 @@ INL __m512 round_away(__m512 v)
 /* ---- activation quantization ---- */
 
 /* Three passes, so that no long dependency chain runs through each block (max-reduce ->
- * divide -> divide -> f16 -> quantize: ~52 cycles per block when done block by block,
- * measured): the block maxima, then d and 1/d for 16 blocks per vector divide, then the
- * values. d[] holds the maxima and c[] the inverse scales (as floats) in between. */
+ * divide -> divide -> f16 -> quantize): the block maxima, then d and 1/d for 16 blocks per
+ * vector divide, then the values. 17.7 ns per block done block by block, 8.7 ns this way
+ * (L2-resident input). d[] holds the maxima and c[] the inverse scales (as floats) in
+ * between. */
 TGT static void quant_act(const float *x, uint32_t n, int32_t off, int8_t *q, float *d, int32_t *c)
 {
     const uint32_t nb = n / QK8_0;
@@ -173,12 +169,12 @@ INL __m256 q_scales8(const uint8_t *blk, size_t bsz, uint32_t n)
 
 /* Per block and row: one vpdpbusd, one cvt and one FMA whose scale d_w * d_x comes from a
  * table built 8 blocks at a time (gather + cvtph + mul), instead of converting and
- * broadcasting each f16 scale. Measured, 1 thread 2048x2048: q4_0 8.5 -> see bench. */
-INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32_t t, const int q4,
-                const int R, const int T)
+ * broadcasting each f16 scale. Measured with L2-resident weights: q4_0 2.44 -> 1.21 ns
+ * and q8_0 1.45 -> 1.29 ns per row and block (with the noinline tiles below). */
+INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep,
+                uint32_t t, const int q4, const int R, const int T)
 {
     const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    const size_t pf = pf_step_bytes((size_t)R * rb, (m->nb + 7) / 8);
     __m256 acc[4][4];               /* [R][T]: fixed size so that it lives in registers */
     _Alignas(32) float sc[4][4][8]; /* [R][T][block]: d_w * d_x */
     _Alignas(32) int32_t cs[4][8];  /* [T][block]: correction per lane, xc / 8 */
@@ -193,7 +189,7 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
         __m256 dw[4];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)
-            dw[i] = q_scales8(w0 + (size_t)i * rb + b8 * bsz, bsz, nj);
+            dw[i] = q_scales8(w0 + (size_t)i * rs + b8 * bsz, bsz, nj);
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             const size_t o = (size_t)(t + j) * m->nb + b8;
@@ -204,13 +200,15 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
             for (int i = 0; i < R; i++)
                 _mm256_store_ps(sc[i][j], _mm256_mul_ps(dw[i], dx));
         }
-        pf_next(w0 + (size_t)R * rb, pf, b8 / 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            pf_range(w0 + (size_t)i * rs + b8 * bsz + PF_AHEAD, 8 * bsz);
         for (uint32_t k = 0; k < nj; k++) {
             const uint32_t b = b8 + k;
             __m256i wv[4];
 #pragma GCC unroll 4
             for (int i = 0; i < R; i++)
-                wv[i] = q_unsigned(w0 + (size_t)i * rb + b * bsz, q4);
+                wv[i] = q_unsigned(w0 + (size_t)i * rs + b * bsz, q4);
 #pragma GCC unroll 4
             for (int j = 0; j < T; j++) {
                 __m256i xv = _mm256_loadu_si256(
@@ -229,7 +227,7 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
-            m->y[(size_t)(t + j) * m->w->n_out + r + i] = hsum8(acc[i][j]);
+            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
 }
 
 /* ---- GEMV: float tiles ---- */
@@ -247,8 +245,8 @@ INL __m512 f_load(const uint8_t *p, uint32_t k, __mmask16 mk, const int type)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32_t t,
-                const int type, const int R, const int T)
+INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep,
+                uint32_t t, const int type, const int R, const int T)
 {
     const uint32_t n = m->w->n_in;
     __m512 acc[4][4]; /* [R][T] */
@@ -257,17 +255,20 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm512_setzero_ps();
-    const size_t pf = pf_step_bytes((size_t)R * rb, (n + 63) / 64);
+    const size_t es = type == GGML_TYPE_F32 ? 4 : 2;
     for (uint32_t k = 0; k < n; k += 16) {
         /* masked loads cost an extra uop each: only the last step uses them */
         const __mmask16 mk = mask16(n - k);
         const int full = n - k >= 16;
         __m512 wv[4];
-        if (k % 64 == 0) pf_next(w0 + (size_t)R * rb, pf, k / 64);
+        if (k % 64 == 0)
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                pf_range(w0 + (size_t)i * rs + k * es + PF_AHEAD, 64 * es);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)
-            wv[i] = full ? f_load(w0 + (size_t)i * rb, k, 0xffff, type)
-                         : f_load(w0 + (size_t)i * rb, k, mk, type);
+            wv[i] = full ? f_load(w0 + (size_t)i * rs, k, 0xffff, type)
+                         : f_load(w0 + (size_t)i * rs, k, mk, type);
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             const float *xp = m->x + (size_t)(t + j) * n + k;
@@ -281,73 +282,121 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rb, uint32_t r, uint32
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
-            m->y[(size_t)(t + j) * m->w->n_out + r + i] = hsum16(acc[i][j]);
+            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum16(acc[i][j]);
 }
 
-#define TILE_T(call, R, T)                                                                         \
-    do {                                                                                           \
-        switch (T) {                                                                               \
-        case 1:                                                                                    \
-            call(R, 1);                                                                            \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            call(R, 2);                                                                            \
-            break;                                                                                 \
-        case 3:                                                                                    \
-            call(R, 3);                                                                            \
-            break;                                                                                 \
-        default:                                                                                   \
-            call(R, 4);                                                                            \
-            break;                                                                                 \
-        }                                                                                          \
-    } while (0)
+/* Each (type, R, T) tile is a function of its own: inlined into one big driver they
+ * shared a register allocation that parked pointers in vector registers, adding uops to
+ * the hot loops. R is 4 (then 1 for the last rows), T 1..4. */
+typedef void (*tile_fn)(const pe_mm *m, const uint8_t *row, size_t rs, uint32_t r, uint32_t rstep,
+                        uint32_t t);
 
-#define Q8_TILE(R, T) q_tile(m, row, rb, r, t, 0, R, T)
-#define Q4_TILE(R, T) q_tile(m, row, rb, r, t, 1, R, T)
-#define F32_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_F32, R, T)
-#define F16_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_F16, R, T)
-#define BF16_TILE(R, T) f_tile(m, row, rb, r, t, GGML_TYPE_BF16, R, T)
+#define TILE_FN(name, call)                                                                        \
+    TGT __attribute__((noinline)) static void name(const pe_mm *m, const uint8_t *row, size_t rs,  \
+                                                   uint32_t r, uint32_t rstep, uint32_t t)         \
+    {                                                                                              \
+        call;                                                                                      \
+    }
 
-#define WALK(TILE, RB, TB)                                                                         \
-    do {                                                                                           \
-        uint32_t r = r0;                                                                           \
-        for (; r < r1; r += (r + RB <= r1 ? RB : 1)) {                                             \
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;                        \
-            uint32_t t = t0;                                                                       \
-            if (r + RB <= r1) {                                                                    \
-                for (; t + TB <= t1; t += TB)                                                      \
-                    TILE(RB, TB);                                                                  \
-                if (t < t1) TILE_T(TILE, RB, t1 - t);                                              \
-            } else {                                                                               \
-                for (; t + TB <= t1; t += TB)                                                      \
-                    TILE(1, TB);                                                                   \
-                if (t < t1) TILE_T(TILE, 1, t1 - t);                                               \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
+#define Q8_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 0, R, T)
+#define Q4_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 1, R, T)
+#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F32, R, T)
+#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F16, R, T)
+#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_BF16, R, T)
+
+TILE_FN(q8_4_1, Q8_TILE(4, 1))
+TILE_FN(q8_4_2, Q8_TILE(4, 2))
+TILE_FN(q8_4_3, Q8_TILE(4, 3))
+TILE_FN(q8_4_4, Q8_TILE(4, 4))
+TILE_FN(q8_1_1, Q8_TILE(1, 1))
+TILE_FN(q8_1_2, Q8_TILE(1, 2))
+TILE_FN(q8_1_3, Q8_TILE(1, 3))
+TILE_FN(q8_1_4, Q8_TILE(1, 4))
+static const tile_fn q8_tiles[2][4] = {{q8_4_1, q8_4_2, q8_4_3, q8_4_4},
+                                       {q8_1_1, q8_1_2, q8_1_3, q8_1_4}};
+TILE_FN(q4_4_1, Q4_TILE(4, 1))
+TILE_FN(q4_4_2, Q4_TILE(4, 2))
+TILE_FN(q4_4_3, Q4_TILE(4, 3))
+TILE_FN(q4_4_4, Q4_TILE(4, 4))
+TILE_FN(q4_1_1, Q4_TILE(1, 1))
+TILE_FN(q4_1_2, Q4_TILE(1, 2))
+TILE_FN(q4_1_3, Q4_TILE(1, 3))
+TILE_FN(q4_1_4, Q4_TILE(1, 4))
+static const tile_fn q4_tiles[2][4] = {{q4_4_1, q4_4_2, q4_4_3, q4_4_4},
+                                       {q4_1_1, q4_1_2, q4_1_3, q4_1_4}};
+TILE_FN(f32_4_1, F32_TILE(4, 1))
+TILE_FN(f32_4_2, F32_TILE(4, 2))
+TILE_FN(f32_4_3, F32_TILE(4, 3))
+TILE_FN(f32_4_4, F32_TILE(4, 4))
+TILE_FN(f32_1_1, F32_TILE(1, 1))
+TILE_FN(f32_1_2, F32_TILE(1, 2))
+TILE_FN(f32_1_3, F32_TILE(1, 3))
+TILE_FN(f32_1_4, F32_TILE(1, 4))
+static const tile_fn f32_tiles[2][4] = {{f32_4_1, f32_4_2, f32_4_3, f32_4_4},
+                                        {f32_1_1, f32_1_2, f32_1_3, f32_1_4}};
+TILE_FN(f16_4_1, F16_TILE(4, 1))
+TILE_FN(f16_4_2, F16_TILE(4, 2))
+TILE_FN(f16_4_3, F16_TILE(4, 3))
+TILE_FN(f16_4_4, F16_TILE(4, 4))
+TILE_FN(f16_1_1, F16_TILE(1, 1))
+TILE_FN(f16_1_2, F16_TILE(1, 2))
+TILE_FN(f16_1_3, F16_TILE(1, 3))
+TILE_FN(f16_1_4, F16_TILE(1, 4))
+static const tile_fn f16_tiles[2][4] = {{f16_4_1, f16_4_2, f16_4_3, f16_4_4},
+                                        {f16_1_1, f16_1_2, f16_1_3, f16_1_4}};
+TILE_FN(bf16_4_1, BF16_TILE(4, 1))
+TILE_FN(bf16_4_2, BF16_TILE(4, 2))
+TILE_FN(bf16_4_3, BF16_TILE(4, 3))
+TILE_FN(bf16_4_4, BF16_TILE(4, 4))
+TILE_FN(bf16_1_1, BF16_TILE(1, 1))
+TILE_FN(bf16_1_2, BF16_TILE(1, 2))
+TILE_FN(bf16_1_3, BF16_TILE(1, 3))
+TILE_FN(bf16_1_4, BF16_TILE(1, 4))
+static const tile_fn bf16_tiles[2][4] = {{bf16_4_1, bf16_4_2, bf16_4_3, bf16_4_4},
+                                         {bf16_1_1, bf16_1_2, bf16_1_3, bf16_1_4}};
+
+/* Rows 4 at a time, tokens 4 at a time (then the rest). The 4 rows of a tile are a
+ * quarter of the task apart, so that each of the 4 streams reads a contiguous quarter of
+ * the task front to back and the prefetcher (and pf_range, PF_AHEAD bytes ahead in each
+ * stream) sees 4 long sequential streams instead of short rows that jump every 4 rows:
+ * 2 threads, q8_0 2048x8192: 25 -> 29-30 GB/s; 1B q8_0 decode 19 -> 24 tokens/s with the
+ * guided row chunks of ops.c. */
+TGT static void walk(const pe_mm *m, const tile_fn tiles[2][4], uint32_t r0, uint32_t r1,
+                     uint32_t t0, uint32_t t1)
+{
+    const size_t rb = m->w->row_bytes;
+    const uint32_t q = (r1 - r0) / 4;
+    for (uint32_t r = r0; r < r1; r++) {
+        const int big = r < r0 + q;
+        if (!big && r < r0 + 4 * q) continue; /* done as rows 2..4 of a tile */
+        const uint8_t *row = (const uint8_t *)m->w->data + (size_t)r * rb;
+        for (uint32_t t = t0; t < t1; t += 4) {
+            const uint32_t nt = t1 - t < 4 ? t1 - t : 4;
+            tiles[big ? 0 : 1][nt - 1](m, row, (size_t)q * rb, r, q, t);
+        }
+    }
+}
 
 TGT static void gemv(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    const pe_mat *w = m->w;
-    const size_t rb = w->row_bytes;
-    switch (w->type) {
+    switch (m->w->type) {
     case GGML_TYPE_Q8_0:
-        WALK(Q8_TILE, QR, QT);
+        walk(m, q8_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_Q4_0:
-        WALK(Q4_TILE, QR, QT);
+        walk(m, q4_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_F32:
-        WALK(F32_TILE, FR, FT);
+        walk(m, f32_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_F16:
-        WALK(F16_TILE, FR, FT);
+        walk(m, f16_tiles, r0, r1, t0, t1);
         break;
     case GGML_TYPE_BF16:
-        WALK(BF16_TILE, FR, FT);
+        walk(m, bf16_tiles, r0, r1, t0, t1);
         break;
     default:
-        PE_UNREACHABLE_TYPE(w->type);
+        PE_UNREACHABLE_TYPE(m->w->type);
     }
 }
 
@@ -662,7 +711,7 @@ TGT static void f_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
 
 TGT static void rows_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    if (t1 - t0 < PE_GEMM_MIN_TOK)
+    if (t1 - t0 < pe__gemm_min_tok(m->w->type))
         gemv(m, r0, r1, t0, t1);
     else if (pe__type_is_quant(m->w->type))
         q_gemm(m, r0, r1, t0, t1);

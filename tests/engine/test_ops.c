@@ -90,8 +90,7 @@ __attribute__((target("f16c"))) static uint16_t f16c_convert(float f)
 static int test_f16_matches_f16c(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("f16c")) return 0;
+    if (pe_isa_detect() < PE_ISA_AVX2) return 0; /* the AVX2 level includes F16C */
     /* Random bit patterns cover NaN, inf and huge values; random values near the f16 range
      * cover subnormals, overflow and rounding ties. */
     for (uint32_t i = 0; i < 4000000; i++) {
@@ -425,14 +424,23 @@ static int test_matmul_matches_reference(void)
 static int test_matmul_odd_shapes(void)
 {
     /* float rows of any length; token counts across the 256-token task boundary; more
-     * threads than tasks; raw quantized blocks with every byte value */
+     * threads than tasks; float GEMM; raw quantized blocks with every byte value */
     static const mm_case cases[] = {
-        {GGML_TYPE_F32, 33, 9, 3},      {GGML_TYPE_F16, 100, 40, 9},
-        {GGML_TYPE_BF16, 7, 5, 20},     {GGML_TYPE_F32, 1, 3, 1},
-        {GGML_TYPE_F16, 300, 65, 13},   {GGML_TYPE_Q8_0, 64, 70, 300},
-        {GGML_TYPE_Q4_0, 96, 129, 260}, {GGML_TYPE_F16, 48, 31, 270},
-        {GGML_TYPE_Q8_0, 1024, 3, 8},   {GGML_TYPE_BF16, 272, 300, 7},
+        {GGML_TYPE_F32, 33, 9, 3},
+        {GGML_TYPE_F16, 100, 40, 9},
+        {GGML_TYPE_BF16, 7, 5, 20},
+        {GGML_TYPE_F32, 1, 3, 1},
+        {GGML_TYPE_F16, 300, 65, 13},
+        {GGML_TYPE_Q8_0, 64, 70, 300},
+        {GGML_TYPE_Q4_0, 96, 129, 260},
+        {GGML_TYPE_F16, 48, 31, 270},
+        {GGML_TYPE_Q8_0, 1024, 3, 8},
+        {GGML_TYPE_BF16, 272, 300, 7},
         {GGML_TYPE_Q4_0, 1056, 33, 16},
+        /* float GEMM (from 20 tokens) over several K chunks, ragged rows and tokens */
+        {GGML_TYPE_F32, 4128, 40, 25},
+        {GGML_TYPE_F16, 2064, 33, 21},
+        {GGML_TYPE_BF16, 600, 65, 37},
     };
     pe_threadpool *tp = pe_tp_create(3);
     T_ASSERT(tp);
