@@ -318,7 +318,7 @@ struct pe_ctx {
     uint32_t n_threads;
     float *x, *xb, *q, *k, *v, *ao, *hb, *hb2; /* [n_batch][...] activations */
     float *att;                                /* [n_threads][att_stride] scores */
-    size_t att_stride;                         /* ATT_TILE * group * n_ctx floats */
+    size_t att_stride;                         /* ATT_TILE * group * (n_ctx + 15) floats */
     float *pagebuf;                            /* [n_threads][pagebuf_stride] */
     size_t pagebuf_stride;
     uint32_t *tile_row, *tile_len, n_tiles; /* [n_batch] prefill attention tiles */
@@ -448,7 +448,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->ao = malloc(n * Q * sizeof(float));
     c->hb = malloc(n * hp->n_ff * sizeof(float));
     c->hb2 = malloc(n * hp->n_ff * sizeof(float));
-    c->att_stride = (size_t)ATT_TILE * G * c->p.n_ctx;
+    c->att_stride = (size_t)ATT_TILE * G * ((c->p.n_ctx + 15) & ~(size_t)7);
     c->att = malloc((size_t)c->n_threads * c->att_stride * sizeof(float));
     const size_t ldk = (c->p.page_tokens + 7) & ~(size_t)7;
     c->pagebuf_stride = ldk * hp->head_dim + (size_t)c->p.page_tokens * hp->head_dim + ldk * G + 16;
@@ -562,6 +562,36 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(const float *kt, uin
     }
 }
 
+/* out_i[0..hd) += sum_r a_i[r] * v[r][0..hd) for two queries i at once, so that each V
+ * load feeds two FMAs; 32 output values per query stay in registers per pass
+ * (hd a multiple of 8). */
+__attribute__((target("avx2,fma"))) static void acc_rows2_avx2(const float *v, uint32_t rows,
+                                                               const float *a0, const float *a1,
+                                                               uint32_t hd, float *o0, float *o1)
+{
+    for (uint32_t d0 = 0; d0 < hd; d0 += 32) {
+        const uint32_t m = hd - d0 < 32 ? (hd - d0) / 8 : 4;
+        __m256 x[4], y[4];
+        for (uint32_t c = 0; c < m; c++) {
+            x[c] = _mm256_loadu_ps(o0 + d0 + 8 * c);
+            y[c] = _mm256_loadu_ps(o1 + d0 + 8 * c);
+        }
+        for (uint32_t r = 0; r < rows; r++) {
+            const __m256 b0 = _mm256_set1_ps(a0[r]), b1 = _mm256_set1_ps(a1[r]);
+            const float *vr = v + (size_t)r * hd + d0;
+            for (uint32_t c = 0; c < m; c++) {
+                const __m256 vv = _mm256_loadu_ps(vr + 8 * c);
+                x[c] = _mm256_fmadd_ps(b0, vv, x[c]);
+                y[c] = _mm256_fmadd_ps(b1, vv, y[c]);
+            }
+        }
+        for (uint32_t c = 0; c < m; c++) {
+            _mm256_storeu_ps(o0 + d0 + 8 * c, x[c]);
+            _mm256_storeu_ps(o1 + d0 + 8 * c, y[c]);
+        }
+    }
+}
+
 /* out[0..hd) += sum_r a[r] * v[r][0..hd) with the output row held in registers
  * (hd a multiple of 8, at most 128). */
 __attribute__((target("avx2,fma"))) static void
@@ -616,6 +646,10 @@ static void scores(const float *kt, uint32_t ldk, uint32_t n_blk, const float *q
     }
 }
 
+/* Two queries at once where SIMD allows (out rows o0, o1; weights a0, a1). */
+static void acc_rows2(const float *v, uint32_t rows, const float *a0, const float *a1, uint32_t hd,
+                      float *o0, float *o1);
+
 static void acc_rows(const float *v, uint32_t rows, const float *a, uint32_t hd, float *out)
 {
 #if defined(__x86_64__)
@@ -669,6 +703,19 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     }
 }
 
+static void acc_rows2(const float *v, uint32_t rows, const float *a0, const float *a1, uint32_t hd,
+                      float *o0, float *o1)
+{
+#if defined(__x86_64__)
+    if (have_avx2 && hd % 8 == 0) {
+        acc_rows2_avx2(v, rows, a0, a1, hd, o0, o1);
+        return;
+    }
+#endif
+    acc_rows(v, rows, a0, hd, o0);
+    acc_rows(v, rows, a1, hd, o1);
+}
+
 /* Copies a page's K or V rows of one head to f32 [rows][hd]. */
 static void page_rows_f32(const pe_ctx *c, const void *src, uint32_t rows, uint32_t hd, float *dst)
 {
@@ -697,10 +744,13 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
     const uint64_t max_keys = c->row_pos[r0 + nr - 1] + 1;
     const uint32_t ldk = (pt + 7) & ~7u;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *sc = c->att + (size_t)thread * c->att_stride;         /* [nr][G][max_keys] */
+    /* Score rows have stride ldo >= max_keys + 7: a page's scores are stored in whole
+     * SIMD blocks straight into place; what spills past a row's valid keys lies beyond
+     * them (never read) or is overwritten by the next page. */
+    const size_t ldo = (size_t)((max_keys + 15) & ~(uint64_t)7);
+    float *sc = c->att + (size_t)thread * c->att_stride;         /* [nr][G][ldo] */
     float *kt = c->pagebuf + (size_t)thread * c->pagebuf_stride; /* [hd][ldk] */
     float *vf = kt + (size_t)hd * ldk;                           /* [pt][hd] */
-    float *tmp = vf + (size_t)pt * hd;                           /* [G][ldk] */
 
     for (uint64_t p0 = 0; p0 < max_keys; p0 += pt) {
         uint32_t rows = max_keys - p0 < pt ? (uint32_t)(max_keys - p0) : pt;
@@ -714,17 +764,15 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
             if (p0 >= nk) continue;
             uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
             const float *q = c->q + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-            scores(kt, ldk, (valid + 7) / 8, q, G, hd, scale, tmp, ldk);
-            for (uint32_t h = 0; h < G; h++)
-                memcpy(sc + ((size_t)t * G + h) * max_keys + p0, tmp + (size_t)h * ldk,
-                       valid * sizeof(float));
+            scores(kt, ldk, (valid + 7) / 8, q, G, hd, scale, sc + (size_t)t * G * ldo + p0,
+                   (uint32_t)ldo);
         }
     }
     for (uint32_t t = 0; t < nr; t++) {
         uint64_t nk = c->row_pos[r0 + t] + 1;
         float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
         for (uint32_t h = 0; h < G; h++) {
-            pe_softmax(sc + ((size_t)t * G + h) * max_keys, (uint32_t)nk);
+            pe_softmax(sc + ((size_t)t * G + h) * ldo, (uint32_t)nk);
             memset(out + (size_t)h * hd, 0, hd * sizeof(float));
         }
     }
@@ -736,9 +784,13 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
             if (p0 >= nk) continue;
             uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
             float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-            for (uint32_t h = 0; h < G; h++)
-                acc_rows(vf, valid, sc + ((size_t)t * G + h) * max_keys + p0, hd,
-                         out + (size_t)h * hd);
+            const float *a = sc + (size_t)t * G * ldo + p0;
+            uint32_t h = 0;
+            for (; h + 2 <= G; h += 2)
+                acc_rows2(vf, valid, a + h * ldo, a + (h + 1) * ldo, hd, out + (size_t)h * hd,
+                          out + (size_t)(h + 1) * hd);
+            for (; h < G; h++)
+                acc_rows(vf, valid, a + h * ldo, hd, out + (size_t)h * hd);
         }
     }
 }
