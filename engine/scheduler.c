@@ -1,0 +1,591 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * scheduler.c - iteration-level continuous batching (see scheduler.h). Called by the server and
+ * the tests; drives pe_forward_batch and the cache manager of one pe_ctx.
+ *
+ *   submit --> waiting[] --admit--> running[] --finish/cancel--> done list --> final cb
+ *                 ^                     |
+ *                 +------ preempt ------+   (front of the queue, prompt := all tokens)
+ *
+ * Invariants:
+ *  - waiting[], running[], the done list, the counters and every request's `cancelled` flag
+ *    are guarded by s->mu. A request's progress (toks, n_tok, n_done, sampler, logits) is
+ *    touched by the stepping thread only.
+ *  - A running request owns a sequence whose length is n_done (tokens toks[0..n_done) have
+ *    K/V); a waiting or done request owns none.
+ *  - While a step's forward pass and sampling run (in_flight), cancel only flags running
+ *    requests; the step releases them. Requests are freed by the stepping thread only,
+ *    after their final callback.
+ */
+#include "scheduler.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct req {
+    uint64_t id;
+    pe_token_cb cb;
+    void *ud;
+    int32_t *toks;      /* [cap]: prompt, then generated tokens */
+    uint32_t n_tok;     /* tokens in toks */
+    uint32_t n_prompt;  /* submitted prompt */
+    uint32_t n_gen;     /* tokens passed to the callback */
+    uint32_t max_gen;   /* generation limit (max_tokens, bounded by the context) */
+    uint32_t n_done;    /* tokens with K/V in seq */
+    uint32_t n_prefill; /* n_tok at admission: positions below are prompt work */
+    uint32_t n_cached;  /* matched at first admission */
+    pgd_hash *hashes;   /* [cap / page_tokens]: block hashes of toks at (re)queue time */
+    uint32_t n_hash;
+    uint8_t *salt;
+    size_t salt_len;
+    pgd_seq *seq;
+    pe_sampler *smp;
+    float *logits; /* [n_vocab] */
+    uint64_t admit_seq;
+    int stop_eog;
+    int admitted;    /* admitted at least once */
+    int preempted;   /* requeued by preemption: goes first */
+    int cancelled;   /* flagged by cancel while a step was in flight */
+    int32_t out_tok; /* token to pass to the callback this step, -1 none */
+    pe_finish finish;
+    struct req *next; /* done list */
+} req;
+
+struct pe_sched {
+    pe_ctx *ctx;
+    pgd_cache *cache;
+    const pe_model *model;
+    pe_sched_params p;
+    uint32_t n_ctx, n_vocab, pt;
+    pthread_mutex_t mu;
+    req **waiting; /* [max_queued + max_running], front first */
+    uint32_t n_waiting;
+    req **running; /* [max_running], oldest admission first */
+    uint32_t n_running;
+    req *done; /* finished, final callback pending */
+    req *done_tail;
+    int in_flight;
+    uint64_t next_id, admit_counter;
+    pe_sched_stats st;
+    pe_batch_item *items; /* [max_running] */
+    req **item_req;       /* [max_running] */
+    int32_t *ev_tok;      /* [max_running]: token callbacks of a step, captured locked */
+};
+
+pe_sched_params pe_sched_default_params(void)
+{
+    pe_sched_params p;
+    memset(&p, 0, sizeof p);
+    p.max_running = 16;
+    p.max_queued = 64;
+    return p;
+}
+
+pe_request_params pe_request_default_params(void)
+{
+    pe_request_params p;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = 128;
+    p.sampler = pe_sampler_default_params();
+    p.stop_on_eog = 1;
+    return p;
+}
+
+const char *pe_finish_name(pe_finish f)
+{
+    switch (f) {
+    case PE_FINISH_NONE:
+        return "none";
+    case PE_FINISH_LENGTH:
+        return "length";
+    case PE_FINISH_EOG:
+        return "eog";
+    case PE_FINISH_CANCELLED:
+        return "cancelled";
+    case PE_FINISH_ERROR:
+        return "error";
+    }
+    return "?";
+}
+
+static void req_free(pe_sched *s, req *r)
+{
+    if (!r) return;
+    pgd_seq_destroy(s->cache, r->seq);
+    pe_sampler_free(r->smp);
+    free(r->toks);
+    free(r->hashes);
+    free(r->salt);
+    free(r->logits);
+    free(r);
+}
+
+static uint32_t pages_of(const pe_sched *s, uint64_t n_tokens)
+{
+    return (uint32_t)((n_tokens + s->pt - 1) / s->pt);
+}
+
+static void rehash(pe_sched *s, req *r)
+{
+    r->n_hash = (uint32_t)pgd_cache_hash_tokens(s->cache, r->salt, r->salt_len, r->toks, r->n_tok,
+                                                r->hashes, r->n_tok / s->pt);
+}
+
+int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
+{
+    pe_sched_params p = pp ? *pp : pe_sched_default_params();
+    const pe_ctx_params *cp;
+    pe_sched *s;
+
+    *out = NULL;
+    if (!ctx || !p.model || !p.max_running || p.max_running > PE_MAX_BATCH_SEQS || !p.max_queued)
+        return PGD_EINVAL;
+    cp = pe_ctx_params_get(ctx);
+    if (!p.step_tokens || p.step_tokens > cp->n_batch) p.step_tokens = cp->n_batch;
+    if (!p.chunk || p.chunk > p.step_tokens) p.chunk = p.step_tokens;
+    s = calloc(1, sizeof *s);
+    if (!s) return PGD_ENOMEM;
+    s->ctx = ctx;
+    s->cache = pe_ctx_cache(ctx);
+    s->model = p.model;
+    s->p = p;
+    s->n_ctx = cp->n_ctx;
+    s->n_vocab = p.model->hp.n_vocab;
+    s->pt = pgd_cache_page_tokens(s->cache);
+    s->next_id = 1;
+    s->waiting = calloc((size_t)p.max_queued + p.max_running, sizeof *s->waiting);
+    s->running = calloc(p.max_running, sizeof *s->running);
+    s->items = calloc(p.max_running, sizeof *s->items);
+    s->item_req = calloc(p.max_running, sizeof *s->item_req);
+    s->ev_tok = calloc(p.max_running, sizeof *s->ev_tok);
+    if (!s->waiting || !s->running || !s->items || !s->item_req || !s->ev_tok) {
+        free(s->ev_tok);
+        free(s->waiting);
+        free(s->running);
+        free(s->items);
+        free(s->item_req);
+        free(s);
+        return PGD_ENOMEM;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    *out = s;
+    return PGD_OK;
+}
+
+void pe_sched_destroy(pe_sched *s)
+{
+    if (!s) return;
+    for (uint32_t i = 0; i < s->n_waiting; i++)
+        req_free(s, s->waiting[i]);
+    for (uint32_t i = 0; i < s->n_running; i++)
+        req_free(s, s->running[i]);
+    while (s->done) {
+        req *r = s->done;
+        s->done = r->next;
+        req_free(s, r);
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s->waiting);
+    free(s->running);
+    free(s->items);
+    free(s->item_req);
+    free(s->ev_tok);
+    free(s);
+}
+
+/* ---- submit / cancel ---- */
+
+int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *prompt, size_t n,
+                    pe_token_cb cb, void *ud, uint64_t *id)
+{
+    pe_request_params dp = pe_request_default_params();
+    req *r;
+    int rc = PGD_ENOMEM;
+
+    if (!rp) rp = &dp;
+    if (!s || !prompt || !n || n >= s->n_ctx || !cb) return PGD_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->n_vocab) return PGD_EINVAL;
+    r = calloc(1, sizeof *r);
+    if (!r) return PGD_ENOMEM;
+    r->cb = cb;
+    r->ud = ud;
+    r->n_prompt = (uint32_t)n;
+    r->n_tok = (uint32_t)n;
+    r->max_gen = s->n_ctx - (uint32_t)n;
+    if (rp->max_tokens && rp->max_tokens < r->max_gen) r->max_gen = rp->max_tokens;
+    r->stop_eog = rp->stop_on_eog;
+    r->out_tok = -1;
+    r->toks = malloc(((size_t)n + r->max_gen) * sizeof *r->toks);
+    r->hashes = malloc((((size_t)n + r->max_gen) / s->pt + 1) * sizeof *r->hashes);
+    r->logits = malloc((size_t)s->n_vocab * sizeof *r->logits);
+    if (rp->salt_len) {
+        r->salt = malloc(rp->salt_len);
+        if (r->salt) memcpy(r->salt, rp->salt, rp->salt_len);
+        r->salt_len = rp->salt_len;
+    }
+    if (!r->toks || !r->hashes || !r->logits || (rp->salt_len && !r->salt)) goto fail;
+    r->smp = pe_sampler_create(&rp->sampler, s->n_vocab);
+    if (!r->smp) {
+        rc = PGD_EINVAL;
+        goto fail;
+    }
+    memcpy(r->toks, prompt, n * sizeof *prompt);
+    for (size_t i = 0; i < n; i++)
+        pe_sampler_accept(r->smp, prompt[i]);
+    rehash(s, r);
+
+    pthread_mutex_lock(&s->mu);
+    if (s->n_waiting >= s->p.max_queued) {
+        pthread_mutex_unlock(&s->mu);
+        rc = PGD_EBUSY;
+        goto fail;
+    }
+    r->id = s->next_id++;
+    s->waiting[s->n_waiting++] = r;
+    if (id) *id = r->id;
+    pthread_mutex_unlock(&s->mu);
+    return PGD_OK;
+fail:
+    req_free(s, r);
+    return rc;
+}
+
+/* Appends r to the done list with its finish reason. Lock held. */
+static void push_done(pe_sched *s, req *r, pe_finish why)
+{
+    r->finish = why;
+    r->next = NULL;
+    if (s->done_tail)
+        s->done_tail->next = r;
+    else
+        s->done = r;
+    s->done_tail = r;
+}
+
+/* Removes running[i], destroys its sequence and finishes it. Lock held, not in flight. */
+static void retire(pe_sched *s, uint32_t i, pe_finish why)
+{
+    req *r = s->running[i];
+    memmove(&s->running[i], &s->running[i + 1], (s->n_running - i - 1) * sizeof *s->running);
+    s->n_running--;
+    pgd_seq_destroy(s->cache, r->seq);
+    r->seq = NULL;
+    push_done(s, r, why);
+}
+
+int pe_sched_cancel(pe_sched *s, uint64_t id)
+{
+    int rc = PGD_ENOTFOUND;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_waiting; i++) {
+        if (s->waiting[i]->id != id) continue;
+        req *r = s->waiting[i];
+        memmove(&s->waiting[i], &s->waiting[i + 1], (s->n_waiting - i - 1) * sizeof *s->waiting);
+        s->n_waiting--;
+        push_done(s, r, PE_FINISH_CANCELLED);
+        rc = PGD_OK;
+        break;
+    }
+    for (uint32_t i = 0; rc != PGD_OK && i < s->n_running; i++) {
+        if (s->running[i]->id != id || s->running[i]->cancelled) continue;
+        if (s->in_flight)
+            s->running[i]->cancelled = 1;
+        else
+            retire(s, i, PE_FINISH_CANCELLED);
+        rc = PGD_OK;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Releases the running requests flagged by cancel during a step. Lock held. */
+static void reap_cancelled(pe_sched *s)
+{
+    for (uint32_t i = s->n_running; i-- > 0;)
+        if (s->running[i]->cancelled) retire(s, i, PE_FINISH_CANCELLED);
+}
+
+/* ---- admission ---- */
+
+static uint32_t lcp(const pgd_hash *a, uint32_t na, const pgd_hash *b, uint32_t nb)
+{
+    uint32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && pgd_hash_eq(a[i], b[i]))
+        i++;
+    return i;
+}
+
+/* Returns the number of w's leading pages that running requests have committed, or -1
+ * when w must wait: a running request, or one ahead of w in the queue (w is waiting[wi]),
+ * is still to compute pages that w shares. */
+static int64_t cached_pages(const pe_sched *s, const req *w, uint32_t wi)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const req *r = s->running[i];
+        uint32_t l = lcp(w->hashes, w->n_hash, r->hashes, r->n_hash);
+        uint32_t c = r->n_done / s->pt;
+        if (l > c) return -1;
+        if (l > best) best = l;
+    }
+    for (uint32_t j = 0; j < wi; j++) {
+        const req *o = s->waiting[j];
+        if (lcp(w->hashes, w->n_hash, o->hashes, o->n_hash) > best) return -1;
+    }
+    return best;
+}
+
+/* Free + evictable pages minus what running requests still need for their known tokens. */
+static int64_t avail_pages(pe_sched *s)
+{
+    pgd_cache_stats cs;
+    int64_t avail;
+    pgd_cache_get_stats(s->cache, &cs);
+    avail = (int64_t)cs.n_pages_free + cs.n_pages_evictable;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const req *r = s->running[i];
+        avail -= (int64_t)pages_of(s, r->n_tok) - pages_of(s, r->n_done);
+    }
+    return avail;
+}
+
+/* Admits waiting requests while slots and pages allow. Lock held. */
+static void admit(pe_sched *s)
+{
+    while (s->n_running < s->p.max_running && s->n_waiting) {
+        int64_t best_score = -1;
+        uint32_t best = 0;
+        for (uint32_t i = 0; i < s->n_waiting; i++) {
+            const req *w = s->waiting[i];
+            if (w->preempted) {
+                best = i;
+                best_score = 0;
+                break;
+            }
+            int64_t sc = cached_pages(s, w, i);
+            if (sc > best_score) {
+                best = i;
+                best_score = sc;
+            }
+        }
+        if (best_score < 0) return;
+        req *w = s->waiting[best];
+        int64_t need = (int64_t)pages_of(s, w->n_tok) - best_score;
+        if (s->n_running && need > avail_pages(s)) return;
+        if (pgd_seq_create(s->cache, w->salt, w->salt_len, &w->seq) != PGD_OK) return;
+        /* Match all but the last token: its logits must be computed. */
+        int64_t cached = pgd_seq_match(s->cache, w->seq, w->toks, w->n_tok - 1);
+        if (cached < 0) cached = 0;
+        need = (int64_t)pages_of(s, w->n_tok) - cached / s->pt;
+        if (s->n_running && need > avail_pages(s)) {
+            pgd_seq_destroy(s->cache, w->seq);
+            w->seq = NULL;
+            return;
+        }
+        memmove(&s->waiting[best], &s->waiting[best + 1],
+                (s->n_waiting - best - 1) * sizeof *s->waiting);
+        s->n_waiting--;
+        w->n_done = (uint32_t)cached;
+        w->n_prefill = w->n_tok;
+        w->admit_seq = ++s->admit_counter;
+        w->preempted = 0;
+        if (!w->admitted) {
+            w->admitted = 1;
+            w->n_cached = (uint32_t)cached;
+        }
+        s->st.n_prompt_tokens_cached += (uint64_t)cached;
+        s->running[s->n_running++] = w;
+    }
+}
+
+/* Releases the newest running request and requeues it at the front. Lock held. */
+static void preempt_newest(pe_sched *s)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 1; i < s->n_running; i++)
+        if (s->running[i]->admit_seq > s->running[k]->admit_seq) k = i;
+    req *r = s->running[k];
+    memmove(&s->running[k], &s->running[k + 1], (s->n_running - k - 1) * sizeof *s->running);
+    s->n_running--;
+    pgd_seq_destroy(s->cache, r->seq);
+    r->seq = NULL;
+    r->n_done = 0;
+    r->preempted = 1;
+    rehash(s, r);
+    memmove(&s->waiting[1], &s->waiting[0], s->n_waiting * sizeof *s->waiting);
+    s->waiting[0] = r;
+    s->n_waiting++;
+    s->st.n_preemptions++;
+}
+
+/* ---- step ---- */
+
+/* Fills s->items with decode tokens first, then prefill chunks, within the budget.
+ * Returns the number of items. Lock held. */
+static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
+{
+    uint32_t n = 0, budget = s->p.step_tokens;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < s->n_running && budget; i++) {
+            req *r = s->running[i];
+            uint32_t rem = r->n_tok - r->n_done;
+            if ((pass == 0) != (rem == 1)) continue;
+            uint32_t k = rem < s->p.chunk ? rem : s->p.chunk;
+            if (k > budget) k = budget;
+            int last = r->n_done + k == r->n_tok;
+            s->items[n] =
+                (pe_batch_item){r->seq, r->toks + r->n_done, k, last ? r->logits : NULL, 0};
+            s->item_req[n++] = r;
+            budget -= k;
+        }
+    }
+    *n_tokens = s->p.step_tokens - budget;
+    return n;
+}
+
+/* Samples the next token of r from its logits; sets out_tok and finish. Stepping thread. */
+static void sample_one(pe_sched *s, req *r)
+{
+    int32_t tok = pe_sampler_sample(r->smp, r->logits);
+    if (r->stop_eog && pe_vocab_is_eog(s->model->vocab, tok)) {
+        r->finish = PE_FINISH_EOG;
+        return;
+    }
+    pe_sampler_accept(r->smp, tok);
+    r->toks[r->n_tok++] = tok;
+    r->n_gen++;
+    r->out_tok = tok;
+    if (r->n_gen >= r->max_gen) r->finish = PE_FINISH_LENGTH;
+}
+
+/* Makes the callbacks of one step: tokens (captured in ev_tok under the lock; id, cb and
+ * ud never change), then final calls; frees finished requests. Without the lock. */
+static void deliver(pe_sched *s, uint32_t n_items, req *done)
+{
+    for (uint32_t i = 0; i < n_items; i++) {
+        const req *r = s->item_req[i];
+        if (s->ev_tok[i] >= 0) r->cb(r->ud, r->id, s->ev_tok[i], PE_FINISH_NONE, NULL);
+    }
+    while (done) {
+        req *r = done;
+        done = r->next;
+        pe_usage u = {r->n_prompt, r->n_cached, r->n_gen};
+        r->cb(r->ud, r->id, -1, r->finish, &u);
+        req_free(s, r);
+    }
+}
+
+int pe_sched_step(pe_sched *s)
+{
+    uint32_t n_items = 0, n_tokens = 0;
+    int rc = 0;
+    req *done;
+
+    pthread_mutex_lock(&s->mu);
+    admit(s);
+    for (;;) {
+        rc = 0;
+        n_items = build_batch(s, &n_tokens);
+        if (!n_items) break;
+        s->in_flight = 1;
+        pthread_mutex_unlock(&s->mu);
+        rc = pe_forward_batch(s->ctx, s->items, n_items);
+        pthread_mutex_lock(&s->mu);
+        if (rc != PGD_ENOSPC) break;
+        s->in_flight = 0;
+        reap_cancelled(s);
+        if (s->n_running > 1) {
+            preempt_newest(s);
+        } else if (s->n_running == 1) {
+            retire(s, 0, PE_FINISH_ERROR); /* does not fit the pool alone */
+        }
+    }
+    if (n_items && rc == 0) {
+        /* Still in flight: cancel only flags requests while this thread samples. */
+        uint64_t n_computed = 0, n_sampled = 0;
+        pthread_mutex_unlock(&s->mu);
+        for (uint32_t i = 0; i < n_items; i++) {
+            req *r = s->item_req[i];
+            if (r->n_done < r->n_prefill) {
+                uint32_t end = r->n_done + s->items[i].n;
+                if (end > r->n_prefill) end = r->n_prefill;
+                n_computed += end - r->n_done;
+            }
+            r->n_done += s->items[i].n;
+            if (r->n_done == r->n_tok) {
+                sample_one(s, r);
+                n_sampled++;
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+        s->in_flight = 0;
+        s->st.n_steps++;
+        s->st.n_prompt_tokens_computed += n_computed;
+        s->st.n_generated_tokens += n_sampled;
+        for (uint32_t i = 0; i < n_items; i++) {
+            req *r = s->item_req[i];
+            s->ev_tok[i] = r->cancelled ? -1 : r->out_tok;
+            r->out_tok = -1;
+        }
+        for (uint32_t i = s->n_running; i-- > 0;) {
+            req *r = s->running[i];
+            if (r->cancelled)
+                retire(s, i, PE_FINISH_CANCELLED);
+            else if (r->finish != PE_FINISH_NONE)
+                retire(s, i, r->finish);
+        }
+    } else if (n_items) {
+        /* The forward pass failed without changing anything: end that batch's requests. */
+        s->in_flight = 0;
+        for (uint32_t i = s->n_running; i-- > 0;) {
+            int in_batch = 0;
+            for (uint32_t j = 0; j < n_items; j++)
+                in_batch |= s->item_req[j] == s->running[i];
+            if (s->running[i]->cancelled)
+                retire(s, i, PE_FINISH_CANCELLED);
+            else if (in_batch)
+                retire(s, i, PE_FINISH_ERROR);
+        }
+        n_items = 0;
+    }
+    s->in_flight = 0;
+    done = s->done;
+    s->done = NULL;
+    s->done_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    deliver(s, n_items, done);
+    return rc < 0 ? rc : (int)n_tokens;
+}
+
+int64_t pe_sched_run_until_idle(pe_sched *s)
+{
+    int64_t total = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int busy = s->n_running || s->n_waiting || s->done;
+        pthread_mutex_unlock(&s->mu);
+        if (!busy) return total;
+        int rc = pe_sched_step(s);
+        if (rc < 0) return rc;
+        total += rc;
+        if (rc == 0) {
+            /* Nothing ran: if nothing is running either, admission is stuck (no sequence
+             * could be created), and looping would never end. */
+            pthread_mutex_lock(&s->mu);
+            int stuck = !s->n_running && s->n_waiting && !s->done;
+            pthread_mutex_unlock(&s->mu);
+            if (stuck) return PGD_ENOMEM;
+        }
+    }
+}
+
+void pe_sched_get_stats(pe_sched *s, pe_sched_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    out->n_running = s->n_running;
+    out->n_waiting = s->n_waiting;
+    pthread_mutex_unlock(&s->mu);
+}

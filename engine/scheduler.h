@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * scheduler.h - iteration-level continuous batching over one pe_ctx. Callers: the server (its
+ * HTTP threads submit and cancel, one thread steps), the tests.
+ *
+ *   pe_sched_submit(prompt)   queue a request (PGD_EBUSY when the queue is full)
+ *   pe_sched_step()           one iteration: admit waiting requests while free pages allow
+ *                             (prefix-aware order), run every running decode token plus
+ *                             prefill chunks within the token budget as ONE pe_forward_batch,
+ *                             sample, call back, retire finished requests
+ *   pe_sched_cancel(id)       drop a queued request, or release a running one's pages
+ *
+ * Prefix-aware ordering: a waiting request whose leading pages another request is still
+ * computing (running, or ahead of it in the queue) is held until those pages are committed,
+ * so a shared prefix is computed once and the others match it from the cache. Among the
+ * rest, the one sharing the most committed pages with running requests goes first; a
+ * preempted request goes before all of them.
+ *
+ * Preemption: when the pool cannot hold a step's tokens (PGD_ENOSPC, nothing changed),
+ * the newest running request is released (its sequence destroyed; its pages stay cached
+ * until evicted) and requeued at the front with prompt + generated tokens as its new
+ * prompt; the step is retried. A request that does not fit even alone finishes with
+ * PE_FINISH_ERROR.
+ *
+ * Threads: submit, cancel and stats may be called from any thread while one thread calls
+ * step (and only that one: step, run_until_idle and destroy must not overlap). One mutex
+ * guards the queues; the forward pass and the callbacks run without it. Every callback is
+ * invoked on the stepping thread, so a callback must not call pe_sched_step, but may call
+ * submit, cancel and stats.
+ */
+#ifndef PE_SCHEDULER_H
+#define PE_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "sample.h"
+
+typedef struct pe_sched pe_sched;
+
+typedef struct pe_sched_params {
+    const pe_model *model; /* required: the model of ctx (vocabulary size, end-of-generation) */
+    uint32_t max_running;  /* requests in the batch at once; default 16, at most 256 */
+    uint32_t max_queued;   /* waiting requests; default 64; submit beyond: PGD_EBUSY */
+    uint32_t step_tokens;  /* token budget per step; 0: the context's n_batch (also the cap) */
+    uint32_t chunk;        /* max prefill tokens of one request per step; 0: step_tokens */
+} pe_sched_params;
+
+pe_sched_params pe_sched_default_params(void);
+
+typedef struct pe_request_params {
+    uint32_t max_tokens;       /* tokens to generate; 0: until the context is full */
+    pe_sampler_params sampler; /* temp <= 0: greedy */
+    const void *salt;          /* tenant (bytes, borrowed for the call); NULL: default */
+    size_t salt_len;           /* tenants with different salts never share cache */
+    int stop_on_eog;           /* nonzero: stop at an end-of-generation token (not sent) */
+} pe_request_params;
+
+pe_request_params pe_request_default_params(void);
+
+typedef enum pe_finish {
+    PE_FINISH_NONE = 0,      /* a token callback, not the end */
+    PE_FINISH_LENGTH = 1,    /* max_tokens reached or the context full */
+    PE_FINISH_EOG = 2,       /* end-of-generation token */
+    PE_FINISH_CANCELLED = 3, /* pe_sched_cancel */
+    PE_FINISH_ERROR = 4      /* does not fit the pool alone, or the forward pass failed */
+} pe_finish;
+
+const char *pe_finish_name(pe_finish f);
+
+typedef struct pe_usage {
+    uint32_t prompt_tokens;     /* the submitted prompt */
+    uint32_t cached_tokens;     /* of those, matched from the cache at first admission */
+    uint32_t completion_tokens; /* tokens passed to the callback */
+} pe_usage;
+
+/* Called on the stepping thread, without the scheduler lock: once per generated token
+ * (reason PE_FINISH_NONE, usage NULL), then exactly once with the finish reason, token -1
+ * and the usage (borrowed for the call). After the final call the request is gone. */
+typedef void (*pe_token_cb)(void *ud, uint64_t id, int32_t token, pe_finish reason,
+                            const pe_usage *usage);
+
+/* Creates a scheduler over ctx (borrowed; it must outlive the scheduler, and nothing else
+ * may run forward passes on it meanwhile). Returns 0, PGD_EINVAL or PGD_ENOMEM. */
+int pe_sched_create(pe_ctx *ctx, const pe_sched_params *p, pe_sched **out);
+/* Destroys the scheduler: requests still queued or running are released without a final
+ * callback. NULL: no-op. Must not overlap any other call. */
+void pe_sched_destroy(pe_sched *s);
+
+/* Queues prompt[0..n) (copied). *id gets the request id (ids start at 1). Any thread.
+ * Returns 0; PGD_EBUSY (queue full); PGD_EINVAL (empty prompt, a token outside the
+ * vocabulary, prompt longer than the context, bad sampler params); PGD_ENOMEM. */
+int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *prompt, size_t n,
+                    pe_token_cb cb, void *ud, uint64_t *id);
+
+/* Cancels request id: a queued one is dropped, a running one's sequence is destroyed at
+ * once (or, while a step is in flight, as soon as its forward pass returns). The final
+ * callback (PE_FINISH_CANCELLED) comes from the next step. Any thread.
+ * Returns 0 or PGD_ENOTFOUND (unknown or already finished). */
+int pe_sched_cancel(pe_sched *s, uint64_t id);
+
+/* Runs one iteration (see the file comment). Returns the number of tokens that went
+ * through the forward pass (0 when idle), or a negative pgd_status when the forward pass
+ * failed other than by a full pool (the requests in that batch finish with ERROR).
+ * One thread only. Cost: one pe_forward_batch plus O(waiting * (running + waiting) *
+ * prefix pages) for the admission order. */
+int pe_sched_step(pe_sched *s);
+
+/* Steps until no request is queued or running (and every final callback was made).
+ * Returns the total tokens processed, or the first negative status; PGD_ENOMEM when
+ * requests wait but none can be admitted although nothing runs (no sequence could be
+ * created), instead of looping forever. */
+int64_t pe_sched_run_until_idle(pe_sched *s);
+
+typedef struct pe_sched_stats {
+    uint32_t n_running;
+    uint32_t n_waiting;
+    uint64_t n_preemptions;
+    uint64_t n_prompt_tokens_computed; /* prefill tokens through the forward pass */
+    uint64_t n_prompt_tokens_cached;   /* prefill tokens matched from the cache */
+    uint64_t n_generated_tokens;       /* tokens sampled */
+    uint64_t n_steps;                  /* steps that ran a forward pass */
+} pe_sched_stats;
+
+/* Fills *out. Any thread. O(1). */
+void pe_sched_get_stats(pe_sched *s, pe_sched_stats *out);
+
+#endif /* PE_SCHEDULER_H */

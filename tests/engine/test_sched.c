@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_sched.c - the continuous-batching scheduler (engine/scheduler.c) on stories260K:
+ *   - 8 concurrent greedy requests sharing a 100-token prefix give the tokens each gets
+ *     alone, and the prefix is computed once (prefix-aware ordering): computed prompt
+ *     tokens = prefix + suffixes (+ at most a page per request), later requests report the
+ *     prefix's whole pages as cached;
+ *   - cancelling a running request frees its pages at once and reports "cancelled";
+ *   - a pool just above one request's need forces preemption; every request still gets
+ *     its solo output, and pgd_cache_check passes after every step;
+ *   - a full queue refuses with PGD_EBUSY; different salts never share cache.
+ * The KV cache is f32, so batched and solo logits differ only in summation order.
+ * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
+ * source tree; skipped (77) when none is found.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler.h"
+#include "t.h"
+
+#define MAX_OUT 256
+
+static pe_model *g_model;
+
+typedef struct out {
+    int32_t toks[MAX_OUT];
+    uint32_t n;
+    int n_final;
+    pe_finish finish;
+    pe_usage u;
+} out;
+
+static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe_usage *u)
+{
+    out *o = ud;
+    (void)id;
+    if (why == PE_FINISH_NONE) {
+        if (o->n < MAX_OUT) o->toks[o->n++] = tok;
+        return;
+    }
+    o->finish = why;
+    o->u = *u;
+    o->n_final++;
+}
+
+static const char *model_path(int argc, char **argv, char *buf, size_t n)
+{
+    if (argc > 1) return argv[1];
+    const char *dir = getenv("PGD_MODELS_DIR");
+    snprintf(buf, n, "%s/stories260K.gguf", dir ? dir : PGD_SOURCE_DIR "/../shared/models");
+    FILE *f = fopen(buf, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    return buf;
+}
+
+static pe_ctx *make_ctx(uint64_t kv_tokens)
+{
+    pe_ctx_params p = pe_ctx_default_params();
+    char err[256];
+    pe_ctx *c;
+    p.n_ctx = 512;
+    p.n_batch = 256;
+    p.page_tokens = 16;
+    p.kv_type = PGD_KV_F32;
+    p.n_threads = 2;
+    p.kv_tokens = kv_tokens;
+    if (pe_ctx_create(g_model, &p, &c, err, sizeof err)) {
+        fprintf(stderr, "pe_ctx_create: %s\n", err);
+        return NULL;
+    }
+    return c;
+}
+
+static pe_sched *make_sched(pe_ctx *c, uint32_t max_running, uint32_t max_queued, uint32_t chunk)
+{
+    pe_sched_params p = pe_sched_default_params();
+    pe_sched *s;
+    p.model = g_model;
+    p.max_running = max_running;
+    p.max_queued = max_queued;
+    p.chunk = chunk;
+    if (pe_sched_create(c, &p, &s)) return NULL;
+    return s;
+}
+
+static pe_request_params greedy(uint32_t max_tokens)
+{
+    pe_request_params rp = pe_request_default_params();
+    rp.max_tokens = max_tokens;
+    rp.sampler.temp = 0;
+    rp.stop_on_eog = 0;
+    return rp;
+}
+
+static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
+}
+
+/* Runs one request alone on a fresh context; its tokens into *o. */
+static int run_alone(const int32_t *prompt, uint32_t n, uint32_t max_tokens, out *o)
+{
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 4, 4, 0);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(max_tokens);
+    uint64_t id;
+    memset(o, 0, sizeof *o);
+    T_OK(pe_sched_submit(s, &rp, prompt, n, on_token, o, &id));
+    T_OK(pe_sched_run_until_idle(s));
+    T_EQ(o->n_final, 1);
+    T_EQ(o->finish, PE_FINISH_LENGTH);
+    T_EQ(o->n, max_tokens);
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
+#define N_SHARED 8
+#define PREFIX 100
+
+static int test_shared_prefix(void)
+{
+    uint64_t seed = 11;
+    int32_t prompts[N_SHARED][PREFIX + 16];
+    uint32_t lens[N_SHARED], sum_suffix = 0;
+    static out alone[N_SHARED], batch[N_SHARED];
+    random_tokens(&seed, prompts[0], PREFIX);
+    prompts[0][0] = 1;
+    for (int i = 0; i < N_SHARED; i++) {
+        uint32_t suf = 4 + (uint32_t)(t_rand(&seed) % 12);
+        memcpy(prompts[i], prompts[0], PREFIX * sizeof(int32_t));
+        random_tokens(&seed, prompts[i] + PREFIX, suf);
+        lens[i] = PREFIX + suf;
+        sum_suffix += suf;
+        T_OK(run_alone(prompts[i], lens[i], 24, &alone[i]));
+    }
+
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 16, 16, 32); /* chunked prefill: 32 tokens per step */
+    T_ASSERT(s);
+    pe_request_params rp = greedy(24);
+    for (int i = 0; i < N_SHARED; i++) {
+        uint64_t id;
+        memset(&batch[i], 0, sizeof batch[i]);
+        T_OK(pe_sched_submit(s, &rp, prompts[i], lens[i], on_token, &batch[i], &id));
+    }
+    while (pe_sched_step(s) > 0)
+        T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    T_OK(pe_sched_run_until_idle(s));
+    for (int i = 0; i < N_SHARED; i++) {
+        T_EQ(batch[i].n_final, 1);
+        T_EQ(batch[i].finish, PE_FINISH_LENGTH);
+        T_EQ(batch[i].n, alone[i].n);
+        if (memcmp(batch[i].toks, alone[i].toks, alone[i].n * sizeof(int32_t)))
+            T_FAIL("request %d: batched tokens differ from solo", i);
+        T_EQ(batch[i].u.prompt_tokens, lens[i]);
+        T_EQ(batch[i].u.completion_tokens, 24);
+    }
+    /* One request computed the prefix; the others matched its whole pages. */
+    uint32_t n_late = 0, full = PREFIX / 16 * 16;
+    for (int i = 0; i < N_SHARED; i++)
+        n_late += batch[i].u.cached_tokens >= full;
+    T_EQ(n_late, N_SHARED - 1);
+    pe_sched_stats st;
+    pe_sched_get_stats(s, &st);
+    T_ASSERT(st.n_prompt_tokens_computed >= PREFIX + sum_suffix);
+    T_ASSERT(st.n_prompt_tokens_computed <= PREFIX + sum_suffix + N_SHARED * 16);
+    T_ASSERT(st.n_prompt_tokens_cached >= (N_SHARED - 1) * full);
+    T_EQ(st.n_generated_tokens, N_SHARED * 24);
+    T_EQ(st.n_preemptions, 0);
+    T_EQ(st.n_running + st.n_waiting, 0);
+    printf("shared prefix: %u + suffixes %u; computed %" PRIu64 ", cached %" PRIu64 ", %" PRIu64
+           " steps\n",
+           PREFIX, sum_suffix, st.n_prompt_tokens_computed, st.n_prompt_tokens_cached, st.n_steps);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
+static int test_cancel_frees_pages(void)
+{
+    uint64_t seed = 23;
+    int32_t prompt[60];
+    out o, q;
+    uint64_t id, id2;
+    pgd_cache_stats cs;
+    random_tokens(&seed, prompt, 60);
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 4, 4, 0);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(200);
+    memset(&o, 0, sizeof o);
+    memset(&q, 0, sizeof q);
+    T_OK(pe_sched_submit(s, &rp, prompt, 60, on_token, &o, &id));
+    for (int i = 0; i < 5; i++)
+        T_ASSERT(pe_sched_step(s) > 0);
+    T_EQ(o.n, 5);
+    pgd_cache_get_stats(pe_ctx_cache(c), &cs);
+    T_ASSERT(cs.n_pages_used >= 4);
+    T_OK(pe_sched_cancel(s, id));
+    pgd_cache_get_stats(pe_ctx_cache(c), &cs);
+    T_EQ(cs.n_pages_used, 0); /* released at once, before the next step */
+    T_EQ(cs.n_seqs, 0);
+    T_EQ(pe_sched_cancel(s, id), PGD_ENOTFOUND);
+    /* a queued request is dropped */
+    T_OK(pe_sched_submit(s, &rp, prompt, 10, on_token, &q, &id2));
+    T_OK(pe_sched_cancel(s, id2));
+    T_EQ(pe_sched_step(s), 0); /* delivers the final callbacks */
+    T_EQ(o.n_final, 1);
+    T_EQ(o.finish, PE_FINISH_CANCELLED);
+    T_EQ(o.u.completion_tokens, 5);
+    T_EQ(q.n_final, 1);
+    T_EQ(q.finish, PE_FINISH_CANCELLED);
+    T_EQ(q.n, 0);
+    T_EQ(pe_sched_cancel(s, 12345), PGD_ENOTFOUND);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
+#define N_LONG 4
+
+/* Each request needs 40 + 60 = 100 positions (7 pages of 16); the pool holds 8 pages. */
+static int test_preemption(void)
+{
+    uint64_t seed = 37;
+    int32_t prompts[N_LONG][40];
+    static out alone[N_LONG], batch[N_LONG];
+    for (int i = 0; i < N_LONG; i++) {
+        random_tokens(&seed, prompts[i], 40);
+        T_OK(run_alone(prompts[i], 40, 60, &alone[i]));
+    }
+    pe_ctx *c = make_ctx(128);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 4, 8, 0);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(60);
+    for (int i = 0; i < N_LONG; i++) {
+        uint64_t id;
+        memset(&batch[i], 0, sizeof batch[i]);
+        T_OK(pe_sched_submit(s, &rp, prompts[i], 40, on_token, &batch[i], &id));
+    }
+    pe_sched_stats st;
+    for (int n = 0; n < 10000; n++) {
+        int rc = pe_sched_step(s);
+        T_OK(rc);
+        T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+        pe_sched_get_stats(s, &st);
+        if (rc == 0 && st.n_running + st.n_waiting == 0) break;
+    }
+    T_EQ(st.n_running + st.n_waiting, 0);
+    T_ASSERT(st.n_preemptions > 0);
+    printf("small pool: %" PRIu64 " preemptions, %" PRIu64 " prompt tokens computed\n",
+           st.n_preemptions, st.n_prompt_tokens_computed);
+    for (int i = 0; i < N_LONG; i++) {
+        T_EQ(batch[i].n_final, 1);
+        T_EQ(batch[i].finish, PE_FINISH_LENGTH);
+        T_EQ(batch[i].n, 60);
+        if (memcmp(batch[i].toks, alone[i].toks, 60 * sizeof(int32_t)))
+            T_FAIL("request %d: output after preemption differs from solo", i);
+    }
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
+static int test_queue_full_and_salts(void)
+{
+    uint64_t seed = 41, id;
+    int32_t prompt[50];
+    out o[5];
+    random_tokens(&seed, prompt, 50);
+    memset(o, 0, sizeof o);
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 2, 2, 0);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(4);
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[0], &id));
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[1], &id));
+    T_EQ(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[2], &id), PGD_EBUSY);
+    T_EQ(pe_sched_submit(s, &rp, prompt, 0, on_token, &o[2], &id), PGD_EINVAL);
+    T_OK(pe_sched_run_until_idle(s));
+    T_EQ(o[2].n_final, 0);
+    T_EQ(o[0].u.cached_tokens, 0);
+    T_EQ(o[1].u.cached_tokens, 48); /* held until the first committed the shared pages */
+
+    /* Tenant "a" computes the prompt; tenant "b" must not see it; "a" again does. */
+    rp.salt = "a";
+    rp.salt_len = 1;
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[2], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    rp.salt = "b";
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[3], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    rp.salt = "a";
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[4], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    T_EQ(o[2].u.cached_tokens, 0);
+    T_EQ(o[3].u.cached_tokens, 0);
+    T_EQ(o[4].u.cached_tokens, 48);
+    for (int i = 0; i < 5; i++) {
+        T_EQ(o[i].n_final, 1);
+        T_EQ(o[i].n, 4);
+    }
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    char buf[1024], err[512];
+    const char *path = model_path(argc, argv, buf, sizeof buf);
+    if (!path) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR or pass a model path)");
+    if (pe_model_load(path, NULL, NULL, &g_model, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    T_RUN(test_shared_prefix);
+    T_RUN(test_cancel_frees_pages);
+    T_RUN(test_preemption);
+    T_RUN(test_queue_full_and_salts);
+    pe_model_free(g_model);
+    T_DONE();
+}
