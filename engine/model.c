@@ -562,36 +562,6 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(const float *kt, uin
     }
 }
 
-/* out_i[0..hd) += sum_r a_i[r] * v[r][0..hd) for two queries i at once, so that each V
- * load feeds two FMAs; 32 output values per query stay in registers per pass
- * (hd a multiple of 8). */
-__attribute__((target("avx2,fma"))) static void acc_rows2_avx2(const float *v, uint32_t rows,
-                                                               const float *a0, const float *a1,
-                                                               uint32_t hd, float *o0, float *o1)
-{
-    for (uint32_t d0 = 0; d0 < hd; d0 += 32) {
-        const uint32_t m = hd - d0 < 32 ? (hd - d0) / 8 : 4;
-        __m256 x[4], y[4];
-        for (uint32_t c = 0; c < m; c++) {
-            x[c] = _mm256_loadu_ps(o0 + d0 + 8 * c);
-            y[c] = _mm256_loadu_ps(o1 + d0 + 8 * c);
-        }
-        for (uint32_t r = 0; r < rows; r++) {
-            const __m256 b0 = _mm256_set1_ps(a0[r]), b1 = _mm256_set1_ps(a1[r]);
-            const float *vr = v + (size_t)r * hd + d0;
-            for (uint32_t c = 0; c < m; c++) {
-                const __m256 vv = _mm256_loadu_ps(vr + 8 * c);
-                x[c] = _mm256_fmadd_ps(b0, vv, x[c]);
-                y[c] = _mm256_fmadd_ps(b1, vv, y[c]);
-            }
-        }
-        for (uint32_t c = 0; c < m; c++) {
-            _mm256_storeu_ps(o0 + d0 + 8 * c, x[c]);
-            _mm256_storeu_ps(o1 + d0 + 8 * c, y[c]);
-        }
-    }
-}
-
 /* out[0..hd) += sum_r a[r] * v[r][0..hd) with the output row held in registers
  * (hd a multiple of 8, at most 128). */
 __attribute__((target("avx2,fma"))) static void
@@ -646,10 +616,6 @@ static void scores(const float *kt, uint32_t ldk, uint32_t n_blk, const float *q
     }
 }
 
-/* Two queries at once where SIMD allows (out rows o0, o1; weights a0, a1). */
-static void acc_rows2(const float *v, uint32_t rows, const float *a0, const float *a1, uint32_t hd,
-                      float *o0, float *o1);
-
 static void acc_rows(const float *v, uint32_t rows, const float *a, uint32_t hd, float *out)
 {
 #if defined(__x86_64__)
@@ -701,19 +667,6 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
             for (uint32_t i = 0; i < hd; i++)
                 o[i] += s[p] * V[p * KV + i];
     }
-}
-
-static void acc_rows2(const float *v, uint32_t rows, const float *a0, const float *a1, uint32_t hd,
-                      float *o0, float *o1)
-{
-#if defined(__x86_64__)
-    if (have_avx2 && hd % 8 == 0) {
-        acc_rows2_avx2(v, rows, a0, a1, hd, o0, o1);
-        return;
-    }
-#endif
-    acc_rows(v, rows, a0, hd, o0);
-    acc_rows(v, rows, a1, hd, o1);
 }
 
 /* Copies a page's K or V rows of one head to f32 [rows][hd]. */
@@ -785,11 +738,7 @@ static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
             uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
             float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
             const float *a = sc + (size_t)t * G * ldo + p0;
-            uint32_t h = 0;
-            for (; h + 2 <= G; h += 2)
-                acc_rows2(vf, valid, a + h * ldo, a + (h + 1) * ldo, hd, out + (size_t)h * hd,
-                          out + (size_t)(h + 1) * hd);
-            for (; h < G; h++)
+            for (uint32_t h = 0; h < G; h++)
                 acc_rows(vf, valid, a + h * ldo, hd, out + (size_t)h * hd);
         }
     }
