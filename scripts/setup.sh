@@ -6,11 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(gcc g++ make cmake pkgconf git libxxhash-dev libjansson-dev libpcre2-dev clang clang-format libclang-rt-14-dev
-      valgrind)
+      valgrind libmicrohttpd-dev libcurl4-openssl-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js + npm drive the server tests (the official `openai` client); the machine's own
+# Node (for example NodeSource's, which bundles npm) is used when there is one.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * codec_int.h - the contract between page codecs (src/codec/) and the attention kernels
+ * (src/attn/). Internal to libpagoda.
+ *
+ * A "region" is the bytes of one (page, layer, K|V, kv_head) of a pool:
+ * pgd_pool_k / pgd_pool_v return its start, and every region of a pool has the same size,
+ * pgd__codec_region_bytes(type, page_tokens, head_dim) (the larger of the K and V layouts
+ * for codecs whose K and V layouts differ, such as kivi2). Regions are 16-byte aligned
+ * when the pool's arena is 64-byte aligned (region sizes are multiples of 16).
+ *
+ * Rows are token slots of the page, 0 .. page_tokens-1; a row is head_dim values.
+ * Rotation (--kv-rotate) is NOT a codec concern: callers rotate K and V before encoding
+ * and rotate queries/outputs themselves (see pgd__hadamard below).
+ *
+ * Kernels never dequantise a whole region into a temporary: k_scores and v_accum read
+ * the encoded bytes in their inner loop. Every kernel has a scalar reference
+ * (the *_ref ops table) that the SIMD versions are tested against.
+ */
+#ifndef PGD_CODEC_INT_H
+#define PGD_CODEC_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagoda/pool.h"
+
+typedef enum pgd__kv_kind { PGD__K = 0, PGD__V = 1 } pgd__kv_kind;
+
+typedef struct pgd__codec {
+    pgd_kv_type type;
+    const char *name;
+    /* Nonzero when rows can be written one at a time (f32, f16, bf16, q8_0, q4_0).
+     * Zero (kivi2): the region is encoded once from a full page (encode_page); until then
+     * the page's rows live in the sequence's f16 residual window (cache.c). */
+    int row_writable;
+
+    /* Bytes of one region of kind `kind`. */
+    size_t (*region_bytes)(pgd__kv_kind kind, uint32_t page_tokens, uint32_t head_dim);
+
+    /* Writes row `slot` of a region (row_writable codecs). `row` is head_dim floats.
+     * Rows of a page are written in increasing slot order, each once (slots of a page
+     * already written are never rewritten except by a copy-on-write copy of the region);
+     * for head_dim < 32 a q8_0/q4_0 block spans 32/head_dim rows and a new row may
+     * re-scale the block's earlier rows (documented in codec.h). */
+    void (*write_row)(pgd__kv_kind kind, void *region, uint32_t page_tokens, uint32_t head_dim,
+                      uint32_t slot, const float *row);
+
+    /* Encodes a whole region from rows[0..n)[head_dim] (n <= page_tokens; rows >= n of
+     * the region are left as zeros). Every codec implements it. */
+    void (*encode_page)(pgd__kv_kind kind, void *region, uint32_t page_tokens, uint32_t head_dim,
+                        const float *rows, uint32_t n);
+
+    /* Decodes rows [r0, r0+n) to out[n][head_dim] (reference and tests; not the hot path). */
+    void (*decode_rows)(pgd__kv_kind kind, const void *region, uint32_t page_tokens,
+                        uint32_t head_dim, uint32_t r0, uint32_t n, float *out);
+
+    /* K kernel: scores[h * ld + j] = scale * dot(q[h * head_dim ..], K row (r0 + j))
+     * for h < nq, j < n. One pass over the K rows serves all nq query vectors (the query
+     * heads of a GQA group, or several query rows of a prefill tile). */
+    void (*k_scores)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
+                     uint32_t n, const float *q, uint32_t nq, float scale, float *scores,
+                     size_t ld);
+
+    /* V kernel: out[h * head_dim + d] += sum_j a[h * lda + j] * V row (r0 + j)[d]
+     * for h < nq, j < n. One pass over the V rows serves all nq weight vectors. */
+    void (*v_accum)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
+                    uint32_t n, const float *a, size_t lda, uint32_t nq, float *out);
+} pgd__codec;
+
+/* The codec of a type with the fastest kernels this CPU supports (chosen once, at first
+ * call, from cpuid); NULL for an unknown type. Thread-safe. */
+const pgd__codec *pgd__codec_get(pgd_kv_type type);
+/* The scalar reference of a type (the spec the fast kernels are tested against). */
+const pgd__codec *pgd__codec_ref(pgd_kv_type type);
+
+/* Region bytes of a type (max of K and V layouts), 0 for an unknown type or overflow. */
+size_t pgd__codec_region_bytes(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim);
+
+/* Orthonormal randomized Hadamard rotation of one head vector, in place:
+ * x <- H * D * x (forward) or x <- D * H * x (inverse), with H the normalised
+ * Walsh-Hadamard matrix of size head_dim (a power of two) and D a diagonal of +-1
+ * signs drawn from `seed`. Forward then inverse is the identity (up to rounding);
+ * dot(fwd(q), fwd(k)) == dot(q, k). Returns PGD_EINVAL when head_dim is not a power of two. */
+int pgd__hadamard(float *x, uint32_t head_dim, uint64_t seed, int inverse);
+
+/* f16 / bf16 conversions (round to nearest even), shared by codecs and attention. */
+uint16_t pgd__f32_to_f16(float f);
+float pgd__f16_to_f32(uint16_t h);
+uint16_t pgd__f32_to_bf16(float f);
+float pgd__bf16_to_f32(uint16_t h);
+
+#endif /* PGD_CODEC_INT_H */
