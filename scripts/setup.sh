@@ -23,6 +23,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# The server tests' one npm dependency (the official `openai` client), pinned by the lockfile.
+if [ -f tests/server/package-lock.json ] && [ ! -d tests/server/node_modules/openai ]; then
+    echo "setup: npm ci in tests/server" >&2
+    (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 BUILD=${PGD_BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGD_WERROR=ON "$@" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
