@@ -2,11 +2,14 @@
 /*
  * bench_engine.c - end-to-end engine speed, llama-bench style: prompt processing of
  * --pp tokens (pp) and token generation of --tg tokens (tg), each at context depths
- * given by --depth (the depth is filled first, untimed, then forked so pp and tg start
- * from the same cached context). Prints tokens/s per (depth, test) and the ratio of each
- * depth to depth 0 in the same run, plus a checksum of the greedy tokens generated.
+ * given by --depth (the context is filled once per KV type, untimed, growing from one
+ * depth to the next, and forked so pp and tg start from the same cached context), for
+ * each KV codec given by --kv-type. Prints tokens/s per (kv type, depth, test), the ratio
+ * of each depth to depth 0 and of each kv type to f16 (or to the first type when f16 is
+ * not listed) in the same run, plus a checksum of the greedy tokens generated.
  *
- *   bench_engine --model M.gguf [--pp 512] [--tg 32] [--depth 0,2048] [-t 2] [--reps 1]
+ *   bench_engine --model M.gguf [--pp 512] [--tg 32] [--depth 0,2048,8192] [-t 2]
+ *                [--kv-type f16,q8_0,q4_0] [--reps 3]
  *   bench_engine --smoke        stories260K from ../shared/models, tiny sizes (ctest)
  *
  * Make a 1B-shape model with `pagoda synth-model --shape 1b --type q8_0 -o 1b-q8_0.gguf`.
@@ -29,12 +32,15 @@ static void usage(void)
 {
     puts("usage: bench_engine --model FILE [options]\n"
          "  --model FILE     GGUF model (llama architecture)\n"
-         "  --pp N           prompt tokens per pp test (default 512)\n"
-         "  --tg N           generated tokens per tg test (default 32)\n"
+         "  --pp N           prompt tokens per pp test (default 512; 0: no pp test)\n"
+         "  --tg N           generated tokens per tg test (default 32; 0: no tg test)\n"
          "  --depth LIST     comma-separated context depths (default 0,2048)\n"
          "  -t N             threads (default 2)\n"
          "  --batch N        prompt chunk size (default 512)\n"
-         "  --kv-type T      f16 | f32 (default f16)\n"
+         "  --kv-type LIST   comma-separated KV codecs: f32, f16, bf16, q8_0, q4_0, kivi2\n"
+         "                   (default f16)\n"
+         "  --kv-rotate      Hadamard-rotate K and V (every kv type)\n"
+         "  --kv-select-pages N  Quest page budget for decode (default 0 = dense)\n"
          "  --seed S         prompt token seed (default 1)\n"
          "  --reps N         repetitions per test; the median is printed (default 3)\n"
          "  --json           one JSON object per result line\n"
@@ -61,14 +67,56 @@ static uint64_t rng(uint64_t *s)
     return *s;
 }
 
+/* Parses a comma-separated list of unsigned integers into out (at most max). Returns the
+ * count, or -1 on a bad number. */
+static int parse_u32_list(const char *v, uint32_t *out, int max)
+{
+    int n = 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        unsigned long x = strtoul(p, &end, 10);
+        if (end == p || n == max || x > (1u << 24)) return -1;
+        out[n++] = (uint32_t)x;
+        p = end;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
+
+/* Parses a comma-separated list of kv type names. Returns the count, or -1. */
+static int parse_kv_list(const char *v, pgd_kv_type *out, int max)
+{
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", v);
+    char *p = buf;
+    while (p && *p) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (n == max || pgd_kv_type_parse(p, &out[n]) != PGD_OK) return -1;
+        n++;
+        p = comma ? comma + 1 : NULL;
+    }
+    return n;
+}
+
+typedef struct result {
+    double pp, tg; /* tokens/s; 0 when not measured */
+} result;
+
 int main(int argc, char **argv)
 {
     const char *model_path = NULL;
-    uint32_t pp = 512, tg = 32, threads = 2, batch = 512, n_depth = 0, depths[16];
-    uint64_t seed = 1;
+    uint32_t pp = 512, tg = 32, threads = 2, batch = 512, depths[16], select_pages = 0;
+    int n_depth = 0, n_kv = 1, kv_rotate = 0;
+    uint64_t seed0 = 1;
     uint32_t reps = 3;
     int json = 0, smoke = 0;
-    pgd_kv_type kv = PGD_KV_F16;
+    pgd_kv_type kvs[8] = {PGD_KV_F16};
     char smoke_path[1024];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,6 +127,8 @@ int main(int argc, char **argv)
             smoke = 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--kv-rotate")) {
+            kv_rotate = 1;
         } else if (v && !strcmp(a, "--model")) {
             model_path = v;
             i++;
@@ -99,17 +149,23 @@ int main(int argc, char **argv)
             if (reps < 1 || reps > 99) reps = 3;
             i++;
         } else if (v && !strcmp(a, "--seed")) {
-            seed = strtoull(v, NULL, 10);
+            seed0 = strtoull(v, NULL, 10);
+            i++;
+        } else if (v && !strcmp(a, "--kv-select-pages")) {
+            select_pages = (uint32_t)strtoul(v, NULL, 10);
             i++;
         } else if (v && !strcmp(a, "--kv-type")) {
-            kv = !strcmp(v, "f32") ? PGD_KV_F32 : PGD_KV_F16;
+            n_kv = parse_kv_list(v, kvs, 8);
+            if (n_kv < 1) {
+                fprintf(stderr, "bench_engine: --kv-type: bad list '%s'\n", v);
+                return 2;
+            }
             i++;
         } else if (v && !strcmp(a, "--depth")) {
-            char *end = (char *)v;
-            n_depth = 0;
-            while (*end && n_depth < 16) {
-                depths[n_depth++] = (uint32_t)strtoul(end, &end, 10);
-                if (*end == ',') end++;
+            n_depth = parse_u32_list(v, depths, 16);
+            if (n_depth < 1) {
+                fprintf(stderr, "bench_engine: --depth: bad list '%s'\n", v);
+                return 2;
             }
             i++;
         } else {
@@ -138,112 +194,164 @@ int main(int argc, char **argv)
         depths[0] = 0;
         depths[1] = 64;
         n_depth = 2;
+        reps = 1;
+        kvs[0] = PGD_KV_F16;
+        kvs[1] = PGD_KV_Q8_0;
+        kvs[2] = PGD_KV_KIVI2;
+        n_kv = 3;
     }
-    if (!model_path || !pp || !tg || !threads || !batch) {
+    if (!model_path || (!pp && !tg) || !threads || !batch) {
         usage();
         return 2;
     }
+    /* Depths ascending: one fill per kv type grows from one depth to the next. */
+    for (int i = 1; i < n_depth; i++)
+        for (int k = i; k > 0 && depths[k] < depths[k - 1]; k--) {
+            uint32_t t = depths[k];
+            depths[k] = depths[k - 1];
+            depths[k - 1] = t;
+        }
     char err[512];
     pe_model *m;
     if (pe_model_load(model_path, touch, NULL, &m, err, sizeof err)) {
         fprintf(stderr, "bench_engine: %s\n", err);
         return 1;
     }
-    uint32_t max_depth = 0;
-    for (uint32_t d = 0; d < n_depth; d++)
-        if (depths[d] > max_depth) max_depth = depths[d];
-    pe_ctx_params cp = pe_ctx_default_params();
-    cp.n_ctx = max_depth + (pp > tg ? pp : tg) + 16;
-    cp.n_batch = batch;
-    cp.n_threads = threads;
-    cp.kv_type = kv;
-    cp.kv_tokens = 2 * (uint64_t)cp.n_ctx + 64;
-    pe_ctx *c;
-    if (pe_ctx_create(m, &cp, &c, err, sizeof err)) {
-        fprintf(stderr, "bench_engine: %s\n", err);
-        return 1;
-    }
-    pgd_cache *cache = pe_ctx_cache(c);
+    const uint32_t max_depth = depths[n_depth - 1];
     uint32_t n_tok = max_depth + pp + 1;
     int32_t *toks = malloc(n_tok * sizeof *toks);
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    if (!toks || !logits) return 1;
+    result *res = calloc((size_t)n_kv * n_depth, sizeof *res);
+    if (!toks || !logits || !res) return 1;
+    uint64_t seed = seed0;
     toks[0] = 1;
     for (uint32_t i = 1; i < n_tok; i++)
         toks[i] = 3 + (int32_t)(rng(&seed) % (m->hp.n_vocab - 3));
 
+    int base_kv = 0; /* ratios per kv type are to f16, or to the first type */
+    for (int k = 0; k < n_kv; k++)
+        if (kvs[k] == PGD_KV_F16) {
+            base_kv = k;
+            break;
+        }
     if (!json)
-        printf("model %s: %.2f GiB of weights, %u threads, kv %s, isa %s\n", model_path,
-               m->weight_bytes / 1073741824.0, threads, pgd_kv_type_name(kv),
-               pe_isa_name(pe_isa_detect()));
+        printf("model %s: %.2f GiB of weights, %u threads, isa %s%s\n", model_path,
+               m->weight_bytes / 1073741824.0, threads, pe_isa_name(pe_isa_detect()),
+               kv_rotate ? ", kv rotated" : "");
     if (!json)
-        printf("%-8s %-6s %8s %10s %12s %10s\n", "depth", "test", "tokens", "seconds", "tokens/s",
-               "vs depth0");
-    double base_pp = 0, base_tg = 0;
+        printf("%-6s %-8s %-5s %8s %10s %12s %10s %8s %12s\n", "kv", "depth", "test", "tokens",
+               "seconds", "tokens/s", "vs depth0", "vs f16", "KV B/token");
     uint64_t checksum = 0;
-    for (uint32_t d = 0; d < n_depth; d++) {
+    for (int k = 0; k < n_kv; k++) {
+        pe_ctx_params cp = pe_ctx_default_params();
+        cp.n_ctx = max_depth + (pp > tg ? pp : tg) + 16;
+        cp.n_batch = batch;
+        cp.n_threads = threads;
+        cp.kv_type = kvs[k];
+        cp.kv_rotate = kv_rotate;
+        cp.kv_select_pages = select_pages;
+        cp.kv_tokens = 2 * (uint64_t)cp.n_ctx + 64;
+        pe_ctx *c;
+        if (pe_ctx_create(m, &cp, &c, err, sizeof err)) {
+            fprintf(stderr, "bench_engine: kv %s: %s\n", pgd_kv_type_name(kvs[k]), err);
+            return 1;
+        }
+        pgd_cache *cache = pe_ctx_cache(c);
+        double bpt = pgd_kv_bytes_per_token(kvs[k], cp.page_tokens, m->hp.n_layer, m->hp.n_head_kv,
+                                            m->hp.head_dim);
         pgd_seq *base, *s;
-        pgd_seq_create(cache, NULL, 0, &base);
-        for (uint32_t i = 0; i < depths[d]; i += batch) {
-            uint32_t n = depths[d] - i < batch ? depths[d] - i : batch;
-            if (pe_forward(c, base, toks + i, n, NULL, 0)) {
-                fprintf(stderr, "bench_engine: depth fill failed\n");
-                return 1;
-            }
-        }
-        double tpps[99], ttgs[99];
-        for (uint32_t rr = 0; rr < reps; rr++) {
-            /* pp: a fork of the depth context prefills pp tokens */
-            if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
-            double t0 = now_s();
-            for (uint32_t i = 0; i < pp; i += batch) {
-                uint32_t n = pp - i < batch ? pp - i : batch;
-                if (pe_forward(c, s, toks + depths[d] + i, n, i + n == pp ? logits : NULL, 0))
+        uint32_t filled = 0;
+        if (pgd_seq_create(cache, NULL, 0, &base) != PGD_OK) return 1;
+        for (int d = 0; d < n_depth; d++) {
+            while (filled < depths[d]) { /* untimed: extend the context to this depth */
+                uint32_t n = depths[d] - filled < batch ? depths[d] - filled : batch;
+                if (pe_forward(c, base, toks + filled, n, NULL, 0)) {
+                    fprintf(stderr, "bench_engine: depth fill failed\n");
                     return 1;
+                }
+                filled += n;
             }
-            tpps[rr] = now_s() - t0;
-            pgd_seq_destroy(cache, s);
-            /* tg: greedy, one token at a time */
-            if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
-            int32_t tok = toks[depths[d]];
-            t0 = now_s();
-            for (uint32_t i = 0; i < tg; i++) {
-                if (pe_forward(c, s, &tok, 1, logits, 0)) return 1;
-                uint32_t best = 0;
-                for (uint32_t v = 1; v < m->hp.n_vocab; v++)
-                    if (logits[v] > logits[best]) best = v;
-                tok = (int32_t)best;
-                if (rr == 0) checksum = checksum * 31 + best;
+            double tpps[99], ttgs[99];
+            for (uint32_t rr = 0; rr < reps; rr++) {
+                /* pp: a fork of the depth context prefills pp tokens */
+                if (pp) {
+                    if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
+                    double t0 = now_s();
+                    for (uint32_t i = 0; i < pp; i += batch) {
+                        uint32_t n = pp - i < batch ? pp - i : batch;
+                        if (pe_forward(c, s, toks + depths[d] + i, n, i + n == pp ? logits : NULL,
+                                       0))
+                            return 1;
+                    }
+                    tpps[rr] = now_s() - t0;
+                    pgd_seq_destroy(cache, s);
+                }
+                /* tg: greedy, one token at a time */
+                if (tg) {
+                    if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
+                    int32_t tok = toks[depths[d]];
+                    double t0 = now_s();
+                    for (uint32_t i = 0; i < tg; i++) {
+                        if (pe_forward(c, s, &tok, 1, logits, 0)) return 1;
+                        uint32_t best = 0;
+                        for (uint32_t v = 1; v < m->hp.n_vocab; v++)
+                            if (logits[v] > logits[best]) best = v;
+                        tok = (int32_t)best;
+                        if (rr == 0) checksum = checksum * 31 + best;
+                    }
+                    ttgs[rr] = now_s() - t0;
+                    pgd_seq_destroy(cache, s);
+                }
             }
-            ttgs[rr] = now_s() - t0;
-            pgd_seq_destroy(cache, s);
+            result *r = &res[(size_t)k * n_depth + d];
+            const result *r0 = &res[(size_t)k * n_depth], *rb = &res[(size_t)base_kv * n_depth + d];
+            const char *kn = pgd_kv_type_name(kvs[k]);
+            for (int t = 0; t < 2; t++) {
+                uint32_t ntok = t ? tg : pp;
+                if (!ntok) continue;
+                double *times = t ? ttgs : tpps;
+                qsort(times, reps, sizeof *times, cmp_double);
+                double secs = times[reps / 2], tps = ntok / secs;
+                if (t)
+                    r->tg = tps;
+                else
+                    r->pp = tps;
+                double v0 = t ? r0->tg : r0->pp, vb = t ? rb->tg : rb->pp;
+                if (json)
+                    printf("{\"kv_type\": \"%s\", \"depth\": %u, \"test\": \"%s\", \"tokens\": %u, "
+                           "\"tokens_per_s\": %.2f, \"kv_bytes_per_token\": %.1f}\n",
+                           kn, depths[d], t ? "tg" : "pp", ntok, tps, bpt);
+                else if (k >= base_kv)
+                    printf("%-6s %-8u %-5s %8u %10.3f %12.2f %10.3f %8.3f %12.1f\n", kn, depths[d],
+                           t ? "tg" : "pp", ntok, secs, tps, tps / v0, tps / vb, bpt);
+                else /* before the baseline type ran: its ratio comes in the summary */
+                    printf("%-6s %-8u %-5s %8u %10.3f %12.2f %10.3f %8s %12.1f\n", kn, depths[d],
+                           t ? "tg" : "pp", ntok, secs, tps, tps / v0, "-", bpt);
+            }
         }
-        qsort(tpps, reps, sizeof *tpps, cmp_double);
-        qsort(ttgs, reps, sizeof *ttgs, cmp_double);
-        double tpp = tpps[reps / 2], ttg = ttgs[reps / 2];
         pgd_seq_destroy(cache, base);
-        double rpp = pp / tpp, rtg = tg / ttg;
-        if (d == 0) {
-            base_pp = rpp;
-            base_tg = rtg;
+        pe_ctx_free(c);
+    }
+    if (!json && n_kv > 1 && tg) {
+        printf("decode tokens/s by kv type (ratio to %s):\n", pgd_kv_type_name(kvs[base_kv]));
+        printf("%-8s", "depth");
+        for (int k = 0; k < n_kv; k++)
+            printf(" %18s", pgd_kv_type_name(kvs[k]));
+        printf("\n");
+        for (int d = 0; d < n_depth; d++) {
+            printf("%-8u", depths[d]);
+            for (int k = 0; k < n_kv; k++) {
+                double v = res[(size_t)k * n_depth + d].tg;
+                double b = res[(size_t)base_kv * n_depth + d].tg;
+                printf(" %10.2f (%4.2fx)", v, v / b);
+            }
+            printf("\n");
         }
-        if (json) {
-            printf("{\"depth\": %u, \"test\": \"pp\", \"tokens\": %u, \"tokens_per_s\": %.2f}\n",
-                   depths[d], pp, rpp);
-            printf("{\"depth\": %u, \"test\": \"tg\", \"tokens\": %u, \"tokens_per_s\": %.2f}\n",
-                   depths[d], tg, rtg);
-        } else {
-            printf("%-8u %-6s %8u %10.3f %12.2f %10.3f\n", depths[d], "pp", pp, tpp, rpp,
-                   rpp / base_pp);
-            printf("%-8u %-6s %8u %10.3f %12.2f %10.3f\n", depths[d], "tg", tg, ttg, rtg,
-                   rtg / base_tg);
-        }
-        pgd_cache_clear(cache);
     }
     if (!json) printf("checksum %016llx\n", (unsigned long long)checksum);
+    free(res);
     free(toks);
     free(logits);
-    pe_ctx_free(c);
     pe_model_free(m);
     return 0;
 }

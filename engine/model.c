@@ -2,19 +2,26 @@
 /*
  * model.c - Llama-family forward pass on the paged KV cache.
  *
- * Per chunk of n tokens at positions pos0..pos0+n-1 of one sequence:
+ * Per step (a batch of chunks, each of n tokens at positions pos0..pos0+n-1 of one sequence):
  *
- *   grow seq by n -> write_slot for each position (page, slot; copy-on-write once)
+ *   grow every seq by its n (all pages reserved first: a full pool changes nothing)
  *   x = embed(tokens)                                          [n][n_embd]
  *   for each layer l:
  *     xb = rmsnorm(x);  q,k,v = xb*Wq, xb*Wk, xb*Wv              (matrix-matrix over n)
- *     rope(q, k);  store k, v into page rows (layer l, kv head g, slot)
- *     att = softmax(q . K / sqrt(hd)) . V   over the page table, per (token, kv head):
- *           each K/V row read once serves every query head of its GQA group
+ *     rope(q, k);  pgd_seq_write_kv(k, v)    (copy-on-write, rotation, the pool's codec)
+ *     att = pgd_attn_run(q)                  softmax(q . K / sqrt(hd)) . V over each
+ *           sequence's pages, all sequences of the step at once, on the thread pool
  *     x += att*Wo;  x += W_down(silu(xb*W_gate) * (xb*W_up))   with xb = rmsnorm(x)
  *   logits = rmsnorm(x_last) * W_out;  commit tokens (full pages join the prefix index)
  *
- * Callers: tools/run.c, the scheduler, tests. Uses include/pagoda only.
+ * Attention has three implementations behind one switch (pe_ctx_params):
+ *   default         pgd_attn_run, libpagoda's fast paged attention (every codec, Quest)
+ *   attn_ref        pgd_attn_run_ref, its scalar reference (the spec; slow)
+ *   contiguous_ref  K/V also kept in plain per-layer f32 arrays (rounded to f16 when the
+ *                   cache is f16) and attended by a scalar loop here: the reference that
+ *                   the paged paths are tested against; one sequence per step only
+ *
+ * Callers: tools/run.c, tools/eval.c, the scheduler, tests. Uses include/pagoda only.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -26,8 +33,10 @@
 
 #include "model.h"
 
-/* Rows of one sequence per prefill attention task (see attn_tile_task). */
-#define ATT_TILE 8
+#include <pagoda/attn.h>
+
+/* Seed of the Hadamard rotation's signs (kv_rotate): fixed, so runs are reproducible. */
+#define PE_ROTATE_SEED 0x9e3779b97f4a7c15ull
 
 /* ---- loading ---- */
 
@@ -317,20 +326,16 @@ struct pe_ctx {
     pe_threadpool *tp;
     uint32_t n_threads;
     float *x, *xb, *q, *k, *v, *ao, *hb, *hb2; /* [n_batch][...] activations */
-    float *att;                                /* [n_threads][att_stride] scores */
-    size_t att_stride;                         /* ATT_TILE * group * (n_ctx + 15) floats */
-    float *pagebuf;                            /* [n_threads][pagebuf_stride] */
-    size_t pagebuf_stride;
-    uint32_t *tile_row, *tile_len, n_tiles; /* [n_batch] prefill attention tiles */
-    float *rope;                            /* [n_batch][n_rot/2][2] cos, sin */
-    float *inv_freq;                        /* [n_rot/2] */
-    uint32_t *slot_page, *slot_off;         /* [n_batch] where each row's K/V goes */
-    uint64_t *row_pos;                      /* [n_batch] position of each row */
-    const uint32_t **row_pages;             /* [n_batch] page table of each row's seq */
-    float *logits_tmp;                      /* [cap][n_vocab], batches of several seqs */
+    pgd_attn *attn;                            /* the fast paged attention */
+    pgd_attn_item items[PE_MAX_BATCH_SEQS];    /* this step's attention items */
+    float *rope;                               /* [n_batch][n_rot/2][2] cos, sin */
+    float *inv_freq;                           /* [n_rot/2] */
+    uint64_t *row_pos;                         /* [n_batch] position of each row */
+    float *logits_tmp;                         /* [cap][n_vocab], batches of several seqs */
     uint32_t logits_cap;
     void *scratch;
     float *kc, *vc; /* contiguous reference [layer][n_ctx][kv] */
+    float *att;     /* contiguous reference: [n_threads][group][n_ctx] scores */
 };
 
 pe_ctx_params pe_ctx_default_params(void)
@@ -356,6 +361,7 @@ const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx)
 void pe_ctx_free(pe_ctx *ctx)
 {
     if (!ctx) return;
+    pgd_attn_destroy(ctx->attn);
     pgd_cache_destroy(ctx->cache);
     pe_tp_destroy(ctx->tp);
     free(ctx->x);
@@ -367,15 +373,9 @@ void pe_ctx_free(pe_ctx *ctx)
     free(ctx->hb);
     free(ctx->hb2);
     free(ctx->att);
-    free(ctx->pagebuf);
-    free(ctx->tile_row);
-    free(ctx->tile_len);
     free(ctx->rope);
     free(ctx->inv_freq);
-    free(ctx->slot_page);
-    free(ctx->slot_off);
     free(ctx->row_pos);
-    free(ctx->row_pages);
     free(ctx->logits_tmp);
     free(ctx->scratch);
     free(ctx->kc);
@@ -397,6 +397,38 @@ static size_t max_scratch(const pe_model *m, uint32_t n)
     return s;
 }
 
+/* pgd_parallel_fn over the engine's thread pool (exec_ud): pe_task_fn has the same
+ * signature as pgd_task_fn. */
+static void tp_parallel(void *exec_ud, pgd_task_fn fn, void *fn_ud, uint32_t n_tasks)
+{
+    pe_tp_run(exec_ud, fn, fn_ud, n_tasks);
+}
+
+/* Explains why the cache refuses a KV configuration, or returns NULL when it is unclear. */
+static const char *kv_refusal(const pe_hparams *hp, const pe_ctx_params *p, char *buf, size_t n)
+{
+    const uint32_t hd = hp->head_dim;
+    int block =
+        p->kv_type == PGD_KV_Q8_0 || p->kv_type == PGD_KV_Q4_0 || p->kv_type == PGD_KV_KIVI2;
+    if (p->kv_rotate && (hd & (hd - 1))) {
+        snprintf(buf, n, "--kv-rotate needs head_dim a power of two (this model's is %u)", hd);
+        return buf;
+    }
+    if (block && hd % 32 && 32 % hd) {
+        snprintf(buf, n,
+                 "kv type %s needs head_dim a multiple of 32 or a divisor of 32 (this model's is "
+                 "%u)",
+                 pgd_kv_type_name(p->kv_type), hd);
+        return buf;
+    }
+    if (block && hd < 32 && (uint64_t)p->page_tokens * hd % 32) {
+        snprintf(buf, n, "kv type %s needs page_tokens x head_dim a multiple of 32 (%u x %u)",
+                 pgd_kv_type_name(p->kv_type), p->page_tokens, hd);
+        return buf;
+    }
+    return NULL;
+}
+
 int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err, size_t errlen)
 {
     const pe_hparams *hp = &m->hp;
@@ -414,6 +446,15 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         errf(err, errlen, "context of %u tokens is too large", c->p.n_ctx);
         goto fail;
     }
+    if (c->p.kv_select_pages == 1) {
+        errf(err, errlen, "--kv-select-pages must be 0 (dense) or at least 2");
+        goto fail;
+    }
+    char why[160];
+    if (kv_refusal(hp, &c->p, why, sizeof why)) {
+        errf(err, errlen, "%s", why);
+        goto fail;
+    }
     c->tp = pe_tp_create(c->p.n_threads);
     if (!c->tp) {
         errf(err, errlen, "cannot start threads");
@@ -427,16 +468,38 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.pool.head_dim = hp->head_dim;
     cp.pool.page_tokens = c->p.page_tokens;
     cp.pool.kv_type = c->p.kv_type;
+    cp.pool.kv_rotate = c->p.kv_rotate;
+    cp.pool.rotate_seed = PE_ROTATE_SEED;
+    cp.pool.key_bounds = c->p.kv_select_pages > 0;
+    cp.kv_residual = c->p.kv_residual;
     cp.pool.capacity_pages = (uint32_t)((c->p.kv_tokens + c->p.page_tokens - 1) / c->p.page_tokens);
     cp.policy = c->p.policy;
     cp.model_fingerprint = m->fingerprint;
     int rc = pgd_cache_create(&cp, &c->cache);
     if (rc != PGD_OK) {
-        errf(err, errlen, "KV cache of %llu tokens: %s", (unsigned long long)c->p.kv_tokens,
-             pgd_strerror(rc));
+        errf(err, errlen, "KV cache of %llu tokens (%s): %s", (unsigned long long)c->p.kv_tokens,
+             pgd_kv_type_name(c->p.kv_type), pgd_strerror(rc));
         goto fail;
     }
     c->pool = pgd_cache_pool(c->cache);
+    if (c->p.kv_type == PGD_KV_KIVI2) { /* what the cache uses (cache.h: kv_residual) */
+        uint32_t w = c->p.kv_residual ? c->p.kv_residual : 128, pt = c->p.page_tokens;
+        c->p.kv_residual = (w + pt - 1) / pt * pt;
+    }
+
+    pgd_attn_params ap = pgd_attn_default_params();
+    ap.n_head = hp->n_head;
+    ap.n_threads = c->n_threads;
+    ap.parallel = tp_parallel;
+    ap.parallel_ud = c->tp;
+    ap.max_rows = c->p.n_batch;
+    ap.select_pages = c->p.kv_select_pages;
+    rc = pgd_attn_create(c->cache, &ap, &c->attn);
+    if (rc != PGD_OK) {
+        errf(err, errlen, "paged attention (%u heads, %s): %s", hp->n_head,
+             pgd_kv_type_name(c->p.kv_type), pgd_strerror(rc));
+        goto fail;
+    }
 
     const size_t n = c->p.n_batch, E = hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim;
     const size_t KV = (size_t)hp->n_head_kv * hp->head_dim, G = hp->n_head / hp->n_head_kv;
@@ -448,30 +511,20 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->ao = malloc(n * Q * sizeof(float));
     c->hb = malloc(n * hp->n_ff * sizeof(float));
     c->hb2 = malloc(n * hp->n_ff * sizeof(float));
-    c->att_stride = (size_t)ATT_TILE * G * ((c->p.n_ctx + 15) & ~(size_t)7);
-    c->att = malloc((size_t)c->n_threads * c->att_stride * sizeof(float));
-    const size_t ldk = (c->p.page_tokens + 7) & ~(size_t)7;
-    c->pagebuf_stride = ldk * hp->head_dim + (size_t)c->p.page_tokens * hp->head_dim + ldk * G + 16;
-    c->pagebuf = malloc((size_t)c->n_threads * c->pagebuf_stride * sizeof(float));
-    c->tile_row = malloc(n * sizeof(uint32_t));
-    c->tile_len = malloc(n * sizeof(uint32_t));
     c->rope = malloc(n * hp->n_rot * sizeof(float));
     c->inv_freq = malloc(hp->n_rot / 2 * sizeof(float) + sizeof(float));
-    c->slot_page = malloc(n * sizeof(uint32_t));
-    c->slot_off = malloc(n * sizeof(uint32_t));
     c->row_pos = malloc(n * sizeof(uint64_t));
-    c->row_pages = malloc(n * sizeof(uint32_t *));
     c->scratch = malloc(max_scratch(m, (uint32_t)n) + 64);
-    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->ao || !c->hb || !c->hb2 || !c->att ||
-        !c->rope || !c->inv_freq || !c->slot_page || !c->slot_off || !c->row_pos || !c->row_pages ||
-        !c->scratch || !c->pagebuf || !c->tile_row || !c->tile_len) {
+    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->ao || !c->hb || !c->hb2 || !c->rope ||
+        !c->inv_freq || !c->row_pos || !c->scratch) {
         errf(err, errlen, "out of memory for activations of %zu tokens", n);
         goto fail;
     }
     if (c->p.contiguous_ref) {
         c->kc = calloc((size_t)hp->n_layer * c->p.n_ctx * KV, sizeof(float));
         c->vc = calloc((size_t)hp->n_layer * c->p.n_ctx * KV, sizeof(float));
-        if (!c->kc || !c->vc) {
+        c->att = malloc((size_t)c->n_threads * G * c->p.n_ctx * sizeof(float));
+        if (!c->kc || !c->vc || !c->att) {
             errf(err, errlen, "out of memory for the contiguous reference cache");
             goto fail;
         }
@@ -503,141 +556,14 @@ static void rope_apply(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
     }
 }
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-/* Converts n f16 values to f32. */
-__attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint16_t *x, float *y,
-                                                                     size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
-    for (; i < n; i++)
-        y[i] = pe_f16_to_f32(x[i]);
-}
-
-/* out[h][j] = scale * sum_d q[h][d] * kt[d][j] for h < nq (query vectors q + h * hd),
- * j < 8 * n_blk: keys in the lanes, so no horizontal sums; four queries at a time keep
- * eight independent accumulators in flight (a single chain of FMAs is latency-bound).
- * kt is the page's K transposed, row stride ldk; out rows have stride ldo. */
-__attribute__((target("avx2,fma"))) static void scores_avx2(const float *kt, uint32_t ldk,
-                                                            uint32_t n_blk, const float *q,
-                                                            uint32_t nq, uint32_t hd, float scale,
-                                                            float *out, uint32_t ldo)
-{
-    const __m256 vs = _mm256_set1_ps(scale);
-    for (uint32_t b = 0; b < n_blk; b++) {
-        uint32_t h = 0;
-        for (; h + 4 <= nq; h += 4) {
-            const float *q0 = q + (size_t)h * hd;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (uint32_t d = 0; d < hd; d++) {
-                __m256 k = _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b);
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d]), k, a0);
-                a1 = _mm256_fmadd_ps(_mm256_set1_ps(q0[hd + d]), k, a1);
-                a2 = _mm256_fmadd_ps(_mm256_set1_ps(q0[2 * hd + d]), k, a2);
-                a3 = _mm256_fmadd_ps(_mm256_set1_ps(q0[3 * hd + d]), k, a3);
-            }
-            _mm256_storeu_ps(out + (size_t)h * ldo + 8 * b, _mm256_mul_ps(a0, vs));
-            _mm256_storeu_ps(out + (size_t)(h + 1) * ldo + 8 * b, _mm256_mul_ps(a1, vs));
-            _mm256_storeu_ps(out + (size_t)(h + 2) * ldo + 8 * b, _mm256_mul_ps(a2, vs));
-            _mm256_storeu_ps(out + (size_t)(h + 3) * ldo + 8 * b, _mm256_mul_ps(a3, vs));
-        }
-        for (; h < nq; h++) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-            const float *q0 = q + (size_t)h * hd;
-            uint32_t d = 0;
-            for (; d + 2 <= hd; d += 2) {
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d]),
-                                     _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b), a0);
-                a1 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d + 1]),
-                                     _mm256_loadu_ps(kt + (size_t)(d + 1) * ldk + 8 * b), a1);
-            }
-            for (; d < hd; d++)
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(q0[d]),
-                                     _mm256_loadu_ps(kt + (size_t)d * ldk + 8 * b), a0);
-            _mm256_storeu_ps(out + (size_t)h * ldo + 8 * b,
-                             _mm256_mul_ps(_mm256_add_ps(a0, a1), vs));
-        }
-    }
-}
-
-/* out[0..hd) += sum_r a[r] * v[r][0..hd) with the output row held in registers
- * (hd a multiple of 8, at most 128). */
-__attribute__((target("avx2,fma"))) static void
-acc_rows_avx2(const float *v, uint32_t rows, const float *a, uint32_t hd, float *out)
-{
-    __m256 acc[16];
-    const uint32_t nc = hd / 8;
-    for (uint32_t c = 0; c < nc; c++)
-        acc[c] = _mm256_loadu_ps(out + 8 * c);
-    for (uint32_t r = 0; r < rows; r++) {
-        __m256 ar = _mm256_set1_ps(a[r]);
-        const float *vr = v + (size_t)r * hd;
-        for (uint32_t c = 0; c < nc; c++)
-            acc[c] = _mm256_fmadd_ps(ar, _mm256_loadu_ps(vr + 8 * c), acc[c]);
-    }
-    for (uint32_t c = 0; c < nc; c++)
-        _mm256_storeu_ps(out + 8 * c, acc[c]);
-}
-
-#endif
-
-static int have_avx2 = -1;
-
-static void f16_to_f32(const uint16_t *x, float *y, size_t n)
-{
-#if defined(__x86_64__)
-    if (have_avx2) {
-        f16_to_f32_avx2(x, y, n);
-        return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++)
-        y[i] = pe_f16_to_f32(x[i]);
-}
-
-static void scores(const float *kt, uint32_t ldk, uint32_t n_blk, const float *q, uint32_t nq,
-                   uint32_t hd, float scale, float *out, uint32_t ldo)
-{
-#if defined(__x86_64__)
-    if (have_avx2) {
-        scores_avx2(kt, ldk, n_blk, q, nq, hd, scale, out, ldo);
-        return;
-    }
-#endif
-    for (uint32_t h = 0; h < nq; h++) {
-        for (uint32_t j = 0; j < 8 * n_blk; j++) {
-            float acc = 0;
-            for (uint32_t d = 0; d < hd; d++)
-                acc += q[(size_t)h * hd + d] * kt[(size_t)d * ldk + j];
-            out[(size_t)h * ldo + j] = acc * scale;
-        }
-    }
-}
-
-static void acc_rows(const float *v, uint32_t rows, const float *a, uint32_t hd, float *out)
-{
-#if defined(__x86_64__)
-    if (have_avx2 && hd % 8 == 0 && hd <= 128) {
-        acc_rows_avx2(v, rows, a, hd, out);
-        return;
-    }
-#endif
-    for (uint32_t r = 0; r < rows; r++)
-        for (uint32_t d = 0; d < hd; d++)
-            out[d] += a[r] * v[(size_t)r * hd + d];
-}
-
-/* ---- attention over pages ---- */
+/* ---- the contiguous reference ---- */
 
 typedef struct attn_job {
     pe_ctx *c;
     uint32_t layer;
 } attn_job;
 
-/* The contiguous reference (tests): one task = (token t, kv head g), K/V from plain
- * per-layer arrays, scalar loops. */
+/* One task = (token t, kv head g), K/V from plain per-layer arrays, scalar loops. */
 static void attn_task(void *ud, uint32_t task, uint32_t thread)
 {
     attn_job *j = ud;
@@ -669,114 +595,20 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     }
 }
 
-/* Copies a page's K or V rows of one head to f32 [rows][hd]. */
-static void page_rows_f32(const pe_ctx *c, const void *src, uint32_t rows, uint32_t hd, float *dst)
+/* Copies the step's k and v rows of one layer into the contiguous arrays, rounded to f16
+ * when the cache is f16 (so the reference sees what f16 pages hold); any other type is
+ * kept exact: the f32 reference. */
+static void store_contig(pe_ctx *c, uint32_t layer, uint32_t n)
 {
-    if (c->p.kv_type == PGD_KV_F16)
-        f16_to_f32(src, dst, (size_t)rows * hd);
-    else
-        memcpy(dst, src, (size_t)rows * hd * sizeof(float));
-}
-
-/*
- * Paged attention: one task = (up to ATT_TILE consecutive rows of one sequence, kv head g);
- * a decode token is a tile of one row.
- * Each K page is converted and transposed once ([hd][keys], keys in SIMD lanes) and
- * serves every row of the tile and every query head of the group; each V page likewise.
- * Rows are causal: row t sees keys [0, pos_t].
- */
-static void attn_tile_task(void *ud, uint32_t task, uint32_t thread)
-{
-    attn_job *j = ud;
-    pe_ctx *c = j->c;
-    const pe_hparams *hp = &c->m->hp;
-    const uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv, pt = c->p.page_tokens;
-    const uint32_t tile = task / hp->n_head_kv, g = task % hp->n_head_kv;
-    const uint32_t r0 = c->tile_row[tile], nr = c->tile_len[tile];
-    const uint32_t *pages = c->row_pages[r0];
-    const uint64_t max_keys = c->row_pos[r0 + nr - 1] + 1;
-    const uint32_t ldk = (pt + 7) & ~7u;
-    const float scale = 1.0f / sqrtf((float)hd);
-    /* Score rows have stride ldo >= max_keys + 7: a page's scores are stored in whole
-     * SIMD blocks straight into place; what spills past a row's valid keys lies beyond
-     * them (never read) or is overwritten by the next page. */
-    const size_t ldo = (size_t)((max_keys + 15) & ~(uint64_t)7);
-    float *sc = c->att + (size_t)thread * c->att_stride;         /* [nr][G][ldo] */
-    float *kt = c->pagebuf + (size_t)thread * c->pagebuf_stride; /* [hd][ldk] */
-    float *vf = kt + (size_t)hd * ldk;                           /* [pt][hd] */
-
-    for (uint64_t p0 = 0; p0 < max_keys; p0 += pt) {
-        uint32_t rows = max_keys - p0 < pt ? (uint32_t)(max_keys - p0) : pt;
-        page_rows_f32(c, pgd_pool_k(c->pool, pages[p0 / pt], j->layer, g), rows, hd, vf);
-        for (uint32_t d = 0; d < hd; d++) {
-            for (uint32_t r = 0; r < ldk; r++)
-                kt[(size_t)d * ldk + r] = r < rows ? vf[(size_t)r * hd + d] : 0.0f;
-        }
-        for (uint32_t t = 0; t < nr; t++) {
-            uint64_t nk = c->row_pos[r0 + t] + 1;
-            if (p0 >= nk) continue;
-            uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
-            const float *q = c->q + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-            scores(kt, ldk, (valid + 7) / 8, q, G, hd, scale, sc + (size_t)t * G * ldo + p0,
-                   (uint32_t)ldo);
-        }
-    }
-    for (uint32_t t = 0; t < nr; t++) {
-        uint64_t nk = c->row_pos[r0 + t] + 1;
-        float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-        for (uint32_t h = 0; h < G; h++) {
-            pe_softmax(sc + ((size_t)t * G + h) * ldo, (uint32_t)nk);
-            memset(out + (size_t)h * hd, 0, hd * sizeof(float));
-        }
-    }
-    for (uint64_t p0 = 0; p0 < max_keys; p0 += pt) {
-        uint32_t rows = max_keys - p0 < pt ? (uint32_t)(max_keys - p0) : pt;
-        page_rows_f32(c, pgd_pool_v(c->pool, pages[p0 / pt], j->layer, g), rows, hd, vf);
-        for (uint32_t t = 0; t < nr; t++) {
-            uint64_t nk = c->row_pos[r0 + t] + 1;
-            if (p0 >= nk) continue;
-            uint32_t valid = nk - p0 < rows ? (uint32_t)(nk - p0) : rows;
-            float *out = c->ao + (size_t)(r0 + t) * hp->n_head * hd + (size_t)g * G * hd;
-            const float *a = sc + (size_t)t * G * ldo + p0;
-            for (uint32_t h = 0; h < G; h++)
-                acc_rows(vf, valid, a + h * ldo, hd, out + (size_t)h * hd);
-        }
-    }
-}
-
-/* Stores the chunk's k and v rows of one layer into their page slots. */
-static void store_kv(pe_ctx *c, uint32_t layer, uint32_t n)
-{
-    const pe_hparams *hp = &c->m->hp;
-    const uint32_t hd = hp->head_dim;
-    const size_t KV = (size_t)hp->n_head_kv * hd;
+    const size_t KV = (size_t)c->m->hp.n_head_kv * c->m->hp.head_dim;
+    const int f16 = c->p.kv_type == PGD_KV_F16;
     for (uint32_t t = 0; t < n; t++) {
-        for (uint32_t g = 0; g < hp->n_head_kv; g++) {
-            const float *ks = c->k + t * KV + (size_t)g * hd;
-            const float *vs = c->v + t * KV + (size_t)g * hd;
-            void *kd = pgd_pool_k(c->pool, c->slot_page[t], layer, g);
-            void *vd = pgd_pool_v(c->pool, c->slot_page[t], layer, g);
-            if (c->p.kv_type == PGD_KV_F16) {
-                uint16_t *k16 = (uint16_t *)kd + (size_t)c->slot_off[t] * hd;
-                uint16_t *v16 = (uint16_t *)vd + (size_t)c->slot_off[t] * hd;
-                for (uint32_t i = 0; i < hd; i++) {
-                    k16[i] = pe_f32_to_f16(ks[i]);
-                    v16[i] = pe_f32_to_f16(vs[i]);
-                }
-            } else {
-                memcpy((float *)kd + (size_t)c->slot_off[t] * hd, ks, hd * sizeof(float));
-                memcpy((float *)vd + (size_t)c->slot_off[t] * hd, vs, hd * sizeof(float));
-            }
-        }
-        if (c->kc) {
-            float *kc = c->kc + ((size_t)layer * c->p.n_ctx + c->row_pos[t]) * KV;
-            float *vc = c->vc + ((size_t)layer * c->p.n_ctx + c->row_pos[t]) * KV;
-            for (size_t i = 0; i < KV; i++) { /* same rounding as the pages */
-                kc[i] = c->p.kv_type == PGD_KV_F16 ? pe_f16_to_f32(pe_f32_to_f16(c->k[t * KV + i]))
-                                                   : c->k[t * KV + i];
-                vc[i] = c->p.kv_type == PGD_KV_F16 ? pe_f16_to_f32(pe_f32_to_f16(c->v[t * KV + i]))
-                                                   : c->v[t * KV + i];
-            }
+        float *kc = c->kc + ((size_t)layer * c->p.n_ctx + c->row_pos[t]) * KV;
+        float *vc = c->vc + ((size_t)layer * c->p.n_ctx + c->row_pos[t]) * KV;
+        for (size_t i = 0; i < KV; i++) {
+            float k = c->k[t * KV + i], v = c->v[t * KV + i];
+            kc[i] = f16 ? pe_f16_to_f32(pe_f32_to_f16(k)) : k;
+            vc[i] = f16 ? pe_f16_to_f32(pe_f32_to_f16(v)) : v;
         }
     }
 }
@@ -800,7 +632,6 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
     uint32_t n = 0, n_out = 0;
     int rc;
 
-    if (have_avx2 < 0) have_avx2 = pe_isa_detect() >= PE_ISA_AVX2;
     if (n_items == 0 || n_items > PE_MAX_BATCH_SEQS || (c->kc && n_items > 1)) return PGD_EINVAL;
     for (uint32_t i = 0; i < n_items; i++) {
         const pe_batch_item *it = &items[i];
@@ -831,32 +662,10 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
     }
     uint32_t r = 0;
     for (uint32_t i = 0; i < n_items; i++) {
+        c->items[i] =
+            (pgd_attn_item){items[i].seq, items[i].n, c->q + (size_t)r * Q, c->ao + (size_t)r * Q};
         for (uint32_t t = 0; t < items[i].n; t++, r++) {
             c->row_pos[r] = pos0[i] + t;
-            rc = pgd_seq_write_slot(c->cache, items[i].seq, c->row_pos[r], &c->slot_page[r],
-                                    &c->slot_off[r]);
-            if (rc != PGD_OK) {
-                undo_grows(c, items, pos0, n_items);
-                return rc;
-            }
-        }
-    }
-    /* Attention tiles: runs of up to ATT_TILE rows of one sequence. */
-    c->n_tiles = 0;
-    r = 0;
-    for (uint32_t i = 0; i < n_items; i++) {
-        for (uint32_t t = 0; t < items[i].n; t += ATT_TILE) {
-            c->tile_row[c->n_tiles] = r + t;
-            c->tile_len[c->n_tiles++] = items[i].n - t < ATT_TILE ? items[i].n - t : ATT_TILE;
-        }
-        r += items[i].n;
-    }
-    r = 0;
-    for (uint32_t i = 0; i < n_items; i++) {
-        const uint32_t *pages;
-        pgd_seq_pages(c->cache, items[i].seq, &pages);
-        for (uint32_t t = 0; t < items[i].n; t++, r++) {
-            c->row_pages[r] = pages;
             int32_t tok = items[i].tokens[t];
             pe_dequant_row(m->tok_embd.type,
                            (const uint8_t *)m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes,
@@ -882,12 +691,31 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             rope_apply(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
             rope_apply(c->k + t * KV, cs, hp->n_head_kv, hd, hp->n_rot);
         }
-        store_kv(c, l, n);
-        attn_job job = {c, l};
-        if (c->kc)
+        /* K/V of every item; a failure can only come at layer 0 (copy-on-write of a
+         * shared page, the kivi2 window), before anything was committed. */
+        r = 0;
+        for (uint32_t i = 0; i < n_items; i++) {
+            rc = pgd_seq_write_kv(c->cache, items[i].seq, pos0[i], items[i].n, l,
+                                  c->k + (size_t)r * KV, c->v + (size_t)r * KV);
+            if (rc != PGD_OK) {
+                undo_grows(c, items, pos0, n_items);
+                return rc;
+            }
+            r += items[i].n;
+        }
+        if (c->kc) {
+            attn_job job = {c, l};
+            store_contig(c, l, n);
             pe_tp_run(c->tp, attn_task, &job, n * hp->n_head_kv);
-        else
-            pe_tp_run(c->tp, attn_tile_task, &job, c->n_tiles * hp->n_head_kv);
+        } else {
+            rc = c->p.attn_ref ? pgd_attn_run_ref(c->cache, hp->n_head, l, c->items, n_items,
+                                                  c->p.kv_select_pages)
+                               : pgd_attn_run(c->attn, l, c->items, n_items);
+            if (rc != PGD_OK) {
+                undo_grows(c, items, pos0, n_items);
+                return rc;
+            }
+        }
         pe_matmul(c->tp, &L->wo, c->ao, n, c->xb, c->scratch);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];

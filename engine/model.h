@@ -77,15 +77,20 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
 void pe_model_free(pe_model *m);
 
 typedef struct pe_ctx_params {
-    uint32_t n_ctx;         /* max tokens of one sequence; 0: the model's n_ctx_train */
-    uint32_t n_batch;       /* max tokens per pe_forward call (chunk); default 512 */
-    uint32_t n_threads;     /* 0: all cores */
-    uint32_t page_tokens;   /* default 16 */
-    pgd_kv_type kv_type;    /* default f16 */
-    uint64_t kv_tokens;     /* pool capacity in tokens; 0: n_ctx */
-    int contiguous_ref;     /* also keep K/V in plain arrays and attend from them
-                               (the reference path for tests); one sequence only */
-    pgd_policy_kind policy; /* default LRU */
+    uint32_t n_ctx;           /* max tokens of one sequence; 0: the model's n_ctx_train */
+    uint32_t n_batch;         /* max tokens per pe_forward call (chunk); default 512 */
+    uint32_t n_threads;       /* 0: all cores */
+    uint32_t page_tokens;     /* default 16 */
+    pgd_kv_type kv_type;      /* KV codec, any pgd_kv_type; default f16 */
+    uint64_t kv_tokens;       /* pool capacity in tokens; 0: n_ctx */
+    int contiguous_ref;       /* also keep K/V in plain f32 arrays (f16-rounded for an f16
+                                 cache) and attend from them (the reference path for tests);
+                                 one sequence per step only */
+    pgd_policy_kind policy;   /* default LRU */
+    int kv_rotate;            /* Hadamard-rotate K/V before encoding (head_dim a power of 2) */
+    uint32_t kv_residual;     /* kivi2: newest tokens kept in f16; 0: the cache's default */
+    uint32_t kv_select_pages; /* Quest: at most this many pages per decode row; 0: dense */
+    int attn_ref;             /* attend with pgd_attn_run_ref, the scalar spec (tests) */
 } pe_ctx_params;
 
 pe_ctx_params pe_ctx_default_params(void);

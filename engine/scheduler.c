@@ -300,6 +300,25 @@ int pe_sched_cancel(pe_sched *s, uint64_t id)
     return rc;
 }
 
+int pe_sched_cancel_all(pe_sched *s)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_waiting; i++, n++)
+        push_done(s, s->waiting[i], PE_FINISH_CANCELLED);
+    s->n_waiting = 0;
+    for (uint32_t i = s->n_running; i-- > 0;) {
+        if (s->running[i]->cancelled) continue;
+        if (s->in_flight)
+            s->running[i]->cancelled = 1;
+        else
+            retire(s, i, PE_FINISH_CANCELLED);
+        n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 /* Releases the running requests flagged by cancel during a step. Lock held. */
 static void reap_cancelled(pe_sched *s)
 {
@@ -359,7 +378,7 @@ static void admit(pe_sched *s)
         uint32_t best = 0;
         for (uint32_t i = 0; i < s->n_waiting; i++) {
             const req *w = s->waiting[i];
-            if (w->preempted) {
+            if (w->preempted || s->p.no_prefix_cache) {
                 best = i;
                 best_score = 0;
                 break;
@@ -376,7 +395,8 @@ static void admit(pe_sched *s)
         if (s->n_running && need > avail_pages(s)) return;
         if (pgd_seq_create(s->cache, w->salt, w->salt_len, &w->seq) != PGD_OK) return;
         /* Match all but the last token: its logits must be computed. */
-        int64_t cached = pgd_seq_match(s->cache, w->seq, w->toks, w->n_tok - 1);
+        int64_t cached = 0;
+        if (!s->p.no_prefix_cache) cached = pgd_seq_match(s->cache, w->seq, w->toks, w->n_tok - 1);
         if (cached < 0) cached = 0;
         need = (int64_t)pages_of(s, w->n_tok) - cached / s->pt;
         if (s->n_running && need > avail_pages(s)) {

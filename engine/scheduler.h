@@ -14,7 +14,8 @@
  * computing (running, or ahead of it in the queue) is held until those pages are committed,
  * so a shared prefix is computed once and the others match it from the cache. Among the
  * rest, the one sharing the most committed pages with running requests goes first; a
- * preempted request goes before all of them.
+ * preempted request goes before all of them. With no_prefix_cache nothing is matched and
+ * admission is first come, first served.
  *
  * Preemption: when the pool cannot hold a step's tokens (PGD_ENOSPC, nothing changed),
  * the newest running request is released (its sequence destroyed; its pages stay cached
@@ -45,7 +46,11 @@ typedef struct pe_sched_params {
     uint32_t max_queued;   /* waiting requests; default 64; submit beyond: PGD_EBUSY */
     uint32_t step_tokens;  /* token budget per step; 0: the context's n_batch (also the cap) */
     uint32_t chunk;        /* max prefill tokens of one request per step; 0: step_tokens */
-} pe_sched_params;
+    int no_prefix_cache;   /* nonzero: never match cached pages, so every prompt (and every
+                              recompute after preemption) goes through the forward pass in
+                              full; admission is then plain FIFO. Pages are still registered
+                              when full, which changes nothing computed. For A/B benches. */
+} pe_sched_params;         /* append fields only */
 
 pe_sched_params pe_sched_default_params(void);
 
@@ -99,6 +104,10 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
  * callback (PE_FINISH_CANCELLED) comes from the next step. Any thread.
  * Returns 0 or PGD_ENOTFOUND (unknown or already finished). */
 int pe_sched_cancel(pe_sched *s, uint64_t id);
+
+/* Cancels every queued and running request, as pe_sched_cancel does each (server
+ * shutdown). Any thread. Returns how many were cancelled. */
+int pe_sched_cancel_all(pe_sched *s);
 
 /* Runs one iteration (see the file comment). Returns the number of tokens that went
  * through the forward pass (0 when idle), or a negative pgd_status when the forward pass

@@ -18,6 +18,21 @@
  *   a sequence's registered pages form a chain in the index (parent = previous page), so
  *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
  *   prefix never loses its middle.
+ * Writes: pgd_seq_write_kv rotates (kv_rotate), encodes with the pool's codec and keeps
+ * key bounds. For kivi2 (not row-writable) each sequence also owns an f16 residual ring
+ *
+ *     ring = [n_layers][K|V][n_kv_heads][window][head_dim] f16, position p in slot p % window
+ *
+ * and a page's region of a layer is encoded from the ring when that layer's write fills
+ * the page's last slot, so every full page is encoded (full pages may be shared). Per
+ * sequence: ring_lo (a page start) is the lowest position whose ring copy is valid (0, or
+ * the matched length after a match, raised by truncation), hi the highest position written
+ * plus one (hi <= len). Attention reads position p from the ring iff p >= lo with
+ *
+ *     lo = max(ring_lo, page_ceil(len - window))       (pgd__seq_residual)
+ *
+ * so the last (possibly partial) page always comes from the ring, and pages below lo
+ * (full and encoded, or matched) from the pool.
  * Callers: engines, the server, tools. Every public call takes c->mu.
  */
 #include <pthread.h>
@@ -39,6 +54,9 @@ struct pgd_seq {
     uint32_t last_entry;  /* index entry of page n_full-1, PGD__NONE if none */
     pgd_hash last;        /* hash of page n_full-1, or the seed */
     int32_t *partial;     /* [page_tokens] tokens of the page being filled */
+    uint16_t *ring;       /* kivi2 residual ring (see the header), NULL until first needed */
+    uint64_t ring_lo;     /* kivi2: lowest position with a valid ring copy; page start */
+    uint64_t hi;          /* highest position written by pgd_seq_write_kv, plus one */
 };
 
 struct pgd_cache {
@@ -56,6 +74,11 @@ struct pgd_cache {
     pgd_seq *seqs;        /* list of live sequences */
     uint32_t n_seqs, max_seqs;
     pgd_cache_stats st; /* counters; gauges are filled in get_stats */
+    const pgd__codec *codec;
+    pgd__pool_geom g;
+    uint32_t window;   /* kivi2 ring rows per (layer, K|V, head); 0 for other codecs */
+    size_t ring_elems; /* f16 elements of one sequence's ring */
+    float *scratch;    /* [page_tokens * head_dim + 2 * head_dim] for write_kv (lock held) */
 };
 
 pgd_cache_params pgd_cache_default_params(void)
@@ -108,6 +131,27 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     if (rc != PGD_OK) goto fail;
     c->page_tokens = pgd_pool_page_tokens(c->pool);
     c->n_pages = pgd_pool_n_pages(c->pool);
+    c->codec = pgd__pool_codec(c->pool);
+    pgd__pool_geom_get(c->pool, &c->g);
+    if (!c->codec->row_writable) {
+        uint64_t w = p->kv_residual ? p->kv_residual : 128;
+        w = (w + c->page_tokens - 1) / c->page_tokens * c->page_tokens;
+        uint64_t elems = 2ull * c->g.n_layers * c->g.n_kv_heads * c->g.head_dim;
+        if (w > (1u << 24) || elems > (SIZE_MAX / 4) / w) {
+            pgd__logf(&lg, PGD_LOG_ERROR, "cache: kv_residual %u is too large", p->kv_residual);
+            rc = PGD_EINVAL;
+            goto fail;
+        }
+        c->window = (uint32_t)w;
+        c->ring_elems = (size_t)(elems * w);
+    }
+    if (pgd_pool_has_payload(c->pool)) {
+        rc = PGD_ENOMEM;
+        c->scratch =
+            pgd__calloc(&c->al, (size_t)c->page_tokens * c->g.head_dim + 2 * (size_t)c->g.head_dim,
+                        sizeof(float));
+        if (!c->scratch) goto fail;
+    }
     rc = pgd__index_create(&c->al, c->n_pages, &c->ix);
     if (rc != PGD_OK) goto fail;
     rc = pol->create(&c->al, c->n_pages, p->next_use, p->next_use_ud, &c->pstate);
@@ -120,6 +164,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     *out = c;
     return PGD_OK;
 fail:
+    pgd__free(&c->al, c->scratch);
     pgd__free(&c->al, c->page_entry);
     if (c->pstate) pol->destroy(&c->al, c->pstate);
     pgd__index_destroy(c->ix);
@@ -130,6 +175,7 @@ fail:
 
 static void seq_free(pgd_cache *c, pgd_seq *s)
 {
+    pgd__free(&c->al, s->ring);
     pgd__free(&c->al, s->table);
     pgd__free(&c->al, s);
 }
@@ -143,6 +189,7 @@ void pgd_cache_destroy(pgd_cache *c)
         c->seqs = s->next;
         seq_free(c, s);
     }
+    pgd__free(&al, c->scratch);
     pgd__free(&al, c->page_entry);
     c->pol->destroy(&al, c->pstate);
     pgd__index_destroy(c->ix);
@@ -321,10 +368,19 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     rc = seq_alloc(c, &s);
     if (rc != PGD_OK) goto out;
     rc = table_reserve(c, s, src->n_pages);
+    if (rc == PGD_OK && src->ring) {
+        s->ring = pgd__malloc(&c->al, c->ring_elems * sizeof *s->ring);
+        if (s->ring)
+            memcpy(s->ring, src->ring, c->ring_elems * sizeof *s->ring);
+        else
+            rc = PGD_ENOMEM;
+    }
     if (rc != PGD_OK) {
         seq_free(c, s);
         goto out;
     }
+    s->ring_lo = src->ring_lo;
+    s->hi = src->hi;
     if (src->n_pages) memcpy(s->table, src->table, (size_t)src->n_pages * sizeof *s->table);
     s->n_pages = src->n_pages;
     s->len = src->len;
@@ -363,6 +419,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const pgd_hash *h, size_t n)
     s->n_pages = k;
     s->n_full = k;
     s->len = s->n_committed = (uint64_t)k * c->page_tokens;
+    s->ring_lo = s->hi = s->len; /* matched pages are read from the pool */
     if (k) {
         s->last_entry = prev;
         s->last = h[k - 1];
@@ -407,6 +464,7 @@ int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_
     }
     s->n_pages = s->n_full = k;
     s->len = s->n_committed = (uint64_t)k * c->page_tokens;
+    s->ring_lo = s->hi = s->len; /* matched pages are read from the pool */
     s->last_entry = prev;
     s->mode = MODE_TOKENS;
     count_query(c, n_full, n_tokens, k);
@@ -477,6 +535,25 @@ int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
         rc = PGD_ESTATE;
         goto out;
     }
+    if (c->window) {
+        /* Ring slots of positions below hi - window were overwritten. */
+        const uint32_t pt = c->page_tokens;
+        uint64_t lo = s->ring_lo;
+        if (s->hi > c->window) {
+            uint64_t over = (s->hi - c->window + pt - 1) / pt * pt;
+            lo = lo > over ? lo : over;
+        }
+        if (n_tokens % pt && lo > n_tokens / pt * pt) {
+            pgd__logf(&c->log, PGD_LOG_ERROR,
+                      "cache: truncating a kivi2 sequence to %llu tokens would lose the only "
+                      "copy of its last partial page (written up to %llu, window %u)",
+                      (unsigned long long)n_tokens, (unsigned long long)s->hi, c->window);
+            rc = PGD_EINVAL;
+            goto out;
+        }
+        s->ring_lo = lo < n_tokens ? lo : n_tokens / pt * pt;
+    }
+    if (s->hi > n_tokens) s->hi = n_tokens;
     uint32_t keep = (uint32_t)((n_tokens + c->page_tokens - 1) / c->page_tokens);
     while (s->n_pages > keep)
         page_unref(c, s->table[--s->n_pages]);
@@ -600,6 +677,28 @@ out:
 
 /* ---- write access ---- */
 
+/* Makes page i of s private (copy-on-write when shared; may evict). Lock held.
+ * Returns PGD_OK or PGD_ENOSPC (nothing changed). */
+static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
+{
+    uint32_t page = s->table[i];
+    if (pgd_pool_refcount(c->pool, page) <= 1) return PGD_OK;
+    pgd_pool_stats ps;
+    pgd_pool_get_stats(c->pool, &ps);
+    if (ps.n_pages_free == 0 && !evict_one(c)) return PGD_ENOSPC;
+    uint32_t copy = page;
+    int rc = pgd_pool_cow(c->pool, &copy);
+    PGD_CHECK(rc == 1);
+    /* The old page lost one holder: it may have become evictable. */
+    if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {
+        pgd__pinfo info = page_info(c, page);
+        c->pol->unreferenced(c->pstate, page, &info);
+    }
+    s->table[i] = copy;
+    c->st.n_cow_copies++;
+    return PGD_OK;
+}
+
 int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id, uint32_t *slot)
 {
     int rc = PGD_OK;
@@ -609,29 +708,121 @@ int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id
         rc = PGD_EINVAL;
         goto out;
     }
-    uint32_t page = s->table[i];
-    if (pgd_pool_refcount(c->pool, page) > 1) {
-        pgd_pool_stats ps;
-        pgd_pool_get_stats(c->pool, &ps);
-        if (ps.n_pages_free == 0 && !evict_one(c)) {
-            rc = PGD_ENOSPC;
-            goto out;
-        }
-        uint32_t copy = page;
-        rc = pgd_pool_cow(c->pool, &copy);
-        PGD_CHECK(rc == 1);
-        rc = PGD_OK;
-        /* The old page lost one holder: it may have become evictable. */
-        if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {
-            pgd__pinfo info = page_info(c, page);
-            c->pol->unreferenced(c->pstate, page, &info);
-        }
-        s->table[i] = copy;
-        c->st.n_cow_copies++;
-        page = copy;
-    }
-    *page_id = page;
+    rc = make_private(c, s, i);
+    if (rc != PGD_OK) goto out;
+    *page_id = s->table[i];
     *slot = (uint32_t)(pos % c->page_tokens);
+out:
+    unlock(c);
+    return rc;
+}
+
+/* The ring rows of (layer, K|V, head): window rows of head_dim f16. */
+static uint16_t *ring_rows(const pgd_cache *c, const pgd_seq *s, uint32_t layer, uint32_t kind,
+                           uint32_t head)
+{
+    return s->ring + (((size_t)layer * 2 + kind) * c->g.n_kv_heads + head) * c->window *
+                         (size_t)c->g.head_dim;
+}
+
+static int ring_alloc(pgd_cache *c, pgd_seq *s)
+{
+    if (s->ring || !c->window) return PGD_OK;
+    s->ring = pgd__calloc(&c->al, c->ring_elems, sizeof *s->ring);
+    return s->ring ? PGD_OK : PGD_ENOMEM;
+}
+
+/* Encodes page i of s for one layer (every head, K and V) from the ring. Lock held. */
+static void encode_from_ring(pgd_cache *c, pgd_seq *s, uint64_t i, uint32_t layer)
+{
+    const uint32_t pt = c->page_tokens, hd = c->g.head_dim;
+    uint32_t slot0 = (uint32_t)((i * pt) % c->window); /* pages never wrap: window % pt == 0 */
+    for (uint32_t kind = 0; kind < 2; kind++)
+        for (uint32_t h = 0; h < c->g.n_kv_heads; h++) {
+            const uint16_t *src = ring_rows(c, s, layer, kind, h) + (size_t)slot0 * hd;
+            pgd__f16_to_f32_n(src, c->scratch, (size_t)pt * hd);
+            void *region = kind ? pgd_pool_v(c->pool, s->table[i], layer, h)
+                                : pgd_pool_k(c->pool, s->table[i], layer, h);
+            c->codec->encode_page(kind ? PGD__V : PGD__K, region, pt, hd, c->scratch, pt);
+        }
+}
+
+int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32_t layer,
+                     const float *k, const float *v)
+{
+    const uint32_t pt = c->page_tokens, hd = c->g.head_dim, nh = c->g.n_kv_heads;
+    int rc = PGD_OK;
+    if (!s || (n && (!k || !v))) return PGD_EINVAL;
+    lock(c);
+    if (!c->scratch || layer >= c->g.n_layers || pos0 > s->len || n > s->len - pos0 ||
+        pos0 / pt < s->n_full || (c->window && pos0 < s->ring_lo)) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache: write_kv of positions %llu..+%u, layer %u: out of range, immutable, "
+                  "or no payload",
+                  (unsigned long long)pos0, n, layer);
+        rc = PGD_EINVAL;
+        goto out;
+    }
+    if (n == 0) goto out;
+    rc = ring_alloc(c, s);
+    if (rc != PGD_OK) goto out;
+    for (uint64_t i = pos0 / pt; i <= (pos0 + n - 1) / pt; i++) {
+        rc = make_private(c, s, i);
+        if (rc != PGD_OK) goto out;
+    }
+    float *kr = c->scratch + (size_t)pt * hd, *vr = kr + hd;
+    for (uint32_t t = 0; t < n; t++) {
+        uint64_t p = pos0 + t, i = p / pt;
+        uint32_t slot = (uint32_t)(p % pt), page = s->table[i];
+        for (uint32_t h = 0; h < nh; h++) {
+            memcpy(kr, k + ((size_t)t * nh + h) * hd, (size_t)hd * sizeof *kr);
+            memcpy(vr, v + ((size_t)t * nh + h) * hd, (size_t)hd * sizeof *vr);
+            if (c->g.kv_rotate) {
+                pgd__hadamard(kr, hd, c->g.rotate_seed, 0);
+                pgd__hadamard(vr, hd, c->g.rotate_seed, 0);
+            }
+            float *b = pgd__pool_key_bounds_mut(c->pool, page, layer, h);
+            if (b)
+                for (uint32_t d = 0; d < hd; d++) {
+                    b[d] = kr[d] < b[d] ? kr[d] : b[d];
+                    b[hd + d] = kr[d] > b[hd + d] ? kr[d] : b[hd + d];
+                }
+            if (c->codec->row_writable) {
+                c->codec->write_row(PGD__K, pgd_pool_k(c->pool, page, layer, h), pt, hd, slot, kr);
+                c->codec->write_row(PGD__V, pgd_pool_v(c->pool, page, layer, h), pt, hd, slot, vr);
+            } else {
+                size_t off = (size_t)(p % c->window) * hd;
+                pgd__f32_to_f16_n(kr, ring_rows(c, s, layer, 0, h) + off, hd);
+                pgd__f32_to_f16_n(vr, ring_rows(c, s, layer, 1, h) + off, hd);
+            }
+        }
+        if (!c->codec->row_writable && slot == pt - 1) encode_from_ring(c, s, i, layer);
+        if (p + 1 > s->hi) s->hi = p + 1;
+    }
+out:
+    unlock(c);
+    return rc;
+}
+
+int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
+                      uint64_t *lo)
+{
+    int rc = PGD_OK;
+    lock(c);
+    if (!c->window) {
+        rc = PGD_EINVAL;
+        goto out;
+    }
+    rc = ring_alloc(c, s);
+    if (rc != PGD_OK) goto out;
+    uint64_t l = s->ring_lo;
+    if (s->len > c->window) {
+        uint64_t w = (s->len - c->window + c->page_tokens - 1) / c->page_tokens * c->page_tokens;
+        l = l > w ? l : w;
+    }
+    *ring = s->ring;
+    *window = c->window;
+    *lo = l;
 out:
     unlock(c);
     return rc;
@@ -730,7 +921,8 @@ static int check_locked(pgd_cache *c)
         n_seqs++;
         uint64_t want_pages = (s->len + c->page_tokens - 1) / c->page_tokens;
         if (s->n_pages != want_pages || s->n_committed > s->len ||
-            s->n_full != s->n_committed / c->page_tokens) {
+            s->n_full != s->n_committed / c->page_tokens || s->hi > s->len ||
+            s->ring_lo % c->page_tokens || (s->ring && !c->window)) {
             pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: sequence lengths disagree");
             goto out;
         }

@@ -14,6 +14,7 @@
 #include "pagoda/pagoda.h"
 #include "pagoda/pool.h"
 #include "pagoda/cache.h"
+#include "codec/codec_int.h"
 
 /* ---- asserts ---- */
 
@@ -141,9 +142,45 @@ extern const pgd__policy_ops pgd__policy_lru;
 extern const pgd__policy_ops pgd__policy_belady;
 const pgd__policy_ops *pgd__policy_lookup(pgd_policy_kind kind);
 
+/* ---- kivi2 residual window (cache.c), for src/attn/ ----
+ *
+ * For a kivi2 pool (codec not row-writable), returns the sequence's f16 ring, laid out
+ * [n_layers][K|V][n_kv_heads][window][head_dim], position p in slot p % window, and lo,
+ * a multiple of page_tokens. THE RULE: attention reads position p (< length) from the ring
+ * when p >= lo, and from the pool page (decoded by the codec) when p < lo. So the last,
+ * possibly partial, page is always read from the ring, and at most window positions are.
+ *   lo = max(ring_lo, round_up_to_page(length - window))  (0 when length <= window),
+ * ring_lo being 0 for a fresh sequence, the matched length after pgd_seq_match.
+ * Allocates the ring if the sequence has none yet (zeros). The ring stays valid until the
+ * sequence is destroyed; its contents change with pgd_seq_write_kv (not concurrently with
+ * attention on the same sequence, the engine's order of calls).
+ * Returns PGD_OK, PGD_EINVAL (not a kivi2 pool) or PGD_ENOMEM. Takes the cache lock. */
+int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
+                      uint64_t *lo);
+
 /* ---- pool internals used by cache.c ---- */
 
 /* Logs through the pool's hook. */
 const pgd__log *pgd__pool_log(const pgd_pool *pool);
+/* The pool's codec (pgd__codec_get of its kv type). Valid while the pool lives. */
+const pgd__codec *pgd__pool_codec(const pgd_pool *pool);
+/* Returns non-zero when K and V are stored rotated (params.kv_rotate); *seed (may be NULL)
+ * gets the rotation seed to pass to pgd__hadamard. */
+int pgd__pool_rotate(const pgd_pool *pool, uint64_t *seed);
+
+/* The pool's geometry and storage options, as created. */
+typedef struct pgd__pool_geom {
+    uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
+    int kv_rotate; /* K and V stored rotated by pgd__hadamard(.., rotate_seed, ..) */
+    uint64_t rotate_seed;
+    int key_bounds; /* pgd_pool_key_bounds available */
+} pgd__pool_geom;
+void pgd__pool_geom_get(const pgd_pool *pool, pgd__pool_geom *out);
+/* The same, three fields (what src/attn uses). */
+void pgd__pool_geometry(const pgd_pool *pool, uint32_t *n_layers, uint32_t *n_kv_heads,
+                        uint32_t *head_dim);
+/* Writable key bounds of (page, layer, kv_head): min[head_dim] then max[head_dim], or NULL
+ * (bounds off, out of range). Updated by cache.c's pgd_seq_write_kv. */
+float *pgd__pool_key_bounds_mut(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv_head);
 
 #endif /* PGD_INT_H */

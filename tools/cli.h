@@ -20,6 +20,9 @@ int cmd_gen_trace(int argc, char **argv);
 int cmd_run(int argc, char **argv);         /* run.c */
 int cmd_inspect(int argc, char **argv);     /* inspect.c */
 int cmd_synth_model(int argc, char **argv); /* synth_model.c */
+int cmd_serve(int argc, char **argv);       /* serve.c */
+int cmd_bench(int argc, char **argv);       /* loadgen.c */
+int cmd_eval(int argc, char **argv);
 
 /*
  * Parses s as a decimal integer in [min, max] for option opt of command cmd. Returns 0,

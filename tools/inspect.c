@@ -9,7 +9,10 @@
  * token for f32 and f16 elements:
  *     2 (K and V) * n_layers * n_kv_heads * head_dim * element size
  * with head_dim = embedding_length / head_count unless attention.key_length (and
- * attention.value_length) are given; a per-layer head_count_kv array is summed.
+ * attention.value_length) are given; a per-layer head_count_kv array is summed. When K and
+ * V share one head_dim and every layer the same KV head count, it also lists the bytes per
+ * token of every KV codec libpagoda has (pgd_kv_bytes_per_token, 16-token pages: block
+ * scales and padding included), marking the codecs that refuse the head_dim.
  * A file the reader refuses prints its message and exits 1.
  */
 #include <getopt.h>
@@ -21,6 +24,10 @@
 
 #include "cli.h"
 #include "gguf.h"
+#include "pagoda/pool.h"
+
+/* Pages of this many tokens for the per-codec sizes (the engine's default). */
+#define INSPECT_PAGE_TOKENS 16
 
 /* Hyper-parameters listed first, in this order, when the architecture has them. */
 static const char *const known_hparams[] = {
@@ -49,7 +56,8 @@ static void usage(FILE *f, const char *cmd)
             "tokenizer, token count, special ids, merges, chat template); every other\n"
             "metadata key, summarised; the tensor table (name, type, shape, bytes) with\n"
             "totals per type; and the KV cache bytes per token for f32 and f16 elements,\n"
-            "per 1k tokens and at the model's context length. A bad file prints the\n"
+            "per 1k tokens and at the model's context length, and for every KV codec\n"
+            "(f32 f16 bf16 q8_0 q4_0 kivi2, 16-token pages). A bad file prints the\n"
             "reader's message and exits 1.\n"
             "\n"
             "options:\n"
@@ -180,6 +188,21 @@ static kv_size kv_cache_size(const gguf_file *f, const char *p)
     if (!k.ok) k.missing = "attention.key_length";
     return k;
 }
+
+/* K+V bytes per token of codec t for this geometry, or 0 when it is not uniform (per-layer
+ * head counts, K and V of different lengths) or the codec refuses the head_dim. */
+static double codec_bytes(const kv_size *k, pgd_kv_type t)
+{
+    if (!k->ok || k->per_layer || k->k_len != k->v_len || k->n_layers > UINT32_MAX ||
+        k->kv_heads > UINT32_MAX || k->k_len > UINT32_MAX)
+        return 0;
+    return pgd_kv_bytes_per_token(t, INSPECT_PAGE_TOKENS, (uint32_t)k->n_layers,
+                                  (uint32_t)k->kv_heads, (uint32_t)k->k_len);
+}
+
+static const pgd_kv_type all_codecs[] = {PGD_KV_F32,  PGD_KV_F16,  PGD_KV_BF16,
+                                         PGD_KV_Q8_0, PGD_KV_Q4_0, PGD_KV_KIVI2};
+#define N_CODECS (sizeof all_codecs / sizeof all_codecs[0])
 
 /* ---- tensor totals per type ---- */
 
@@ -315,6 +338,21 @@ static void print_kv_cache(const kv_size *k)
             printf(", at context %llu %s", (unsigned long long)k->ctx, b2);
         }
         printf("\n");
+    }
+    double f16 = codec_bytes(k, PGD_KV_F16);
+    if (f16 <= 0) return;
+    printf("KV bytes per token by codec (%u-token pages, scales included):\n", INSPECT_PAGE_TOKENS);
+    for (size_t i = 0; i < N_CODECS; i++) {
+        double b = codec_bytes(k, all_codecs[i]);
+        if (b <= 0) {
+            printf("  %-6s refuses head_dim %llu\n", pgd_kv_type_name(all_codecs[i]),
+                   (unsigned long long)k->k_len);
+            continue;
+        }
+        char b1[32];
+        human_bytes(b * 1000, b1, sizeof b1);
+        printf("  %-6s %10.1f bytes per token (%.3fx f16), per 1k tokens %s\n",
+               pgd_kv_type_name(all_codecs[i]), b, b / f16, b1);
     }
 }
 
@@ -589,6 +627,16 @@ static int print_json(const char *path, const gguf_file *f)
         json_object_set_new(kvc, "bytes_per_token", pt);
         json_object_set_new(kvc, "bytes_per_1k_tokens", p1k);
         json_object_set_new(kvc, "bytes_at_context", pctx);
+        if (codec_bytes(&k, PGD_KV_F16) > 0) {
+            json_t *bc = json_object();
+            for (size_t i = 0; i < N_CODECS; i++) {
+                double b = codec_bytes(&k, all_codecs[i]);
+                json_object_set_new(bc, pgd_kv_type_name(all_codecs[i]),
+                                    b > 0 ? json_real(b) : json_null());
+            }
+            json_object_set_new(kvc, "bytes_per_token_by_codec", bc);
+            json_object_set_new(kvc, "codec_page_tokens", json_integer(INSPECT_PAGE_TOKENS));
+        }
     } else {
         json_object_set_new(kvc, "missing", json_string(k.missing));
     }

@@ -28,6 +28,9 @@ static const command commands[] = {
     {"run", cmd_run, "generate text with a GGUF model on the paged KV cache"},
     {"inspect", cmd_inspect, "show a GGUF model's metadata, tensors and KV bytes per token"},
     {"synth-model", cmd_synth_model, "write a GGUF model with random weights of a real shape"},
+    {"serve", cmd_serve, "serve a model over an OpenAI-compatible HTTP API with a prefix cache"},
+    {"bench", cmd_bench, "load-test a server: shared-prefix workload, with/without prefix cache"},
+    {"eval", cmd_eval, "perplexity of a model over a text, and a KV codec's KL divergence"},
     {"version", cmd_version, "print the version of pagoda and libpagoda"},
     {"help", cmd_help, "show this help, or a command's help: pagoda help COMMAND"},
 };

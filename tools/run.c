@@ -34,7 +34,13 @@ static void usage(FILE *out)
           "      --repeat-penalty R  (default 1.0 = off)\n"
           "      --repeat-last-n N   (default 64)\n"
           "  -s, --seed S            RNG seed (default 3735928559)\n"
-          "      --kv-type T         KV element type: f32 | f16 (default f16)\n"
+          "      --kv-type T         KV codec: f32 | f16 | bf16 | q8_0 | q4_0 | kivi2\n"
+          "                          (default f16)\n"
+          "      --kv-rotate         Hadamard-rotate K and V before encoding\n"
+          "      --kv-residual N     kivi2: newest tokens kept in f16 (default 128)\n"
+          "      --kv-select-pages N Quest: attend to at most N pages per decoded token\n"
+          "                          (0 = dense, the default; else at least 2)\n"
+          "      --attn-ref          attend with libpagoda's scalar reference (slow; checks)\n"
           "      --page-tokens N     tokens per KV page, a power of two (default 16)\n"
           "      --no-display-prompt do not echo the prompt\n"
           "  -h, --help\n",
@@ -92,7 +98,21 @@ static int parse_float(const char *opt, const char *s, float *out)
 
 int cmd_run(int argc, char **argv)
 {
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_KVT, O_PT, O_NDP };
+    enum {
+        O_TEMP = 1000,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_RP,
+        O_RLN,
+        O_KVT,
+        O_PT,
+        O_NDP,
+        O_ROT,
+        O_RES,
+        O_SEL,
+        O_AREF
+    };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"prompt", required_argument, 0, 'p'},
                                          {"file", required_argument, 0, 'f'},
@@ -108,6 +128,10 @@ int cmd_run(int argc, char **argv)
                                          {"repeat-penalty", required_argument, 0, O_RP},
                                          {"repeat-last-n", required_argument, 0, O_RLN},
                                          {"kv-type", required_argument, 0, O_KVT},
+                                         {"kv-rotate", no_argument, 0, O_ROT},
+                                         {"kv-residual", required_argument, 0, O_RES},
+                                         {"kv-select-pages", required_argument, 0, O_SEL},
+                                         {"attn-ref", no_argument, 0, O_AREF},
                                          {"page-tokens", required_argument, 0, O_PT},
                                          {"no-display-prompt", no_argument, 0, O_NDP},
                                          {"help", no_argument, 0, 'h'},
@@ -181,14 +205,29 @@ int cmd_run(int argc, char **argv)
             sp.repeat_last_n = (int32_t)v;
             break;
         case O_KVT:
-            if (strcmp(optarg, "f32") == 0) {
-                cp.kv_type = PGD_KV_F32;
-            } else if (strcmp(optarg, "f16") == 0) {
-                cp.kv_type = PGD_KV_F16;
-            } else {
-                fprintf(stderr, "%s: --kv-type: '%s' is not one of f32, f16\n", cmd, optarg);
+            if (pgd_kv_type_parse(optarg, &cp.kv_type) != PGD_OK) {
+                fprintf(stderr,
+                        "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n",
+                        cmd, optarg);
                 return CLI_EXIT_USAGE;
             }
+            break;
+        case O_ROT:
+            cp.kv_rotate = 1;
+            break;
+        case O_RES:
+            if (cli_parse_u64(cmd, "--kv-residual", optarg, 1, 1u << 20, &v)) return CLI_EXIT_USAGE;
+            cp.kv_residual = (uint32_t)v;
+            break;
+        case O_SEL:
+            if (cli_parse_u64(cmd, "--kv-select-pages", optarg, 0, 1u << 24, &v))
+                return CLI_EXIT_USAGE;
+            if (v == 1) {
+                fprintf(stderr, "%s: --kv-select-pages: 1 is too few (0 = dense, else >= 2)\n",
+                        cmd);
+                return CLI_EXIT_USAGE;
+            }
+            cp.kv_select_pages = (uint32_t)v;
             break;
         case O_PT:
             if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
@@ -198,6 +237,9 @@ int cmd_run(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             }
             cp.page_tokens = (uint32_t)v;
+            break;
+        case O_AREF:
+            cp.attn_ref = 1;
             break;
         case O_NDP:
             display_prompt = 0;

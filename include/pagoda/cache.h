@@ -10,7 +10,10 @@
  *                                        returns the cached length; the engine skips it
  *   pgd_seq_grow(n)                      reserves pages for n more positions (evicts
  *                                        unreferenced cached pages if the pool is full)
- *   pgd_seq_write_slot(pos)              where to write K/V of position pos (copy-on-write)
+ *   pgd_seq_write_kv(pos0, n, layer)     stores K/V of n positions of one layer: copy-on-
+ *                                        write, rotation, the pool's codec (any kv type)
+ *   pgd_seq_write_slot(pos)              where to write K/V of position pos yourself
+ *                                        (copy-on-write; plain f32/f16 layouts only)
  *   pgd_seq_commit(tokens) / _hashes     tells which tokens were written; every page that
  *                                        became full is registered in the prefix index
  *   pgd_seq_fork                         a new sequence sharing every page
@@ -74,13 +77,17 @@ typedef struct pgd_cache_params {
     const pgd_allocator *alloc; /* NULL: libc; overrides pool.alloc */
     pgd_log_fn log;             /* NULL: silent; overrides pool.log */
     void *log_ud;
-} pgd_cache_params; /* append fields only */
+    uint32_t kv_residual; /* kivi2 only: tokens of each sequence kept in f16 (the residual
+                             window, where the last partial page lives); 0: 128. Rounded up
+                             to a multiple of page_tokens (so >= page_tokens) */
+} pgd_cache_params;       /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
 
 /* Creates a cache manager with its pool, index and policy, all reserved up front.
- * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length),
+ * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length,
+ * kv_residual above 2^24),
  * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
 PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
 /* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight. */
@@ -127,8 +134,11 @@ PGD_API int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens);
 
 /* Shrinks the sequence to n_tokens positions (n_committed <= n_tokens <= length), dropping
  * the pages past the new end: undoes a grow whose tokens were not computed (a failed
- * batch, rejected speculative tokens). Returns PGD_OK, or PGD_ESTATE when n_tokens is
- * below the committed length or above the length (nothing changed). O(dropped pages). */
+ * batch, rejected speculative tokens). Returns PGD_OK, PGD_ESTATE when n_tokens is
+ * below the committed length or above the length, or PGD_EINVAL (kivi2 only) when the new
+ * last page would be partial and the f16 copy of its positions has already been
+ * overwritten in the residual window (written more than kv_residual positions beyond it);
+ * nothing changed on error. O(dropped pages). */
 PGD_API int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens);
 
 /* Registers written tokens. tokens[0..n) are the tokens at positions
@@ -145,8 +155,27 @@ PGD_API int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size
 PGD_API int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes,
                                   size_t n_hashes);
 
+/* Stores K and V of positions pos0 .. pos0+n-1 (all < length: grow first) for one layer.
+ * k and v are [n][n_kv_heads][head_dim] f32 (borrowed for the call), unrotated. The
+ * general write path, for every kv type: copies shared pages first (copy-on-write; may
+ * evict), rotates K and V (pool kv_rotate), encodes them with the pool's codec, updates
+ * the key bounds (pool key_bounds: min / max of the rotated keys as written, before
+ * quantization). kivi2: the rows go to the sequence's f16 residual window (allocated at
+ * the first write) and a page's regions of this layer are encoded when this call writes
+ * the page's last slot; positions must then be at or above the residual window's start.
+ * Rows of a page are expected in increasing position order (q8_0 / q4_0 with head_dim < 32
+ * re-scale a block's earlier rows, see pool.h).
+ * Returns PGD_OK, PGD_EINVAL (NULL k / v, layer out of range, a position past the length
+ * or inside a committed full page, a metadata-only pool), PGD_ENOSPC (no page for a
+ * copy) or PGD_ENOMEM (the residual window); positions before a failing copy may have
+ * been written. Cost: O(n * n_kv_heads * head_dim), plus O(page) per page filled (kivi2). */
+PGD_API int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32_t layer,
+                             const float *k, const float *v);
+
 /* Resolves where K/V of position pos (< length) is written: copies the page first if it
  * is shared (copy-on-write; may evict). Positions inside registered pages are immutable.
+ * For engines that store plain f32 / f16 rows themselves; pgd_seq_write_kv is the general
+ * path (codecs, rotation, key bounds) and the only one for kivi2.
  * Returns PGD_OK, PGD_EINVAL (pos >= length or inside a registered page), PGD_ENOSPC. */
 PGD_API int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id,
                                uint32_t *slot);

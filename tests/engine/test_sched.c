@@ -8,7 +8,9 @@
  *   - cancelling a running request frees its pages at once and reports "cancelled";
  *   - a pool just above one request's need forces preemption; every request still gets
  *     its solo output, and pgd_cache_check passes after every step;
- *   - a full queue refuses with PGD_EBUSY; different salts never share cache.
+ *   - a full queue refuses with PGD_EBUSY; different salts never share cache;
+ *   - no_prefix_cache: identical prompts are computed in full each time, same output;
+ *   - cancel_all ends every queued and running request and frees their pages at once.
  * The KV cache is f32, so batched and solo logits differ only in summation order.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) when none is found.
@@ -319,6 +321,79 @@ static int test_queue_full_and_salts(void)
     return 0;
 }
 
+/* no_prefix_cache: the same prompt twice is computed twice, with the same output. */
+static int test_no_prefix_cache(void)
+{
+    uint64_t seed = 53, id;
+    int32_t prompt[50];
+    out o[3];
+    random_tokens(&seed, prompt, 50);
+    memset(o, 0, sizeof o);
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched_params p = pe_sched_default_params();
+    pe_sched *s;
+    p.model = g_model;
+    p.no_prefix_cache = 1;
+    T_OK(pe_sched_create(c, &p, &s));
+    pe_request_params rp = greedy(4);
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[0], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[1], &id));
+    T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[2], &id)); /* concurrent */
+    T_OK(pe_sched_run_until_idle(s));
+    for (int i = 0; i < 3; i++) {
+        T_EQ(o[i].n_final, 1);
+        T_EQ(o[i].u.cached_tokens, 0);
+        T_EQ(o[i].n, 4);
+        T_ASSERT(memcmp(o[i].toks, o[0].toks, 4 * sizeof(int32_t)) == 0);
+    }
+    pe_sched_stats st;
+    pe_sched_get_stats(s, &st);
+    T_EQ(st.n_prompt_tokens_computed, 150);
+    T_EQ(st.n_prompt_tokens_cached, 0);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
+/* cancel_all: queued and running requests all end CANCELLED and release their pages. */
+static int test_cancel_all(void)
+{
+    uint64_t seed = 61, id;
+    int32_t prompt[40];
+    out o[3];
+    random_tokens(&seed, prompt, 40);
+    memset(o, 0, sizeof o);
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 2, 4, 0);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(100);
+    for (int i = 0; i < 3; i++) {
+        prompt[0] = 3 + i; /* no sharing */
+        T_OK(pe_sched_submit(s, &rp, prompt, 40, on_token, &o[i], &id));
+    }
+    T_ASSERT(pe_sched_step(s) > 0);
+    pgd_cache_stats cs;
+    pgd_cache_get_stats(pe_ctx_cache(c), &cs);
+    T_ASSERT(cs.n_pages_used > 0);
+    T_EQ(pe_sched_cancel_all(s), 3);
+    pgd_cache_get_stats(pe_ctx_cache(c), &cs);
+    T_EQ(cs.n_pages_used, 0); /* at once, before the next step */
+    T_EQ(pe_sched_cancel_all(s), 0);
+    T_OK(pe_sched_run_until_idle(s));
+    for (int i = 0; i < 3; i++) {
+        T_EQ(o[i].n_final, 1);
+        T_EQ(o[i].finish, PE_FINISH_CANCELLED);
+    }
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char buf[1024], err[512];
@@ -332,6 +407,8 @@ int main(int argc, char **argv)
     T_RUN(test_cancel_frees_pages);
     T_RUN(test_preemption);
     T_RUN(test_queue_full_and_salts);
+    T_RUN(test_no_prefix_cache);
+    T_RUN(test_cancel_all);
     pe_model_free(g_model);
     T_DONE();
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_cache.c - the cache manager (cache.h) through its public API: match / grow /
- * write_slot / commit / fork / destroy, salts, dedup, copy-on-write, eviction order,
- * stats, and a randomized model-based test that checks every invariant after every step.
+ * write_slot / write_kv / commit / fork / destroy, every kv type, salts, dedup, copy-on-write,
+ * eviction order, stats, and a randomized model-based test that checks every invariant after every
+ * step.
  *
  * The model-based test runs 20 seeds x 5000 steps by default (about a second);
  * PGD_TEST_LONG=1 runs 200 seeds x 20000 steps, PGD_TEST_SEED=n runs one seed verbosely.
@@ -406,6 +407,97 @@ static int test_pinned_key(void)
     pgd_cache_destroy(c3);
     pgd_cache_destroy(c4);
     pgd_cache_destroy(c5);
+    return 0;
+}
+
+/* ---- write_kv ---- */
+
+/* pgd_seq_write_kv on an f32 pool stores exactly the rows pgd_seq_write_slot points at,
+ * copies a shared page first, and refuses what write_slot refuses. */
+static int test_write_kv(void)
+{
+    pgd_cache *c = make_cache(4, 8);
+    pgd_seq *a, *b;
+    T_ASSERT(c);
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(pgd_seq_grow(c, a, 6));
+    float k[3 * NH * HD], v[3 * NH * HD];
+    for (int i = 0; i < 3 * NH * HD; i++) {
+        k[i] = (float)i + 0.5f;
+        v[i] = -(float)i;
+    }
+    for (uint32_t layer = 0; layer < NL; layer++)
+        T_OK(pgd_seq_write_kv(c, a, 2, 3, layer, k, v)); /* positions 2..4: across pages */
+    for (uint64_t pos = 2; pos < 5; pos++) {
+        uint32_t page, slot;
+        T_OK(pgd_seq_write_slot(c, a, pos, &page, &slot));
+        const float *kr = (const float *)pgd_pool_k(pgd_cache_pool(c), page, 1, 0) + slot * HD;
+        const float *vr = (const float *)pgd_pool_v(pgd_cache_pool(c), page, 1, 0) + slot * HD;
+        for (int d = 0; d < HD; d++) {
+            T_ASSERT(kr[d] == k[(pos - 2) * HD + d]);
+            T_ASSERT(vr[d] == v[(pos - 2) * HD + d]);
+        }
+    }
+    int32_t t[4] = {1, 2, 3, 4};
+    T_OK(pgd_seq_commit(c, a, t, 4)); /* fork needs every page but the last committed */
+    T_EQ(pgd_seq_write_kv(c, a, 3, 1, 0, k, v), PGD_EINVAL); /* a committed page */
+    T_OK(pgd_seq_fork(c, a, &b));
+    T_OK(pgd_seq_write_kv(c, b, 5, 1, 0, k, v)); /* shared partial page: copied */
+    T_EQ(stats(c).n_cow_copies, 1);
+    T_EQ(pgd_seq_write_kv(c, b, 6, 1, 0, k, v), PGD_EINVAL);    /* past the length */
+    T_EQ(pgd_seq_write_kv(c, b, 5, 2, 0, k, v), PGD_EINVAL);    /* runs past it */
+    T_EQ(pgd_seq_write_kv(c, b, 5, 1, NL, k, v), PGD_EINVAL);   /* no such layer */
+    T_EQ(pgd_seq_write_kv(c, b, 5, 1, 0, NULL, v), PGD_EINVAL); /* no K */
+    T_OK(pgd_seq_write_kv(c, b, 5, 0, 0, NULL, NULL));          /* nothing to write */
+    T_OK(pgd_cache_check(c));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(c, b);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
+/* Every kv type runs the whole lifecycle; a metadata-only pool refuses write_kv. */
+static int test_kv_types(void)
+{
+    static const pgd_kv_type types[] = {PGD_KV_F32,  PGD_KV_F16,  PGD_KV_BF16,
+                                        PGD_KV_Q8_0, PGD_KV_Q4_0, PGD_KV_KIVI2};
+    for (int i = 0; i < 6; i++) {
+        pgd_cache_params p = params(16, 8);
+        pgd_cache *c = NULL;
+        pgd_seq *s, *s2;
+        p.pool.kv_type = types[i];
+        p.pool.head_dim = 8; /* blocks of q8_0 / q4_0 / kivi2 span 4 rows */
+        p.pool.kv_rotate = 1;
+        p.pool.key_bounds = 1;
+        T_OK(pgd_cache_create(&p, &c));
+        T_EQ(pgd_pool_region_bytes(pgd_cache_pool(c)) % 16, 0);
+        T_OK(pgd_seq_create(c, NULL, 0, &s));
+        T_OK(pgd_seq_grow(c, s, 20));
+        float k[20 * 8], v[20 * 8];
+        for (int j = 0; j < 20 * 8; j++) {
+            k[j] = (float)(j % 13) * 0.1f;
+            v[j] = (float)(j % 7) * -0.2f;
+        }
+        for (uint32_t layer = 0; layer < NL; layer++)
+            T_OK(pgd_seq_write_kv(c, s, 0, 20, layer, k, v));
+        int32_t t[20];
+        toks_seq(t, 20, 100);
+        T_EQ(pgd_seq_commit(c, s, t, 20), 1);
+        T_OK(pgd_seq_fork(c, s, &s2));
+        T_OK(pgd_seq_write_kv(c, s2, 19, 1, 1, k, v));
+        T_OK(pgd_cache_check(c));
+        pgd_seq_destroy(c, s);
+        pgd_seq_destroy(c, s2);
+        T_EQ(probe(c, NULL, t, 20), 16);
+        pgd_cache_destroy(c);
+        p.pool.metadata_only = 1;
+        T_OK(pgd_cache_create(&p, &c));
+        T_OK(pgd_seq_create(c, NULL, 0, &s));
+        T_OK(pgd_seq_grow(c, s, 2));
+        T_EQ(pgd_seq_write_kv(c, s, 0, 1, 0, k, v), PGD_EINVAL);
+        pgd_seq_destroy(c, s);
+        pgd_cache_destroy(c);
+    }
     return 0;
 }
 
@@ -1729,6 +1821,8 @@ int main(void)
     T_RUN(test_lru_order);
     T_RUN(test_evict_clear_stats);
     T_RUN(test_truncate);
+    T_RUN(test_write_kv);
+    T_RUN(test_kv_types);
     T_RUN(test_model);
     T_DONE();
 }

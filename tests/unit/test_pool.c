@@ -41,12 +41,29 @@ static int test_defaults(void)
     T_EQ(pgd_pool_check(pool), PGD_OK);
     pgd_pool_destroy(pool);
     pgd_pool_destroy(NULL);
+    T_EQ(p.kv_rotate, 0);
+    T_EQ(p.key_bounds, 0);
     T_EQ(pgd_kv_type_size(PGD_KV_F32), 4);
     T_EQ(pgd_kv_type_size(PGD_KV_F16), 2);
+    T_EQ(pgd_kv_type_size(PGD_KV_BF16), 2);
+    T_EQ(pgd_kv_type_size(PGD_KV_Q8_0), 0); /* block types: see pgd_kv_bytes_per_token */
+    T_EQ(pgd_kv_type_size(PGD_KV_Q4_0), 0);
+    T_EQ(pgd_kv_type_size(PGD_KV_KIVI2), 0);
     T_EQ(pgd_kv_type_size((pgd_kv_type)99), 0);
     T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_F32), "f32") == 0);
     T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_F16), "f16") == 0);
+    T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_BF16), "bf16") == 0);
+    T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_Q8_0), "q8_0") == 0);
+    T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_Q4_0), "q4_0") == 0);
+    T_ASSERT(strcmp(pgd_kv_type_name(PGD_KV_KIVI2), "kivi2") == 0);
     T_ASSERT(strcmp(pgd_kv_type_name((pgd_kv_type)99), "?") == 0);
+    pgd_kv_type t = PGD_KV_F32;
+    T_OK(pgd_kv_type_parse("kivi2", &t));
+    T_EQ(t, PGD_KV_KIVI2);
+    T_EQ(pgd_kv_type_parse("F16", &t), PGD_EINVAL);
+    T_EQ(t, PGD_KV_KIVI2);
+    T_ASSERT(pgd_kv_bytes_per_token(PGD_KV_F16, 16, 1, 1, 64) == 256.0);
+    T_ASSERT(pgd_kv_bytes_per_token(PGD_KV_Q8_0, 16, 2, 4, 64) == 2.0 * 2 * 4 * (64 + 4));
     return 0;
 }
 
@@ -86,9 +103,21 @@ static int test_params_einval(void)
     p = small_params(PGD_KV_F32, 8);
     p.kv_type = (pgd_kv_type)42;
     if (expect_einval(&p, "unknown kv type")) return 1;
+    p = small_params(PGD_KV_Q8_0, 8); /* head_dim 5: neither a multiple nor a divisor of 32 */
+    if (expect_einval(&p, "q8_0 head_dim 5")) return 1;
+    p.head_dim = 8; /* 4 tokens * 8 = 32 values: one block, fine */
+    p.kv_type = PGD_KV_Q4_0;
+    p.page_tokens = 2; /* 16 values: not a whole block */
+    if (expect_einval(&p, "q4_0 page of 16 values")) return 1;
+    p = small_params(PGD_KV_KIVI2, 8);
+    p.head_dim = 48;
+    if (expect_einval(&p, "kivi2 head_dim 48")) return 1;
+    p = small_params(PGD_KV_F16, 8);
+    p.kv_rotate = 1; /* head_dim 5 is not a power of two */
+    if (expect_einval(&p, "kv_rotate head_dim 5")) return 1;
     /* capacity below one page, in bytes (capacity_pages 0 means use bytes) */
     p = small_params(PGD_KV_F32, 0);
-    p.capacity_bytes = 2ull * 3 * 2 * 5 * 4 * 4 - 1;
+    p.capacity_bytes = 2ull * 3 * 2 * 5 * 4 * 4 - 1; /* regions of 80 bytes: no padding */
     if (expect_einval(&p, "capacity_bytes below one page")) return 1;
     p.capacity_bytes = 0;
     if (expect_einval(&p, "capacity_bytes 0")) return 1;
@@ -116,7 +145,9 @@ static int test_params_einval(void)
 static int check_geometry(pgd_kv_type type, size_t elt)
 {
     pgd_pool_params p = small_params(type, 0);
-    uint64_t page_bytes = 2ull * 3 * 2 * 5 * 4 * elt;
+    /* A region (page, layer, K|V, head) is padded to a multiple of 16 bytes. */
+    size_t rows = ((size_t)4 * 5 * elt + 15) / 16 * 16;
+    uint64_t page_bytes = 2ull * 3 * 2 * rows;
     pgd_pool *pool = NULL;
     pgd_pool_stats st;
     p.capacity_bytes = page_bytes * 7 + page_bytes / 2; /* 7.5 pages -> 7 */
@@ -140,7 +171,6 @@ static int check_geometry(pgd_kv_type type, size_t elt)
     T_OK(pgd_pool_alloc(pool, &id));
     uint8_t *base = pgd_pool_page_data(pool, id);
     T_ASSERT(base != NULL);
-    size_t rows = (size_t)4 * 5 * elt; /* bytes of one (layer, K|V, head) block */
     for (uint32_t l = 0; l < 3; l++) {
         for (uint32_t h = 0; h < 2; h++) {
             uint8_t *k = pgd_pool_k(pool, id, l, h);
@@ -171,6 +201,39 @@ static int check_geometry(pgd_kv_type type, size_t elt)
 static int test_geometry_f32(void)
 {
     return check_geometry(PGD_KV_F32, 4);
+}
+
+static int test_geometry_bf16(void)
+{
+    return check_geometry(PGD_KV_BF16, 2);
+}
+
+/* Block types: region sizes of the codecs, page = 2 * layers * heads * region. */
+static int test_geometry_block_types(void)
+{
+    static const pgd_kv_type types[] = {PGD_KV_Q8_0, PGD_KV_Q4_0, PGD_KV_KIVI2};
+    /* head_dim 64, 16 tokens: q8_0 1024 codes + 64 scale bytes; q4_0 512 + 64;
+     * kivi2 max(K 256 + 256, V 256 + 16 * 2 * 4). */
+    static const uint64_t region[] = {1088, 576, 512};
+    for (int i = 0; i < 3; i++) {
+        pgd_pool_params p = small_params(types[i], 3);
+        pgd_pool *pool = NULL;
+        p.head_dim = 64;
+        p.page_tokens = 16;
+        T_OK(pgd_pool_create(&p, &pool));
+        T_EQ(pgd_pool_region_bytes(pool), region[i]);
+        T_EQ(pgd_pool_page_bytes(pool), 2ull * 3 * 2 * region[i]);
+        T_EQ(pgd_pool_token_bytes(pool), 2ull * 3 * 2 * region[i] / 16);
+        uint32_t id;
+        T_OK(pgd_pool_alloc(pool, &id));
+        uint8_t *base = pgd_pool_page_data(pool, id);
+        T_EQ((uint8_t *)pgd_pool_v(pool, id, 2, 1) - base,
+             (ptrdiff_t)(((2 * 2 + 1) * 2 + 1) * region[i]));
+        T_EQ(((uintptr_t)pgd_pool_k(pool, id, 1, 1)) % 16, 0);
+        T_EQ(pgd_pool_check(pool), PGD_OK);
+        pgd_pool_destroy(pool);
+    }
+    return 0;
 }
 
 static int test_geometry_f16(void)
@@ -442,6 +505,8 @@ int main(void)
     T_RUN(test_params_einval);
     T_RUN(test_geometry_f32);
     T_RUN(test_geometry_f16);
+    T_RUN(test_geometry_bf16);
+    T_RUN(test_geometry_block_types);
     T_RUN(test_capacity_pages_overrides_bytes);
     T_RUN(test_alloc_until_enospc);
     T_RUN(test_random_refcounts);

@@ -1,0 +1,815 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_attn.c - decode attention (pgd_attn_run) against a STREAM-like read-bandwidth
+ * probe in the same run, per codec, GQA, context and batch, on paged and contiguous page
+ * tables; plus prefill attention throughput.
+ *
+ *   probe       threads sum a plain array of the same bytes as the config's K/V (same
+ *               threads, same pool): the bandwidth this machine gives to a pure read of
+ *               that size (L3 for small configs, DRAM for large ones); also once on a
+ *               buffer far larger than any cache (the DRAM line at the top)
+ *   decode      batch sequences of ctx tokens, one query row each, n_kv_heads KV heads,
+ *               GQA query heads per KV head; GB/s = encoded K+V bytes of every page read
+ *               / median time; %bw = GB/s / probe GB/s at equal bytes
+ *   paged       sequences whose page ids are shuffled over the pool (pages freed in a
+ *               random order before the sequences grew)
+ *   contiguous  the same K/V in sequences of consecutive page ids (a fresh pool)
+ *   p/c         time contiguous / time paged (1.00 = paging costs nothing)
+ *   prefill     a chunk of --prefill rows after a prefix of --prefill-depth tokens
+ *
+ * Targets (issue 5): f16 at GQA 1 >= 85% of the probe; paged >= 0.97x contiguous; q8_0 and
+ * q4_0 faster than f16 at long context (the summary lines). Each figure is the median of
+ * timed repetitions (at least --min-reps, at least --min-ms) after one untimed warm-up.
+ * The checksum folds every output, so a change that is fast but wrong shows up.
+ * Threads: a persistent pthread pool (libpagoda has none), tasks claimed in order from an
+ * atomic counter, workers spinning briefly between runs then sleeping.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <pagoda/attn.h>
+#include <pagoda/cache.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---- options ---- */
+
+typedef struct opts {
+    uint32_t ctx[16], n_ctx, batch[16], n_batch, gqa[8], n_gqa;
+    pgd_kv_type types[8];
+    uint32_t n_types;
+    uint32_t n_kv, hd, pt, threads, min_reps, prefill, prefill_depth;
+    uint64_t max_tokens, seed;
+    double min_ms;
+    int json, smoke, layouts; /* layouts: 1 paged only, 3 both */
+    int hugepages;            /* madvise the pool arenas MADV_HUGEPAGE before filling */
+} opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_attn [options]\n"
+               "Decode attention GB/s per codec against a read-bandwidth probe; paged vs "
+               "contiguous.\n"
+               "  --types LIST       kv types (default: every type the library knows)\n"
+               "  --ctx LIST         context lengths (default 1024,4096,16384,32768)\n"
+               "  --batch LIST       sequences per run (default 1,4,16)\n"
+               "  --gqa LIST         query heads per KV head (default 1,4)\n"
+               "  --kv-heads N       KV heads (default 8)\n"
+               "  --head-dim N       head dimension (default 128)\n"
+               "  --page-tokens N    tokens per page (default 16)\n"
+               "  --max-tokens N     skip configs with batch*ctx above N (default 131072)\n"
+               "  --threads N        threads (default: online CPUs)\n"
+               "  --min-reps N       timed repetitions at least (default 5)\n"
+               "  --min-ms X         timed milliseconds at least per figure (default 150)\n"
+               "  --prefill N        prefill chunk rows (default 512; 0: skip)\n"
+               "  --prefill-depth N  prefix before the chunk (default 2048)\n"
+               "  --paged-only       skip the contiguous layout\n"
+               "  --hugepages        madvise(MADV_HUGEPAGE) the pool arenas before filling them\n"
+               "                     (what the pool does not do itself: shows the TLB's share)\n"
+               "  --seed N           K/V and query seed (default 1)\n"
+               "  --json             one JSON object per result line\n"
+               "  --smoke            tiny and fast (ctest)\n"
+               "  --help             show this help\n");
+}
+
+static int parse_list(const char *s, uint32_t *out, uint32_t max)
+{
+    uint32_t n = 0;
+    while (*s && n < max) {
+        char *end;
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || v == 0 || v > (1ul << 24)) return -1;
+        out[n++] = (uint32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n ? (int)n : -1;
+}
+
+static int parse_types(const char *s, opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_types = 0;
+    for (char *p = buf; *p && o->n_types < 8;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        if (pgd_kv_type_parse(p, &o->types[o->n_types]) != PGD_OK) {
+            fprintf(stderr, "bench_attn: unknown kv type '%s'\n", p);
+            return -1;
+        }
+        o->n_types++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return o->n_types ? 0 : -1;
+}
+
+/* ---- time, rng ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+static float rng_f(uint64_t *s)
+{
+    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- the thread pool (the bench's pgd_parallel_fn) ---- */
+
+typedef struct bpool {
+    uint32_t n;
+    pthread_t th[256];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen, next, done;
+    atomic_int stop;
+    pgd_task_fn fn;
+    void *ud;
+    uint32_t n_tasks;
+} bpool;
+
+typedef struct bworker {
+    bpool *p;
+    uint32_t id;
+} bworker;
+
+static bworker workers[256];
+
+static void claim(bpool *p, uint32_t thread)
+{
+    for (;;) {
+        uint32_t i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (i >= p->n_tasks) break;
+        p->fn(p->ud, i, thread);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    bworker *w = arg;
+    bpool *p = w->p;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        for (;;) {
+            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+            if (g != seen) break;
+            if (++spins < 200000) {
+#if defined(__x86_64__)
+                _mm_pause();
+#endif
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen)
+                pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        seen = g;
+        if (atomic_load(&p->stop)) return NULL;
+        claim(p, w->id);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
+    }
+}
+
+static void bpool_run(void *exec_ud, pgd_task_fn fn, void *ud, uint32_t n_tasks)
+{
+    bpool *p = exec_ud;
+    if (p->n == 1) {
+        for (uint32_t i = 0; i < n_tasks; i++)
+            fn(ud, i, 0);
+        return;
+    }
+    p->fn = fn;
+    p->ud = ud;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    claim(p, 0);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1) {
+#if defined(__x86_64__)
+        _mm_pause();
+#endif
+    }
+}
+
+static int bpool_start(bpool *p, uint32_t n)
+{
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (uint32_t i = 1; i < n; i++) {
+        workers[i] = (bworker){p, i};
+        if (pthread_create(&p->th[i], NULL, worker_main, &workers[i]) != 0) {
+            p->n = i;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void bpool_stop(bpool *p)
+{
+    atomic_store(&p->stop, 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 1; i < p->n; i++)
+        pthread_join(p->th[i], NULL);
+}
+
+/* ---- the read-bandwidth probe ---- */
+
+typedef struct probe {
+    const unsigned char *buf;
+    size_t bytes, chunk;
+    float sums[4096];
+} probe;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static float sum_avx512(const float *x, size_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+__attribute__((target("avx2"))) static float sum_avx2(const float *x, size_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    float s = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+#endif
+
+static float sum_floats(const float *x, size_t n)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) return sum_avx512(x, n);
+    if (__builtin_cpu_supports("avx2")) return sum_avx2(x, n);
+#endif
+    float s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static void probe_task(void *ud, uint32_t task, uint32_t thread)
+{
+    probe *p = ud;
+    size_t a = (size_t)task * p->chunk, b = a + p->chunk < p->bytes ? a + p->chunk : p->bytes;
+    p->sums[task] = sum_floats((const float *)(p->buf + a), (b - a) / sizeof(float));
+}
+
+/* Times one read of bytes of buf on the pool; returns seconds (median). */
+static double probe_time(bpool *bp, probe *pr, size_t bytes, const opts *o)
+{
+    uint32_t n_tasks = bp->n * 4;
+    pr->bytes = bytes;
+    pr->chunk = ((bytes + n_tasks - 1) / n_tasks + 63) & ~(size_t)63;
+    n_tasks = (uint32_t)((bytes + pr->chunk - 1) / pr->chunk);
+    double t[4096];
+    int n = 0;
+    bpool_run(bp, probe_task, pr, n_tasks); /* warm-up */
+    double t_start = now_s();
+    while (n < 4096 && (n < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3)) {
+        double t0 = now_s();
+        bpool_run(bp, probe_task, pr, n_tasks);
+        t[n++] = now_s() - t0;
+    }
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
+/* ---- K/V fill ---- */
+
+typedef struct fill {
+    pgd_cache *c;
+    pgd_seq *seq[64];
+    uint32_t n_seq;
+} fill;
+
+static pgd_cache *make_cache(pgd_kv_type type, const opts *o, uint64_t tokens)
+{
+    pgd_cache_params cp = pgd_cache_default_params();
+    cp.pool.n_layers = 1;
+    cp.pool.n_kv_heads = o->n_kv;
+    cp.pool.head_dim = o->hd;
+    cp.pool.page_tokens = o->pt;
+    cp.pool.kv_type = type;
+    cp.pool.capacity_pages = (uint32_t)((tokens + o->pt - 1) / o->pt + 4);
+    cp.kv_residual = o->pt;
+    pgd_cache *c = NULL;
+    int rc = pgd_cache_create(&cp, &c);
+    if (rc != PGD_OK) {
+        fprintf(stderr, "bench_attn: %s cache of %llu tokens: %s\n", pgd_kv_type_name(type),
+                (unsigned long long)tokens, pgd_strerror(rc));
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    if (o->hugepages) {
+        pgd_pool *pool = pgd_cache_pool(c);
+        uintptr_t b = (uintptr_t)pgd_pool_page_data(pool, 0), huge = (uintptr_t)2 << 20;
+        uintptr_t e = b + (uintptr_t)pgd_pool_n_pages(pool) * pgd_pool_page_bytes(pool);
+        uintptr_t a0 = (b + huge - 1) & ~(huge - 1), a1 = e & ~(huge - 1);
+        if (a1 > a0 && madvise((void *)a0, a1 - a0, MADV_HUGEPAGE) != 0)
+            fprintf(stderr, "bench_attn: madvise(MADV_HUGEPAGE) failed\n");
+    }
+#endif
+    return c;
+}
+
+/* Shuffles the pool's free list: many one-page sequences destroyed in random order. */
+static int scatter_pages(pgd_cache *c, uint32_t n_pages, uint64_t *rng, uint32_t pt)
+{
+    pgd_seq **s = calloc(n_pages, sizeof *s);
+    if (!s) return -1;
+    int rc = 0;
+    uint32_t n = 0;
+    for (; n < n_pages; n++) {
+        if (pgd_seq_create(c, NULL, 0, &s[n]) != PGD_OK) break;
+        if (pgd_seq_grow(c, s[n], pt) != PGD_OK) {
+            pgd_seq_destroy(c, s[n]);
+            break;
+        }
+    }
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = (uint32_t)(rng_next(rng) % i);
+        pgd_seq *t = s[i - 1];
+        s[i - 1] = s[j];
+        s[j] = t;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pgd_seq_destroy(c, s[i]);
+    free(s);
+    return rc;
+}
+
+/* Grows n_seq sequences of len tokens and writes K/V (seeded per sequence, so the paged
+ * and contiguous caches hold the same values). */
+static int fill_seqs(fill *f, uint32_t n_seq, uint32_t len, const opts *o)
+{
+    const uint32_t chunk = 512;
+    const size_t row = (size_t)o->n_kv * o->hd;
+    float *k = malloc(chunk * row * sizeof *k), *v = malloc(chunk * row * sizeof *v);
+    int rc = k && v ? 0 : -1;
+    for (uint32_t i = 0; i < n_seq && !rc; i++) {
+        uint64_t rng = o->seed * 1000003u + i + 1;
+        if (pgd_seq_create(f->c, NULL, 0, &f->seq[i]) != PGD_OK ||
+            pgd_seq_grow(f->c, f->seq[i], len) != PGD_OK) {
+            rc = -1;
+            break;
+        }
+        f->n_seq = i + 1;
+        for (uint32_t p0 = 0; p0 < len && !rc; p0 += chunk) {
+            uint32_t n = len - p0 < chunk ? len - p0 : chunk;
+            for (size_t j = 0; j < (size_t)n * row; j++) {
+                k[j] = rng_f(&rng) + 0.2f * (float)((j % o->hd) % 7) - 0.6f;
+                v[j] = rng_f(&rng);
+            }
+            if (pgd_seq_write_kv(f->c, f->seq[i], p0, n, 0, k, v) != PGD_OK) rc = -1;
+        }
+    }
+    free(k);
+    free(v);
+    return rc;
+}
+
+static void fill_free(fill *f)
+{
+    for (uint32_t i = 0; i < f->n_seq; i++)
+        pgd_seq_destroy(f->c, f->seq[i]);
+    pgd_cache_destroy(f->c);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- measuring attention ---- */
+
+typedef struct result {
+    double t, gbs, probe_gbs;
+} result;
+
+static uint64_t checksum;
+
+static void fold(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        float r = roundf(x[i] * 4096.0f) / 4096.0f; /* robust to last-bit differences */
+        memcpy(&b, &r, sizeof b);
+        checksum = (checksum ^ b) * 1099511628211ull;
+    }
+}
+
+/* Times pgd_attn_run on items; returns the median seconds, or < 0 on error. */
+static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *o)
+{
+    double t[4096];
+    int k = 0;
+    if (pgd_attn_run(a, 0, it, n) != PGD_OK) return -1; /* warm-up */
+    double t_start = now_s();
+    while (k < 4096 && (k < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3)) {
+        double t0 = now_s();
+        pgd_attn_run(a, 0, it, n);
+        t[k++] = now_s() - t0;
+    }
+    qsort(t, (size_t)k, sizeof *t, cmp_double);
+    return t[k / 2];
+}
+
+static void print_header(void)
+{
+    printf("%-6s %4s %6s %5s %9s %10s %8s %8s %6s %6s\n", "type", "gqa", "ctx", "batch", "KV MB",
+           "time us", "GB/s", "probe", "%bw", "p/c");
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    memset(&o, 0, sizeof o);
+    o.n_ctx = (uint32_t)parse_list("1024,4096,16384,32768", o.ctx, 16);
+    o.n_batch = (uint32_t)parse_list("1,4,16", o.batch, 16);
+    o.n_gqa = (uint32_t)parse_list("1,4", o.gqa, 8);
+    o.n_kv = 8;
+    o.hd = 128;
+    o.pt = 16;
+    o.max_tokens = 131072;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads = ncpu > 0 ? (uint32_t)ncpu : 1;
+    o.min_reps = 5;
+    o.min_ms = 150;
+    o.prefill = 512;
+    o.prefill_depth = 2048;
+    o.seed = 1;
+    o.layouts = 3;
+    for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
+        o.types[o.n_types++] = (pgd_kv_type)t;
+
+    static const struct option lo[] = {{"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},
+                                       {"batch", 1, 0, 'b'},         {"gqa", 1, 0, 'g'},
+                                       {"kv-heads", 1, 0, 'k'},      {"head-dim", 1, 0, 'd'},
+                                       {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'},
+                                       {"threads", 1, 0, 'T'},       {"min-reps", 1, 0, 'r'},
+                                       {"min-ms", 1, 0, 'M'},        {"prefill", 1, 0, 'P'},
+                                       {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'},
+                                       {"hugepages", 0, 0, 'H'},     {"seed", 1, 0, 'S'},
+                                       {"json", 0, 0, 'j'},          {"smoke", 0, 0, 's'},
+                                       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+    for (;;) {
+        int c = getopt_long(argc, argv, "", lo, NULL);
+        if (c == -1) break;
+        int bad = 0, n;
+        uint32_t one[1];
+        switch (c) {
+        case 't':
+            bad = parse_types(optarg, &o) < 0;
+            break;
+        case 'c':
+            n = parse_list(optarg, o.ctx, 16);
+            bad = n <= 0;
+            o.n_ctx = bad ? o.n_ctx : (uint32_t)n;
+            break;
+        case 'b':
+            n = parse_list(optarg, o.batch, 16);
+            bad = n <= 0;
+            o.n_batch = bad ? o.n_batch : (uint32_t)n;
+            for (uint32_t i = 0; !bad && i < o.n_batch; i++)
+                bad = o.batch[i] > 64;
+            break;
+        case 'g':
+            n = parse_list(optarg, o.gqa, 8);
+            bad = n <= 0;
+            o.n_gqa = bad ? o.n_gqa : (uint32_t)n;
+            break;
+        case 'k':
+        case 'd':
+        case 'p':
+        case 'm':
+        case 'T':
+        case 'r':
+        case 'S':
+        case 'D':
+            bad = parse_list(optarg, one, 1) != 1;
+            if (c == 'k') o.n_kv = one[0];
+            if (c == 'd') o.hd = one[0];
+            if (c == 'p') o.pt = one[0];
+            if (c == 'm') o.max_tokens = one[0];
+            if (c == 'T') o.threads = one[0] > 256 ? 256 : one[0];
+            if (c == 'r') o.min_reps = one[0];
+            if (c == 'S') o.seed = one[0];
+            if (c == 'D') o.prefill_depth = one[0];
+            break;
+        case 'P':
+            o.prefill = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'M':
+            o.min_ms = strtod(optarg, NULL);
+            bad = !(o.min_ms >= 0);
+            break;
+        case 'O':
+            o.layouts = 1;
+            break;
+        case 'H':
+            o.hugepages = 1;
+            break;
+        case 'j':
+            o.json = 1;
+            break;
+        case 's':
+            o.smoke = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "bench_attn: bad option value '%s' (see --help)\n",
+                    optarg ? optarg : "");
+            return 2;
+        }
+    }
+    if (o.smoke) {
+        o.n_ctx = (uint32_t)parse_list("256,1024", o.ctx, 16);
+        o.n_batch = (uint32_t)parse_list("1,3", o.batch, 16);
+        o.n_kv = 2;
+        o.hd = 64;
+        o.min_reps = 2;
+        o.min_ms = 0;
+        o.prefill = 64;
+        o.prefill_depth = 256;
+        if (o.threads > 2) o.threads = 2;
+    }
+
+    bpool bp;
+    if (bpool_start(&bp, o.threads) != 0) {
+        fprintf(stderr, "bench_attn: cannot start %u threads\n", o.threads);
+        return 1;
+    }
+    /* The DRAM line: a buffer far beyond the caches (smaller for --smoke). */
+    size_t big = o.smoke ? (size_t)16 << 20 : (size_t)1 << 30;
+    uint64_t max_bytes = 0;
+    for (uint32_t ci = 0; ci < o.n_ctx; ci++)
+        for (uint32_t bi = 0; bi < o.n_batch; bi++)
+            if ((uint64_t)o.ctx[ci] * o.batch[bi] <= o.max_tokens) {
+                uint64_t b = (uint64_t)o.ctx[ci] * o.batch[bi] * o.n_kv * o.hd * 2 * 4;
+                if (b > max_bytes) max_bytes = b;
+            }
+    size_t buf_bytes = max_bytes > big ? (size_t)max_bytes : big;
+    probe *pr = calloc(1, sizeof *pr);
+    unsigned char *buf = malloc(buf_bytes);
+    if (!pr || !buf) {
+        fprintf(stderr, "bench_attn: out of memory for a %zu-byte probe buffer\n", buf_bytes);
+        return 1;
+    }
+    for (size_t i = 0; i < buf_bytes; i += sizeof(float)) {
+        float one = 1.0f;
+        memcpy(buf + i, &one, sizeof one);
+    }
+    pr->buf = buf;
+    const double dram_gbs = (double)big / probe_time(&bp, pr, big, &o) * 1e-9;
+    if (!o.json) {
+        printf("bench_attn: %u threads, %u KV heads, head_dim %u, %u tokens/page%s\n", o.threads,
+               o.n_kv, o.hd, o.pt, o.hugepages ? ", huge pages" : "");
+        printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
+        print_header();
+    } else {
+        printf("{\"probe_dram_gbs\": %.2f, \"threads\": %u}\n", dram_gbs, o.threads);
+    }
+
+    uint32_t max_batch = 0;
+    for (uint32_t bi = 0; bi < o.n_batch; bi++)
+        max_batch = o.batch[bi] > max_batch ? o.batch[bi] : max_batch;
+    /* Long-context summary: time per type at the largest ctx, batch 1, first GQA. */
+    double t_long[8] = {0};
+    double f16_bw_gqa1 = -1, worst_pc = 10;
+    int rc = 0;
+
+    for (uint32_t ti = 0; ti < o.n_types && !rc; ti++) {
+        const pgd_kv_type type = o.types[ti];
+        for (uint32_t ci = 0; ci < o.n_ctx && !rc; ci++) {
+            const uint32_t ctx = o.ctx[ci];
+            uint32_t nb = 0;
+            for (uint32_t bi = 0; bi < o.n_batch; bi++)
+                if ((uint64_t)ctx * o.batch[bi] <= o.max_tokens && o.batch[bi] > nb)
+                    nb = o.batch[bi];
+            if (!nb) continue;
+            const uint64_t tokens = (uint64_t)ctx * nb;
+            fill f[2];
+            memset(f, 0, sizeof f);
+            uint64_t rng = o.seed;
+            for (int l = 0; l < 2 && !rc; l++) {
+                if (l == 1 && o.layouts == 1) break;
+                /* l = 0 paged (shuffled page ids), 1 contiguous (fresh pool). */
+                f[l].c = make_cache(type, &o, tokens);
+                if (!f[l].c) {
+                    rc = 1;
+                    break;
+                }
+                if (l == 0)
+                    scatter_pages(f[l].c, (uint32_t)((tokens + o.pt - 1) / o.pt), &rng, o.pt);
+                if (fill_seqs(&f[l], nb, ctx, &o) != 0) {
+                    fprintf(stderr, "bench_attn: filling %s caches failed\n",
+                            pgd_kv_type_name(type));
+                    rc = 1;
+                }
+            }
+            pgd_pool *pool = f[0].c ? pgd_cache_pool(f[0].c) : NULL;
+            const uint64_t region = pool ? pgd_pool_region_bytes(pool) : 0;
+            for (uint32_t gi = 0; gi < o.n_gqa && !rc; gi++) {
+                const uint32_t n_head = o.n_kv * o.gqa[gi];
+                pgd_attn_params ap = pgd_attn_default_params();
+                ap.n_head = n_head;
+                ap.n_threads = o.threads;
+                ap.parallel = bpool_run;
+                ap.parallel_ud = &bp;
+                ap.max_rows = max_batch > o.prefill ? max_batch : o.prefill;
+                pgd_attn_item it[64];
+                float *q = malloc((size_t)max_batch * n_head * o.hd * sizeof *q);
+                float *out = malloc((size_t)max_batch * n_head * o.hd * sizeof *out);
+                uint64_t qr = o.seed + 17;
+                for (size_t i = 0; q && i < (size_t)max_batch * n_head * o.hd; i++)
+                    q[i] = rng_f(&qr);
+                for (uint32_t bi = 0; bi < o.n_batch && q && out && !rc; bi++) {
+                    const uint32_t batch = o.batch[bi];
+                    if ((uint64_t)ctx * batch > o.max_tokens) continue;
+                    double t[2] = {0, 0};
+                    for (int l = 0; l < 2 && !rc; l++) {
+                        if (!f[l].c) continue;
+                        pgd_attn *a;
+                        if (pgd_attn_create(f[l].c, &ap, &a) != PGD_OK) {
+                            fprintf(stderr, "bench_attn: pgd_attn_create failed\n");
+                            rc = 1;
+                            break;
+                        }
+                        for (uint32_t i = 0; i < batch; i++)
+                            it[i] = (pgd_attn_item){f[l].seq[i], 1, q + (size_t)i * n_head * o.hd,
+                                                    out + (size_t)i * n_head * o.hd};
+                        t[l] = time_attn(a, it, batch, &o);
+                        if (t[l] < 0) rc = 1;
+                        if (l == 0) fold(out, (size_t)batch * n_head * o.hd);
+                        pgd_attn_destroy(a);
+                    }
+                    const uint64_t pages = (uint64_t)batch * ((ctx + o.pt - 1) / o.pt);
+                    const double bytes = (double)pages * o.n_kv * 2 * (double)region;
+                    const double pt_s = probe_time(&bp, pr, (size_t)bytes, &o);
+                    const double gbs = bytes / t[0] * 1e-9, pgbs = bytes / pt_s * 1e-9;
+                    const double pc = t[1] > 0 ? t[1] / t[0] : 0;
+                    if (pc > 0 && ctx * batch >= 4096 && pc < worst_pc) worst_pc = pc;
+                    if (type == PGD_KV_F16 && o.gqa[gi] == 1 && ctx == o.ctx[o.n_ctx - 1] &&
+                        batch == o.batch[0])
+                        f16_bw_gqa1 = gbs / pgbs;
+                    if (ci == o.n_ctx - 1 && bi == 0 && gi == 0) t_long[ti] = t[0];
+                    if (o.json)
+                        printf("{\"type\": \"%s\", \"gqa\": %u, \"ctx\": %u, \"batch\": %u, "
+                               "\"kv_bytes\": %.0f, \"time_us\": %.2f, \"gbs\": %.2f, "
+                               "\"probe_gbs\": %.2f, \"bw_ratio\": %.3f, "
+                               "\"paged_over_contiguous\": %.3f}\n",
+                               pgd_kv_type_name(type), o.gqa[gi], ctx, batch, bytes, t[0] * 1e6,
+                               gbs, pgbs, gbs / pgbs, pc);
+                    else
+                        printf("%-6s %4u %6u %5u %9.1f %10.1f %8.2f %8.2f %5.0f%% %6.3f\n",
+                               pgd_kv_type_name(type), o.gqa[gi], ctx, batch, bytes / 1048576.0,
+                               t[0] * 1e6, gbs, pgbs, 100.0 * gbs / pgbs, pc);
+                }
+                free(q);
+                free(out);
+            }
+            fill_free(&f[0]);
+            fill_free(&f[1]);
+        }
+    }
+
+    /* Prefill: one chunk of o.prefill rows after prefill_depth tokens, f16, GQA first. */
+    if (!rc && o.prefill) {
+        for (uint32_t ti = 0; ti < o.n_types && !rc; ti++) {
+            const pgd_kv_type type = o.types[ti];
+            fill f;
+            memset(&f, 0, sizeof f);
+            uint32_t len = o.prefill_depth + o.prefill;
+            f.c = make_cache(type, &o, len);
+            if (!f.c || fill_seqs(&f, 1, len, &o) != 0) {
+                rc = 1;
+                break;
+            }
+            const uint32_t n_head = o.n_kv * o.gqa[o.n_gqa - 1];
+            pgd_attn_params ap = pgd_attn_default_params();
+            ap.n_head = n_head;
+            ap.n_threads = o.threads;
+            ap.parallel = bpool_run;
+            ap.parallel_ud = &bp;
+            ap.max_rows = o.prefill;
+            float *q = malloc((size_t)o.prefill * n_head * o.hd * sizeof *q);
+            float *out = malloc((size_t)o.prefill * n_head * o.hd * sizeof *out);
+            uint64_t qr = o.seed + 5;
+            for (size_t i = 0; q && i < (size_t)o.prefill * n_head * o.hd; i++)
+                q[i] = rng_f(&qr);
+            pgd_attn *a = NULL;
+            if (!q || !out || pgd_attn_create(f.c, &ap, &a) != PGD_OK) {
+                rc = 1;
+            } else {
+                pgd_attn_item it = {f.seq[0], o.prefill, q, out};
+                double t = time_attn(a, &it, 1, &o);
+                fold(out, (size_t)o.prefill * n_head * o.hd);
+                /* Causal pairs (row, key) times 4 * head_dim flops (QK and PV). */
+                double pairs =
+                    (double)o.prefill * o.prefill_depth + (double)o.prefill * (o.prefill + 1) / 2;
+                double gflops = pairs * n_head * 4.0 * o.hd / t * 1e-9;
+                if (o.json)
+                    printf("{\"prefill_type\": \"%s\", \"rows\": %u, \"depth\": %u, \"gqa\": %u, "
+                           "\"time_us\": %.1f, \"gflops\": %.2f, \"rows_per_s\": %.0f}\n",
+                           pgd_kv_type_name(type), o.prefill, o.prefill_depth, o.gqa[o.n_gqa - 1],
+                           t * 1e6, gflops, o.prefill / t);
+                else
+                    printf("prefill %-6s %u rows after %u, gqa %u: %10.1f us  %7.1f GFLOP/s  "
+                           "%8.0f rows/s\n",
+                           pgd_kv_type_name(type), o.prefill, o.prefill_depth, o.gqa[o.n_gqa - 1],
+                           t * 1e6, gflops, o.prefill / t);
+            }
+            pgd_attn_destroy(a);
+            free(q);
+            free(out);
+            fill_free(&f);
+        }
+    }
+
+    if (!rc && !o.json) {
+        printf("summary: f16 gqa 1 at ctx %u: %.0f%% of the read probe (target >= 85%%)\n",
+               o.ctx[o.n_ctx - 1], 100.0 * f16_bw_gqa1);
+        if (worst_pc < 10)
+            printf("summary: paged / contiguous worst %.3f (target >= 0.97)\n", worst_pc);
+        double tf16 = 0;
+        for (uint32_t ti = 0; ti < o.n_types; ti++)
+            if (o.types[ti] == PGD_KV_F16) tf16 = t_long[ti];
+        for (uint32_t ti = 0; ti < o.n_types && tf16 > 0; ti++)
+            printf("summary: %-6s speed vs f16 at ctx %u batch %u gqa %u: %.2fx\n",
+                   pgd_kv_type_name(o.types[ti]), o.ctx[o.n_ctx - 1], o.batch[0], o.gqa[0],
+                   t_long[ti] > 0 ? tf16 / t_long[ti] : 0);
+    }
+    if (o.json)
+        printf("{\"checksum\": \"%016llx\"}\n", (unsigned long long)checksum);
+    else
+        printf("checksum %016llx\n", (unsigned long long)checksum);
+    bpool_stop(&bp);
+    free(buf);
+    free(pr);
+    return rc;
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * attn.h - paged attention over a cache's pages: decode rows and prefill chunks of many
+ * sequences in one call, every KV codec, the kv_rotate rotation, the kivi2 residual window
+ * and Quest page selection.
+ *
+ *   out = softmax(q K^T / sqrt(head_dim)) V     for every query row, over keys [0, pos]
+ *
+ * Callers: the engine (one pgd_attn_run per layer of a forward step, after the step's K/V
+ * for that layer were written with pgd_seq_write_kv), tests and benchmarks.
+ *
+ * Two implementations with one contract:
+ *   pgd_attn_run      the fast path: a queue of work items (sequence tile, KV head, range of
+ *                     pages) over the whole batch, run on the caller's threads; each K/V
+ *                     row it loads serves every query head of its GQA group and every row of
+ *                     a prefill tile; long sequences are split into page ranges whose
+ *                     partial softmax states merge by log-sum-exp.
+ *   pgd_attn_run_ref  the scalar reference (the spec): one thread, decoded rows, careful
+ *                     softmax. Slow; for tests and the engine's --attn-ref.
+ *
+ * Thread-safety: a pgd_attn is used by one caller at a time (its scratch is per object);
+ * several pgd_attn objects may run at once on one cache. Sequences attended must not be
+ * grown, truncated or written during a run.
+ */
+#ifndef PAGODA_ATTN_H
+#define PAGODA_ATTN_H
+
+#include "cache.h"
+#include "pagoda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One task: fn(ud, task, thread). */
+typedef void (*pgd_task_fn)(void *ud, uint32_t task, uint32_t thread);
+/* Runs fn(fn_ud, i, thread) for every i < n_tasks on the caller's threads (thread <
+ * n_threads) and returns when all are done. NULL: run serially on the calling thread.
+ * Tasks are independent; claiming them in increasing order (an atomic counter) balances
+ * best, since the fast path queues its largest work items first. */
+typedef void (*pgd_parallel_fn)(void *exec_ud, pgd_task_fn fn, void *fn_ud, uint32_t n_tasks);
+
+typedef struct pgd_attn_params {
+    uint32_t n_head;            /* query heads (a multiple of the pool's n_kv_heads) */
+    uint32_t n_threads;         /* threads the parallel fn may use (scratch per thread); 0: 1 */
+    pgd_parallel_fn parallel;   /* NULL: serial */
+    void *parallel_ud;          /* exec_ud of parallel */
+    uint32_t max_rows;          /* most query rows in one pgd_attn_run (sizes scratch); 0: 512 */
+    uint32_t select_pages;      /* Quest: 0 = dense; else attend to at most this many pages per
+                                   (sequence, kv head) decode row (an item of n_rows == 1): the
+                                   first page, the newest max(1, select_pages / 4) pages, and
+                                   the pages of highest bound max over the group's query heads
+                                   of sum_d max(q_d * min_d, q_d * max_d) (ties: older page);
+                                   needs the pool's key_bounds; >= 2 */
+    uint32_t split_pages;       /* 0: automatic. Else split every sequence into page ranges of
+                                   this many pages (tests of the log-sum-exp merge) */
+    const pgd_allocator *alloc; /* NULL: libc */
+} pgd_attn_params;              /* append fields only */
+
+/* Returns the defaults: n_head 0 (must be set), 1 thread, serial, 512 rows, dense. */
+PGD_API pgd_attn_params pgd_attn_default_params(void);
+
+typedef struct pgd_attn pgd_attn; /* opaque; one caller at a time */
+
+/* Creates an attention context for cache c (borrowed: must outlive the context), with its
+ * plan and per-thread scratch reserved up front, so pgd_attn_run never allocates.
+ * Returns PGD_OK; PGD_EINVAL (n_head not a positive multiple of n_kv_heads, a pool without
+ * payload, select_pages == 1, select_pages without the pool's key_bounds, an unknown
+ * codec); PGD_ENOMEM. *out is NULL on error. */
+PGD_API int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out);
+/* Destroys the context. NULL: no-op. */
+PGD_API void pgd_attn_destroy(pgd_attn *a);
+
+typedef struct pgd_attn_item {
+    pgd_seq *seq;    /* its K/V for this layer already written (pgd_seq_write_kv) */
+    uint32_t n_rows; /* query rows = the sequence's last n_rows positions (causal); 0: skip */
+    const float *q;  /* [n_rows][n_head][head_dim], unrotated, after RoPE */
+    float *out;      /* [n_rows][n_head][head_dim] */
+} pgd_attn_item;
+
+/* out = softmax(q K^T / sqrt(head_dim)) V for every row, each row seeing keys [0, pos].
+ * Handles rotation (kv_rotate pools: rotate q, inverse-rotate out), every codec, the kivi2
+ * residual window. Items are borrowed for the call; q and out must not overlap.
+ * Returns 0 or a negative pgd_status: PGD_EINVAL (a bad item: NULL seq, q or out, more rows
+ * than the sequence's length, more than max_rows rows in all; or layer out of range);
+ * PGD_ENOMEM (kivi2 only: the cache could not allocate the residual window of a sequence
+ * that had none yet, the one allocation a run may cause). Nothing is written on error.
+ * Cost: the K/V bytes of every row's pages, read once per tile of up to 64 / group rows
+ * (at most 16) of one sequence and KV head; with Quest, the key bounds of every page of a
+ * decode row and the K/V of the selected pages only. */
+PGD_API int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32_t n);
+
+/* The scalar reference: same contract, single thread, codec decode_rows + careful softmax
+ * (the spec; tests and the engine's --attn-ref use it). Allocates its scratch per call
+ * (libc). Returns 0, PGD_EINVAL (as above, plus n_head or select_pages as in
+ * pgd_attn_create) or PGD_ENOMEM. */
+PGD_API int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer,
+                             const pgd_attn_item *items, uint32_t n, uint32_t select_pages);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_ATTN_H */

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api.c - OpenAI request parsing and validation, error JSON (see api.h). Uses jansson;
+ * every field is type-checked before use, so any bytes give either a request or a 400.
+ */
+#include "api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* ---- errors ---- */
+
+static const char *type_of(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 404:
+        return "not_found_error";
+    case 429:
+        return "rate_limit_error";
+    case 500:
+        return "server_error";
+    case 503:
+        return "service_unavailable_error";
+    default:
+        return "invalid_request_error";
+    }
+}
+
+int ps_err(ps_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    e->status = status;
+    e->type = type_of(status);
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int ps_error_json(const ps_error *e, ps_buf *out)
+{
+    json_t *o = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type,
+                          "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+                          e->code ? json_string(e->code) : json_null());
+    if (!o) return -1;
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) return -1;
+    int rc = ps_buf_adds(out, s);
+    free(s);
+    return rc;
+}
+
+/* ---- parsing helpers ---- */
+
+static char *dup_str(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+static int oom(ps_error *e)
+{
+    return ps_err(e, 500, NULL, NULL, "out of memory");
+}
+
+/* Looks up an optional field: NULL when absent or null. */
+static json_t *opt(json_t *root, const char *key)
+{
+    json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int get_number(json_t *root, const char *key, double lo, double hi, int lo_open, double *out,
+                      ps_error *e)
+{
+    json_t *v = opt(root, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return ps_err(e, 400, key, NULL, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
+        return ps_err(e, 400, key, NULL, "'%s' must be in %c%g, %g]", key, lo_open ? '(' : '[', lo,
+                      hi);
+    *out = d;
+    return 0;
+}
+
+static int get_bool(json_t *root, const char *key, int *out, ps_error *e)
+{
+    json_t *v = opt(root, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return ps_err(e, 400, key, NULL, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Token ids: a non-empty array of integers in [0, n_vocab). */
+static int parse_token_array(json_t *a, uint32_t n_vocab, ps_req *r, ps_error *e)
+{
+    size_t n = json_array_size(a);
+    if (!n) return ps_err(e, 400, "prompt", NULL, "'prompt' is an empty array");
+    r->prompt_toks = malloc(n * sizeof *r->prompt_toks);
+    if (!r->prompt_toks) return oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(a, i);
+        if (!json_is_integer(t))
+            return ps_err(e, 400, "prompt", NULL, "'prompt'[%zu] must be a token id (integer)", i);
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id >= (json_int_t)n_vocab)
+            return ps_err(e, 400, "prompt", NULL,
+                          "'prompt'[%zu]: token id %lld is outside the vocabulary [0, %u)", i,
+                          (long long)id, n_vocab);
+        r->prompt_toks[i] = (int32_t)id;
+    }
+    r->n_prompt_toks = n;
+    return 0;
+}
+
+static int parse_prompt(json_t *root, uint32_t n_vocab, ps_req *r, ps_error *e)
+{
+    json_t *p = opt(root, "prompt");
+    if (!p) return ps_err(e, 400, "prompt", NULL, "'prompt' is required");
+    if (json_is_string(p)) {
+        r->prompt_len = json_string_length(p);
+        r->prompt = dup_str(json_string_value(p), r->prompt_len);
+        return r->prompt ? 0 : oom(e);
+    }
+    if (!json_is_array(p))
+        return ps_err(e, 400, "prompt", NULL, "'prompt' must be a string or an array of token ids");
+    json_t *first = json_array_get(p, 0);
+    if (first && (json_is_string(first) || json_is_array(first))) {
+        if (json_array_size(p) != 1)
+            return ps_err(e, 400, "prompt", NULL,
+                          "'prompt' holds %zu prompts; one per request is supported",
+                          json_array_size(p));
+        if (json_is_string(first)) {
+            r->prompt_len = json_string_length(first);
+            r->prompt = dup_str(json_string_value(first), r->prompt_len);
+            return r->prompt ? 0 : oom(e);
+        }
+        return parse_token_array(first, n_vocab, r, e);
+    }
+    return parse_token_array(p, n_vocab, r, e);
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts (joined). */
+static int parse_content(json_t *c, size_t i, ps_msg *m, ps_error *e)
+{
+    if (json_is_string(c)) {
+        m->content = dup_str(json_string_value(c), json_string_length(c));
+        return m->content ? 0 : oom(e);
+    }
+    if (!json_is_array(c))
+        return ps_err(e, 400, "messages", NULL,
+                      "'messages'[%zu].content must be a string or an array of text parts", i);
+    ps_buf b;
+    ps_buf_init(&b);
+    ps_buf_add(&b, "", 0);
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k);
+        json_t *type = json_object_get(part, "type");
+        json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+            ps_buf_deinit(&b);
+            return ps_err(e, 400, "messages", NULL,
+                          "'messages'[%zu].content[%zu] must be {\"type\":\"text\",\"text\":...}"
+                          " (only text parts are supported)",
+                          i, k);
+        }
+        ps_buf_add(&b, json_string_value(text), json_string_length(text));
+    }
+    if (b.oom) {
+        ps_buf_deinit(&b);
+        return oom(e);
+    }
+    m->content = b.data; /* ownership moves to the message */
+    return 0;
+}
+
+static int parse_messages(json_t *root, ps_req *r, ps_error *e)
+{
+    json_t *a = opt(root, "messages");
+    if (!a) return ps_err(e, 400, "messages", NULL, "'messages' is required");
+    if (!json_is_array(a) || !json_array_size(a))
+        return ps_err(e, 400, "messages", NULL, "'messages' must be a non-empty array");
+    size_t n = json_array_size(a);
+    r->msgs = calloc(n, sizeof *r->msgs);
+    if (!r->msgs) return oom(e);
+    r->n_msgs = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(a, i);
+        if (!json_is_object(m))
+            return ps_err(e, 400, "messages", NULL, "'messages'[%zu] must be an object", i);
+        json_t *role = json_object_get(m, "role");
+        json_t *content = json_object_get(m, "content");
+        if (!json_is_string(role))
+            return ps_err(e, 400, "messages", NULL, "'messages'[%zu].role must be a string", i);
+        if (!content || json_is_null(content))
+            return ps_err(e, 400, "messages", NULL, "'messages'[%zu].content is required", i);
+        r->msgs[i].role = dup_str(json_string_value(role), json_string_length(role));
+        if (!r->msgs[i].role) return oom(e);
+        if (parse_content(content, i, &r->msgs[i], e)) return -1;
+    }
+    return 0;
+}
+
+static int parse_stop(json_t *root, ps_req *r, ps_error *e)
+{
+    json_t *s = opt(root, "stop");
+    if (!s) return 0;
+    if (json_is_string(s)) {
+        if (!json_string_length(s)) return ps_err(e, 400, "stop", NULL, "'stop' is empty");
+        r->stop[0] = dup_str(json_string_value(s), json_string_length(s));
+        if (!r->stop[0]) return oom(e);
+        r->n_stop = 1;
+        return 0;
+    }
+    if (!json_is_array(s))
+        return ps_err(e, 400, "stop", NULL, "'stop' must be a string or an array of strings");
+    if (json_array_size(s) > PS_MAX_USER_STOPS)
+        return ps_err(e, 400, "stop", NULL, "'stop' holds %zu strings; at most %d are allowed",
+                      json_array_size(s), PS_MAX_USER_STOPS);
+    for (size_t i = 0; i < json_array_size(s); i++) {
+        json_t *v = json_array_get(s, i);
+        if (!json_is_string(v) || !json_string_length(v))
+            return ps_err(e, 400, "stop", NULL, "'stop'[%zu] must be a non-empty string", i);
+        r->stop[i] = dup_str(json_string_value(v), json_string_length(v));
+        if (!r->stop[i]) return oom(e);
+        r->n_stop = i + 1;
+    }
+    return 0;
+}
+
+static int parse_max_tokens(json_t *root, const char *key, ps_req *r, ps_error *e)
+{
+    json_t *v = opt(root, key);
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1)
+        return ps_err(e, 400, key, NULL, "'%s' must be an integer >= 1", key);
+    json_int_t n = json_integer_value(v);
+    r->max_tokens = n > INT32_MAX ? INT32_MAX : (int64_t)n;
+    return 0;
+}
+
+static int parse_fields(json_t *root, ps_kind kind, uint32_t n_vocab, ps_req *r, ps_error *e)
+{
+    json_t *v;
+    v = opt(root, "model");
+    if (v) {
+        if (!json_is_string(v)) return ps_err(e, 400, "model", NULL, "'model' must be a string");
+        r->model = dup_str(json_string_value(v), json_string_length(v));
+        if (!r->model) return oom(e);
+    }
+    if (kind == PS_COMPLETION ? parse_prompt(root, n_vocab, r, e) : parse_messages(root, r, e))
+        return -1;
+    if (parse_max_tokens(root, "max_tokens", r, e)) return -1;
+    if (kind == PS_CHAT && parse_max_tokens(root, "max_completion_tokens", r, e)) return -1;
+    if (get_number(root, "temperature", 0, 2, 0, &r->temperature, e)) return -1;
+    if (get_number(root, "top_p", 0, 1, 1, &r->top_p, e)) return -1;
+    if (get_number(root, "min_p", 0, 1, 0, &r->min_p, e)) return -1;
+    v = opt(root, "top_k");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return ps_err(e, 400, "top_k", NULL, "'top_k' must be an integer >= 0");
+        r->top_k = json_integer_value(v);
+    }
+    v = opt(root, "seed");
+    if (v) {
+        if (!json_is_integer(v)) return ps_err(e, 400, "seed", NULL, "'seed' must be an integer");
+        r->has_seed = 1;
+        r->seed = (uint64_t)json_integer_value(v);
+    }
+    if (parse_stop(root, r, e)) return -1;
+    if (get_bool(root, "stream", &r->stream, e)) return -1;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return -1;
+    v = opt(root, "stream_options");
+    if (v) {
+        if (!json_is_object(v))
+            return ps_err(e, 400, "stream_options", NULL, "'stream_options' must be an object");
+        json_t *iu = opt(v, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return ps_err(e, 400, "stream_options", NULL,
+                          "'stream_options.include_usage' must be a boolean");
+        r->include_usage = iu && json_is_true(iu);
+    }
+    v = opt(root, "n");
+    if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
+        return ps_err(e, 400, "n", NULL, "'n' must be 1 (one choice per request)");
+    v = opt(root, "best_of");
+    if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
+        return ps_err(e, 400, "best_of", NULL, "'best_of' must be 1");
+    v = opt(root, "echo");
+    if (v && !json_is_false(v)) return ps_err(e, 400, "echo", NULL, "'echo' is not supported");
+    v = opt(root, "logprobs");
+    if (v && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return ps_err(e, 400, "logprobs", NULL, "'logprobs' is not supported");
+    v = opt(root, "cache_salt");
+    if (v) {
+        if (!json_is_string(v))
+            return ps_err(e, 400, "cache_salt", NULL, "'cache_salt' must be a string");
+        if (json_string_length(v) > PS_MAX_SALT_BYTES)
+            return ps_err(e, 400, "cache_salt", NULL, "'cache_salt' is longer than %d bytes",
+                          PS_MAX_SALT_BYTES);
+        r->salt_len = json_string_length(v);
+        r->salt = dup_str(json_string_value(v), r->salt_len);
+        if (!r->salt) return oom(e);
+    }
+    return 0;
+}
+
+int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, ps_req *r,
+                 ps_error *e)
+{
+    json_error_t je;
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->temperature = 1.0;
+    r->top_p = 1.0;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!root)
+        return ps_err(e, 400, NULL, NULL, "the body is not valid JSON (line %d, column %d): %s",
+                      je.line, je.column, je.text);
+    int rc = 0;
+    if (!json_is_object(root))
+        rc = ps_err(e, 400, NULL, NULL, "the body must be a JSON object");
+    else
+        rc = parse_fields(root, kind, n_vocab, r, e);
+    json_decref(root);
+    if (rc) {
+        ps_req_free(r);
+        r->kind = kind;
+    }
+    return rc;
+}
+
+void ps_req_free(ps_req *r)
+{
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_toks);
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role);
+        free(r->msgs[i].content);
+    }
+    free(r->msgs);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->salt);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api.h - the OpenAI-compatible request bodies and error shape: parses and validates a
+ * POST /v1/completions or /v1/chat/completions body into a ps_req, and renders errors as
+ * {"error":{"message","type","param","code"}}. Callers: server.c, the tests (and a fuzz
+ * target could call ps_req_parse on arbitrary bytes: it never trusts its input).
+ *
+ * Fields (anything else is ignored, as OpenAI-compatible servers do):
+ *   model                      string; NULL when absent (any model is then accepted)
+ *   prompt       completions   string | [token ids] | [one string] | [[token ids]]
+ *   messages     chat          [{role, content: string | [{type:"text", text}]}], non-empty
+ *   max_tokens                 integer >= 1 (chat: max_completion_tokens wins if both)
+ *   temperature                number in [0, 2]; 0 is greedy            (default 1)
+ *   top_p                      number in (0, 1]                         (default 1)
+ *   top_k, min_p               extensions: integer >= 0, number in [0, 1] (default off)
+ *   seed                       integer
+ *   stop                       string | [up to 4 strings], non-empty strings
+ *   stream                     boolean; stream_options.include_usage boolean
+ *   n                          1 only
+ *   ignore_eos                 extension: boolean; true keeps generating past EOS (benches)
+ *   cache_salt                 string of at most 1024 bytes: the tenant; different salts
+ *                              never share cached pages
+ * A null value means "absent" for every optional field.
+ */
+#ifndef PS_API_H
+#define PS_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+typedef enum ps_kind { PS_COMPLETION = 0, PS_CHAT = 1 } ps_kind;
+
+#define PS_MAX_USER_STOPS 4
+#define PS_MAX_SALT_BYTES 1024
+
+typedef struct ps_msg {
+    char *role;    /* owned */
+    char *content; /* owned; text parts joined */
+} ps_msg;
+
+typedef struct ps_req {
+    ps_kind kind;
+    char *model;          /* owned; NULL: absent */
+    char *prompt;         /* completions with a text prompt (owned), else NULL */
+    size_t prompt_len;    /* bytes (a prompt may hold NUL bytes) */
+    int32_t *prompt_toks; /* completions with token ids (owned), else NULL */
+    size_t n_prompt_toks;
+    ps_msg *msgs; /* chat: [n_msgs] (owned) */
+    size_t n_msgs;
+    int64_t max_tokens; /* 0: absent */
+    double temperature; /* default 1 */
+    double top_p;       /* default 1 */
+    int64_t top_k;      /* default 0 (off) */
+    double min_p;       /* default 0 (off) */
+    int has_seed;
+    uint64_t seed;
+    char *stop[PS_MAX_USER_STOPS]; /* owned */
+    size_t n_stop;
+    int stream;
+    int include_usage;
+    int ignore_eos; /* extension (vLLM's): keep generating past end-of-generation tokens */
+    char *salt;     /* owned; NULL: the default tenant */
+    size_t salt_len;
+} ps_req;
+
+/* An error response: HTTP status, OpenAI type, the offending field (or empty), a code
+ * (or NULL) and a message that names the field. */
+typedef struct ps_error {
+    int status;
+    const char *type; /* static */
+    const char *code; /* static or NULL */
+    char param[64];
+    char message[512];
+} ps_error;
+
+/* Fills e. fmt: printf-style message. Returns -1 for convenient `return ps_err(...)`. */
+int ps_err(ps_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Parses body[0..len) (need not be NUL-terminated) as a request of kind. n_vocab bounds
+ * token ids in a token-array prompt. Returns 0 with *r filled (release with ps_req_free),
+ * or -1 with *e filled (400 for malformed JSON or a bad field, message naming it) and *r
+ * zeroed. Allocation failure: -1 with status 500. */
+int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, ps_req *r,
+                 ps_error *e);
+void ps_req_free(ps_req *r);
+
+/* Appends e as OpenAI's JSON error object to out. Returns 0 or -1 (oom). */
+int ps_error_json(const ps_error *e, ps_buf *out);
+
+#endif /* PS_API_H */

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics.h - the server's counters and latency histograms, and the Prometheus text page
+ * of GET /metrics (names prefixed pagoda_). Callers: server.c (HTTP threads count
+ * responses and finishes; the stepping thread's token callback observes latencies).
+ *
+ * Thread-safety: one mutex guards everything here; each call holds it for O(buckets).
+ * Gauges that live elsewhere (KV pages, running/waiting requests, scheduler and prefix
+ * cache counters) are read at render time from pe_sched / pgd_cache stats, so they are
+ * never stale.
+ */
+#ifndef PS_METRICS_H
+#define PS_METRICS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "scheduler.h"
+
+#define PS_HIST_MAX 16
+
+typedef struct ps_hist {
+    const double *le;                 /* [n] upper bounds in seconds, ascending */
+    uint32_t n;                       /* buckets before +Inf */
+    uint64_t counts[PS_HIST_MAX + 1]; /* per bucket (not cumulative); [n] is +Inf */
+    double sum;
+    uint64_t count;
+} ps_hist;
+
+/* Request outcomes as the client sees them. */
+typedef enum ps_outcome {
+    PS_OUT_STOP = 0,  /* end-of-generation token or a stop string */
+    PS_OUT_LENGTH,    /* max_tokens or the context */
+    PS_OUT_CANCELLED, /* the client went away, or shutdown */
+    PS_OUT_ERROR,     /* the forward pass failed or the request did not fit the pool */
+    PS_OUT_N
+} ps_outcome;
+
+typedef struct ps_metrics {
+    pthread_mutex_t mu;
+    ps_hist ttft;     /* arrival to first token */
+    ps_hist itl;      /* between consecutive tokens of one request */
+    ps_hist duration; /* arrival to the final token */
+    uint64_t finished[PS_OUT_N];
+    uint64_t prompt_tokens;     /* prompt tokens of finished requests */
+    uint64_t completion_tokens; /* completion tokens of finished requests */
+    uint64_t http_by_status[6]; /* 200, 400, 401, 404, 405, 413; see metrics.c */
+    uint64_t http_other[4];     /* 429, 500, 503, anything else */
+    uint64_t http_active;       /* requests being handled (header seen, not completed) */
+} ps_metrics;
+
+void ps_metrics_init(ps_metrics *m);
+void ps_metrics_deinit(ps_metrics *m);
+void ps_metrics_observe_ttft(ps_metrics *m, double seconds);
+void ps_metrics_observe_itl(ps_metrics *m, double seconds);
+void ps_metrics_finish(ps_metrics *m, ps_outcome o, double seconds, uint32_t prompt_tokens,
+                       uint32_t completion_tokens);
+void ps_metrics_http(ps_metrics *m, int status);
+void ps_metrics_http_active(ps_metrics *m, int delta);
+
+/* Static facts the page repeats (pagoda_info and geometry). */
+typedef struct ps_metrics_info {
+    const char *model_id;
+    const char *kv_type;
+    uint32_t page_tokens;
+    double kv_bytes_per_token; /* K+V of all layers, scales included */
+    uint32_t n_ctx;
+    int prefix_cache; /* 0 with --no-prefix-cache */
+} ps_metrics_info;
+
+/* Appends the Prometheus text exposition (version 0.0.4) to out. */
+void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, pgd_cache *cache,
+                       ps_buf *out);
+
+#endif /* PS_METRICS_H */

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server.h - the OpenAI-compatible HTTP server behind `pagoda serve`: libmicrohttpd (one
+ * thread per connection) in front of one pe_sched, stepped by a thread of its own.
+ * Caller: tools/serve.c. Prefix: ps_ ("pagoda server").
+ *
+ *   HTTP threads                        stepping thread
+ *   ------------                        ---------------
+ *   parse + validate the body           loop: pe_sched_step()
+ *   tokenize (chat: render template)      token callback -> job queue, signal
+ *   pe_sched_submit ------------------->  final callback -> job done, usage
+ *   wait on the job: detokenize, stop
+ *   strings, write JSON or SSE chunks
+ *   client gone -> pe_sched_cancel
+ *
+ * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/ID],
+ * GET /health, GET /metrics. See api.h for request fields, metrics.h for the metrics.
+ *
+ * Lifecycle: ps_server_start -> (serving) -> ps_server_begin_shutdown (new requests get
+ * 503, the listening socket closes) -> ps_server_wait_idle (in-flight requests finish)
+ * -> ps_server_destroy (cancels what is left, stops every thread). The model, context
+ * and scheduler are borrowed: they must outlive the server, and while it runs nothing
+ * else may step the scheduler.
+ */
+#ifndef PS_SERVER_H
+#define PS_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chat.h"
+#include "model.h"
+#include "scheduler.h"
+
+typedef struct ps_server ps_server;
+
+typedef struct ps_server_params {
+    const char *host;         /* address to bind (numeric or a name); default 127.0.0.1 */
+    uint16_t port;            /* 0: an ephemeral port (ps_server_port tells which) */
+    const char *api_key;      /* NULL: no auth; else /v1/ needs "Authorization: Bearer KEY" */
+    const char *model_id;     /* the id /v1/models reports and requests may name; required */
+    uint64_t max_body_bytes;  /* request bodies over this get 413 unread; 0: 16 MiB */
+    int chat_family;          /* a pe_chat_family, or -1: detect from the GGUF template */
+    int prefix_cache;         /* reported on /metrics (the scheduler does the work) */
+    uint32_t max_connections; /* 0: libmicrohttpd's default */
+} ps_server_params;
+
+ps_server_params ps_server_default_params(void);
+
+/* Binds, starts the HTTP threads and the stepping thread. Returns 0, or -1 with one line
+ * in err (cannot resolve or bind the address, out of memory). */
+int ps_server_start(const ps_server_params *p, pe_model *m, pe_ctx *ctx, pe_sched *s,
+                    ps_server **out, char *err, size_t errlen);
+/* The port actually bound. */
+uint16_t ps_server_port(const ps_server *srv);
+/* The chat family in use (detected or forced). */
+pe_chat_family ps_server_chat_family(const ps_server *srv);
+/* Stops taking new work: requests not yet submitted get 503, the listening socket is
+ * closed (connections already open are still served). Any thread; idempotent. */
+void ps_server_begin_shutdown(ps_server *srv);
+/* Waits up to timeout_s for every HTTP request in flight to complete. Returns 1 when none
+ * is left, 0 on timeout. */
+int ps_server_wait_idle(ps_server *srv, double timeout_s);
+/* Cancels every request left, closes every connection, joins every thread, frees the
+ * server. NULL: no-op. */
+void ps_server_destroy(ps_server *srv);
+
+#endif /* PS_SERVER_H */

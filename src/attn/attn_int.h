@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * attn_int.h - what the files of src/attn/ share: the pool geometry as attention sees it,
+ * one item's view of its sequence (page table, kivi2 residual ring), the source of a
+ * page's K/V rows, Quest page selection, and the softmax step kernels. Internal to
+ * libpagoda (tests include it to reach the ISA levels).
+ *
+ *   ref.c      pgd_attn_run_ref: the scalar reference, the spec
+ *   attn.c     pgd_attn_create/run: the planner, the work-item kernel, the merge
+ *   softmax.c  the online-softmax step, scalar / AVX2 / AVX-512
+ *   common.c   geometry, item views, page sources, Quest selection (shared by both paths,
+ *              so that both select the very same pages)
+ */
+#ifndef PGD_ATTN_INT_H
+#define PGD_ATTN_INT_H
+
+#include <stdint.h>
+
+#include "codec/codec_int.h"
+#include "pgd_int.h"
+#include "pagoda/attn.h"
+
+/* ---- geometry ---- */
+
+typedef struct pgd__attn_geom {
+    pgd_cache *cache;
+    pgd_pool *pool;
+    uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
+    uint32_t n_head, group; /* query heads; query heads per KV head */
+    pgd_kv_type type;
+    const pgd__codec *codec; /* fast kernels (or the reference, for ref.c) */
+    const pgd__codec *ring;  /* f16 codec for the kivi2 residual ring; NULL otherwise */
+    int rotate;              /* K/V stored rotated: rotate q, inverse-rotate out */
+    uint64_t rotate_seed;
+    int key_bounds; /* the pool keeps per-page channel min/max of keys */
+} pgd__attn_geom;
+
+/* Fills g for cache c and n_head query heads; ref != 0 takes the reference codecs.
+ * Returns PGD_OK or PGD_EINVAL (n_head, no payload, unknown codec, select_pages without
+ * key bounds or == 1). */
+int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32_t select_pages,
+                        int ref);
+
+/* ---- one item's view of its sequence ---- */
+
+typedef struct pgd__attn_view {
+    const uint32_t *pages; /* page table (borrowed, valid during the run) */
+    uint64_t len;          /* sequence length; rows are positions len - n_rows .. len - 1 */
+    uint32_t n_pages;      /* pages covering [0, len) */
+    /* kivi2 residual ring, [n_layers][K|V][n_kv_heads][window][head_dim] f16; NULL if none */
+    const uint16_t *ring;
+    uint32_t window;  /* ring rows */
+    uint64_t ring_lo; /* first page index read from the ring (pages >= ring_lo) */
+} pgd__attn_view;
+
+/* Fills v for an item after checking it (seq, q, out non-NULL; n_rows <= length).
+ * Returns PGD_OK or PGD_EINVAL. */
+int pgd__attn_view_init(const pgd__attn_geom *g, const pgd_attn_item *it, pgd__attn_view *v);
+
+/* Where the rows of page index pi of a view live for (layer, K|V, kv head): a region for
+ * codec *codec, of *pt rows, whose page rows start at row *r0. */
+static inline const void *pgd__attn_src(const pgd__attn_geom *g, const pgd__attn_view *v,
+                                        uint32_t pi, uint32_t layer, pgd__kv_kind kind,
+                                        uint32_t kvh, const pgd__codec **codec, uint32_t *pt,
+                                        uint32_t *r0)
+{
+    if (v->ring && pi >= v->ring_lo) {
+        uint64_t p0 = (uint64_t)pi * g->page_tokens;
+        *codec = g->ring;
+        *pt = v->window;
+        *r0 = (uint32_t)(p0 % v->window);
+        return v->ring +
+               ((((size_t)layer * 2 + kind) * g->n_kv_heads + kvh) * v->window) * g->head_dim;
+    }
+    *codec = g->codec;
+    *pt = g->page_tokens;
+    *r0 = 0;
+    return kind == PGD__K ? pgd_pool_k(g->pool, v->pages[pi], layer, kvh)
+                          : pgd_pool_v(g->pool, v->pages[pi], layer, kvh);
+}
+
+/* ---- Quest ---- */
+
+/* The number of pages a decode row keeps under budget select_pages, out of n_pages. */
+static inline uint32_t pgd__attn_n_selected(uint32_t n_pages, uint32_t select_pages)
+{
+    return select_pages && n_pages > select_pages ? select_pages : n_pages;
+}
+
+/* Selects the pages of a decode row (the view's last position) for KV head kvh: qr is the
+ * group's query heads, rotated as the keys are ([group][head_dim]). Writes
+ * pgd__attn_n_selected(v->n_pages, budget) page indices in increasing order to sel and
+ * returns their number. heap is scratch of budget entries. Deterministic (scalar sums in a
+ * fixed order), so the reference and the fast path select the same pages. */
+uint32_t pgd__attn_select(const pgd__attn_geom *g, const pgd__attn_view *v, uint32_t layer,
+                          uint32_t kvh, const float *qr, uint32_t budget, uint32_t *sel,
+                          uint32_t *heap_page, float *heap_score);
+
+/* ---- softmax step (softmax.c) ---- */
+
+enum { PGD__ATTN_SCALAR = 0, PGD__ATTN_AVX2 = 1, PGD__ATTN_AVX512 = 2 };
+
+/* One online-softmax step (see softmax.c): scores of one query over a block, s[0..nv) valid
+ * of nb (nv >= 1), log2 domain. Updates *m, writes the weights in place (zeros past nv),
+ * *sum = their sum; returns the factor 2^(m_old - m_new) for the running state. */
+typedef float (*pgd__softmax_step_fn)(float *s, uint32_t nv, uint32_t nb, float *m, float *sum);
+
+/* The CPU's best level. */
+int pgd__attn_isa(void);
+/* The step kernel at an ISA level, NULL when this CPU lacks it. */
+pgd__softmax_step_fn pgd__attn_softmax_step(int isa);
+
+/* Test hook: makes a pgd_attn use the scalar step and the reference codec kernels
+ * (isa = PGD__ATTN_SCALAR) or a given step level with the fast codec kernels.
+ * Returns PGD_OK or PGD_EINVAL (level not available). */
+int pgd__attn_force_isa(pgd_attn *a, int isa);
+
+/* Benchmark hook: software prefetch of the next page's K and the current page's V (on by
+ * default). */
+void pgd__attn_set_prefetch(pgd_attn *a, int on);
+
+/* Test hook: the plan of a's last run: work items queued, and how many of them are pieces
+ * of split tasks. */
+void pgd__attn_last_plan(const pgd_attn *a, uint32_t *n_pieces, uint32_t *n_split_pieces);
+
+#endif /* PGD_ATTN_INT_H */

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_api.c - server/api.c: OpenAI request parsing and the error shape.
+ *   - a completion with every field, a chat with text parts, token-id prompts;
+ *   - defaults (temperature 1, top_p 1, no max_tokens, no salt);
+ *   - each bad field gives 400 with param set to the field and named in the message;
+ *   - malformed JSON, and 20,000 random mutations of valid bodies: never a crash or a
+ *     leak (ASan), always 0 or 400;
+ *   - ps_error_json writes {"error":{"message","type","param","code"}}.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "api.h"
+#include "t.h"
+
+static int parse(ps_kind k, const char *s, ps_req *r, ps_error *e)
+{
+    return ps_req_parse(k, s, strlen(s), 512, r, e);
+}
+
+static int test_full_completion(void)
+{
+    ps_req r;
+    ps_error e;
+    const char *body =
+        "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":7,\"temperature\":0.5,"
+        "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.1,\"seed\":-3,\"stop\":[\"a\",\"bc\"],"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,"
+        "\"cache_salt\":\"t1\",\"ignore_eos\":true,\"frequency_penalty\":0,\"user\":\"x\",\"echo\":"
+        "false,"
+        "\"logprobs\":null}";
+    T_EQ(parse(PS_COMPLETION, body, &r, &e), 0);
+    T_ASSERT(strcmp(r.model, "m") == 0);
+    T_ASSERT(strcmp(r.prompt, "Once") == 0);
+    T_EQ(r.prompt_len, 4);
+    T_EQ(r.max_tokens, 7);
+    T_ASSERT(r.temperature == 0.5 && r.top_p == 0.9 && r.min_p == 0.1);
+    T_EQ(r.top_k, 40);
+    T_ASSERT(r.has_seed && r.seed == (uint64_t)-3);
+    T_EQ(r.n_stop, 2);
+    T_ASSERT(strcmp(r.stop[1], "bc") == 0);
+    T_ASSERT(r.stream && r.include_usage);
+    T_EQ(r.salt_len, 2);
+    T_ASSERT(r.ignore_eos);
+    ps_req_free(&r);
+
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\"}", &r, &e), 0);
+    T_ASSERT(!r.model && r.temperature == 1.0 && r.top_p == 1.0 && !r.max_tokens && !r.salt);
+    T_ASSERT(!r.stream && !r.has_seed && !r.n_stop);
+    ps_req_free(&r);
+
+    /* Token ids, bare or nested once; a one-string array; nulls mean absent. */
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":[1,2,511],\"max_tokens\":null,\"stop\":null}", &r, &e),
+         0);
+    T_EQ(r.n_prompt_toks, 3);
+    T_EQ(r.prompt_toks[2], 511);
+    ps_req_free(&r);
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":[[4,5]]}", &r, &e), 0);
+    T_EQ(r.n_prompt_toks, 2);
+    ps_req_free(&r);
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":[\"hi\"]}", &r, &e), 0);
+    T_ASSERT(strcmp(r.prompt, "hi") == 0);
+    ps_req_free(&r);
+    /* NUL bytes inside a prompt survive. */
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", &r, &e), 0);
+    T_EQ(r.prompt_len, 3);
+    ps_req_free(&r);
+    return 0;
+}
+
+static int test_chat(void)
+{
+    ps_req r;
+    ps_error e;
+    const char *body =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
+        "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+        "\"max_tokens\":3,\"max_completion_tokens\":9}";
+    T_EQ(parse(PS_CHAT, body, &r, &e), 0);
+    T_EQ(r.n_msgs, 2);
+    T_ASSERT(strcmp(r.msgs[0].role, "system") == 0 && strcmp(r.msgs[0].content, "S") == 0);
+    T_ASSERT(strcmp(r.msgs[1].content, "ab") == 0);
+    T_EQ(r.max_tokens, 9); /* max_completion_tokens wins */
+    ps_req_free(&r);
+    return 0;
+}
+
+static int test_errors(void)
+{
+    static const struct {
+        ps_kind k;
+        const char *body, *param;
+    } cases[] = {
+        {PS_COMPLETION, "", ""},
+        {PS_COMPLETION, "{", ""},
+        {PS_COMPLETION, "null", ""},
+        {PS_COMPLETION, "{\"prompt\":\"x\"} trailing", ""},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"prompt\":\"y\"}", ""},
+        {PS_COMPLETION, "{}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":{}}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":[1,\"a\"]}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":[-1]}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":[512]}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":[[]]}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"temperature\":-1}", "temperature"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"top_p\":1.5}", "top_p"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"top_k\":-2}", "top_k"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"min_p\":2}", "min_p"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"seed\":\"s\"}", "seed"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"stop\":\"\"}", "stop"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":\"y\"}", "ignore_eos"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"n\":3}", "n"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":[]}", "cache_salt"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model"},
+        {PS_CHAT, "{\"prompt\":\"x\"}", "messages"},
+        {PS_CHAT, "{\"messages\":[]}", "messages"},
+        {PS_CHAT, "{\"messages\":[1]}", "messages"},
+        {PS_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages"},
+        {PS_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":null}]}", "messages"},
+        {PS_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}",
+         "messages"},
+        {PS_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}",
+         "max_completion_tokens"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ps_req r;
+        ps_error e;
+        if (parse(cases[i].k, cases[i].body, &r, &e) != -1) T_FAIL("accepted: %s", cases[i].body);
+        T_EQ(e.status, 400);
+        if (strcmp(e.param, cases[i].param) != 0)
+            T_FAIL("%s: param '%s', want '%s'", cases[i].body, e.param, cases[i].param);
+        if (cases[i].param[0] && !strstr(e.message, cases[i].param))
+            T_FAIL("%s: message '%s' does not name the field", cases[i].body, e.message);
+        T_ASSERT(r.prompt == NULL && r.msgs == NULL && r.n_stop == 0);
+    }
+    return 0;
+}
+
+static int test_mutations(void)
+{
+    static const char *seeds[] = {
+        "{\"prompt\":\"Once\",\"max_tokens\":7,\"stop\":[\"a\",\"bc\"],\"stream\":true}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}]}",
+        "{\"prompt\":[[1,2,3]],\"cache_salt\":\"s\",\"seed\":1,\"stream_options\":{}}",
+    };
+    uint64_t rng = 42;
+    char buf[256];
+    int ok = 0;
+    for (int it = 0; it < 20000; it++) {
+        const char *s = seeds[it % 3];
+        size_t n = strlen(s);
+        memcpy(buf, s, n);
+        int edits = 1 + (int)(t_rand(&rng) % 4);
+        for (int k = 0; k < edits; k++) {
+            size_t at = (size_t)(t_rand(&rng) % n);
+            static const char alpha[] = "{}[]\":,0123456789-.eEtrufalsn \\u\x01\xff";
+            buf[at] = alpha[t_rand(&rng) % (sizeof alpha - 1)];
+        }
+        if (t_rand(&rng) % 8 == 0) n = (size_t)(t_rand(&rng) % n);
+        ps_req r;
+        ps_error e;
+        int rc = ps_req_parse(it % 3 == 1 ? PS_CHAT : PS_COMPLETION, buf, n, 512, &r, &e);
+        if (rc == 0) {
+            ok++;
+            ps_req_free(&r);
+        } else {
+            T_EQ(e.status, 400);
+        }
+    }
+    printf("mutations: %d of 20000 still valid\n", ok);
+    return 0;
+}
+
+static int test_error_json(void)
+{
+    ps_error e;
+    ps_buf b;
+    json_error_t je;
+    ps_err(&e, 413, "prompt", "context_length_exceeded", "too long: %d", 5);
+    ps_buf_init(&b);
+    T_OK(ps_error_json(&e, &b));
+    json_t *o = json_loads(b.data, 0, &je);
+    T_ASSERT(o);
+    json_t *err = json_object_get(o, "error");
+    T_ASSERT(strcmp(json_string_value(json_object_get(err, "message")), "too long: 5") == 0);
+    T_ASSERT(strcmp(json_string_value(json_object_get(err, "type")), "invalid_request_error") == 0);
+    T_ASSERT(strcmp(json_string_value(json_object_get(err, "param")), "prompt") == 0);
+    T_ASSERT(strcmp(json_string_value(json_object_get(err, "code")), "context_length_exceeded") ==
+             0);
+    json_decref(o);
+    ps_buf_reset(&b);
+    ps_err(&e, 401, NULL, NULL, "no");
+    T_OK(ps_error_json(&e, &b));
+    o = json_loads(b.data, 0, &je);
+    err = json_object_get(o, "error");
+    T_ASSERT(json_is_null(json_object_get(err, "param")) &&
+             json_is_null(json_object_get(err, "code")));
+    T_ASSERT(strcmp(json_string_value(json_object_get(err, "type")), "authentication_error") == 0);
+    json_decref(o);
+    ps_buf_deinit(&b);
+    return 0;
+}
+
+int main(void)
+{
+    T_RUN(test_full_completion);
+    T_RUN(test_chat);
+    T_RUN(test_errors);
+    T_RUN(test_mutations);
+    T_RUN(test_error_json);
+    T_DONE();
+}

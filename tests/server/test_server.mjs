@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: MIT
+// test_server.mjs - drives the real `pagoda serve` over HTTP (node:test + fetch):
+//   - completions and chat, streaming and not; stories260K's greedy text is the golden one;
+//   - stop sequences (text level, never part of the output, held back while streaming);
+//   - usage with prompt_tokens_details.cached_tokens on every response;
+//   - every error status with a malformed body each: 400, 401, 404, 405, 413, 429, 503;
+//   - cancellation (client disconnect) frees the request's pages at once (metrics);
+//   - cache_salt isolation; /v1/models, /health, the Prometheus page;
+//   - 8 concurrent requests sharing a 1,000-token prefix: the prefix is computed once
+//     and the greedy outputs equal those of the same requests run one by one.
+// Run by ctest (labels integration, thread); see common.mjs for the environment.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import {
+  requireSetup, startServer, post, get, stream, metrics, until, randomTokens, sleep,
+} from './common.mjs';
+
+const model = requireSetup();
+const GOLDEN = ', there was a little girl named Lily. She loved to play outside in the park.';
+let srv;
+
+before(async () => {
+  srv = await startServer(model.path, ['--ctx', '2048', '--kv-type', 'f32', '--max-body', '256K']);
+});
+after(async () => { if (srv) await srv.stop(); });
+
+function checkUsage(u, prompt, completion, cached = null) {
+  assert.ok(u, 'usage is present');
+  assert.equal(u.prompt_tokens, prompt);
+  assert.equal(u.completion_tokens, completion);
+  assert.equal(u.total_tokens, prompt + completion);
+  assert.equal(typeof u.prompt_tokens_details.cached_tokens, 'number');
+  if (cached !== null) assert.equal(u.prompt_tokens_details.cached_tokens, cached);
+}
+
+test('completion, not streamed', async () => {
+  const id = (await get(srv, '/v1/models')).json.data[0].id;
+  const r = await post(srv, '/v1/completions',
+    { model: id, prompt: 'Once upon a time', max_tokens: 30, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const j = r.json;
+  assert.equal(j.object, 'text_completion');
+  assert.match(j.id, /^cmpl-/);
+  assert.equal(typeof j.created, 'number');
+  assert.equal(j.choices.length, 1);
+  assert.equal(j.choices[0].index, 0);
+  assert.equal(j.choices[0].finish_reason, 'length');
+  if (model.stories) assert.ok(j.choices[0].text.startsWith(GOLDEN.slice(0, 40)), j.choices[0].text);
+  checkUsage(j.usage, model.stories ? 5 : j.usage.prompt_tokens, 30, 0);
+  // No model named: accepted too.
+  const r2 = await post(srv, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 30, temperature: 0 });
+  assert.equal(r2.status, 200);
+  assert.equal(r2.json.choices[0].text, j.choices[0].text);
+});
+
+test('completion, streamed: same text, usage on the last chunk, [DONE]', async () => {
+  const body = { prompt: 'Once upon a time', max_tokens: 40, temperature: 0 };
+  const whole = await post(srv, '/v1/completions', body);
+  const { events } = await stream(srv, '/v1/completions', body);
+  assert.equal(events.at(-1), '[DONE]');
+  const chunks = events.slice(0, -1);
+  let text = '';
+  for (const c of chunks) {
+    assert.equal(c.object, 'text_completion');
+    assert.equal(c.choices.length, 1);
+    text += c.choices[0].text;
+  }
+  const last = chunks.at(-1);
+  assert.equal(last.choices[0].finish_reason, 'length');
+  for (const c of chunks.slice(0, -1)) assert.equal(c.choices[0].finish_reason, null);
+  assert.equal(text, whole.json.choices[0].text);
+  checkUsage(last.usage, whole.json.usage.prompt_tokens, 40);
+});
+
+test('chat, not streamed and streamed with include_usage', async () => {
+  const body = { messages: [{ role: 'system', content: 'You tell stories.' },
+                            { role: 'user', content: [{ type: 'text', text: 'Tell me about a cat.' }] }],
+                 max_completion_tokens: 24, temperature: 0 };
+  const r = await post(srv, '/v1/chat/completions', body);
+  assert.equal(r.status, 200, r.text);
+  const j = r.json;
+  assert.equal(j.object, 'chat.completion');
+  assert.match(j.id, /^chatcmpl-/);
+  assert.equal(j.choices[0].message.role, 'assistant');
+  assert.equal(typeof j.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(j.choices[0].finish_reason));
+  assert.ok(j.usage.prompt_tokens > 5);
+  checkUsage(j.usage, j.usage.prompt_tokens, j.usage.completion_tokens);
+  if (j.choices[0].finish_reason === 'length') assert.equal(j.usage.completion_tokens, 24);
+
+  const { events } = await stream(srv, '/v1/chat/completions',
+    { ...body, stream_options: { include_usage: true } });
+  assert.equal(events.at(-1), '[DONE]');
+  const chunks = events.slice(0, -1);
+  assert.deepEqual(chunks[0].choices[0].delta, { role: 'assistant', content: '' });
+  let text = '';
+  for (const c of chunks.slice(1, -2)) {
+    assert.equal(c.object, 'chat.completion.chunk');
+    assert.equal(c.usage, null);
+    text += c.choices[0].delta.content;
+  }
+  const fin = chunks.at(-2);
+  assert.equal(fin.choices[0].finish_reason, j.choices[0].finish_reason);
+  assert.deepEqual(fin.choices[0].delta, {});
+  const u = chunks.at(-1);
+  assert.deepEqual(u.choices, []);
+  checkUsage(u.usage, j.usage.prompt_tokens, j.usage.completion_tokens);
+  assert.equal(text, j.choices[0].message.content);
+});
+
+test('stop sequences: cut before the stop, finish_reason stop, held back while streaming', async () => {
+  const base = { prompt: 'Once upon a time', max_tokens: 60, temperature: 0 };
+  const full = (await post(srv, '/v1/completions', base)).json.choices[0].text;
+  // A stop string spanning several tokens, from the middle of the greedy text.
+  const at = Math.floor(full.length / 2);
+  const stop = full.slice(at, at + 7);
+  const want = full.slice(0, full.indexOf(stop));
+  const r = await post(srv, '/v1/completions', { ...base, stop: [stop, 'zzzz-never'] });
+  assert.equal(r.status, 200);
+  assert.equal(r.json.choices[0].text, want);
+  assert.equal(r.json.choices[0].finish_reason, 'stop');
+  assert.ok(r.json.usage.completion_tokens < 60);
+
+  const { events } = await stream(srv, '/v1/completions', { ...base, stop });
+  let text = '';
+  for (const c of events.slice(0, -1)) {
+    text += c.choices[0].text;
+    // Never show text past the point where the stop string begins.
+    assert.ok(want.startsWith(text), `streamed ${JSON.stringify(text)} beyond ${JSON.stringify(want)}`);
+  }
+  assert.equal(text, want);
+  const last = events.at(-2);
+  assert.equal(last.choices[0].finish_reason, 'stop');
+  assert.equal(last.usage.completion_tokens, r.json.usage.completion_tokens);
+
+  // Single-string form, stop at the very first characters.
+  const r2 = await post(srv, '/v1/completions', { ...base, stop: full.slice(0, 3) });
+  assert.equal(r2.json.choices[0].text, '');
+  assert.equal(r2.json.choices[0].finish_reason, 'stop');
+});
+
+test('models, health, metrics page', async () => {
+  const m = await get(srv, '/v1/models');
+  assert.equal(m.status, 200);
+  assert.equal(m.json.object, 'list');
+  assert.equal(m.json.data.length, 1);
+  assert.equal(m.json.data[0].object, 'model');
+  const id = m.json.data[0].id;
+  assert.equal((await get(srv, '/v1/models/' + id)).json.id, id);
+  assert.equal((await get(srv, '/v1/models/nope')).status, 404);
+  const h = await get(srv, '/health');
+  assert.equal(h.status, 200);
+  assert.equal(h.json.status, 'ok');
+  const v = await metrics(srv);
+  for (const name of ['pagoda_kv_pages_total', 'pagoda_kv_pages_used', 'pagoda_kv_pages_cached',
+    'pagoda_kv_usage_ratio', 'pagoda_kv_bytes_per_token', 'pagoda_prefix_cache_queried_tokens_total',
+    'pagoda_prefix_cache_hit_tokens_total', 'pagoda_requests_running', 'pagoda_requests_waiting',
+    'pagoda_preemptions_total', 'pagoda_prompt_tokens_computed_total',
+    'pagoda_generation_tokens_total', 'pagoda_requests_finished_total{reason="stop"}',
+    'pagoda_time_to_first_token_seconds_count', 'pagoda_inter_token_latency_seconds_count'])
+    assert.ok(name in v, `metric ${name} missing`);
+  assert.ok(v.pagoda_kv_pages_total > 0);
+  assert.equal(v.pagoda_kv_bytes_per_token, model.stories ? 1280 : v.pagoda_kv_bytes_per_token);
+  assert.ok(v.pagoda_generation_tokens_total > 0);
+  assert.ok(v.pagoda_time_to_first_token_seconds_count > 0);
+  for (const h of ['pagoda_time_to_first_token_seconds', 'pagoda_inter_token_latency_seconds']) {
+    const buckets = Object.entries(v).filter(([k]) => k.startsWith(h + '_bucket'));
+    assert.ok(buckets.length > 3);
+    for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i][1] >= buckets[i - 1][1]);
+    assert.equal(v[`${h}_bucket{le="+Inf"}`], v[`${h}_count`]);
+  }
+});
+
+test('400: malformed JSON and bad fields name the field', async () => {
+  const cases = [
+    ['{"prompt": "x",', null],
+    ['[1, 2]', null],
+    ['{"prompt": 5}', 'prompt'],
+    ['{"prompt": []}', 'prompt'],
+    ['{"prompt": [1, 99999]}', 'prompt'],
+    ['{"prompt": ["a", "b"]}', 'prompt'],
+    ['{"prompt": "x", "max_tokens": 0}', 'max_tokens'],
+    ['{"prompt": "x", "max_tokens": "ten"}', 'max_tokens'],
+    ['{"prompt": "x", "temperature": "hot"}', 'temperature'],
+    ['{"prompt": "x", "temperature": 3}', 'temperature'],
+    ['{"prompt": "x", "top_p": 0}', 'top_p'],
+    ['{"prompt": "x", "n": 2}', 'n'],
+    ['{"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}', 'stop'],
+    ['{"prompt": "x", "stop": [""]}', 'stop'],
+    ['{"prompt": "x", "stop": 7}', 'stop'],
+    ['{"prompt": "x", "stream": "yes"}', 'stream'],
+    ['{"prompt": "x", "stream_options": {"include_usage": 1}}', 'stream_options'],
+    ['{"prompt": "x", "seed": 1.5}', 'seed'],
+    ['{"prompt": "x", "cache_salt": 12}', 'cache_salt'],
+    ['{"prompt": "x", "model": 3}', 'model'],
+    ['{"prompt": "x", "prompt": "y"}', null],
+  ];
+  for (const [body, param] of cases) {
+    const r = await post(srv, '/v1/completions', body);
+    assert.equal(r.status, 400, `${body}: ${r.text}`);
+    const e = r.json.error;
+    assert.equal(e.type, 'invalid_request_error');
+    assert.equal(typeof e.message, 'string');
+    assert.ok('param' in e && 'code' in e);
+    assert.equal(e.param, param, body);
+    if (param) assert.ok(e.message.includes(param), `${body}: message ${e.message}`);
+  }
+  const chat = [
+    ['{"messages": []}', 'messages'],
+    ['{"messages": "hi"}', 'messages'],
+    ['{"messages": [{"role": "user"}]}', 'messages'],
+    ['{"messages": [{"role": "wizard", "content": "x"}]}', 'messages'],
+    ['{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 'messages'],
+    ['{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1}', 'max_completion_tokens'],
+    ['{"prompt": "no messages"}', 'messages'],
+  ];
+  for (const [body, param] of chat) {
+    const r = await post(srv, '/v1/chat/completions', body);
+    assert.equal(r.status, 400, `${body}: ${r.text}`);
+    assert.equal(r.json.error.param, param, body);
+  }
+});
+
+test('404 unknown route or model, 405 wrong method, 413 too long or too big', async () => {
+  let r = await post(srv, '/v1/embeddings', '{"input": "x"}');
+  assert.equal(r.status, 404);
+  assert.equal(r.json.error.type, 'not_found_error');
+  r = await get(srv, '/nothing/here');
+  assert.equal(r.status, 404);
+  r = await post(srv, '/v1/completions', { model: 'gpt-4', prompt: 'x' });
+  assert.equal(r.status, 404);
+  assert.equal(r.json.error.code, 'model_not_found');
+  assert.equal(r.json.error.param, 'model');
+  r = await post(srv, '/v1/chat/completions', { model: 'gpt-4', messages: [{ role: 'user', content: 'x' }] });
+  assert.equal(r.status, 404);
+
+  r = await get(srv, '/v1/completions');
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'POST');
+  r = await post(srv, '/health', '{}');
+  assert.equal(r.status, 405);
+  r = await post(srv, '/v1/models', '{"malformed":');
+  assert.equal(r.status, 405);
+
+  // Prompt longer than the context (2048): token ids, and text.
+  r = await post(srv, '/v1/completions', { prompt: randomTokens(7, 2100) });
+  assert.equal(r.status, 413, r.text);
+  assert.equal(r.json.error.code, 'context_length_exceeded');
+  assert.equal(r.json.error.param, 'prompt');
+  r = await post(srv, '/v1/completions', { prompt: 'Once upon a time '.repeat(600) });
+  assert.equal(r.status, 413);
+  r = await post(srv, '/v1/chat/completions', { messages: [{ role: 'user', content: 'the cat '.repeat(1200) }] });
+  assert.equal(r.status, 413);
+  assert.equal(r.json.error.param, 'messages');
+  // Bodies over --max-body (256K) are refused unread: malformed content does not matter.
+  r = await post(srv, '/v1/completions', '{"prompt": "' + 'x'.repeat(300 * 1024));
+  assert.equal(r.status, 413);
+  assert.equal(r.json.error.code, 'request_too_large');
+  // And the server is still fine.
+  r = await post(srv, '/v1/completions', { prompt: 'Once', max_tokens: 2 });
+  assert.equal(r.status, 200);
+});
+
+test('cache_salt: same prompt, other salt, 0 cached tokens', async () => {
+  const prompt = randomTokens(99, 100);
+  const ask = async (salt) => {
+    const body = { prompt, max_tokens: 2, temperature: 0 };
+    if (salt !== undefined) body.cache_salt = salt;
+    const r = await post(srv, '/v1/completions', body);
+    assert.equal(r.status, 200, r.text);
+    return r.json.usage.prompt_tokens_details.cached_tokens;
+  };
+  assert.equal(await ask('tenant-a'), 0);
+  assert.equal(await ask('tenant-a'), 96); // whole pages of the first 99 tokens
+  assert.equal(await ask('tenant-b'), 0);
+  assert.equal(await ask(undefined), 0);
+  assert.equal(await ask(undefined), 96);
+  assert.equal(await ask('tenant-b'), 96);
+});
+
+test('cancellation: a client that goes away frees its pages at once', async () => {
+  const before = await metrics(srv);
+  assert.equal(before.pagoda_kv_pages_used, 0);
+  // Streamed: abort after a few chunks.
+  let pagesWhileRunning = 0;
+  const { aborted } = await stream(srv, '/v1/completions',
+    { prompt: randomTokens(5, 300), max_tokens: 1700, temperature: 0 }, (ev, evs) => evs.length >= 3);
+  assert.ok(aborted);
+  await until(async () => {
+    const v = await metrics(srv);
+    return v.pagoda_kv_pages_used === 0 && v.pagoda_requests_running === 0 &&
+      v['pagoda_requests_finished_total{reason="cancelled"}'] ===
+        before['pagoda_requests_finished_total{reason="cancelled"}'] + 1;
+  }, 'the cancelled stream to release its pages');
+
+  // Not streamed: abort while it runs (pages are held then), then they go back.
+  const ctl = new AbortController();
+  const p = fetch(srv.url + '/v1/completions', {
+    method: 'POST', body: JSON.stringify({ prompt: randomTokens(6, 300), max_tokens: 1700 }),
+    signal: ctl.signal,
+  }).catch((e) => e);
+  await until(async () => {
+    const v = await metrics(srv);
+    pagesWhileRunning = v.pagoda_kv_pages_used;
+    return v.pagoda_requests_running === 1 && pagesWhileRunning > 0;
+  }, 'the request to run');
+  ctl.abort();
+  assert.ok((await p) instanceof Error);
+  await until(async () => {
+    const v = await metrics(srv);
+    return v.pagoda_kv_pages_used === 0 && v.pagoda_requests_running === 0 &&
+      v['pagoda_requests_finished_total{reason="cancelled"}'] ===
+        before['pagoda_requests_finished_total{reason="cancelled"}'] + 2;
+  }, 'the cancelled request to release its pages');
+  assert.ok(pagesWhileRunning >= 300 / 16);
+});
+
+test('8 concurrent requests sharing a 1,000-token prefix: computed once, same outputs', async () => {
+  const PREFIX = 1000, N = 8, PT = 16, MAX = 16;
+  const prefix = randomTokens(1234, PREFIX);
+  const prompts = [];
+  let sumSuffix = 0;
+  for (let i = 0; i < N; i++) {
+    const suf = randomTokens(7001 + 2 * i, 5 + 3 * i); // odd seeds: all distinct
+    sumSuffix += suf.length;
+    prompts.push(prefix.concat(suf));
+  }
+  const m0 = await metrics(srv);
+  const together = await Promise.all(prompts.map((p) =>
+    post(srv, '/v1/completions', { prompt: p, max_tokens: MAX, temperature: 0, cache_salt: 'shared' })));
+  const m1 = await metrics(srv);
+  for (const r of together) assert.equal(r.status, 200, r.text);
+  const computed = m1.pagoda_prompt_tokens_computed_total - m0.pagoda_prompt_tokens_computed_total;
+  // One prefix plus the suffixes, plus at most the prefix's last partial page per request.
+  assert.ok(computed >= PREFIX + sumSuffix, `computed ${computed}`);
+  assert.ok(computed <= PREFIX + sumSuffix + N * PT, `computed ${computed}: prefix recomputed`);
+  const full = Math.floor(PREFIX / PT) * PT;
+  const late = together.filter((r) => r.json.usage.prompt_tokens_details.cached_tokens >= full);
+  assert.equal(late.length, N - 1);
+  console.log(`# shared prefix ${PREFIX} + suffixes ${sumSuffix}: computed ${computed} prompt tokens`);
+
+  // The same requests one by one, each on its own tenant (nothing cached): same text.
+  for (let i = 0; i < N; i++) {
+    const r = await post(srv, '/v1/completions',
+      { prompt: prompts[i], max_tokens: MAX, temperature: 0, cache_salt: `solo-${i}` });
+    assert.equal(r.json.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(r.json.choices[0].text, together[i].json.choices[0].text, `request ${i}`);
+    assert.equal(r.json.usage.completion_tokens, together[i].json.usage.completion_tokens);
+  }
+});
+
+test('401 without the API key; /health stays open', async () => {
+  const s = await startServer(model.path, ['--api-key', 'sekret', '--ctx', '256']);
+  try {
+    let r = await post(s, '/v1/completions', '{"prompt": "x"');
+    assert.equal(r.status, 401);
+    assert.equal(r.json.error.type, 'authentication_error');
+    assert.equal(r.json.error.code, 'invalid_api_key');
+    r = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 1 }, { authorization: 'Bearer wrong' });
+    assert.equal(r.status, 401);
+    r = await get(s, '/v1/models');
+    assert.equal(r.status, 401);
+    r = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 1 }, { authorization: 'Bearer sekret' });
+    assert.equal(r.status, 200);
+    assert.equal((await get(s, '/health')).status, 200);
+  } finally {
+    await s.stop();
+  }
+});
+
+test('429 when the queue is full', async () => {
+  const s = await startServer(model.path, ['--max-running', '1', '--max-queued', '1', '--ctx', '4096']);
+  try {
+    // A runs (long), B waits in the queue, C finds the queue full.
+    const ctl = new AbortController();
+    const resA = await fetch(s.url + '/v1/completions', {
+      method: 'POST', signal: ctl.signal,
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4000, stream: true }),
+    });
+    const reader = resA.body.getReader();
+    await reader.read(); // A is running
+    const pB = post(s, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 2 });
+    await until(async () => (await metrics(s)).pagoda_requests_waiting === 1, 'B to queue');
+    const c = await post(s, '/v1/completions', '{"prompt": "Once upon a time", "max_tokens": 2}');
+    assert.equal(c.status, 429, c.text);
+    assert.equal(c.json.error.code, 'queue_full');
+    ctl.abort(); // A goes; B runs
+    const b = await pB;
+    assert.equal(b.status, 200);
+    const v = await metrics(s);
+    assert.equal(v['pagoda_http_responses_total{code="429"}'], 1);
+  } finally {
+    await s.stop();
+  }
+});
+
+test('503 while shutting down; exit 0', async () => {
+  const s = await startServer(model.path, ['--ctx', '256', '--shutdown-grace', '60']);
+  // A request whose body is still arriving when SIGTERM comes.
+  const body = '{"prompt": "Once upon a time", "max_tokens": 2}';
+  const sock = net.connect(s.port, '127.0.0.1');
+  await new Promise((r) => sock.on('connect', r));
+  let reply = '';
+  sock.on('data', (d) => { reply += d.toString(); });
+  const closed = new Promise((r) => sock.on('close', r));
+  sock.write(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+             `Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 10)}`);
+  await until(async () => (await metrics(s)).pagoda_http_requests_active >= 2, 'the request to be seen');
+  s.proc.kill('SIGTERM');
+  await s.waitStdout(/shutting down\n/);
+  sock.write(body.slice(10));
+  await closed;
+  assert.match(reply, /^HTTP\/1\.1 503/);
+  const json = JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4));
+  assert.equal(json.error.code, 'shutting_down');
+  const { code } = await s.exited;
+  assert.equal(code, 0, s.stderr());
+});

@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * eval.c - `pagoda eval`: perplexity of a GGUF model over a text file, computed exactly as
+ * llama.cpp's `llama-perplexity` does, and (with a KV codec other than plain f32) the
+ * damage the codec does to the model's next-token distribution.
+ *
+ * Method (llama.cpp's, see shared/models/README.md "Perplexity reference"):
+ *
+ *   tokens = tokenize(text) with BOS            n_chunks = floor(n_tokens / ctx)
+ *   chunk i = tokens[i*ctx .. (i+1)*ctx), its first token replaced by BOS, evaluated
+ *             from an empty sequence; logits at positions ctx/2 .. ctx-2 predict the
+ *             tokens at ctx/2+1 .. ctx-1  (ctx - 1 - ctx/2 scored tokens per chunk)
+ *   PPL = exp(mean NLL),  NLL = -log softmax(logits)[next token]  (double sums)
+ *
+ * With --kv-type other than f32 (or --kv-rotate, --kv-select-pages) a second context with
+ * a plain f32 cache runs the same windows in lockstep, and for every scored position we
+ * add KL(p_f32 || p_codec) and whether both argmaxes agree (top-1 agreement).
+ *
+ * Output: a short table on stdout, or one JSON object with --json. Bad input (missing or
+ * empty text, a context that does not fit, text shorter than 2 * ctx) exits 1 with one
+ * line on stderr; a bad command line exits 2. Called by the dispatcher in pagoda.c.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "model.h"
+
+static void usage(FILE *out)
+{
+    fputs("usage: pagoda eval -m MODEL.gguf -f TEXT [options]\n"
+          "\n"
+          "Perplexity of the model over a text file, by llama.cpp's method: the text is\n"
+          "tokenized once (with BOS), cut into floor(tokens / CTX) chunks of CTX tokens\n"
+          "that each start with BOS and run from an empty cache, and only the second half\n"
+          "of each chunk is scored. With a KV codec other than f32 the f32 cache runs the\n"
+          "same chunks too, and the mean KL divergence KL(p_f32 || p_codec) and the top-1\n"
+          "agreement over the scored tokens are reported.\n"
+          "\n"
+          "  -m, --model FILE          GGUF model (architecture llama)\n"
+          "  -f, --file FILE           the text to score\n"
+          "  -c, --ctx-size N          tokens per chunk (default 512; at least 4)\n"
+          "  -b, --batch-size N        tokens per forward call (default 512)\n"
+          "  -t, --threads N           threads (default: all cores)\n"
+          "      --kv-type T           f32 | f16 | bf16 | q8_0 | q4_0 | kivi2 (default f32)\n"
+          "      --kv-rotate           Hadamard-rotate K and V before encoding\n"
+          "      --kv-residual N       kivi2: newest tokens kept in f16 (default 128)\n"
+          "      --kv-select-pages N   Quest: attend to at most N pages per decode row\n"
+          "                            (0 = dense, the default); it applies to rows\n"
+          "                            evaluated one at a time, so pair it with -b 1\n"
+          "      --page-tokens N       tokens per KV page, a power of two (default 16)\n"
+          "      --json                one JSON object instead of the table\n"
+          "  -h, --help\n",
+          out);
+}
+
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    if (buf) buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* ---- scoring ---- */
+
+typedef struct eval_sums {
+    double nll, nll2;  /* sums over scored tokens of -log p(next) and its square */
+    double nll_ref;    /* the same sum for the f32 reference */
+    double kl, kl_max; /* KL(p_ref || p) sum and maximum */
+    uint64_t n, agree; /* scored tokens; argmax(p) == argmax(p_ref) */
+} eval_sums;
+
+/* log-softmax of logits[V] into out (double), as llama.cpp's log_softmax: max in float,
+ * exp sums in double. Returns the argmax. */
+static uint32_t log_softmax(const float *logits, uint32_t V, double *out)
+{
+    float mx = logits[0];
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < V; i++) {
+        if (logits[i] > mx) {
+            mx = logits[i];
+            best = i;
+        }
+    }
+    double sum = 0;
+    for (uint32_t i = 0; i < V; i++)
+        sum += expf(logits[i] - mx);
+    double lse = log(sum);
+    for (uint32_t i = 0; i < V; i++)
+        out[i] = (double)(logits[i] - mx) - lse;
+    return best;
+}
+
+/* Scores one position: lg predicts tok; ref (may be NULL) is the f32 reference's logits. */
+static void score(eval_sums *s, const float *lg, const float *ref, uint32_t V, int32_t tok,
+                  double *lp, double *lq)
+{
+    uint32_t a = log_softmax(lg, V, lq);
+    double nll = -lq[tok];
+    s->nll += nll;
+    s->nll2 += nll * nll;
+    s->n++;
+    if (!ref) {
+        s->nll_ref += nll;
+        s->agree++;
+        return;
+    }
+    uint32_t b = log_softmax(ref, V, lp);
+    double kl = 0;
+    for (uint32_t i = 0; i < V; i++)
+        kl += exp(lp[i]) * (lp[i] - lq[i]);
+    if (kl < 0) kl = 0; /* rounding when the two are equal */
+    s->kl += kl;
+    if (kl > s->kl_max) s->kl_max = kl;
+    s->nll_ref += -lp[tok];
+    s->agree += a == b;
+}
+
+typedef struct eval_run {
+    pe_model *m;
+    pe_ctx *ctx, *ref; /* ref: the f32 comparison context or NULL */
+    uint32_t n_ctx, n_batch;
+    float *lg, *lg_ref; /* [n_batch][V] */
+    double *lp, *lq;    /* [V] scratch */
+    int32_t *chunk;     /* [n_ctx] */
+} eval_run;
+
+/* Evaluates one chunk (tokens[0..n_ctx) of the text, the first replaced by BOS) in every
+ * context and scores its second half. Returns 0 or a negative pgd_status. */
+static int eval_chunk(eval_run *r, const int32_t *tokens, int add_bos, eval_sums *s)
+{
+    const uint32_t V = r->m->hp.n_vocab, n_ctx = r->n_ctx, first = n_ctx / 2;
+    pe_ctx *ctxs[2] = {r->ctx, r->ref};
+    float *lgs[2] = {r->lg, r->lg_ref};
+    pgd_seq *seqs[2] = {NULL, NULL};
+    int rc = 0;
+    memcpy(r->chunk, tokens, n_ctx * sizeof *r->chunk);
+    if (add_bos) r->chunk[0] = pe_vocab_bos(r->m->vocab);
+    for (int k = 0; k < 2 && rc == 0; k++)
+        if (ctxs[k]) rc = pgd_seq_create(pe_ctx_cache(ctxs[k]), NULL, 0, &seqs[k]);
+    for (uint32_t b = 0; b < n_ctx && rc == 0; b += r->n_batch) {
+        uint32_t n = n_ctx - b < r->n_batch ? n_ctx - b : r->n_batch;
+        int want = b + n > first;
+        for (int k = 0; k < 2 && rc == 0; k++)
+            if (ctxs[k])
+                rc = pe_forward(ctxs[k], seqs[k], r->chunk + b, n, want ? lgs[k] : NULL, 1);
+        if (rc || !want) continue;
+        for (uint32_t j = b > first ? b : first; j < b + n && j + 1 < n_ctx; j++) {
+            const size_t row = (size_t)(j - b) * V;
+            score(s, r->lg + row, r->ref ? r->lg_ref + row : NULL, V, tokens[j + 1], r->lp, r->lq);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!ctxs[k]) continue;
+        pgd_seq_destroy(pe_ctx_cache(ctxs[k]), seqs[k]);
+        pgd_cache_clear(pe_ctx_cache(ctxs[k])); /* every chunk starts from an empty cache */
+    }
+    return rc;
+}
+
+/* ---- the command ---- */
+
+static int print_json(const char *model, const char *text, const pe_ctx_params *cp,
+                      uint64_t n_tokens, uint32_t n_chunks, const eval_sums *s, double ppl,
+                      double ppl_err, double bpt, double bpt_f32, double secs, int compared)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "model", json_string(model));
+    json_object_set_new(o, "file", json_string(text));
+    json_object_set_new(o, "tokens", json_integer((json_int_t)n_tokens));
+    json_object_set_new(o, "ctx", json_integer(cp->n_ctx));
+    json_object_set_new(o, "batch", json_integer(cp->n_batch));
+    json_object_set_new(o, "chunks", json_integer(n_chunks));
+    json_object_set_new(o, "scored", json_integer((json_int_t)s->n));
+    json_object_set_new(o, "kv_type", json_string(pgd_kv_type_name(cp->kv_type)));
+    json_object_set_new(o, "kv_rotate", json_boolean(cp->kv_rotate));
+    json_object_set_new(o, "kv_residual", json_integer(cp->kv_residual));
+    json_object_set_new(o, "kv_select_pages", json_integer(cp->kv_select_pages));
+    json_object_set_new(o, "page_tokens", json_integer(cp->page_tokens));
+    json_object_set_new(o, "kv_bytes_per_token", json_real(bpt));
+    json_object_set_new(o, "kv_bytes_per_token_f32", json_real(bpt_f32));
+    json_object_set_new(o, "ppl", json_real(ppl));
+    json_object_set_new(o, "ppl_err", json_real(ppl_err));
+    json_object_set_new(o, "nll_mean", json_real(s->nll / (double)s->n));
+    json_object_set_new(o, "ppl_f32", json_real(exp(s->nll_ref / (double)s->n)));
+    json_object_set_new(o, "kl_mean", json_real(s->kl / (double)s->n));
+    json_object_set_new(o, "kl_max", json_real(s->kl_max));
+    json_object_set_new(o, "top1_agree", json_real((double)s->agree / (double)s->n));
+    json_object_set_new(o, "compared", json_boolean(compared));
+    json_object_set_new(o, "seconds", json_real(secs));
+    int rc = json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    fputc('\n', stdout);
+    json_decref(o);
+    return rc;
+}
+
+static int parse_kv_type(const char *cmd, const char *s, pgd_kv_type *out)
+{
+    if (pgd_kv_type_parse(s, out) == PGD_OK) return 0;
+    fprintf(stderr, "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n", cmd,
+            s);
+    return -1;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    enum { O_KVT = 1000, O_ROT, O_RES, O_SEL, O_PT, O_JSON };
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"ctx-size", required_argument, 0, 'c'},
+                                         {"batch-size", required_argument, 0, 'b'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"kv-type", required_argument, 0, O_KVT},
+                                         {"kv-rotate", no_argument, 0, O_ROT},
+                                         {"kv-residual", required_argument, 0, O_RES},
+                                         {"kv-select-pages", required_argument, 0, O_SEL},
+                                         {"page-tokens", required_argument, 0, O_PT},
+                                         {"json", no_argument, 0, O_JSON},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "pagoda eval";
+    const char *model_path = NULL, *text_path = NULL;
+    int json = 0;
+    uint64_t v;
+    pe_ctx_params cp = pe_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.kv_type = PGD_KV_F32;
+    int c;
+    optind = 1;
+    for (;;) {
+        c = getopt_long(argc, argv, "m:f:c:b:t:h", opts, NULL);
+        if (c == -1) break;
+        switch (c) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'f':
+            text_path = optarg;
+            break;
+        case 'c':
+            if (cli_parse_u64(cmd, "-c", optarg, 4, 1u << 20, &v)) return CLI_EXIT_USAGE;
+            cp.n_ctx = (uint32_t)v;
+            break;
+        case 'b':
+            if (cli_parse_u64(cmd, "-b", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
+            cp.n_batch = (uint32_t)v;
+            break;
+        case 't':
+            if (cli_parse_u64(cmd, "-t", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            cp.n_threads = (uint32_t)v;
+            break;
+        case O_KVT:
+            if (parse_kv_type(cmd, optarg, &cp.kv_type)) return CLI_EXIT_USAGE;
+            break;
+        case O_ROT:
+            cp.kv_rotate = 1;
+            break;
+        case O_RES:
+            if (cli_parse_u64(cmd, "--kv-residual", optarg, 1, 1u << 20, &v)) return CLI_EXIT_USAGE;
+            cp.kv_residual = (uint32_t)v;
+            break;
+        case O_SEL:
+            if (cli_parse_u64(cmd, "--kv-select-pages", optarg, 0, 1u << 24, &v))
+                return CLI_EXIT_USAGE;
+            if (v == 1) {
+                fprintf(stderr, "%s: --kv-select-pages: 1 is too few (0 = dense, else >= 2)\n",
+                        cmd);
+                return CLI_EXIT_USAGE;
+            }
+            cp.kv_select_pages = (uint32_t)v;
+            break;
+        case O_PT:
+            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
+            if (v & (v - 1)) {
+                fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
+                        (unsigned long long)v);
+                return CLI_EXIT_USAGE;
+            }
+            cp.page_tokens = (uint32_t)v;
+            break;
+        case O_JSON:
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_usage_error(cmd);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return cli_usage_error(cmd);
+    }
+    if (!model_path || !text_path) {
+        fprintf(stderr, "%s: -m MODEL and -f TEXT are required\n", cmd);
+        return cli_usage_error(cmd);
+    }
+    if (cp.n_batch > cp.n_ctx) cp.n_batch = cp.n_ctx;
+
+    int rc = CLI_EXIT_FAIL;
+    char err[512];
+    size_t text_len = 0;
+    char *text = read_text(text_path, &text_len);
+    pe_model *m = NULL;
+    eval_run r;
+    memset(&r, 0, sizeof r);
+    int32_t *tokens = NULL;
+    if (!text) {
+        fprintf(stderr, "%s: cannot read %s\n", cmd, text_path);
+        goto out;
+    }
+    if (text_len == 0) {
+        fprintf(stderr, "%s: %s is empty\n", cmd, text_path);
+        goto out;
+    }
+    if (pe_model_load(model_path, NULL, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    const uint32_t V = m->hp.n_vocab;
+    if (cp.n_ctx > m->hp.n_ctx_train)
+        fprintf(stderr, "%s: note: context %u is beyond the model's training context %u\n", cmd,
+                cp.n_ctx, m->hp.n_ctx_train);
+    int add_bos = pe_vocab_add_bos(m->vocab) && pe_vocab_bos(m->vocab) >= 0;
+    int64_t n_tokens = pe_tokenize(m->vocab, text, text_len, 1, 0, NULL, 0);
+    if (n_tokens < 0) {
+        fprintf(stderr, "%s: cannot tokenize %s: %s\n", cmd, text_path,
+                pgd_strerror((int)n_tokens));
+        goto out;
+    }
+    if ((uint64_t)n_tokens < 2 * (uint64_t)cp.n_ctx) {
+        fprintf(stderr,
+                "%s: %s has %lld tokens; a context of %u needs at least %llu (two chunks)\n", cmd,
+                text_path, (long long)n_tokens, cp.n_ctx, 2 * (unsigned long long)cp.n_ctx);
+        goto out;
+    }
+    tokens = malloc((size_t)n_tokens * sizeof *tokens);
+    if (!tokens) {
+        fprintf(stderr, "%s: out of memory for %lld tokens\n", cmd, (long long)n_tokens);
+        goto out;
+    }
+    pe_tokenize(m->vocab, text, text_len, 1, 0, tokens, (size_t)n_tokens);
+
+    int compared = cp.kv_type != PGD_KV_F32 || cp.kv_rotate || cp.kv_select_pages;
+    cp.kv_tokens = cp.n_ctx;
+    if (pe_ctx_create(m, &cp, &r.ctx, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    const pe_ctx_params *ap = pe_ctx_params_get(r.ctx);
+    if (compared) {
+        pe_ctx_params rp = *ap;
+        rp.kv_type = PGD_KV_F32;
+        rp.kv_rotate = 0;
+        rp.kv_residual = 0;
+        rp.kv_select_pages = 0;
+        if (pe_ctx_create(m, &rp, &r.ref, err, sizeof err)) {
+            fprintf(stderr, "%s: f32 reference: %s\n", cmd, err);
+            goto out;
+        }
+    }
+    r.m = m;
+    r.n_ctx = ap->n_ctx;
+    r.n_batch = ap->n_batch;
+    r.lg = malloc((size_t)r.n_batch * V * sizeof *r.lg);
+    r.lg_ref = compared ? malloc((size_t)r.n_batch * V * sizeof *r.lg_ref) : NULL;
+    r.lp = malloc((size_t)V * sizeof *r.lp);
+    r.lq = malloc((size_t)V * sizeof *r.lq);
+    r.chunk = malloc((size_t)r.n_ctx * sizeof *r.chunk);
+    if (!r.lg || (compared && !r.lg_ref) || !r.lp || !r.lq || !r.chunk) {
+        fprintf(stderr, "%s: out of memory for logits\n", cmd);
+        goto out;
+    }
+
+    const uint32_t n_chunks = (uint32_t)((uint64_t)n_tokens / r.n_ctx);
+    eval_sums s;
+    memset(&s, 0, sizeof s);
+    double t0 = cli_now_s();
+    for (uint32_t i = 0; i < n_chunks; i++) {
+        int frc = eval_chunk(&r, tokens + (size_t)i * r.n_ctx, add_bos, &s);
+        if (frc < 0) {
+            fprintf(stderr, "%s: chunk %u: forward failed: %s\n", cmd, i, pgd_strerror(frc));
+            goto out;
+        }
+    }
+    double secs = cli_now_s() - t0;
+    double nll = s.nll / (double)s.n, ppl = exp(nll);
+    double var = s.nll2 / (double)s.n - nll * nll;
+    double ppl_err = var > 0 && s.n > 1 ? sqrt(var / (double)(s.n - 1)) * ppl : 0;
+    const pe_hparams *hp = &m->hp;
+    double bpt = pgd_kv_bytes_per_token(ap->kv_type, ap->page_tokens, hp->n_layer, hp->n_head_kv,
+                                        hp->head_dim);
+    double bpt32 = pgd_kv_bytes_per_token(PGD_KV_F32, ap->page_tokens, hp->n_layer, hp->n_head_kv,
+                                          hp->head_dim);
+    if (json) {
+        if (print_json(model_path, text_path, ap, (uint64_t)n_tokens, n_chunks, &s, ppl, ppl_err,
+                       bpt, bpt32, secs, compared)) {
+            fprintf(stderr, "%s: cannot write the JSON output\n", cmd);
+            goto out;
+        }
+    } else {
+        printf("pagoda eval: %s on %s: %lld tokens, %u chunks of %u, %llu scored, %.2f s\n",
+               model_path, text_path, (long long)n_tokens, n_chunks, r.n_ctx,
+               (unsigned long long)s.n, secs);
+        if (ap->kv_type == PGD_KV_KIVI2)
+            printf("kivi2 residual window: %u tokens\n", ap->kv_residual);
+        if (ap->kv_select_pages)
+            printf("Quest: at most %u pages per decode row\n", ap->kv_select_pages);
+        printf("%-16s %12s %10s %10s %12s %8s\n", "kv", "bytes/token", "ppl", "+/-", "kl_mean",
+               "top-1");
+        if (compared)
+            printf("%-16s %12.1f %10.4f %10s %12s %8s\n", "f32", bpt32,
+                   exp(s.nll_ref / (double)s.n), "", "0", "100.00%");
+        char name[64];
+        snprintf(name, sizeof name, "%s%s%s", pgd_kv_type_name(ap->kv_type),
+                 ap->kv_rotate ? "+rotate" : "", ap->kv_select_pages ? "+quest" : "");
+        printf("%-16s %12.1f %10.4f %10.5f %12.6f %7.2f%%\n", name, bpt, ppl, ppl_err,
+               s.kl / (double)s.n, 100.0 * (double)s.agree / (double)s.n);
+    }
+    rc = CLI_EXIT_OK;
+out:
+    free(r.lg);
+    free(r.lg_ref);
+    free(r.lp);
+    free(r.lq);
+    free(r.chunk);
+    pe_ctx_free(r.ref);
+    pe_ctx_free(r.ctx);
+    free(tokens);
+    pe_model_free(m);
+    free(text);
+    return rc;
+}

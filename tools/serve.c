@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * serve.c - `pagoda serve`: loads a GGUF model, sizes the KV pool from --kv-memory,
+ * creates the continuous-batching scheduler and runs the OpenAI-compatible HTTP server
+ * (server/server.h) until SIGINT or SIGTERM.
+ *
+ * Output contract (tests and `pagoda bench` rely on it): once the server accepts
+ * requests, exactly one line "pagoda serve: listening on http://HOST:PORT" goes to stdout
+ * and is flushed (--port 0 binds an ephemeral port; the line names it). On the first
+ * signal it prints "pagoda serve: shutting down" to stdout, refuses new requests with 503,
+ * lets requests in flight finish for up to --shutdown-grace seconds (a second signal cuts
+ * that short), cancels the rest and exits 0. Everything else goes to stderr.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat.h"
+#include "cli.h"
+#include "model.h"
+#include "scheduler.h"
+#include "server.h"
+
+#define DEFAULT_KV_MEMORY (1ull << 30)
+#define DEFAULT_CTX_CAP 8192
+
+static void usage(FILE *out)
+{
+    fputs("usage: pagoda serve -m MODEL.gguf [options]\n"
+          "\n"
+          "Serves a GGUF model over an OpenAI-compatible HTTP API with continuous batching\n"
+          "and a shared prefix cache: POST /v1/completions, POST /v1/chat/completions,\n"
+          "GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+          "\n"
+          "  -m, --model FILE         GGUF model (architecture llama)\n"
+          "      --model-id NAME      the id /v1/models reports (default: the file name\n"
+          "                           without .gguf)\n"
+          "      --host ADDR          address to listen on (default 127.0.0.1)\n"
+          "      --port N             TCP port (default 8080; 0: any free port, printed)\n"
+          "      --api-key KEY        require 'Authorization: Bearer KEY' on /v1/ routes\n"
+          "                           (default: $PAGODA_API_KEY if set, else no auth)\n"
+          "  -c, --ctx N              max tokens of one request, prompt + output\n"
+          "                           (default: the model's, at most 8192)\n"
+          "      --kv-memory BYTES    KV pool size, e.g. 512M, 4G (default 1G, raised to\n"
+          "                           one full context if that is more)\n"
+          "      --page-tokens N      tokens per KV page, a power of two (default 16)\n"
+          "      --kv-type T          f32 | f16 | bf16 | q8_0 | q4_0 | kivi2 (default f16)\n"
+          "      --kv-rotate          store K/V Hadamard-rotated (head_dim a power of 2)\n"
+          "      --kv-residual N      kivi2: newest tokens kept in f16 (default: cache's)\n"
+          "      --kv-select-pages N  decode attends to at most N pages per row (Quest);\n"
+          "                           0: all (default)\n"
+          "      --max-running N      requests in the batch at once (default 16, max 256)\n"
+          "      --max-queued N       waiting requests before 429 (default 64)\n"
+          "  -b, --batch-size N       token budget of one step (default 512)\n"
+          "      --chunk N            prefill tokens of one request per step (default: the\n"
+          "                           whole budget)\n"
+          "  -t, --threads N          compute threads (default: all cores)\n"
+          "      --no-prefix-cache    never reuse cached pages: every prompt is computed in\n"
+          "                           full (for A/B measurements)\n"
+          "      --chat-template NAME chatml | llama3 | llama2 | gemma | phi3 | plain\n"
+          "                           (aliases qwen, mistral; default: detected from the\n"
+          "                           model's tokenizer.chat_template, else plain)\n"
+          "      --max-body BYTES     larger request bodies get 413 (default 16M)\n"
+          "      --shutdown-grace S   seconds requests in flight may finish after a signal\n"
+          "                           (default 5)\n"
+          "  -h, --help\n",
+          out);
+}
+
+/* Parses BYTES with an optional K, M, G, T suffix (powers of 1024; "KiB", "MB" and so on
+ * are accepted the same way). Returns 0 or -1 after printing why. */
+static int parse_bytes(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) goto bad;
+    uint64_t mul = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ull << 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1ull << 40;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (mul > 1 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) goto bad;
+    if (v * (double)mul >= 1.8e19) goto bad;
+    *out = (uint64_t)(v * (double)mul);
+    return 0;
+bad:
+    fprintf(stderr, "%s: %s: '%s' is not a size in bytes (e.g. 4096, 512M, 2G)\n", cmd, opt, s);
+    return -1;
+}
+
+static void load_progress(void *ud, uint64_t done, uint64_t total)
+{
+    int *last = ud;
+    int pct = total ? (int)(done * 100 / total) : 100;
+    if (pct / 10 != *last / 10 || pct == 100) {
+        if (pct != *last) fprintf(stderr, "\rloading model: %3d%%%s", pct, pct == 100 ? "\n" : "");
+        *last = pct;
+    }
+}
+
+static void default_model_id(const char *path, char *out, size_t n)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, n, "%s", b);
+    size_t l = strlen(out);
+    if (l > 5 && strcmp(out + l - 5, ".gguf") == 0) out[l - 5] = '\0';
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    enum {
+        O_HOST = 1000,
+        O_PORT,
+        O_KEY,
+        O_KVMEM,
+        O_PT,
+        O_KVT,
+        O_ROT,
+        O_RES,
+        O_SEL,
+        O_MAXRUN,
+        O_MAXQ,
+        O_CHUNK,
+        O_NOPC,
+        O_CHAT,
+        O_BODY,
+        O_GRACE,
+        O_ID
+    };
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"model-id", required_argument, 0, O_ID},
+                                         {"host", required_argument, 0, O_HOST},
+                                         {"port", required_argument, 0, O_PORT},
+                                         {"api-key", required_argument, 0, O_KEY},
+                                         {"ctx", required_argument, 0, 'c'},
+                                         {"ctx-size", required_argument, 0, 'c'},
+                                         {"kv-memory", required_argument, 0, O_KVMEM},
+                                         {"page-tokens", required_argument, 0, O_PT},
+                                         {"kv-type", required_argument, 0, O_KVT},
+                                         {"kv-rotate", no_argument, 0, O_ROT},
+                                         {"kv-residual", required_argument, 0, O_RES},
+                                         {"kv-select-pages", required_argument, 0, O_SEL},
+                                         {"max-running", required_argument, 0, O_MAXRUN},
+                                         {"max-queued", required_argument, 0, O_MAXQ},
+                                         {"batch-size", required_argument, 0, 'b'},
+                                         {"chunk", required_argument, 0, O_CHUNK},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"no-prefix-cache", no_argument, 0, O_NOPC},
+                                         {"chat-template", required_argument, 0, O_CHAT},
+                                         {"max-body", required_argument, 0, O_BODY},
+                                         {"shutdown-grace", required_argument, 0, O_GRACE},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "pagoda serve";
+    const char *model_path = NULL, *model_id = NULL;
+    uint64_t v, kv_memory = 0, grace_s = 5;
+    int have_ctx = 0;
+    pe_ctx_params cp = pe_ctx_default_params();
+    pe_sched_params sp = pe_sched_default_params();
+    ps_server_params pp = ps_server_default_params();
+    const char *env_key = getenv("PAGODA_API_KEY");
+    if (env_key && *env_key) pp.api_key = env_key;
+    int c;
+    optind = 1;
+    for (;;) {
+        c = getopt_long(argc, argv, "m:c:b:t:h", opts, NULL);
+        if (c == -1) break;
+        switch (c) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case O_ID:
+            if (!*optarg) {
+                fprintf(stderr, "%s: --model-id is empty\n", cmd);
+                return CLI_EXIT_USAGE;
+            }
+            model_id = optarg;
+            break;
+        case O_HOST:
+            pp.host = optarg;
+            break;
+        case O_PORT:
+            if (cli_parse_u64(cmd, "--port", optarg, 0, 65535, &v)) return CLI_EXIT_USAGE;
+            pp.port = (uint16_t)v;
+            break;
+        case O_KEY:
+            pp.api_key = *optarg ? optarg : NULL;
+            break;
+        case 'c':
+            if (cli_parse_u64(cmd, "--ctx", optarg, 2, 1u << 22, &v)) return CLI_EXIT_USAGE;
+            cp.n_ctx = (uint32_t)v;
+            have_ctx = 1;
+            break;
+        case O_KVMEM:
+            if (parse_bytes(cmd, "--kv-memory", optarg, &kv_memory)) return CLI_EXIT_USAGE;
+            if (!kv_memory) {
+                fprintf(stderr, "%s: --kv-memory must be positive\n", cmd);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case O_PT:
+            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
+            if (v & (v - 1)) {
+                fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
+                        (unsigned long long)v);
+                return CLI_EXIT_USAGE;
+            }
+            cp.page_tokens = (uint32_t)v;
+            break;
+        case O_KVT:
+            if (pgd_kv_type_parse(optarg, &cp.kv_type) != PGD_OK) {
+                fprintf(stderr,
+                        "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n",
+                        cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case O_ROT:
+            cp.kv_rotate = 1;
+            break;
+        case O_RES:
+            if (cli_parse_u64(cmd, "--kv-residual", optarg, 0, 1u << 20, &v)) return CLI_EXIT_USAGE;
+            cp.kv_residual = (uint32_t)v;
+            break;
+        case O_SEL:
+            if (cli_parse_u64(cmd, "--kv-select-pages", optarg, 0, 1u << 24, &v))
+                return CLI_EXIT_USAGE;
+            cp.kv_select_pages = (uint32_t)v;
+            break;
+        case O_MAXRUN:
+            if (cli_parse_u64(cmd, "--max-running", optarg, 1, PE_MAX_BATCH_SEQS, &v))
+                return CLI_EXIT_USAGE;
+            sp.max_running = (uint32_t)v;
+            break;
+        case O_MAXQ:
+            if (cli_parse_u64(cmd, "--max-queued", optarg, 1, 1u << 20, &v)) return CLI_EXIT_USAGE;
+            sp.max_queued = (uint32_t)v;
+            break;
+        case 'b':
+            if (cli_parse_u64(cmd, "--batch-size", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
+            cp.n_batch = (uint32_t)v;
+            break;
+        case O_CHUNK:
+            if (cli_parse_u64(cmd, "--chunk", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
+            sp.chunk = (uint32_t)v;
+            break;
+        case 't':
+            if (cli_parse_u64(cmd, "--threads", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            cp.n_threads = (uint32_t)v;
+            break;
+        case O_NOPC:
+            sp.no_prefix_cache = 1;
+            break;
+        case O_CHAT: {
+            pe_chat_family f;
+            if (pe_chat_family_parse(optarg, &f)) {
+                fprintf(stderr,
+                        "%s: --chat-template: '%s' is not one of chatml, llama3, llama2, gemma, "
+                        "phi3, plain (or qwen, mistral)\n",
+                        cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            pp.chat_family = (int)f;
+            break;
+        }
+        case O_BODY:
+            if (parse_bytes(cmd, "--max-body", optarg, &pp.max_body_bytes)) return CLI_EXIT_USAGE;
+            if (!pp.max_body_bytes) {
+                fprintf(stderr, "%s: --max-body must be positive\n", cmd);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case O_GRACE:
+            if (cli_parse_u64(cmd, "--shutdown-grace", optarg, 0, 3600, &grace_s))
+                return CLI_EXIT_USAGE;
+            break;
+        case 'h':
+            usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_usage_error(cmd);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return cli_usage_error(cmd);
+    }
+    if (!model_path) {
+        fprintf(stderr, "%s: -m MODEL is required\n", cmd);
+        return cli_usage_error(cmd);
+    }
+
+    /* Signals are taken by sigwait in this thread only: block them before any thread
+     * starts, so every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = CLI_EXIT_FAIL, last_pct = -1;
+    char err[512], id_buf[256];
+    pe_model *m = NULL;
+    pe_ctx *ctx = NULL;
+    pe_sched *sched = NULL;
+    ps_server *srv = NULL;
+    if (pe_model_load(model_path, isatty(2) ? load_progress : NULL, &last_pct, &m, err,
+                      sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    if (!have_ctx)
+        cp.n_ctx = m->hp.n_ctx_train < DEFAULT_CTX_CAP ? m->hp.n_ctx_train : DEFAULT_CTX_CAP;
+    if (!cp.page_tokens) cp.page_tokens = 16;
+    double bpt = pgd_kv_bytes_per_token(cp.kv_type, cp.page_tokens, m->hp.n_layer, m->hp.n_head_kv,
+                                        m->hp.head_dim);
+    if (bpt <= 0) {
+        fprintf(stderr,
+                "%s: --kv-type %s cannot store this model's heads (head_dim %u) in "
+                "pages of %u tokens\n",
+                cmd, pgd_kv_type_name(cp.kv_type), m->hp.head_dim, cp.page_tokens);
+        goto out;
+    }
+    uint64_t kv_tokens;
+    if (kv_memory) {
+        kv_tokens = (uint64_t)((double)kv_memory / bpt);
+        if (kv_tokens < cp.n_ctx) {
+            fprintf(stderr,
+                    "%s: --kv-memory %llu bytes holds %llu tokens (%.0f bytes each), less than "
+                    "one full context (--ctx %u); raise --kv-memory or lower --ctx\n",
+                    cmd, (unsigned long long)kv_memory, (unsigned long long)kv_tokens, bpt,
+                    cp.n_ctx);
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+    } else {
+        kv_tokens = (uint64_t)((double)DEFAULT_KV_MEMORY / bpt);
+        if (kv_tokens < cp.n_ctx) kv_tokens = cp.n_ctx;
+    }
+    if (kv_tokens > (1ull << 31) * cp.page_tokens / 2)
+        kv_tokens = (1ull << 31) * cp.page_tokens / 2;
+    cp.kv_tokens = kv_tokens;
+    if (pe_ctx_create(m, &cp, &ctx, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    sp.model = m;
+    int src = pe_sched_create(ctx, &sp, &sched);
+    if (src) {
+        fprintf(stderr, "%s: cannot create the scheduler: %s\n", cmd, pgd_strerror(src));
+        goto out;
+    }
+    if (!model_id) {
+        default_model_id(model_path, id_buf, sizeof id_buf);
+        model_id = id_buf;
+    }
+    pp.model_id = model_id;
+    pp.prefix_cache = !sp.no_prefix_cache;
+    if (ps_server_start(&pp, m, ctx, sched, &srv, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    const pe_ctx_params *ap = pe_ctx_params_get(ctx);
+    pgd_cache_stats cs;
+    pgd_cache_get_stats(pe_ctx_cache(ctx), &cs);
+    fprintf(stderr,
+            "%s: model %s (%s), context %u tokens, KV pool %u pages x %u tokens (%s, %.0f bytes "
+            "per token), max running %u, queue %u, prefix cache %s, chat template %s%s\n",
+            cmd, model_id, model_path, ap->n_ctx, cs.n_pages_total, ap->page_tokens,
+            pgd_kv_type_name(ap->kv_type), bpt, sp.max_running, sp.max_queued,
+            sp.no_prefix_cache ? "off" : "on", pe_chat_family_name(ps_server_chat_family(srv)),
+            pp.api_key ? ", API key required" : "");
+    int v6 = strchr(pp.host, ':') != NULL;
+    printf("pagoda serve: listening on http://%s%s%s:%u\n", v6 ? "[" : "", pp.host, v6 ? "]" : "",
+           (unsigned)ps_server_port(srv));
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    ps_server_begin_shutdown(srv);
+    printf("pagoda serve: shutting down\n");
+    fflush(stdout);
+    fprintf(stderr, "%s: %s: finishing requests in flight (up to %llu s)\n", cmd,
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)grace_s);
+    double t_end = cli_now_s() + (double)grace_s;
+    const struct timespec zero = {0, 0};
+    while (!ps_server_wait_idle(srv, 0.1)) {
+        if (cli_now_s() >= t_end || sigtimedwait(&sigs, NULL, &zero) > 0) break;
+    }
+    rc = CLI_EXIT_OK;
+out:
+    ps_server_destroy(srv);
+    pe_sched_destroy(sched);
+    pe_ctx_free(ctx);
+    pe_model_free(m);
+    return rc;
+}
