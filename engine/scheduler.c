@@ -393,7 +393,20 @@ static void admit(pe_sched *s)
         req *w = s->waiting[best];
         int64_t need = (int64_t)pages_of(s, w->n_tok) - best_score;
         if (s->n_running && need > avail_pages(s)) return;
-        if (pgd_seq_create(s->cache, w->salt, w->salt_len, &w->seq) != PGD_OK) return;
+        /* no_prefix_cache: each request is a tenant of its own (a private salt made of
+         * this scheduler's address and the request id), so its full pages are registered
+         * under a key no other request has: nothing is shared or deduplicated. */
+        uint8_t own[8 + sizeof(void *) + sizeof w->id];
+        const void *salt = w->salt;
+        size_t salt_len = w->salt_len;
+        if (s->p.no_prefix_cache) {
+            memcpy(own, "pe-own\0\0", 8);
+            memcpy(own + 8, &s, sizeof(void *));
+            memcpy(own + 8 + sizeof(void *), &w->id, sizeof w->id);
+            salt = own;
+            salt_len = sizeof own;
+        }
+        if (pgd_seq_create(s->cache, salt, salt_len, &w->seq) != PGD_OK) return;
         /* Match all but the last token: its logits must be computed. */
         int64_t cached = 0;
         if (!s->p.no_prefix_cache) cached = pgd_seq_match(s->cache, w->seq, w->toks, w->n_tok - 1);

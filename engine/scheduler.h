@@ -14,8 +14,8 @@
  * computing (running, or ahead of it in the queue) is held until those pages are committed,
  * so a shared prefix is computed once and the others match it from the cache. Among the
  * rest, the one sharing the most committed pages with running requests goes first; a
- * preempted request goes before all of them. With no_prefix_cache nothing is matched and
- * admission is first come, first served.
+ * preempted request goes before all of them. With no_prefix_cache nothing is matched or
+ * shared and admission is first come, first served.
  *
  * Preemption: when the pool cannot hold a step's tokens (PGD_ENOSPC, nothing changed),
  * the newest running request is released (its sequence destroyed; its pages stay cached
@@ -46,10 +46,12 @@ typedef struct pe_sched_params {
     uint32_t max_queued;   /* waiting requests; default 64; submit beyond: PGD_EBUSY */
     uint32_t step_tokens;  /* token budget per step; 0: the context's n_batch (also the cap) */
     uint32_t chunk;        /* max prefill tokens of one request per step; 0: step_tokens */
-    int no_prefix_cache;   /* nonzero: never match cached pages, so every prompt (and every
-                              recompute after preemption) goes through the forward pass in
-                              full; admission is then plain FIFO. Pages are still registered
-                              when full, which changes nothing computed. For A/B benches. */
+    int no_prefix_cache;   /* nonzero: no sharing at all. Never match cached pages, so every
+                              prompt (and every recompute after preemption) goes through the
+                              forward pass in full, and give each request a private tenant
+                              (salt), so its pages are never deduplicated with another's:
+                              identical prompts running at once hold that many times the
+                              pages. Admission is plain FIFO. For A/B benches. */
 } pe_sched_params;         /* append fields only */
 
 pe_sched_params pe_sched_default_params(void);

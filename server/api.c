@@ -33,6 +33,52 @@ static const char *type_of(int status)
     }
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1), or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t k;
+    uint32_t cp;
+    if (s[0] < 0x80) return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        k = 2;
+        cp = s[0] & 0x1F;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        k = 3;
+        cp = s[0] & 0x0F;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        k = 4;
+        cp = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < k) return 0;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return k;
+}
+
+/* Replaces every byte of the NUL-terminated s that is not part of valid UTF-8 with '?', so
+ * that the message renders as JSON: messages may quote outside bytes (jansson's parse
+ * errors do) and truncation may cut a character. */
+static void utf8_sanitize(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_len(p + i, n - i);
+        if (k) {
+            i += k;
+        } else {
+            p[i++] = '?';
+        }
+    }
+}
+
 int ps_err(ps_error *e, int status, const char *param, const char *code, const char *fmt, ...)
 {
     va_list ap;
@@ -43,6 +89,8 @@ int ps_err(ps_error *e, int status, const char *param, const char *code, const c
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    utf8_sanitize(e->param);
+    utf8_sanitize(e->message);
     return -1;
 }
 
@@ -223,6 +271,8 @@ static int parse_stop(json_t *root, ps_req *r, ps_error *e)
     if (!s) return 0;
     if (json_is_string(s)) {
         if (!json_string_length(s)) return ps_err(e, 400, "stop", NULL, "'stop' is empty");
+        if (strlen(json_string_value(s)) != json_string_length(s))
+            return ps_err(e, 400, "stop", NULL, "'stop' contains a NUL character");
         r->stop[0] = dup_str(json_string_value(s), json_string_length(s));
         if (!r->stop[0]) return oom(e);
         r->n_stop = 1;
@@ -237,6 +287,8 @@ static int parse_stop(json_t *root, ps_req *r, ps_error *e)
         json_t *v = json_array_get(s, i);
         if (!json_is_string(v) || !json_string_length(v))
             return ps_err(e, 400, "stop", NULL, "'stop'[%zu] must be a non-empty string", i);
+        if (strlen(json_string_value(v)) != json_string_length(v))
+            return ps_err(e, 400, "stop", NULL, "'stop'[%zu] contains a NUL character", i);
         r->stop[i] = dup_str(json_string_value(v), json_string_length(v));
         if (!r->stop[i]) return oom(e);
         r->n_stop = i + 1;
@@ -327,12 +379,12 @@ int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, p
     json_error_t je;
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    r->temperature = 1.0;
-    r->top_p = 1.0;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root)
         return ps_err(e, 400, NULL, NULL, "the body is not valid JSON (line %d, column %d): %s",
                       je.line, je.column, je.text);
+    r->temperature = 1.0;
+    r->top_p = 1.0;
     int rc = 0;
     if (!json_is_object(root))
         rc = ps_err(e, 400, NULL, NULL, "the body must be a JSON object");

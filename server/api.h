@@ -14,7 +14,7 @@
  *   top_p                      number in (0, 1]                         (default 1)
  *   top_k, min_p               extensions: integer >= 0, number in [0, 1] (default off)
  *   seed                       integer
- *   stop                       string | [up to 4 strings], non-empty strings
+ *   stop                       string | [up to 4 strings], non-empty, without NUL
  *   stream                     boolean; stream_options.include_usage boolean
  *   n                          1 only
  *   ignore_eos                 extension: boolean; true keeps generating past EOS (benches)
@@ -75,7 +75,9 @@ typedef struct ps_error {
     char message[512];
 } ps_error;
 
-/* Fills e. fmt: printf-style message. Returns -1 for convenient `return ps_err(...)`. */
+/* Fills e. fmt: printf-style message. Bytes of param and message that are not valid UTF-8
+ * (quoted input, a cut character) become '?', so the error always renders as JSON.
+ * Returns -1 for convenient `return ps_err(...)`. */
 int ps_err(ps_error *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 

@@ -48,6 +48,7 @@
 
 #define WAIT_MS 50
 #define DEFAULT_MAX_BODY (16u << 20)
+#define DEFAULT_IDLE_TIMEOUT_S 60u
 #define DEFAULT_COMPLETION_TOKENS 16 /* OpenAI's default max_tokens for /v1/completions */
 
 typedef enum route {
@@ -92,6 +93,7 @@ typedef struct conn {
     ps_textout tx;
     int tx_init;
     int stopped;    /* a stop string matched; the request was cancelled */
+    int no_timeout; /* the idle timeout is off while this request is handled */
     int have_final; /* the final callback's reason and usage are in fin / usage */
     pe_finish fin;
     pe_usage usage;
@@ -114,6 +116,7 @@ struct ps_server {
     pe_sched *sched;
     pgd_cache *cache;
     struct MHD_Daemon *d;
+    MHD_socket listen_fd; /* from MHD_quiesce_daemon; closed after MHD_stop_daemon */
     uint16_t port;
     pe_chat_family chat;
     char *chat_stops[PS_MAX_STOPS - PS_MAX_USER_STOPS];
@@ -130,6 +133,20 @@ struct ps_server {
     uint64_t counter;
     long long t_start;
 };
+
+/* ---- shutdown stage (for the watchdog's message) ---- */
+
+static const char *g_stage = "serving";
+
+static void set_stage(const char *what)
+{
+    __atomic_store_n(&g_stage, what, __ATOMIC_RELEASE);
+}
+
+const char *ps_server_shutdown_stage(void)
+{
+    return __atomic_load_n(&g_stage, __ATOMIC_ACQUIRE);
+}
 
 /* ---- small helpers ---- */
 
@@ -787,9 +804,14 @@ error:
 static enum MHD_Result handle_models(conn *k)
 {
     ps_server *srv = k->srv;
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", srv->model_id, "object", "model",
-                          "created", (json_int_t)srv->t_start, "owned_by", "pagoda",
-                          "max_model_len", (json_int_t)srv->info.n_ctx);
+    /* "pagoda": what a client (pagoda bench) needs to build token prompts and size work. */
+    json_t *m =
+        json_pack("{s:s,s:s,s:I,s:s,s:I,s:{s:I,s:I,s:I,s:s}}", "id", srv->model_id, "object",
+                  "model", "created", (json_int_t)srv->t_start, "owned_by", "pagoda",
+                  "max_model_len", (json_int_t)srv->info.n_ctx, "pagoda", "n_vocab",
+                  (json_int_t)srv->m->hp.n_vocab, "n_ctx", (json_int_t)srv->info.n_ctx,
+                  "page_tokens", (json_int_t)srv->info.page_tokens, "kv_type", srv->kv_type_name);
+    if (!m) return MHD_NO;
     json_t *o;
     if (k->rt == R_MODEL_ONE) {
         const char *name = k->url + strlen("/v1/models/");
@@ -875,6 +897,14 @@ static enum MHD_Result dispatch(conn *k, const char *method)
         ps_err(&e, 413, NULL, "request_too_large", "the body is larger than %llu bytes",
                (unsigned long long)srv->p.max_body_bytes);
         return send_error(k, &e, 1);
+    }
+    if (k->rt == R_COMPLETIONS || k->rt == R_CHAT) {
+        /* A generation may run for minutes between two writes (a long prefill, a
+         * non-streamed answer): no idle timeout while it is handled (its own loops watch
+         * the client and the shutdown); on_completed turns it back on. */
+        if (srv->p.idle_timeout_s &&
+            MHD_set_connection_option(k->c, MHD_CONNECTION_OPTION_TIMEOUT, 0u) == MHD_YES)
+            k->no_timeout = 1;
     }
     switch (k->rt) {
     case R_HEALTH: {
@@ -963,10 +993,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     ps_server *srv = cls;
     conn *k = *con_cls;
-    (void)c;
-    (void)toe;
     if (!k) return;
     *con_cls = NULL;
+    /* Idle again (keep-alive): the idle timeout applies, counted from now. */
+    if (k->no_timeout && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, srv->p.idle_timeout_s);
     if (k->j) {
         pthread_mutex_lock(&k->j->mu);
         int done = k->j->done;
@@ -1002,6 +1033,7 @@ ps_server_params ps_server_default_params(void)
     p.max_body_bytes = DEFAULT_MAX_BODY;
     p.chat_family = -1;
     p.prefix_cache = 1;
+    p.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S;
     return p;
 }
 
@@ -1061,6 +1093,8 @@ int ps_server_start(const ps_server_params *pp, pe_model *m, pe_ctx *ctx, pe_sch
     srv->sched = s;
     srv->cache = pe_ctx_cache(ctx);
     srv->t_start = (long long)time(NULL);
+    srv->listen_fd = MHD_INVALID_SOCKET;
+    set_stage("serving");
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->work_cv, NULL);
     pthread_cond_init(&srv->idle_cv, NULL);
@@ -1099,7 +1133,7 @@ int ps_server_start(const ps_server_params *pp, pe_model *m, pe_ctx *ctx, pe_sch
         flags, p.port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p.max_connections ? p.max_connections : 1000),
-        MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p.idle_timeout_s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->d) {
         snprintf(err, errlen, "cannot listen on %s port %u: %s", p.host, (unsigned)p.port,
@@ -1137,8 +1171,10 @@ void ps_server_begin_shutdown(ps_server *srv)
     srv->shutting_down = 1;
     pthread_mutex_unlock(&srv->mu);
     if (was || !srv->d) return;
-    MHD_socket fd = MHD_quiesce_daemon(srv->d);
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    set_stage("finishing requests in flight");
+    /* No new connections from here on. The socket stays open until MHD_stop_daemon has
+     * returned, as libmicrohttpd asks: its polling thread may still hold it. */
+    srv->listen_fd = MHD_quiesce_daemon(srv->d);
 }
 
 int ps_server_wait_idle(ps_server *srv, double timeout_s)
@@ -1163,13 +1199,20 @@ void ps_server_destroy(ps_server *srv)
     pthread_mutex_unlock(&srv->mu);
     if (srv->stepper_started) {
         /* Every job gets its final callback from the stepping thread, then it stops. */
+        set_stage("cancelling requests");
         pe_sched_cancel_all(srv->sched);
         pthread_mutex_lock(&srv->mu);
         while (srv->n_jobs)
             pthread_cond_wait(&srv->idle_cv, &srv->mu);
         pthread_mutex_unlock(&srv->mu);
     }
-    if (srv->d) MHD_stop_daemon(srv->d); /* closes connections; their threads see stopping */
+    /* Closes every connection, idle keep-alive ones included (shutdown() wakes their
+     * threads), and joins their threads: requests in flight see `stopping` within
+     * WAIT_MS and return. */
+    set_stage("closing connections");
+    if (srv->d) MHD_stop_daemon(srv->d);
+    if (srv->listen_fd != MHD_INVALID_SOCKET) close(srv->listen_fd);
+    set_stage("stopping the stepping thread");
     if (srv->stepper_started) {
         pthread_mutex_lock(&srv->mu);
         srv->stop_stepper = 1;
@@ -1187,4 +1230,5 @@ void ps_server_destroy(ps_server *srv)
     free(srv->model_id);
     free(srv->api_key);
     free(srv);
+    set_stage("stopped");
 }

@@ -15,6 +15,8 @@
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/ID],
  * GET /health, GET /metrics. See api.h for request fields, metrics.h for the metrics.
+ * A model object carries, besides OpenAI's fields and max_model_len, an extension
+ * "pagoda": {"n_vocab", "n_ctx", "page_tokens", "kv_type"}.
  *
  * Lifecycle: ps_server_start -> (serving) -> ps_server_begin_shutdown (new requests get
  * 503, the listening socket closes) -> ps_server_wait_idle (in-flight requests finish)
@@ -43,6 +45,10 @@ typedef struct ps_server_params {
     int chat_family;          /* a pe_chat_family, or -1: detect from the GGUF template */
     int prefix_cache;         /* reported on /metrics (the scheduler does the work) */
     uint32_t max_connections; /* 0: libmicrohttpd's default */
+    uint32_t idle_timeout_s;  /* a connection with no request in progress (idle keep-alive,
+                                 a request or body arriving too slowly) is closed after
+                                 this many seconds without traffic; 0: never. Default 60.
+                                 Never applies while a generation is being handled. */
 } ps_server_params;
 
 ps_server_params ps_server_default_params(void);
@@ -61,8 +67,13 @@ void ps_server_begin_shutdown(ps_server *srv);
 /* Waits up to timeout_s for every HTTP request in flight to complete. Returns 1 when none
  * is left, 0 on timeout. */
 int ps_server_wait_idle(ps_server *srv, double timeout_s);
-/* Cancels every request left, closes every connection, joins every thread, frees the
- * server. NULL: no-op. */
+/* Cancels every request left, closes every connection (idle keep-alive ones too), joins
+ * every thread, frees the server. NULL: no-op. Bounded: requests in flight notice within
+ * 50 ms, and the cancelled ones finish after the step in flight. */
 void ps_server_destroy(ps_server *srv);
+/* What the shutdown is doing now ("serving", "finishing requests in flight", "cancelling
+ * requests", "closing connections", ... "stopped"): static text, for a watchdog's message
+ * if the shutdown ever stalls. Any thread, also after ps_server_destroy. */
+const char *ps_server_shutdown_stage(void);
 
 #endif /* PS_SERVER_H */

@@ -10,6 +10,11 @@
  * signal it prints "pagoda serve: shutting down" to stdout, refuses new requests with 503,
  * lets requests in flight finish for up to --shutdown-grace seconds (a second signal cuts
  * that short), cancels the rest and exits 0. Everything else goes to stderr.
+ *
+ * The shutdown is bounded: after the grace period a watchdog thread gives the teardown
+ * (cancel, close every connection, join every thread) HARD_STOP_S seconds; if it has not
+ * finished by then, or another signal comes, the watchdog says which stage stalled and
+ * ends the process with _exit(0).
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -28,6 +33,9 @@
 
 #define DEFAULT_KV_MEMORY (1ull << 30)
 #define DEFAULT_CTX_CAP 8192
+#define HARD_STOP_S 10
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static void usage(FILE *out)
 {
@@ -60,14 +68,19 @@ static void usage(FILE *out)
           "      --chunk N            prefill tokens of one request per step (default: the\n"
           "                           whole budget)\n"
           "  -t, --threads N          compute threads (default: all cores)\n"
-          "      --no-prefix-cache    never reuse cached pages: every prompt is computed in\n"
-          "                           full (for A/B measurements)\n"
+          "      --no-prefix-cache    no KV sharing at all (for A/B measurements): every\n"
+          "                           prompt is computed in full, and each request keeps\n"
+          "                           its own pages, so identical prompts running at once\n"
+          "                           use that many times the pages of one\n"
           "      --chat-template NAME chatml | llama3 | llama2 | gemma | phi3 | plain\n"
           "                           (aliases qwen, mistral; default: detected from the\n"
           "                           model's tokenizer.chat_template, else plain)\n"
           "      --max-body BYTES     larger request bodies get 413 (default 16M)\n"
           "      --shutdown-grace S   seconds requests in flight may finish after a signal\n"
-          "                           (default 5)\n"
+          "                           (default 5); a second signal cuts it short\n"
+          "      --idle-timeout S     close a connection idle this long, e.g. a keep-alive\n"
+          "                           one between requests (default 60; 0: never); never\n"
+          "                           while a request is generating\n"
           "  -h, --help\n",
           out);
 }
@@ -125,6 +138,32 @@ static void load_progress(void *ud, uint64_t done, uint64_t total)
     }
 }
 
+/* The shutdown watchdog (see the file comment). */
+typedef struct watchdog {
+    sigset_t sigs;
+    int done; /* atomic: the teardown finished */
+} watchdog;
+
+static void say(const char *s)
+{
+    ssize_t r = write(2, s, strlen(s)); /* async-signal-safe, no stdio lock */
+    (void)r;
+}
+
+static void *watchdog_main(void *arg)
+{
+    watchdog *w = arg;
+    struct timespec ts = {HARD_STOP_S, 0};
+    int sig = sigtimedwait(&w->sigs, NULL, &ts);
+    if (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE)) return NULL;
+    say(sig > 0 ? "pagoda serve: second signal during shutdown"
+                : "pagoda serve: shutdown did not finish in " STR(HARD_STOP_S) " s");
+    say(" (stalled while: ");
+    say(ps_server_shutdown_stage());
+    say("); exiting now\n");
+    _exit(0);
+}
+
 static void default_model_id(const char *path, char *out, size_t n)
 {
     const char *b = strrchr(path, '/');
@@ -153,7 +192,8 @@ int cmd_serve(int argc, char **argv)
         O_CHAT,
         O_BODY,
         O_GRACE,
-        O_ID
+        O_ID,
+        O_IDLE
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"model-id", required_argument, 0, O_ID},
@@ -177,6 +217,7 @@ int cmd_serve(int argc, char **argv)
                                          {"chat-template", required_argument, 0, O_CHAT},
                                          {"max-body", required_argument, 0, O_BODY},
                                          {"shutdown-grace", required_argument, 0, O_GRACE},
+                                         {"idle-timeout", required_argument, 0, O_IDLE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda serve";
@@ -302,6 +343,10 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_u64(cmd, "--shutdown-grace", optarg, 0, 3600, &grace_s))
                 return CLI_EXIT_USAGE;
             break;
+        case O_IDLE:
+            if (cli_parse_u64(cmd, "--idle-timeout", optarg, 0, 86400, &v)) return CLI_EXIT_USAGE;
+            pp.idle_timeout_s = (uint32_t)v;
+            break;
         case 'h':
             usage(stdout);
             return CLI_EXIT_OK;
@@ -417,6 +462,13 @@ int cmd_serve(int argc, char **argv)
         if (cli_now_s() >= t_end || sigtimedwait(&sigs, NULL, &zero) > 0) break;
     }
     rc = CLI_EXIT_OK;
+    static watchdog wd;
+    wd.sigs = sigs;
+    pthread_t wt;
+    if (pthread_create(&wt, NULL, watchdog_main, &wd) == 0) pthread_detach(wt);
+    ps_server_destroy(srv);
+    srv = NULL;
+    __atomic_store_n(&wd.done, 1, __ATOMIC_RELEASE);
 out:
     ps_server_destroy(srv);
     pe_sched_destroy(sched);

@@ -9,7 +9,8 @@
  *   - a pool just above one request's need forces preemption; every request still gets
  *     its solo output, and pgd_cache_check passes after every step;
  *   - a full queue refuses with PGD_EBUSY; different salts never share cache;
- *   - no_prefix_cache: identical prompts are computed in full each time, same output;
+ *   - no_prefix_cache: identical prompts are computed in full each time, same output,
+ *     and share no page (each holds its own, none is deduplicated);
  *   - cancel_all ends every queued and running request and frees their pages at once.
  * The KV cache is f32, so batched and solo logits differ only in summation order.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
@@ -341,7 +342,15 @@ static int test_no_prefix_cache(void)
     T_OK(pe_sched_run_until_idle(s));
     T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[1], &id));
     T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[2], &id)); /* concurrent */
+    /* One step prefills both: no sharing at all, so each holds its own 3 full pages and
+     * a partial one (with the prefix cache the full ones would be deduplicated: 5). */
+    T_ASSERT(pe_sched_step(s) > 0);
+    pgd_cache_stats cs;
+    pgd_cache_get_stats(pe_ctx_cache(c), &cs);
+    T_EQ(cs.n_pages_used, 8);
     T_OK(pe_sched_run_until_idle(s));
+    pgd_cache_get_stats(pe_ctx_cache(c), &cs);
+    T_EQ(cs.n_dedup, 0);
     for (int i = 0; i < 3; i++) {
         T_EQ(o[i].n_final, 1);
         T_EQ(o[i].u.cached_tokens, 0);

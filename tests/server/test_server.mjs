@@ -7,10 +7,14 @@
 //   - cancellation (client disconnect) frees the request's pages at once (metrics);
 //   - cache_salt isolation; /v1/models, /health, the Prometheus page;
 //   - 8 concurrent requests sharing a 1,000-token prefix: the prefix is computed once
-//     and the greedy outputs equal those of the same requests run one by one.
+//     and the greedy outputs equal those of the same requests run one by one;
+//   - --no-prefix-cache shares nothing: 2 identical prompts hold twice the pages;
+//   - shutdown is bounded: SIGTERM with an idle keep-alive connection open and a stream
+//     in flight exits 0 soon after the grace period.
 // Run by ctest (labels integration, thread); see common.mjs for the environment.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import net from 'node:net';
 import {
   requireSetup, startServer, post, get, stream, metrics, until, randomTokens, sleep,
@@ -147,6 +151,16 @@ test('models, health, metrics page', async () => {
   assert.equal(m.json.data.length, 1);
   assert.equal(m.json.data[0].object, 'model');
   const id = m.json.data[0].id;
+  // The "pagoda" extension: what a client needs to build token prompts.
+  const pg = m.json.data[0].pagoda;
+  assert.ok(pg, 'model object has "pagoda"');
+  assert.equal(pg.n_ctx, 2048);
+  assert.equal(pg.page_tokens, 16);
+  assert.equal(pg.kv_type, 'f32');
+  assert.ok(Number.isInteger(pg.n_vocab) && pg.n_vocab > 0);
+  if (model.stories) assert.equal(pg.n_vocab, 512);
+  assert.equal(m.json.data[0].max_model_len, pg.n_ctx);
+  assert.deepEqual((await get(srv, '/v1/models/' + id)).json.pagoda, pg);
   assert.equal((await get(srv, '/v1/models/' + id)).json.id, id);
   assert.equal((await get(srv, '/v1/models/nope')).status, 404);
   const h = await get(srv, '/health');
@@ -416,4 +430,82 @@ test('503 while shutting down; exit 0', async () => {
   assert.equal(json.error.code, 'shutting_down');
   const { code } = await s.exited;
   assert.equal(code, 0, s.stderr());
+});
+
+// Two identical prompts of 2,000 tokens running at once (greedy: identical outputs too).
+// Returns the pages used in a /metrics scrape made after both streamed their first token
+// (their prompts are then wholly in the cache) that saw both still running.
+async function pagesOfTwoIdentical(extra, maxTokens) {
+  const s = await startServer(model.path, ['--ctx', '8192', '--max-running', '2', ...extra]);
+  try {
+    const body = { prompt: randomTokens(7, 2000), max_tokens: maxTokens, temperature: 0,
+                   ignore_eos: true, stream: true };
+    const ctls = [new AbortController(), new AbortController()];
+    const readers = await Promise.all(ctls.map(async (c) => {
+      const res = await fetch(s.url + '/v1/completions', {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body), signal: c.signal,
+      });
+      assert.equal(res.status, 200);
+      return res.body.getReader();
+    }));
+    // The first chunk of each stream holds its first token.
+    await Promise.all(readers.map((r) => r.read()));
+    const v = await metrics(s);
+    for (const c of ctls) c.abort();
+    assert.equal(v.pagoda_requests_running, 2, 'both still running at the scrape');
+    return v.pagoda_kv_pages_used;
+  } finally {
+    await s.stop();
+  }
+}
+
+test('--no-prefix-cache shares nothing: 2 identical prompts hold twice the pages', async () => {
+  const promptPages = Math.floor(2000 / 16);
+  // Shared: the prompt's full pages once (and the identical greedy outputs' pages too).
+  const shared = await pagesOfTwoIdentical([], 1500); // < 2 * promptPages whatever it generated
+  assert.ok(shared < 2 * promptPages, `prefix cache on: ${shared} pages used`);
+  // Not shared: each request holds its own copy of every page.
+  const own = await pagesOfTwoIdentical(['--no-prefix-cache'], 6000);
+  assert.ok(own >= 2 * promptPages, `--no-prefix-cache: ${own} pages used`);
+  assert.ok(own > shared);
+  console.log(`pages used by 2 identical running prompts: shared ${shared}, --no-prefix-cache ${own}`);
+});
+
+test('shutdown is bounded: idle keep-alive connection + stream in flight, SIGTERM, exit 0', async () => {
+  const grace = 1;
+  const s = await startServer(model.path,
+    ['--ctx', '16384', '--kv-memory', '64M', '--shutdown-grace', String(grace)]);
+  // An idle keep-alive connection: one request answered, the socket kept open.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  await new Promise((resolve, reject) => {
+    http.get(s.url + '/health', { agent }, (res) => { res.resume(); res.on('end', resolve); })
+      .on('error', reject);
+  });
+  assert.equal(Object.values(agent.freeSockets).flat().length, 1, 'one idle keep-alive socket');
+  // A stream that would run far longer than the grace period.
+  const ctl = new AbortController();
+  const res = await fetch(s.url + '/v1/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 16000, ignore_eos: true,
+                           stream: true }),
+    signal: ctl.signal,
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  await reader.read(); // it is generating
+  const drained = (async () => { try { for (;;) { if ((await reader.read()).done) break; } } catch { /* cut */ } })();
+  s.proc.kill('SIGTERM');
+  // A bound against hanging, not a timing assertion: grace + the teardown's own bound.
+  let timer;
+  const hung = new Promise((r) => { timer = setTimeout(() => r({ hung: true }), (grace + 30) * 1000); });
+  const r = await Promise.race([s.exited, hung]);
+  clearTimeout(timer);
+  if (r.hung) s.proc.kill('SIGKILL');
+  assert.ok(!r.hung, `pagoda serve still running ${grace + 30} s after SIGTERM:\n${s.stderr()}`);
+  assert.equal(r.code, 0, s.stderr());
+  assert.doesNotMatch(s.stderr(), /did not finish|exiting now/, 'the watchdog was not needed');
+  await drained;
+  ctl.abort();
+  agent.destroy();
 });
