@@ -28,6 +28,15 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* CPU seconds of the whole process (every thread): on a machine shared with other work,
+ * tokens per CPU-second compare implementations more stably than wall time. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void usage(void)
 {
     puts("usage: bench_engine --model FILE [options]\n"
@@ -105,7 +114,8 @@ static int parse_kv_list(const char *v, pgd_kv_type *out, int max)
 }
 
 typedef struct result {
-    double pp, tg; /* tokens/s; 0 when not measured */
+    double pp, tg;         /* tokens/s; 0 when not measured */
+    double pp_cpu, tg_cpu; /* tokens per CPU-second */
 } result;
 
 int main(int argc, char **argv)
@@ -239,8 +249,8 @@ int main(int argc, char **argv)
                m->weight_bytes / 1073741824.0, threads, pe_isa_name(pe_isa_detect()),
                kv_rotate ? ", kv rotated" : "");
     if (!json)
-        printf("%-6s %-8s %-5s %8s %10s %12s %10s %8s %12s\n", "kv", "depth", "test", "tokens",
-               "seconds", "tokens/s", "vs depth0", "vs f16", "KV B/token");
+        printf("%-6s %-8s %-5s %8s %10s %12s %10s %8s %10s %12s\n", "kv", "depth", "test", "tokens",
+               "seconds", "tokens/s", "vs depth0", "vs f16", "t/cpu-s", "KV B/token");
     uint64_t checksum = 0;
     for (int k = 0; k < n_kv; k++) {
         pe_ctx_params cp = pe_ctx_default_params();
@@ -271,12 +281,12 @@ int main(int argc, char **argv)
                 }
                 filled += n;
             }
-            double tpps[99], ttgs[99];
+            double tpps[99], ttgs[99], cpps[99], ctgs[99];
             for (uint32_t rr = 0; rr < reps; rr++) {
                 /* pp: a fork of the depth context prefills pp tokens */
                 if (pp) {
                     if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
-                    double t0 = now_s();
+                    double t0 = now_s(), c0 = cpu_s();
                     for (uint32_t i = 0; i < pp; i += batch) {
                         uint32_t n = pp - i < batch ? pp - i : batch;
                         if (pe_forward(c, s, toks + depths[d] + i, n, i + n == pp ? logits : NULL,
@@ -284,13 +294,14 @@ int main(int argc, char **argv)
                             return 1;
                     }
                     tpps[rr] = now_s() - t0;
+                    cpps[rr] = cpu_s() - c0;
                     pgd_seq_destroy(cache, s);
                 }
                 /* tg: greedy, one token at a time */
                 if (tg) {
                     if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
                     int32_t tok = toks[depths[d]];
-                    double t0 = now_s();
+                    double t0 = now_s(), c0 = cpu_s();
                     for (uint32_t i = 0; i < tg; i++) {
                         if (pe_forward(c, s, &tok, 1, logits, 0)) return 1;
                         uint32_t best = 0;
@@ -300,6 +311,7 @@ int main(int argc, char **argv)
                         if (rr == 0) checksum = checksum * 31 + best;
                     }
                     ttgs[rr] = now_s() - t0;
+                    ctgs[rr] = cpu_s() - c0;
                     pgd_seq_destroy(cache, s);
                 }
             }
@@ -309,43 +321,46 @@ int main(int argc, char **argv)
             for (int t = 0; t < 2; t++) {
                 uint32_t ntok = t ? tg : pp;
                 if (!ntok) continue;
-                double *times = t ? ttgs : tpps;
+                double *times = t ? ttgs : tpps, *cpus = t ? ctgs : cpps;
                 qsort(times, reps, sizeof *times, cmp_double);
-                double secs = times[reps / 2], tps = ntok / secs;
-                if (t)
+                qsort(cpus, reps, sizeof *cpus, cmp_double);
+                double secs = times[reps / 2], tps = ntok / secs, cps = ntok / cpus[reps / 2];
+                if (t) {
                     r->tg = tps;
-                else
+                    r->tg_cpu = cps;
+                } else {
                     r->pp = tps;
+                    r->pp_cpu = cps;
+                }
                 double v0 = t ? r0->tg : r0->pp, vb = t ? rb->tg : rb->pp;
                 if (json)
                     printf("{\"kv_type\": \"%s\", \"depth\": %u, \"test\": \"%s\", \"tokens\": %u, "
-                           "\"tokens_per_s\": %.2f, \"kv_bytes_per_token\": %.1f}\n",
-                           kn, depths[d], t ? "tg" : "pp", ntok, tps, bpt);
+                           "\"tokens_per_s\": %.2f, \"tokens_per_cpu_s\": %.2f, "
+                           "\"kv_bytes_per_token\": %.1f}\n",
+                           kn, depths[d], t ? "tg" : "pp", ntok, tps, cps, bpt);
                 else if (k >= base_kv)
-                    printf("%-6s %-8u %-5s %8u %10.3f %12.2f %10.3f %8.3f %12.1f\n", kn, depths[d],
-                           t ? "tg" : "pp", ntok, secs, tps, tps / v0, tps / vb, bpt);
+                    printf("%-6s %-8u %-5s %8u %10.3f %12.2f %10.3f %8.3f %10.2f %12.1f\n", kn,
+                           depths[d], t ? "tg" : "pp", ntok, secs, tps, tps / v0, tps / vb, cps,
+                           bpt);
                 else /* before the baseline type ran: its ratio comes in the summary */
-                    printf("%-6s %-8u %-5s %8u %10.3f %12.2f %10.3f %8s %12.1f\n", kn, depths[d],
-                           t ? "tg" : "pp", ntok, secs, tps, tps / v0, "-", bpt);
+                    printf("%-6s %-8u %-5s %8u %10.3f %12.2f %10.3f %8s %10.2f %12.1f\n", kn,
+                           depths[d], t ? "tg" : "pp", ntok, secs, tps, tps / v0, "-", cps, bpt);
             }
         }
         pgd_seq_destroy(cache, base);
         pe_ctx_free(c);
     }
     if (!json && n_kv > 1 && tg) {
-        printf("decode tokens/s by kv type (ratio to %s):\n", pgd_kv_type_name(kvs[base_kv]));
-        printf("%-8s", "depth");
-        for (int k = 0; k < n_kv; k++)
-            printf(" %18s", pgd_kv_type_name(kvs[k]));
-        printf("\n");
+        printf("decode by kv type: tokens/s (ratio to %s) | tokens per CPU-second (ratio)\n",
+               pgd_kv_type_name(kvs[base_kv]));
         for (int d = 0; d < n_depth; d++) {
-            printf("%-8u", depths[d]);
             for (int k = 0; k < n_kv; k++) {
-                double v = res[(size_t)k * n_depth + d].tg;
-                double b = res[(size_t)base_kv * n_depth + d].tg;
-                printf(" %10.2f (%4.2fx)", v, v / b);
+                const result *r = &res[(size_t)k * n_depth + d];
+                const result *b = &res[(size_t)base_kv * n_depth + d];
+                printf("depth %-6u %-6s %9.2f (%5.3fx) | %9.2f (%5.3fx)\n", depths[d],
+                       pgd_kv_type_name(kvs[k]), r->tg, r->tg / b->tg, r->tg_cpu,
+                       r->tg_cpu / b->tg_cpu);
             }
-            printf("\n");
         }
     }
     if (!json) printf("checksum %016llx\n", (unsigned long long)checksum);
