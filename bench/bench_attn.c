@@ -7,7 +7,10 @@
  *   probe       threads sum a plain array of the same bytes as the config's K/V (same
  *               threads, same pool): the bandwidth this machine gives to a pure read of
  *               that size (L3 for small configs, DRAM for large ones); also once on a
- *               buffer far larger than any cache (the DRAM line at the top)
+ *               buffer far larger than any cache (the DRAM line at the top). The buffer is
+ *               madvised MADV_HUGEPAGE, as the pool's arena is (pool.c), so both sides
+ *               read through the same kind of pages (--small-probe: 4 KiB pages, which
+ *               flatters the kernel's %bw)
  *   decode      batch sequences of ctx tokens, one query row each, n_kv_heads KV heads,
  *               GQA query heads per KV head; GB/s = encoded K+V bytes of every page read
  *               / median time; %bw = GB/s / probe GB/s at equal bytes
@@ -15,12 +18,15 @@
  *               random order before the sequences grew)
  *   contiguous  the same K/V in sequences of consecutive page ids (a fresh pool)
  *   p/c         time contiguous / time paged (1.00 = paging costs nothing)
+ *               (paged, contiguous and probe are timed in turn, repetition by repetition)
  *   prefill     a chunk of --prefill rows after a prefix of --prefill-depth tokens
  *
  * Targets (issue 5): f16 at GQA 1 >= 85% of the probe; paged >= 0.97x contiguous; q8_0 and
  * q4_0 faster than f16 at long context (the summary lines). Each figure is the median of
  * timed repetitions (at least --min-reps, at least --min-ms) after one untimed warm-up.
  * The checksum folds every output, so a change that is fast but wrong shows up.
+ * --cpu-time (one thread): times on the thread's CPU clock, for a shared machine where the
+ * wall clock also counts the time the bench waits for a core.
  * Threads: a persistent pthread pool (libpagoda has none), tasks claimed in order from an
  * atomic counter, workers spinning briefly between runs then sleeping.
  */
@@ -38,6 +44,9 @@
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
 
+/* src/attn/attn_int.h's benchmark hook (that header needs src/ on the include path). */
+void pgd__attn_set_wide(pgd_attn *a, uint32_t n);
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -48,11 +57,13 @@ typedef struct opts {
     uint32_t ctx[16], n_ctx, batch[16], n_batch, gqa[8], n_gqa;
     pgd_kv_type types[8];
     uint32_t n_types;
-    uint32_t n_kv, hd, pt, threads, min_reps, prefill, prefill_depth;
+    uint32_t n_kv, hd, pt, threads, min_reps, prefill, prefill_depth, wide;
     uint64_t max_tokens, seed;
     double min_ms;
     int json, smoke, layouts; /* layouts: 1 paged only, 3 both */
     int hugepages;            /* madvise the pool arenas MADV_HUGEPAGE before filling */
+    int small_probe;          /* leave the probe buffer on 4 KiB pages */
+    int cpu_time;             /* time on the thread's CPU clock (--threads 1 only) */
 } opts;
 
 static void usage(FILE *f)
@@ -74,8 +85,16 @@ static void usage(FILE *f)
                "  --prefill N        prefill chunk rows (default 512; 0: skip)\n"
                "  --prefill-depth N  prefix before the chunk (default 2048)\n"
                "  --paged-only       skip the contiguous layout\n"
-               "  --hugepages        madvise(MADV_HUGEPAGE) the pool arenas before filling them\n"
-               "                     (what the pool does not do itself: shows the TLB's share)\n"
+               "  --hugepages        madvise(MADV_HUGEPAGE) the pool arenas again (the pool now\n"
+               "                     does it itself; kept for older comparisons)\n"
+               "  --small-probe      leave the probe buffer on 4 KiB pages (default: it is\n"
+               "                     madvised MADV_HUGEPAGE like the pool's arena, so that both\n"
+               "                     read through the same kind of pages)\n"
+               "  --cpu-time         time on the thread's CPU clock instead of the wall clock\n"
+               "                     (--threads 1 only): on a shared, loaded machine this drops\n"
+               "                     the time the thread waits for a core, not its cache misses\n"
+               "  --wide N           KV heads per decode task (default 0: the library's\n"
+               "                     default, the most its scratch allows; 1: one per head)\n"
                "  --seed N           K/V and query seed (default 1)\n"
                "  --json             one JSON object per result line\n"
                "  --smoke            tiny and fast (ctest)\n"
@@ -117,10 +136,12 @@ static int parse_types(const char *s, opts *o)
 
 /* ---- time, rng ---- */
 
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -457,6 +478,43 @@ static void fold(const float *x, size_t n)
     }
 }
 
+/* Times the paged run, the contiguous run (a[1] may be NULL) and the probe read of the
+ * same bytes in turn, repetition by repetition, so that a machine whose load drifts slows
+ * all three alike and the ratios stay fair. t[0..2]: median seconds; returns < 0 on error. */
+static int time_decode(pgd_attn *a[2], pgd_attn_item *it[2], uint32_t n, bpool *bp, probe *pr,
+                       size_t bytes, const opts *o, double t[3])
+{
+    static double s[3][4096];
+    uint32_t n_tasks = bp->n * 4;
+    pr->bytes = bytes;
+    pr->chunk = ((bytes + n_tasks - 1) / n_tasks + 63) & ~(size_t)63;
+    n_tasks = (uint32_t)((bytes + pr->chunk - 1) / pr->chunk);
+    for (int l = 0; l < 2; l++) /* warm-up */
+        if (a[l] && pgd_attn_run(a[l], 0, it[l], n) != PGD_OK) return -1;
+    bpool_run(bp, probe_task, pr, n_tasks);
+    int k = 0;
+    double t_start = now_s();
+    while (k < 4096 && (k < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3)) {
+        for (int l = 0; l < 3; l++) {
+            if (l < 2 && !a[l]) continue;
+            double t0 = now_s();
+            if (l < 2)
+                pgd_attn_run(a[l], 0, it[l], n);
+            else
+                bpool_run(bp, probe_task, pr, n_tasks);
+            s[l][k] = now_s() - t0;
+        }
+        k++;
+    }
+    for (int l = 0; l < 3; l++) {
+        t[l] = 0;
+        if (l < 2 && !a[l]) continue;
+        qsort(s[l], (size_t)k, sizeof *s[l], cmp_double);
+        t[l] = s[l][k / 2];
+    }
+    return 0;
+}
+
 /* Times pgd_attn_run on items; returns the median seconds, or < 0 on error. */
 static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *o)
 {
@@ -501,16 +559,29 @@ int main(int argc, char **argv)
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
 
-    static const struct option lo[] = {{"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},
-                                       {"batch", 1, 0, 'b'},         {"gqa", 1, 0, 'g'},
-                                       {"kv-heads", 1, 0, 'k'},      {"head-dim", 1, 0, 'd'},
-                                       {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'},
-                                       {"threads", 1, 0, 'T'},       {"min-reps", 1, 0, 'r'},
-                                       {"min-ms", 1, 0, 'M'},        {"prefill", 1, 0, 'P'},
-                                       {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'},
-                                       {"hugepages", 0, 0, 'H'},     {"seed", 1, 0, 'S'},
-                                       {"json", 0, 0, 'j'},          {"smoke", 0, 0, 's'},
-                                       {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option lo[] = {{"types", 1, 0, 't'},
+                                       {"ctx", 1, 0, 'c'},
+                                       {"batch", 1, 0, 'b'},
+                                       {"gqa", 1, 0, 'g'},
+                                       {"kv-heads", 1, 0, 'k'},
+                                       {"head-dim", 1, 0, 'd'},
+                                       {"page-tokens", 1, 0, 'p'},
+                                       {"max-tokens", 1, 0, 'm'},
+                                       {"threads", 1, 0, 'T'},
+                                       {"min-reps", 1, 0, 'r'},
+                                       {"min-ms", 1, 0, 'M'},
+                                       {"prefill", 1, 0, 'P'},
+                                       {"prefill-depth", 1, 0, 'D'},
+                                       {"paged-only", 0, 0, 'O'},
+                                       {"hugepages", 0, 0, 'H'},
+                                       {"seed", 1, 0, 'S'},
+                                       {"small-probe", 0, 0, 'B'},
+                                       {"cpu-time", 0, 0, 'C'},
+                                       {"json", 0, 0, 'j'},
+                                       {"smoke", 0, 0, 's'},
+                                       {"help", 0, 0, 'h'},
+                                       {"wide", 1, 0, 'W'},
+                                       {0, 0, 0, 0}};
     for (;;) {
         int c = getopt_long(argc, argv, "", lo, NULL);
         if (c == -1) break;
@@ -545,6 +616,7 @@ int main(int argc, char **argv)
         case 'r':
         case 'S':
         case 'D':
+        case 'W':
             bad = parse_list(optarg, one, 1) != 1;
             if (c == 'k') o.n_kv = one[0];
             if (c == 'd') o.hd = one[0];
@@ -554,6 +626,7 @@ int main(int argc, char **argv)
             if (c == 'r') o.min_reps = one[0];
             if (c == 'S') o.seed = one[0];
             if (c == 'D') o.prefill_depth = one[0];
+            if (c == 'W') o.wide = one[0];
             break;
         case 'P':
             o.prefill = (uint32_t)strtoul(optarg, NULL, 10);
@@ -567,6 +640,12 @@ int main(int argc, char **argv)
             break;
         case 'H':
             o.hugepages = 1;
+            break;
+        case 'B':
+            o.small_probe = 1;
+            break;
+        case 'C':
+            o.cpu_time = 1;
             break;
         case 'j':
             o.json = 1;
@@ -599,6 +678,11 @@ int main(int argc, char **argv)
         if (o.threads > 2) o.threads = 2;
     }
 
+    if (o.cpu_time && o.threads != 1) {
+        fprintf(stderr, "bench_attn: --cpu-time needs --threads 1 (it reads one thread's clock)\n");
+        return 2;
+    }
+    if (o.cpu_time) bench_clock = CLOCK_THREAD_CPUTIME_ID;
     bpool bp;
     if (bpool_start(&bp, o.threads) != 0) {
         fprintf(stderr, "bench_attn: cannot start %u threads\n", o.threads);
@@ -615,7 +699,16 @@ int main(int argc, char **argv)
             }
     size_t buf_bytes = max_bytes > big ? (size_t)max_bytes : big;
     probe *pr = calloc(1, sizeof *pr);
-    unsigned char *buf = malloc(buf_bytes);
+    /* The probe reads through huge pages like the pool's arena (pool.c madvises it), unless
+     * --small-probe: a fair ratio needs the same TLB reach on both sides. */
+    unsigned char *buf = NULL;
+    const size_t huge = (size_t)2 << 20;
+    buf_bytes = (buf_bytes + huge - 1) & ~(huge - 1);
+    if (posix_memalign((void **)&buf, huge, buf_bytes) != 0) buf = NULL;
+#ifdef MADV_HUGEPAGE
+    if (buf && !o.small_probe && madvise(buf, buf_bytes, MADV_HUGEPAGE) != 0)
+        fprintf(stderr, "bench_attn: madvise(MADV_HUGEPAGE) of the probe buffer failed\n");
+#endif
     if (!pr || !buf) {
         fprintf(stderr, "bench_attn: out of memory for a %zu-byte probe buffer\n", buf_bytes);
         return 1;
@@ -627,8 +720,10 @@ int main(int argc, char **argv)
     pr->buf = buf;
     const double dram_gbs = (double)big / probe_time(&bp, pr, big, &o) * 1e-9;
     if (!o.json) {
-        printf("bench_attn: %u threads, %u KV heads, head_dim %u, %u tokens/page%s\n", o.threads,
-               o.n_kv, o.hd, o.pt, o.hugepages ? ", huge pages" : "");
+        printf("bench_attn: %u threads, %u KV heads, head_dim %u, %u tokens/page, probe on %s "
+               "pages, %s clock\n",
+               o.threads, o.n_kv, o.hd, o.pt, o.small_probe ? "4 KiB" : "huge",
+               o.cpu_time ? "thread CPU" : "wall");
         printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
         print_header();
     } else {
@@ -682,7 +777,7 @@ int main(int argc, char **argv)
                 ap.parallel = bpool_run;
                 ap.parallel_ud = &bp;
                 ap.max_rows = max_batch > o.prefill ? max_batch : o.prefill;
-                pgd_attn_item it[64];
+                pgd_attn_item it[2][64];
                 float *q = malloc((size_t)max_batch * n_head * o.hd * sizeof *q);
                 float *out = malloc((size_t)max_batch * n_head * o.hd * sizeof *out);
                 uint64_t qr = o.seed + 17;
@@ -691,26 +786,32 @@ int main(int argc, char **argv)
                 for (uint32_t bi = 0; bi < o.n_batch && q && out && !rc; bi++) {
                     const uint32_t batch = o.batch[bi];
                     if ((uint64_t)ctx * batch > o.max_tokens) continue;
-                    double t[2] = {0, 0};
+                    double t[3] = {0, 0, 0};
+                    pgd_attn *a[2] = {NULL, NULL};
+                    pgd_attn_item *itl[2] = {it[0], it[1]};
                     for (int l = 0; l < 2 && !rc; l++) {
                         if (!f[l].c) continue;
-                        pgd_attn *a;
-                        if (pgd_attn_create(f[l].c, &ap, &a) != PGD_OK) {
+                        if (pgd_attn_create(f[l].c, &ap, &a[l]) != PGD_OK) {
                             fprintf(stderr, "bench_attn: pgd_attn_create failed\n");
                             rc = 1;
                             break;
                         }
+                        pgd__attn_set_wide(a[l], o.wide);
                         for (uint32_t i = 0; i < batch; i++)
-                            it[i] = (pgd_attn_item){f[l].seq[i], 1, q + (size_t)i * n_head * o.hd,
-                                                    out + (size_t)i * n_head * o.hd};
-                        t[l] = time_attn(a, it, batch, &o);
-                        if (t[l] < 0) rc = 1;
-                        if (l == 0) fold(out, (size_t)batch * n_head * o.hd);
-                        pgd_attn_destroy(a);
+                            it[l][i] =
+                                (pgd_attn_item){f[l].seq[i], 1, q + (size_t)i * n_head * o.hd,
+                                                out + (size_t)i * n_head * o.hd};
                     }
                     const uint64_t pages = (uint64_t)batch * ((ctx + o.pt - 1) / o.pt);
                     const double bytes = (double)pages * o.n_kv * 2 * (double)region;
-                    const double pt_s = probe_time(&bp, pr, (size_t)bytes, &o);
+                    if (!rc && time_decode(a, itl, batch, &bp, pr, (size_t)bytes, &o, t) != 0)
+                        rc = 1;
+                    if (!rc && pgd_attn_run(a[0], 0, it[0], batch) == PGD_OK) /* paged output */
+                        fold(out, (size_t)batch * n_head * o.hd);
+                    pgd_attn_destroy(a[0]);
+                    pgd_attn_destroy(a[1]);
+                    if (rc) break;
+                    const double pt_s = t[2];
                     const double gbs = bytes / t[0] * 1e-9, pgbs = bytes / pt_s * 1e-9;
                     const double pc = t[1] > 0 ? t[1] / t[0] : 0;
                     if (pc > 0 && ctx * batch >= 4096 && pc < worst_pc) worst_pc = pc;

@@ -11,7 +11,19 @@
  *   task    (tile, KV head): its list of pages is every page up to the tile's last row, or
  *           the Quest selection of a decode row; every K/V row it loads serves all the
  *           tile's rows and all query heads of the GQA group (k_scores / v_accum take
- *           nq = rows * group query vectors), never reloaded per query head
+ *           nq = rows * group query vectors), never reloaded per query head.
+ *           A one-row tile without a Quest selection (decode) makes tasks of up to `wide`
+ *           KV heads (all of them for usual shapes; <= 64 query vectors): for each page it
+ *           reads the K regions of its heads one after the other, then their V regions;
+ *           the pool lays a page's heads side by side ([layer][K|V][kv_head]), so a
+ *           decode task reads n_kv_heads * region-byte runs instead of single regions at
+ *           a page's stride. Each head still gets its own kernel calls, so the results
+ *           equal one head per task bit for bit. Measured (bench_attn --threads 1
+ *           --cpu-time, 8 KV heads, head_dim 128): at 32k context 1.03-1.26x faster than
+ *           one head per task for f16 / q8_0 / q4_0 (f16 GQA 1: 63% -> 71% of the read
+ *           probe; paged / contiguous 0.87-0.96 -> 0.96-1.0), but at 4k, where the bench's
+ *           16 MiB of K/V stay in this machine's 260 MiB L3, 0.86-0.98x: so only decode
+ *           rows of at least WIDE_MIN_KEYS keys get such tasks.
  *   piece   (task, range of its page list): a long task is split into pieces of about
  *           equal cost so that one long sequence uses every thread; short tasks stay whole
  *           and don't wait. Split pieces are queued first (the largest work), whole tasks
@@ -20,6 +32,9 @@
  * One piece, for blocks of up to BLOCK_KEYS keys (whole pages):
  *
  *   S[q][j] = log2(e)/sqrt(hd) * q . k_j       codec k_scores, page by page into S
+ *                                              (q8_0 / q4_0 VNNI: the query quantized
+ *                                              once per piece, codec prepare_q, then
+ *                                              k_scores_prep page by page)
  *   online softmax per query q (softmax.c):    m, l, O <- rescaled; S <- 2^(S - m)
  *   O[q] += sum_j S[q][j] v_j                  codec v_accum, page by page
  *
@@ -60,7 +75,13 @@ enum {
     PIECES_PER_THREAD = 4, /* automatic split: aim at this many pieces of work per thread */
     SPARE_PIECES = 1024,   /* pieces beyond one per task (forced splits in tests) */
     SLOTS_PER_THREAD = 16, /* partial states of split tasks: slots per thread (min 64) */
-    PREFETCH_BYTES = 1024, /* software prefetch of a region's first bytes */
+    PREFETCH_BYTES = 4096, /* software prefetch of a region's first bytes: q8_0 / q4_0
+                              regions (2.1 / 1.1 KiB at head_dim 128) whole; 1 KiB left
+                              q8_0 decode at 32k 1.5x slower */
+    SPREAD_ROWS = 4,       /* plain codecs: rows per kernel call between prefetch bursts */
+    SPREAD_V_BYTES = 1024, /* spread mode: the block's first V region, its first bytes */
+    WIDE_HEADS = 16,       /* most KV heads of one decode task */
+    WIDE_MIN_KEYS = 8192,  /* ... of a decode row of at least this many keys (see above) */
 };
 
 typedef struct iview {
@@ -75,9 +96,9 @@ typedef struct tile {
 } tile;
 
 typedef struct task {
-    uint32_t tile, kvh, n_list, n_pieces;
-    const uint32_t *sel; /* page indices, or NULL: pages 0 .. n_list-1 */
-    float *slots;        /* split tasks: n_pieces x [O nq*hd | m nq | l nq] */
+    uint32_t tile, kvh, nh, n_list, n_pieces; /* KV heads kvh .. kvh + nh - 1 */
+    const uint32_t *sel;                      /* page indices, or NULL: pages 0 .. n_list-1 */
+    float *slots;                             /* split tasks: n_pieces x [O nq*hd | m nq | l nq] */
 } task;
 
 typedef struct piece {
@@ -91,6 +112,9 @@ struct pgd_attn {
     pgd__softmax_step_fn step;
     uint32_t tile_rows, nq_max, ld_s, block_pages, max_tasks, max_pieces;
     int prefetch;
+    uint32_t wide;     /* KV heads per decode task (1: one per task; see pgd__attn_set_wide) */
+    uint32_t wide_min; /* ... for decode rows of at least this many pages */
+    int spread;        /* f32 / f16 / bf16: spread prefetch of the next page (see spread_*) */
     size_t region_bytes;
     float q_scale;
 
@@ -108,7 +132,7 @@ struct pgd_attn {
 
     /* per-thread scratch: Q O [nq_max][hd], m l [nq_max], S [nq_max][ld_s], heap, block */
     unsigned char *scratch;
-    size_t scratch_stride, off_o, off_m, off_l, off_s, off_hs, off_hp, off_blk;
+    size_t scratch_stride, off_o, off_m, off_l, off_s, off_hs, off_hp, off_blk, off_pq;
 };
 
 pgd_attn_params pgd_attn_default_params(void)
@@ -168,11 +192,17 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     if (a->tile_rows > TILE_ROWS) a->tile_rows = TILE_ROWS;
     if (a->tile_rows > R) a->tile_rows = R;
     a->nq_max = a->tile_rows * G;
+    /* Decode tasks cover up to WIDE_HEADS KV heads (all their query vectors at once). */
+    a->wide = a->g.n_kv_heads < WIDE_HEADS ? a->g.n_kv_heads : WIDE_HEADS;
+    if (a->wide * G > TILE_Q) a->wide = TILE_Q / G ? TILE_Q / G : 1;
+    if (a->nq_max < a->wide * G) a->nq_max = a->wide * G;
+    a->wide_min = WIDE_MIN_KEYS / pt ? WIDE_MIN_KEYS / pt : 1;
     a->block_pages = BLOCK_KEYS / pt ? BLOCK_KEYS / pt : 1;
     a->ld_s = (a->block_pages * pt + 15) & ~15u;
     a->q_scale = (float)(1.4426950408889634 / sqrt((double)hd));
     a->region_bytes = (size_t)pgd_pool_region_bytes(a->g.pool);
-    a->prefetch = 1;
+    a->prefetch = 2;
+    a->spread = a->g.type == PGD_KV_F32 || a->g.type == PGD_KV_F16 || a->g.type == PGD_KV_BF16;
     a->max_tasks = R * a->g.n_kv_heads;
     a->max_pieces = a->max_tasks + SPARE_PIECES + 2 * PIECES_PER_THREAD * T;
     uint32_t n_slots = SLOTS_PER_THREAD * T > 64 ? SLOTS_PER_THREAD * T : 64;
@@ -188,7 +218,9 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     a->off_hs = a->off_s + up64((size_t)a->nq_max * a->ld_s * sizeof(float));
     a->off_hp = a->off_hs + up64((size_t)(B ? B : 1) * sizeof(float));
     a->off_blk = a->off_hp + up64((size_t)(B ? B : 1) * sizeof(uint32_t));
-    a->scratch_stride = a->off_blk + up64((size_t)a->block_pages * 3 * sizeof(uint32_t));
+    a->off_pq = a->off_blk + up64((size_t)a->block_pages * 3 * sizeof(uint32_t));
+    a->scratch_stride =
+        a->off_pq + (a->g.codec->prepare_q ? up64((size_t)a->nq_max * PGD__PREP_Q_HEAD_BYTES) : 0);
 
     rc = PGD_ENOMEM;
     a->views = pgd__calloc(&al, R, sizeof *a->views);
@@ -228,6 +260,14 @@ void pgd__attn_set_prefetch(pgd_attn *a, int on)
 {
     a->prefetch = on;
 }
+void pgd__attn_set_wide(pgd_attn *a, uint32_t n)
+{
+    uint32_t mx = a->nq_max / a->g.group;
+    if (mx > a->g.n_kv_heads) mx = a->g.n_kv_heads;
+    a->wide = n == 0 ? mx : n > mx ? mx : n;
+    a->wide_min =
+        n == 0 ? (WIDE_MIN_KEYS / a->g.page_tokens ? WIDE_MIN_KEYS / a->g.page_tokens : 1) : 0;
+}
 
 void pgd__attn_last_plan(const pgd_attn *a, uint32_t *n_pieces, uint32_t *n_split_pieces)
 {
@@ -252,6 +292,43 @@ static void prefetch(const void *p, size_t n)
         __builtin_prefetch(c + o, 0, 3);
 }
 
+/* Plain codecs (f32, f16, bf16), decode: the kernel is called on SPREAD_ROWS rows at a time and,
+ * before each call, the matching share of the NEXT page's region (K while scoring K, V while
+ * accumulating V) is prefetched, so the prefetches run steadily about one region ahead of
+ * the loads instead of in one burst. A row-chunked call costs these codecs nothing (no
+ * per-call query preparation); block codecs keep whole-page calls and the burst prefetch.
+ * Decode tiles only (see piece_task). Measured against the burst prefetch (one thread,
+ * thread CPU clock, head_dim 128, 8 KV heads, batch 1, A/B interleaved in one process on a
+ * loaded 2-core VM): f16 ctx 32k GQA 1 10.8 -> 13.0 GB/s, GQA 4 7.4 -> 10.2; bf16 9.6 ->
+ * 11.4, 7.0 -> 9.3; L3-resident ctx 4k f16 GQA 1 23.2 -> 23.6, GQA 4 15.6 -> 15.3. Variants
+ * that lost: the whole next region in one burst (-25% at 4k in one run, even in another);
+ * the current page's V during K, 64 KiB before its use (-14% at 4k); 8 or 16 rows per call. */
+static void spread_k(const pgd__attn_geom *g, const void *reg, uint32_t pt, uint32_t r0, uint32_t n,
+                     const float *q, uint32_t nq, float scale, float *s, size_t ld,
+                     const char *next, size_t region_bytes)
+{
+    const size_t chunk = region_bytes * SPREAD_ROWS / pt;
+    for (uint32_t j = 0; j < n; j += SPREAD_ROWS) {
+        const uint32_t m = n - j < SPREAD_ROWS ? n - j : SPREAD_ROWS;
+        for (size_t o = 0; next && o < chunk; o += 64)
+            __builtin_prefetch(next + (size_t)j / SPREAD_ROWS * chunk + o, 0, 3);
+        g->codec->k_scores(reg, pt, g->head_dim, r0 + j, m, q, nq, scale, s + j, ld);
+    }
+}
+
+static void spread_v(const pgd__attn_geom *g, const void *reg, uint32_t pt, uint32_t r0, uint32_t n,
+                     const float *w, size_t ld, uint32_t nq, float *o, const char *next,
+                     size_t region_bytes)
+{
+    const size_t chunk = region_bytes * SPREAD_ROWS / pt;
+    for (uint32_t j = 0; j < n; j += SPREAD_ROWS) {
+        const uint32_t m = n - j < SPREAD_ROWS ? n - j : SPREAD_ROWS;
+        for (size_t b = 0; next && b < chunk; b += 64)
+            __builtin_prefetch(next + (size_t)j / SPREAD_ROWS * chunk + b, 0, 3);
+        g->codec->v_accum(reg, pt, g->head_dim, r0 + j, m, w + j, ld, nq, o);
+    }
+}
+
 static unsigned char *scratch_of(const pgd_attn *a, uint32_t thread)
 {
     uintptr_t base = ((uintptr_t)a->scratch + 63) & ~(uintptr_t)63;
@@ -261,12 +338,12 @@ static unsigned char *scratch_of(const pgd_attn *a, uint32_t thread)
 /* Copies the group's query heads of a tile's rows into q[rows * group][hd], rotated as the
  * stored keys are. */
 static void load_queries(const pgd_attn *a, const pgd_attn_item *it, uint32_t row0, uint32_t n_rows,
-                         uint32_t kvh, float *q)
+                         uint32_t kvh, uint32_t nh, float *q)
 {
     const pgd__attn_geom *g = &a->g;
-    const uint32_t hd = g->head_dim, G = g->group;
+    const uint32_t hd = g->head_dim, G = g->group * nh;
     for (uint32_t t = 0; t < n_rows; t++) {
-        const float *src = it->q + ((size_t)(row0 + t) * g->n_head + (size_t)kvh * G) * hd;
+        const float *src = it->q + ((size_t)(row0 + t) * g->n_head + (size_t)kvh * g->group) * hd;
         memcpy(q + (size_t)t * G * hd, src, (size_t)G * hd * sizeof *q);
     }
     for (uint32_t i = 0; g->rotate && i < n_rows * G; i++)
@@ -274,12 +351,14 @@ static void load_queries(const pgd_attn *a, const pgd_attn_item *it, uint32_t ro
 }
 
 /* Writes o * inv_l (inverse-rotated when the pool is rotated) to query vector qi of a
- * tile; o is scratch and is overwritten. */
-static void store_out(const pgd_attn *a, const pgd_attn_item *it, uint32_t row0, uint32_t kvh,
-                      uint32_t qi, float *o, float inv_l)
+ * task of nr rows from KV head kvh (vectors [head][row][group]: a task of several KV heads
+ * has one row); o is scratch and is overwritten. */
+static void store_out(const pgd_attn *a, const pgd_attn_item *it, uint32_t row0, uint32_t nr,
+                      uint32_t kvh, uint32_t qi, float *o, float inv_l)
 {
     const pgd__attn_geom *g = &a->g;
-    const uint32_t hd = g->head_dim, G = g->group, t = qi / G, h = qi % G;
+    const uint32_t hd = g->head_dim, G = g->group, t = qi / G % nr, h = qi % G;
+    kvh += qi / G / nr;
     float *dst = it->out + ((size_t)(row0 + t) * g->n_head + (size_t)kvh * G + h) * hd;
     if (g->rotate) {
         for (uint32_t d = 0; d < hd; d++)
@@ -302,7 +381,7 @@ static void select_task(void *ud, uint32_t idx, uint32_t thread)
     iview *iv = &a->views[a->sel_view[idx / nkv]];
     unsigned char *sc = scratch_of(a, thread);
     float *q = (float *)sc;
-    load_queries(a, iv->it, 0, 1, kvh, q);
+    load_queries(a, iv->it, 0, 1, kvh, 1, q);
     pgd__attn_select(&a->g, &iv->v, a->layer, kvh, q, a->p.select_pages,
                      iv->sel + (size_t)kvh * a->p.select_pages, (uint32_t *)(sc + a->off_hp),
                      (float *)(sc + a->off_hs));
@@ -310,9 +389,20 @@ static void select_task(void *ud, uint32_t idx, uint32_t thread)
 
 /* ---- the work-item kernel ---- */
 
+/* K scores of one page: from the prepared query pq (the pool's codec's prepare_q) when
+ * there is one and the page is the pool's, else from the float queries q. */
+static void k_call(const pgd_attn *a, const pgd__codec *cd, const void *reg, uint32_t rpt,
+                   uint32_t r0, uint32_t nk, const float *q, const void *pq, uint32_t nq, float *s)
+{
+    if (pq && cd == a->g.codec)
+        cd->k_scores_prep(reg, rpt, a->g.head_dim, r0, nk, pq, nq, a->q_scale, s, a->ld_s);
+    else
+        cd->k_scores(reg, rpt, a->g.head_dim, r0, nk, q, nq, a->q_scale, s, a->ld_s);
+}
+
 static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview *iv, float *o)
 {
-    const uint32_t hd = a->g.head_dim, nq = tl->n_rows * a->g.group;
+    const uint32_t hd = a->g.head_dim, nq = tl->n_rows * a->g.group * tk->nh;
     const size_t slot = (size_t)nq * (hd + 2);
     for (uint32_t qi = 0; qi < nq; qi++) {
         float mx = -INFINITY, l = 0;
@@ -332,7 +422,7 @@ static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview 
             for (uint32_t d = 0; d < hd; d++)
                 o[d] += w * ok[d];
         }
-        store_out(a, iv->it, tl->row0, tk->kvh, qi, o, 1.0f / l);
+        store_out(a, iv->it, tl->row0, tl->n_rows, tk->kvh, qi, o, 1.0f / l);
     }
 }
 
@@ -346,7 +436,7 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     const tile *tl = &a->tiles[tk->tile];
     const iview *iv = &a->views[tl->view];
     const uint32_t hd = g->head_dim, pt = g->page_tokens, G = g->group, kvh = tk->kvh;
-    const uint32_t nr = tl->n_rows, nq = nr * G, ld = a->ld_s;
+    const uint32_t nr = tl->n_rows, NH = tk->nh, gq = nr * G, nq = gq * NH, ld = a->ld_s;
     const uint64_t pos0 = iv->v.len - iv->it->n_rows + tl->row0, last = pos0 + nr - 1;
 
     unsigned char *sc = scratch_of(a, thread);
@@ -355,7 +445,15 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     uint32_t *bpage = (uint32_t *)(sc + a->off_blk), *boff = bpage + a->block_pages;
     uint32_t *bn = boff + a->block_pages;
 
-    load_queries(a, iv->it, tl->row0, nr, kvh, Q);
+    /* Spread prefetch for decode tiles only: prefill tiles are compute-bound, and 4-row
+     * calls reload their up to 64 output vectors 4x as often (prefill 10-17% slower). */
+    const int spread = a->prefetch >= 2 && a->spread && nr == 1;
+    /* Query vectors [head j][row t][group h] (a task of several heads has one row), so
+     * head j's are the gq vectors from j * gq. */
+    load_queries(a, iv->it, tl->row0, nr, kvh, NH, Q);
+    /* Block codecs: the query quantized once per piece, not once per page. */
+    const unsigned char *PQ = NULL;
+    if (g->codec->prepare_q && g->codec->prepare_q(hd, Q, nq, sc + a->off_pq)) PQ = sc + a->off_pq;
     memset(O, 0, (size_t)nq * hd * sizeof *O);
     for (uint32_t qi = 0; qi < nq; qi++) {
         M[qi] = -INFINITY;
@@ -363,28 +461,52 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     }
 
     for (uint32_t i = pc->a; i < pc->b;) {
-        /* A block of whole pages: K scores of every query vector into S. */
+        /* A block of whole pages: K scores of every query vector into S. Pages outer, heads
+         * inner: the K regions of one page's heads are adjacent in the pool. */
         uint32_t nbp = 0, nb = 0;
         while (i < pc->b && nbp < a->block_pages) {
             const uint32_t pi = tk->sel ? tk->sel[i] : i;
             const uint64_t start = (uint64_t)pi * pt;
             const uint32_t nk = last + 1 - start < pt ? (uint32_t)(last + 1 - start) : pt;
-            const pgd__codec *cd;
-            uint32_t rpt, r0;
-            const void *reg = pgd__attn_src(g, &iv->v, pi, a->layer, PGD__K, kvh, &cd, &rpt, &r0);
-            if (a->prefetch) {
-                /* The next page's K and this page's V: page regions are scattered 4 KiB-ish
-                 * chunks that the hardware prefetcher does not run ahead into. */
-                if (i + 1 < pc->b) {
-                    const uint32_t nx = tk->sel ? tk->sel[i + 1] : i + 1;
-                    if (!iv->v.ring || nx < iv->v.ring_lo)
-                        prefetch(pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh),
-                                 a->region_bytes);
-                }
-                if (!iv->v.ring || pi < iv->v.ring_lo)
-                    prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh), a->region_bytes);
+            const int pool_src = !iv->v.ring || pi < iv->v.ring_lo;
+            int next_pool = 0;
+            uint32_t nx = 0;
+            if (i + 1 < pc->b) {
+                nx = tk->sel ? tk->sel[i + 1] : i + 1;
+                next_pool = !iv->v.ring || nx < iv->v.ring_lo;
             }
-            cd->k_scores(reg, rpt, hd, r0, nk, Q, nq, a->q_scale, S + nb, ld);
+            for (uint32_t j = 0; j < NH; j++) {
+                const pgd__codec *cd;
+                uint32_t rpt, r0;
+                const void *reg =
+                    pgd__attn_src(g, &iv->v, pi, a->layer, PGD__K, kvh + j, &cd, &rpt, &r0);
+                const float *qj = Q + (size_t)j * gq * hd;
+                float *sj = S + (size_t)j * gq * ld + nb;
+                const void *pqj = PQ ? PQ + (size_t)j * gq * PGD__PREP_Q_HEAD_BYTES : NULL;
+                if (spread && pool_src) {
+                    /* The next page's K, spread over this page's calls; the first V page of
+                     * the block now (its regions follow at V time, spread the same way). */
+                    const char *next =
+                        next_pool ? pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh + j) : NULL;
+                    if (nbp == 0)
+                        prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
+                                 SPREAD_V_BYTES);
+                    spread_k(g, reg, rpt, r0, nk, qj, gq, a->q_scale, sj, ld, next,
+                             a->region_bytes);
+                } else if (a->prefetch) {
+                    /* The next page's K and this page's V: page regions are scattered 4
+                     * KiB-ish chunks that the hardware prefetcher does not run ahead into. */
+                    if (next_pool)
+                        prefetch(pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh + j),
+                                 a->region_bytes);
+                    if (pool_src)
+                        prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
+                                 a->region_bytes);
+                    k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
+                } else {
+                    k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
+                }
+            }
             bpage[nbp] = pi;
             boff[nbp] = nb;
             bn[nbp++] = nk;
@@ -400,35 +522,48 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                 if (pos >= start)
                     nv += pos + 1 - start < bn[b] ? (uint32_t)(pos + 1 - start) : bn[b];
             }
-            for (uint32_t h = 0; h < G; h++) {
-                const uint32_t qi = t * G + h;
-                float *s = S + (size_t)qi * ld, sum;
-                if (!nv) {
-                    memset(s, 0, nb * sizeof *s);
-                    continue;
+            for (uint32_t j = 0; j < NH; j++)
+                for (uint32_t h = 0; h < G; h++) {
+                    const uint32_t qi = (j * nr + t) * G + h;
+                    float *s = S + (size_t)qi * ld, sum;
+                    if (!nv) {
+                        memset(s, 0, nb * sizeof *s);
+                        continue;
+                    }
+                    const float alpha = a->step(s, nv, nb, &M[qi], &sum);
+                    L[qi] = L[qi] * alpha + sum;
+                    if (alpha != 1.0f) {
+                        float *o = O + (size_t)qi * hd;
+                        for (uint32_t d = 0; d < hd; d++)
+                            o[d] *= alpha;
+                    }
                 }
-                const float alpha = a->step(s, nv, nb, &M[qi], &sum);
-                L[qi] = L[qi] * alpha + sum;
-                if (alpha != 1.0f) {
-                    float *o = O + (size_t)qi * hd;
-                    for (uint32_t d = 0; d < hd; d++)
-                        o[d] *= alpha;
+        }
+        /* V: every row of the block serves every query vector of its head. */
+        for (uint32_t b = 0; b < nbp; b++) {
+            const int next_pool = b + 1 < nbp && (!iv->v.ring || bpage[b + 1] < iv->v.ring_lo);
+            for (uint32_t j = 0; j < NH; j++) {
+                const pgd__codec *cd;
+                uint32_t rpt, r0;
+                const void *reg =
+                    pgd__attn_src(g, &iv->v, bpage[b], a->layer, PGD__V, kvh + j, &cd, &rpt, &r0);
+                const float *wj = S + (size_t)j * gq * ld + boff[b];
+                float *oj = O + (size_t)j * gq * hd;
+                if (spread && cd == g->codec) {
+                    const char *next = next_pool ? pgd_pool_v(g->pool, iv->v.pages[bpage[b + 1]],
+                                                              a->layer, kvh + j)
+                                                 : NULL;
+                    spread_v(g, reg, rpt, r0, bn[b], wj, ld, gq, oj, next, a->region_bytes);
+                } else {
+                    cd->v_accum(reg, rpt, hd, r0, bn[b], wj, ld, gq, oj);
                 }
             }
-        }
-        /* V: every row of the block serves every query vector. */
-        for (uint32_t b = 0; b < nbp; b++) {
-            const pgd__codec *cd;
-            uint32_t rpt, r0;
-            const void *reg =
-                pgd__attn_src(g, &iv->v, bpage[b], a->layer, PGD__V, kvh, &cd, &rpt, &r0);
-            cd->v_accum(reg, rpt, hd, r0, bn[b], S + boff[b], ld, nq, O);
         }
     }
 
     if (tk->n_pieces == 1) {
         for (uint32_t qi = 0; qi < nq; qi++)
-            store_out(a, iv->it, tl->row0, kvh, qi, O + (size_t)qi * hd, 1.0f / L[qi]);
+            store_out(a, iv->it, tl->row0, nr, kvh, qi, O + (size_t)qi * hd, 1.0f / L[qi]);
         return;
     }
     float *slot = tk->slots + (size_t)pc->k * nq * (hd + 2);
@@ -478,15 +613,18 @@ static void plan(pgd_attn *a)
         const iview *iv = &a->views[tl->view];
         const uint64_t last = iv->v.len - iv->it->n_rows + tl->row0 + tl->n_rows - 1;
         const uint32_t np = (uint32_t)(last / pt + 1);
-        for (uint32_t kvh = 0; kvh < nkv; kvh++) {
+        /* A decode row without a Quest selection: tasks of a->wide KV heads. */
+        const uint32_t wide = tl->n_rows == 1 && !iv->select && np >= a->wide_min ? a->wide : 1;
+        for (uint32_t kvh = 0; kvh < nkv; kvh += wide) {
             task *tk = &a->tasks[a->n_tasks++];
             tk->tile = ti;
             tk->kvh = kvh;
+            tk->nh = nkv - kvh < wide ? nkv - kvh : wide;
             tk->n_pieces = 1;
             tk->slots = NULL;
             tk->sel = iv->select ? iv->sel + (size_t)kvh * B : NULL;
             tk->n_list = iv->select ? pgd__attn_n_selected(np, B) : np;
-            total += (uint64_t)tk->n_list * tl->n_rows;
+            total += (uint64_t)tk->n_list * tl->n_rows * tk->nh;
         }
     }
 
@@ -497,7 +635,7 @@ static void plan(pgd_attn *a)
     size_t slot_used = 0;
     for (uint32_t k = 0; k < a->n_tasks; k++) {
         task *tk = &a->tasks[k];
-        const uint32_t nr = a->tiles[tk->tile].n_rows;
+        const uint32_t nr = a->tiles[tk->tile].n_rows * tk->nh; /* cost per page */
         uint64_t pieces = 1;
         if (a->p.split_pages) {
             pieces = (tk->n_list + a->p.split_pages - 1) / a->p.split_pages;

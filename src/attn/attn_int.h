@@ -115,9 +115,19 @@ pgd__softmax_step_fn pgd__attn_softmax_step(int isa);
  * Returns PGD_OK or PGD_EINVAL (level not available). */
 int pgd__attn_force_isa(pgd_attn *a, int isa);
 
-/* Benchmark hook: software prefetch of the next page's K and the current page's V (on by
- * default). */
+/* Benchmark hook: software prefetch. 0 none; 1 burst: the first 4 KiB (block codecs: all) of the
+ * next page's K and of the current page's V before each page's K call; 2 (the default) spread: for
+ * f32, f16 and bf16, the next page's K and V regions prefetched a share at a time between
+ * row-chunked kernel calls for decode rows (attn.c, spread_k), otherwise as 1. */
 void pgd__attn_set_prefetch(pgd_attn *a, int on);
+
+/* Test / benchmark hook: KV heads per decode task (a decode row without a Quest selection).
+ * 0, the default: the most the scratch allows (up to 16 heads, at most 64 query vectors)
+ * for decode rows of at least 8192 keys, one head per task for shorter ones (attn.c). Such
+ * a task reads each page's K regions of its heads, adjacent in the pool, one after the
+ * other. n >= 1: n heads (at most that maximum) per task for every decode row; 1 gives one
+ * task per (row, KV head). */
+void pgd__attn_set_wide(pgd_attn *a, uint32_t n);
 
 /* Test hook: the plan of a's last run: work items queued, and how many of them are pieces
  * of split tasks. */

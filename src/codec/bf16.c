@@ -61,6 +61,8 @@ const pgd__codec pgd__codec_bf16_ref = {
     bf16_decode_rows,
     bf16_k_scores_ref,
     bf16_v_accum_ref,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -89,6 +91,8 @@ const pgd__codec pgd__codec_bf16_avx2 = {
     bf16_decode_rows,
     bf16_k_scores_avx2,
     bf16_v_accum_avx2,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_bf16_avx512 = {
     PGD_KV_BF16,
@@ -100,5 +104,7 @@ const pgd__codec pgd__codec_bf16_avx512 = {
     bf16_decode_rows,
     bf16_k_scores_avx512,
     bf16_v_accum_avx512,
+    NULL,
+    NULL,
 };
 #endif

@@ -66,7 +66,23 @@ typedef struct pgd__codec {
      * for h < nq, j < n. One pass over the V rows serves all nq weight vectors. */
     void (*v_accum)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
                     uint32_t n, const float *a, size_t lda, uint32_t nq, float *out);
+
+    /* Optional (NULL where a codec has none; only q8_0 / q4_0 at the VNNI level today):
+     * the query of k_scores prepared once for many calls over any regions of the pool
+     * (quantized to int8 once per work item instead of once per page).
+     * prepare_q writes nq query vectors q[nq][head_dim] to prep (vector h at
+     * prep + h * PGD__PREP_Q_HEAD_BYTES, so a sub-range of heads is a pointer into it) and
+     * returns 1, or returns 0 (prep untouched) when this head_dim has no
+     * prepared path: use k_scores then. After it returned 1, k_scores_prep(..., prep, nq,
+     * ...) writes exactly (bit for bit) what k_scores(..., q, nq, ...) writes. */
+    int (*prepare_q)(uint32_t head_dim, const float *q, uint32_t nq, void *prep);
+    void (*k_scores_prep)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
+                          uint32_t n, const void *prep, uint32_t nq, float scale, float *scores,
+                          size_t ld);
 } pgd__codec;
+
+/* Bytes of one prepared query vector (prepare_q), for any head_dim. */
+enum { PGD__PREP_Q_HEAD_BYTES = 640 };
 
 /* The codec of a type with the fastest kernels this CPU supports (chosen once, at first
  * call, from cpuid); NULL for an unknown type. Thread-safe. */

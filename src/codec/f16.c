@@ -61,6 +61,8 @@ const pgd__codec pgd__codec_f16_ref = {
     f16_decode_rows,
     f16_k_scores_ref,
     f16_v_accum_ref,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -101,6 +103,8 @@ const pgd__codec pgd__codec_f16_avx2 = {
     f16_decode_rows,
     f16_k_scores_avx2,
     f16_v_accum_avx2,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_f16_avx512 = {
     PGD_KV_F16,
@@ -112,5 +116,7 @@ const pgd__codec pgd__codec_f16_avx512 = {
     f16_decode_rows,
     f16_k_scores_avx512,
     f16_v_accum_avx512,
+    NULL,
+    NULL,
 };
 #endif

@@ -56,6 +56,8 @@ const pgd__codec pgd__codec_f32_ref = {
     f32_decode_rows,
     f32_k_scores_ref,
     f32_v_accum_ref,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -82,6 +84,8 @@ const pgd__codec pgd__codec_f32_avx2 = {
     f32_decode_rows,
     f32_k_scores_avx2,
     f32_v_accum_avx2,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_f32_avx512 = {
     PGD_KV_F32,
@@ -93,5 +97,7 @@ const pgd__codec pgd__codec_f32_avx512 = {
     f32_decode_rows,
     f32_k_scores_avx512,
     f32_v_accum_avx512,
+    NULL,
+    NULL,
 };
 #endif

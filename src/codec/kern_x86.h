@@ -383,6 +383,7 @@ typedef struct pgd__kq {
     int32_t init[4][16]; /* -bias * (sum of the codes of each 4-byte lane): vpdpbusd's start */
     float dqpat[16];
     float c;
+    float pad[15]; /* to PGD__PREP_Q_HEAD_BYTES: prepare_q's vectors lie at that stride */
 } pgd__kq;
 
 typedef __m512i (*pgd__kchunk_fn)(const uint8_t *reg, size_t c);
@@ -505,25 +506,29 @@ PGD__I5N __m512 pgd__kn_rows(const uint8_t *reg, uint32_t pt, uint32_t hd, uint3
     return pgd__kn_pairsum(pgd__kn_pairsum(H[0], H[1]), pgd__kn_pairsum(H[2], H[3]));
 }
 
-PGD__I5N void pgd__kn(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
-                      const float *q, uint32_t nq, float scale, float *scores, size_t ld,
-                      pgd__kchunk_fn chunk, pgd__kscale_fn kscale, pgd__kprep_fn prep, int scaled,
-                      int bias_shift)
+/* Prepares nq query vectors (prep and its bias shift, see pgd__kn) into kq[0 .. nq). */
+PGD__I5N void pgd__kn_prepare(const uint8_t *reg, uint32_t pt, uint32_t hd, const float *q,
+                              uint32_t nq, pgd__kq *kq, pgd__kprep_fn prep, int bias_shift)
 {
-    const uint8_t *reg = region;
+    for (uint32_t h = 0; h < nq; h++) {
+        float dq[8] = {0};
+        prep(reg, pt, hd, q + (size_t)h * hd, &kq[h], dq);
+        pgd__kn_patterns(&kq[h], hd / 64, dq, bias_shift);
+    }
+}
+
+/* The scores of rows r0 .. r0 + n - 1 for nq prepared queries kq (pgd__kn_prepare). */
+PGD__I5N void pgd__kn_run(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                          const pgd__kq *kq, uint32_t nq, float scale, float *scores, size_t ld,
+                          pgd__kchunk_fn chunk, pgd__kscale_fn kscale, int scaled)
+{
     const uint32_t cpr = hd / 64;
-    pgd__kq kq[PGD__KQ_BATCH];
     for (uint32_t h0 = 0; h0 < nq; h0 += PGD__KQ_BATCH) {
         uint32_t nh = nq - h0 < PGD__KQ_BATCH ? nq - h0 : PGD__KQ_BATCH;
-        for (uint32_t h = 0; h < nh; h++) {
-            float dq[8] = {0};
-            prep(reg, pt, hd, q + (size_t)(h0 + h) * hd, &kq[h], dq);
-            pgd__kn_patterns(&kq[h], cpr, dq, bias_shift);
-        }
         for (uint32_t j = 0; j < n; j += 16) {
             uint32_t nr = n - j < 16 ? n - j : 16;
             size_t c0 = (size_t)(r0 + j) * cpr;
-            for (uint32_t h = 0; h < nh; h++) {
+            for (uint32_t h = h0; h < h0 + nh; h++) {
                 __m512 s;
                 if (nr == 16)
                     s = pgd__kn_rows(reg, pt, hd, cpr, c0, 16 * cpr, &kq[h], chunk, kscale, scaled,
@@ -532,12 +537,28 @@ PGD__I5N void pgd__kn(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
                     s = pgd__kn_rows(reg, pt, hd, cpr, c0, nr * cpr, &kq[h], chunk, kscale, scaled,
                                      0);
                 s = _mm512_mul_ps(_mm512_add_ps(s, _mm512_set1_ps(kq[h].c)), _mm512_set1_ps(scale));
-                _mm512_mask_storeu_ps(scores + (size_t)(h0 + h) * ld + j,
-                                      (__mmask16)((1u << nr) - 1u), s);
+                _mm512_mask_storeu_ps(scores + (size_t)h * ld + j, (__mmask16)((1u << nr) - 1u), s);
             }
         }
     }
 }
+
+PGD__I5N void pgd__kn(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                      const float *q, uint32_t nq, float scale, float *scores, size_t ld,
+                      pgd__kchunk_fn chunk, pgd__kscale_fn kscale, pgd__kprep_fn prep, int scaled,
+                      int bias_shift)
+{
+    const uint8_t *reg = region;
+    pgd__kq kq[PGD__KQ_BATCH];
+    for (uint32_t h0 = 0; h0 < nq; h0 += PGD__KQ_BATCH) {
+        uint32_t nh = nq - h0 < PGD__KQ_BATCH ? nq - h0 : PGD__KQ_BATCH;
+        pgd__kn_prepare(reg, pt, hd, q + (size_t)h0 * hd, nh, kq, prep, bias_shift);
+        pgd__kn_run(reg, pt, hd, r0, n, kq, nh, scale, scores + (size_t)h0 * ld, ld, chunk, kscale,
+                    scaled);
+    }
+}
+
+_Static_assert(sizeof(pgd__kq) == PGD__PREP_Q_HEAD_BYTES, "prepared query bytes");
 
 /* Block b (flat values [32 b, 32 b + 32)) as 32 int16 codes in natural order. */
 typedef __m512i (*pgd__vblk_fn)(const uint8_t *reg, size_t b);

@@ -21,6 +21,9 @@
  * the error bound per value is |x - value| <= s / 2 (s the stored scale), plus f32
  * rounding. Values beyond the f16 range (|x| > 65504) saturate.
  * Rows >= n of encode_page get code 0.
+ * Kernels: float AVX2 / AVX-512 loops; with AVX-512 VNNI (head_dim 64, 128, 256) integer
+ * ones: K folds the channel scales into the query (q s, int8) and the mins into q . min;
+ * V uses int16 weights a s and adds a . min per group (kern_x86.h states the extra error).
  */
 #include <math.h>
 
@@ -161,8 +164,17 @@ static void kv2_v_accum_ref(const void *region, uint32_t pt, uint32_t hd, uint32
 }
 
 const pgd__codec pgd__codec_kivi2_ref = {
-    PGD_KV_KIVI2,     "kivi2",         0, kv2_region_bytes, NULL, kv2_encode_page, kv2_decode_rows,
-    kv2_k_scores_ref, kv2_v_accum_ref,
+    PGD_KV_KIVI2,
+    "kivi2",
+    0,
+    kv2_region_bytes,
+    NULL,
+    kv2_encode_page,
+    kv2_decode_rows,
+    kv2_k_scores_ref,
+    kv2_v_accum_ref,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -315,6 +327,8 @@ const pgd__codec pgd__codec_kivi2_vnni = {
     kv2_decode_rows,
     kv2_k_scores_vnni,
     kv2_v_accum_vnni,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_kivi2_avx2 = {
     PGD_KV_KIVI2,
@@ -326,6 +340,8 @@ const pgd__codec pgd__codec_kivi2_avx2 = {
     kv2_decode_rows,
     kv2k_k_scores_avx2,
     kv2v_v_accum_avx2,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_kivi2_avx512 = {
     PGD_KV_KIVI2,
@@ -337,5 +353,7 @@ const pgd__codec pgd__codec_kivi2_avx512 = {
     kv2_decode_rows,
     kv2k_k_scores_avx512,
     kv2v_v_accum_avx512,
+    NULL,
+    NULL,
 };
 #endif

@@ -18,6 +18,9 @@
  * rows are decoded and re-quantized with the new row at a scale d' (|d'| >= |d|), adding
  * up to |d'| to their error. Each of the block's R = 32 / head_dim rows can re-scale it
  * once, so the bound per value is R |d| with d the final scale (head_dim 8: 4 |d|).
+ * Kernels: float AVX2 / AVX-512 loops over a nibble loader; with AVX-512 VNNI (head_dim 64,
+ * 128, 256) integer ones (int8 query, int16 weights: kern_x86.h states the extra error);
+ * there prepare_q / k_scores_prep let attention quantize a query once per work item.
  */
 #include <math.h>
 
@@ -148,9 +151,17 @@ static void q4_v_accum_ref(const void *region, uint32_t pt, uint32_t hd, uint32_
 }
 
 const pgd__codec pgd__codec_q4_0_ref = {
-    PGD_KV_Q4_0,     "q4_0",          1,
-    q4_region_bytes, q4_write_row,    q4_encode_page,
-    q4_decode_rows,  q4_k_scores_ref, q4_v_accum_ref,
+    PGD_KV_Q4_0,
+    "q4_0",
+    1,
+    q4_region_bytes,
+    q4_write_row,
+    q4_encode_page,
+    q4_decode_rows,
+    q4_k_scores_ref,
+    q4_v_accum_ref,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -238,15 +249,38 @@ static PGD__T5N void q4_v_accum_vnni(const void *region, uint32_t pt, uint32_t h
     pgd__vn(region, pt, hd, r0, n, a, lda, nq, out, vn_blk_q4, sc, 1, NULL);
 }
 
+static PGD__T5N int q4_prepare_q(uint32_t hd, const float *q, uint32_t nq, void *prep)
+{
+    if (hd % 64 || hd > 256) return 0;
+    pgd__kn_prepare(NULL, 0, hd, q, nq, prep, kn_prep_q4, 3);
+    return 1;
+}
+
+static PGD__T5N void q4_k_scores_prep(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
+                                      uint32_t n, const void *prep, uint32_t nq, float scale,
+                                      float *scores, size_t ld)
+{
+    pgd__kn_run(region, pt, hd, r0, n, prep, nq, scale, scores, ld, kn_chunk_q4, kn_scale_q4, 1);
+}
+
 const pgd__codec pgd__codec_q4_0_vnni = {
     PGD_KV_Q4_0,     "q4_0",           1,
     q4_region_bytes, q4_write_row,     q4_encode_page,
     q4_decode_rows,  q4_k_scores_vnni, q4_v_accum_vnni,
+    q4_prepare_q,    q4_k_scores_prep,
 };
 const pgd__codec pgd__codec_q4_0_avx2 = {
-    PGD_KV_Q4_0,     "q4_0",           1,
-    q4_region_bytes, q4_write_row,     q4_encode_page,
-    q4_decode_rows,  q4_k_scores_avx2, q4_v_accum_avx2,
+    PGD_KV_Q4_0,
+    "q4_0",
+    1,
+    q4_region_bytes,
+    q4_write_row,
+    q4_encode_page,
+    q4_decode_rows,
+    q4_k_scores_avx2,
+    q4_v_accum_avx2,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q4_0_avx512 = {
     PGD_KV_Q4_0,
@@ -258,5 +292,7 @@ const pgd__codec pgd__codec_q4_0_avx512 = {
     q4_decode_rows,
     q4_k_scores_avx512,
     q4_v_accum_avx512,
+    NULL,
+    NULL,
 };
 #endif

@@ -20,8 +20,12 @@
  * re-scale it once, and every scale is <= the final one d, so the bound per value is
  * R * d / 2 (head_dim 16: d; head_dim 8: 2 d); rounding-to-nearest keeps the typical
  * error near d / 2.
- * Kernels: the SIMD loaders convert 8 / 16 codes to f32 in registers and multiply by the
- * broadcast block scale, fused into the FMA loops of kern_x86.h.
+ * Kernels: the AVX2 / AVX-512 loaders convert 8 / 16 codes to f32 in registers and multiply
+ * by the broadcast block scale, fused into the FMA loops of kern_x86.h. With AVX-512 VNNI
+ * (head_dim 64, 128, 256) the kernels are integer: k_scores quantizes the query to int8 per
+ * 32 lanes (vpdpbusd), v_accum the weights to int16 (vpdpwssd); see kern_x86.h for the
+ * extra error bounds, which tests/unit/test_codec.c checks. prepare_q / k_scores_prep split
+ * k_scores in two, so that attention quantizes a query once per work item, not per page.
  */
 #include <math.h>
 
@@ -131,9 +135,17 @@ static void q8_v_accum_ref(const void *region, uint32_t pt, uint32_t hd, uint32_
 }
 
 const pgd__codec pgd__codec_q8_0_ref = {
-    PGD_KV_Q8_0,     "q8_0",          1,
-    q8_region_bytes, q8_write_row,    q8_encode_page,
-    q8_decode_rows,  q8_k_scores_ref, q8_v_accum_ref,
+    PGD_KV_Q8_0,
+    "q8_0",
+    1,
+    q8_region_bytes,
+    q8_write_row,
+    q8_encode_page,
+    q8_decode_rows,
+    q8_k_scores_ref,
+    q8_v_accum_ref,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -206,15 +218,38 @@ static PGD__T5N void q8_v_accum_vnni(const void *region, uint32_t pt, uint32_t h
     pgd__vn(region, pt, hd, r0, n, a, lda, nq, out, vn_blk_q8, sc, 0, NULL);
 }
 
+static PGD__T5N int q8_prepare_q(uint32_t hd, const float *q, uint32_t nq, void *prep)
+{
+    if (hd % 64 || hd > 256) return 0;
+    pgd__kn_prepare(NULL, 0, hd, q, nq, prep, kn_prep_q8, 7);
+    return 1;
+}
+
+static PGD__T5N void q8_k_scores_prep(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
+                                      uint32_t n, const void *prep, uint32_t nq, float scale,
+                                      float *scores, size_t ld)
+{
+    pgd__kn_run(region, pt, hd, r0, n, prep, nq, scale, scores, ld, kn_chunk_q8, kn_scale_q8, 1);
+}
+
 const pgd__codec pgd__codec_q8_0_vnni = {
     PGD_KV_Q8_0,     "q8_0",           1,
     q8_region_bytes, q8_write_row,     q8_encode_page,
     q8_decode_rows,  q8_k_scores_vnni, q8_v_accum_vnni,
+    q8_prepare_q,    q8_k_scores_prep,
 };
 const pgd__codec pgd__codec_q8_0_avx2 = {
-    PGD_KV_Q8_0,     "q8_0",           1,
-    q8_region_bytes, q8_write_row,     q8_encode_page,
-    q8_decode_rows,  q8_k_scores_avx2, q8_v_accum_avx2,
+    PGD_KV_Q8_0,
+    "q8_0",
+    1,
+    q8_region_bytes,
+    q8_write_row,
+    q8_encode_page,
+    q8_decode_rows,
+    q8_k_scores_avx2,
+    q8_v_accum_avx2,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q8_0_avx512 = {
     PGD_KV_Q8_0,
@@ -226,5 +261,7 @@ const pgd__codec pgd__codec_q8_0_avx512 = {
     q8_decode_rows,
     q8_k_scores_avx512,
     q8_v_accum_avx512,
+    NULL,
+    NULL,
 };
 #endif

@@ -303,6 +303,99 @@ static int test_kivi2_window_is_f16(void)
     return 0;
 }
 
+/* ---- decode tasks of several KV heads ---- */
+
+/* Decode tasks covering 1, 2, 3 or all KV heads, or the automatic choice (pgd__attn_set_wide)
+ * compute every query vector with the very same kernel calls: outputs equal bit for bit, whole or
+ * split, and match the reference. Five KV heads: the last task of a width is a partial one. */
+static int test_wide_decode_tasks(void)
+{
+    static const pgd_kv_type types[] = {PGD_KV_F32, PGD_KV_F16, PGD_KV_Q8_0, PGD_KV_Q4_0,
+                                        PGD_KV_KIVI2};
+    static const uint32_t groups[] = {1, 4, 8}, widths[] = {2, 3, 16, 0};
+    for (uint32_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (uint32_t gi = 0; gi < 3; gi++) {
+            const uint32_t G = groups[gi], nkv = 5, n_head = G * nkv;
+            fx f;
+            T_OK(fx_init(&f, types[ti], 1, nkv, 128, 16, 300, 0, 0, 71 + ti * 3 + gi));
+            /* Decode rows (one in a partly filled page) and a prefill chunk. */
+            uint32_t len[4] = {700, 161, 40, 90}, rows[4] = {1, 1, 1, 9};
+            batch b;
+            T_OK(batch_make(&f, &b, n_head, 4, len, rows));
+            float *one = malloc(b.out_floats * sizeof *one), *x = malloc(b.out_floats * sizeof *x);
+            T_ASSERT(one && x);
+            for (uint32_t split = 0; split <= 3; split += 3) {
+                pgd_attn_params p = pgd_attn_default_params();
+                p.n_head = n_head;
+                p.split_pages = split;
+                pgd_attn *a;
+                T_OK(pgd_attn_create(f.c, &p, &a));
+                pgd__attn_set_wide(a, 1);
+                T_OK(pgd_attn_run(a, 0, b.it, b.n));
+                batch_out(&f, &b, n_head, one);
+                uint32_t np1, ns1, np, ns;
+                pgd__attn_last_plan(a, &np1, &ns1);
+                for (uint32_t wi = 0; wi < 4; wi++) {
+                    pgd__attn_set_wide(a, widths[wi]);
+                    T_OK(pgd_attn_run(a, 0, b.it, b.n));
+                    batch_out(&f, &b, n_head, x);
+                    if (memcmp(x, one, b.out_floats * sizeof *x) != 0)
+                        T_FAIL("%s G %u split %u wide %u: differs from one head per task",
+                               pgd_kv_type_name(types[ti]), G, split, widths[wi]);
+                    pgd__attn_last_plan(a, &np, &ns);
+                    /* 3 decode tasks, then the chunk's tiles x 5 heads; G 8: tiles of 8
+                     * rows, and the chunk's 1-row tail tile is a task of every head. */
+                    if (!split && widths[wi] == 16) T_EQ(np, G <= 4 ? 3 + 5 : 3 + 5 + 1);
+                    /* 0, automatic: rows this short (< 8192 keys) get one head per task. */
+                    T_ASSERT(widths[wi] ? np < np1 : np == np1);
+                }
+                pgd_attn_destroy(a);
+                double e;
+                T_OK(fast_vs_ref(&f, &b, &p, -1, &e));
+                if (!(e <= bound_fast_ref(types[ti])))
+                    T_FAIL("%s G %u split %u: nmse %g", pgd_kv_type_name(types[ti]), G, split, e);
+            }
+            free(one);
+            free(x);
+            batch_free(&f, &b);
+            fx_deinit(&f);
+        }
+    }
+    /* Automatic: a decode row of >= 8192 keys gets one task of both heads, a short one a
+     * task per head; the same outputs as one head per task. */
+    fx f;
+    T_OK(fx_init(&f, PGD_KV_F16, 1, 2, 64, 16, 600, 0, 0, 97));
+    uint32_t len[2] = {8300, 100}, rows[2] = {1, 1};
+    batch b;
+    T_OK(batch_make(&f, &b, 8, 2, len, rows));
+    float *one = malloc(b.out_floats * sizeof *one), *x = malloc(b.out_floats * sizeof *x);
+    T_ASSERT(one && x);
+    pgd_attn_params p = pgd_attn_default_params();
+    p.n_head = 8;
+    pgd_attn *a;
+    T_OK(pgd_attn_create(f.c, &p, &a));
+    uint32_t np, ns;
+    T_OK(pgd_attn_run(a, 0, b.it, b.n));
+    pgd__attn_last_plan(a, &np, &ns);
+    T_EQ(np, 1 + 2);
+    batch_out(&f, &b, 8, x);
+    pgd__attn_set_wide(a, 1);
+    T_OK(pgd_attn_run(a, 0, b.it, b.n));
+    pgd__attn_last_plan(a, &np, &ns);
+    T_EQ(np, 2 + 2);
+    batch_out(&f, &b, 8, one);
+    T_ASSERT(memcmp(x, one, b.out_floats * sizeof *x) == 0);
+    pgd_attn_destroy(a);
+    double e;
+    T_OK(fast_vs_ref(&f, &b, &p, -1, &e));
+    if (!(e <= bound_fast_ref(PGD_KV_F16))) T_FAIL("f16 8300 keys: nmse %g", e);
+    free(one);
+    free(x);
+    batch_free(&f, &b);
+    fx_deinit(&f);
+    return 0;
+}
+
 /* ---- log-sum-exp merge ---- */
 
 static int test_split_merge_exact(void)
@@ -699,6 +792,7 @@ int main(void)
     T_RUN(test_every_isa_level);
     T_RUN(test_codec_error_vs_f32);
     T_RUN(test_kivi2_window_is_f16);
+    T_RUN(test_wide_decode_tasks);
     T_RUN(test_split_merge_exact);
     T_RUN(test_auto_split_many_threads);
     T_RUN(test_shared_prefix_pages);

@@ -151,8 +151,10 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
     float *s1 = malloc(8 * 64 * sizeof(float)), *s2 = malloc(8 * 64 * sizeof(float));
     float *o1 = malloc(8 * (size_t)hd * sizeof(float)),
           *o2 = malloc(8 * (size_t)hd * sizeof(float));
-    float *kd = malloc((size_t)pt * hd * sizeof(float));
-    T_ASSERT(kreg && vreg && rows && q && a && s1 && s2 && o1 && o2 && kd);
+    float *kd = malloc((size_t)pt * hd * sizeof(float)), *s3 = malloc(8 * 64 * sizeof(float));
+    void *prep = malloc(8 * (size_t)PGD__PREP_Q_HEAD_BYTES);
+    T_ASSERT(kreg && vreg && rows && q && a && s1 && s2 && o1 && o2 && kd && s3 && prep);
+    uint32_t n_prep = 0;
     fill_region(ref, PGD__K, kreg, pt, hd, rows, 1);
     fill_region(ref, PGD__V, vreg, pt, hd, rows, 0);
     ref->decode_rows(PGD__K, kreg, pt, hd, 0, pt, kd);
@@ -195,6 +197,29 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
             amax = fmax(amax, fabs(a[i]));
         ref->k_scores(kreg, pt, hd, r0, n, q, nq, 0.125f, s1, ld);
         fast->k_scores(kreg, pt, hd, r0, n, q, nq, 0.125f, s2, ld);
+        /* The prepared query: bit for bit k_scores (and so within its bounds of the ref). */
+        T_ASSERT(!fast->prepare_q == !fast->k_scores_prep);
+        if (fast->prepare_q && fast->prepare_q(hd, q, nq, prep)) {
+            n_prep++;
+            for (size_t i = 0; i < 8 * 64; i++)
+                s3[i] = -1;
+            fast->k_scores_prep(kreg, pt, hd, r0, n, prep, nq, 0.125f, s3, ld);
+            if (memcmp(s2, s3, 8 * 64 * sizeof *s3) != 0)
+                T_FAIL("%s isa %d hd %u nq %u r0 %u n %u: k_scores_prep differs",
+                       pgd_kv_type_name(type), isa, hd, nq, r0, n);
+            /* Vectors 1.. of the prepared query: the prep at a stride of
+             * PGD__PREP_Q_HEAD_BYTES. */
+            if (nq > 1) {
+                for (size_t i = 0; i < 8 * 64; i++)
+                    s3[i] = -1;
+                fast->k_scores_prep(kreg, pt, hd, r0, n,
+                                    (const char *)prep + PGD__PREP_Q_HEAD_BYTES, nq - 1, 0.125f, s3,
+                                    ld);
+                if (memcmp(s2 + ld, s3, (nq - 1) * ld * sizeof *s3) != 0)
+                    T_FAIL("%s isa %d hd %u nq %u: k_scores_prep of vectors 1.. differs",
+                           pgd_kv_type_name(type), isa, hd, nq);
+            }
+        }
         for (uint32_t h = 0; h < nq; h++)
             for (uint32_t j = 0; j < 64; j++) {
                 float x = s1[h * ld + j], y = s2[h * ld + j];
@@ -236,6 +261,11 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
     free(o1);
     free(o2);
     free(kd);
+    free(s3);
+    free(prep);
+    /* q8_0 / q4_0 at the VNNI level with head_dim 64..256 have the prepared path. */
+    if (isa == PGD__ISA_VNNI && hd % 64 == 0 && (type == PGD_KV_Q8_0 || type == PGD_KV_Q4_0))
+        T_ASSERT(n_prep == 20);
     return 0;
 }
 
