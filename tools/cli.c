@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <pagoda/pool.h>
+
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max,
                   uint64_t *out)
 {
@@ -47,4 +49,44 @@ double cli_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
+{
+    uint64_t v;
+    switch (opt) {
+    case CLI_OPT_KV_TYPE:
+        if (pgd_kv_type_parse(arg, &cp->kv_type) != PGD_OK) {
+            fprintf(stderr, "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n",
+                    cmd, arg);
+            return -1;
+        }
+        return 1;
+    case CLI_OPT_KV_ROTATE:
+        cp->kv_rotate = 1;
+        return 1;
+    case CLI_OPT_KV_RESIDUAL: /* omitted: the cache's default (128) */
+        if (cli_parse_u64(cmd, "--kv-residual", arg, 1, 1u << 20, &v)) return -1;
+        cp->kv_residual = (uint32_t)v;
+        return 1;
+    case CLI_OPT_KV_SELECT:
+        if (cli_parse_u64(cmd, "--kv-select-pages", arg, 0, 1u << 24, &v)) return -1;
+        if (v == 1) {
+            fprintf(stderr, "%s: --kv-select-pages: 1 is too few (0 = dense, else >= 2)\n", cmd);
+            return -1;
+        }
+        cp->kv_select_pages = (uint32_t)v;
+        return 1;
+    case CLI_OPT_PAGE_TOKENS:
+        if (cli_parse_u64(cmd, "--page-tokens", arg, 1, 1u << 16, &v)) return -1;
+        if (v & (v - 1)) {
+            fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
+                    (unsigned long long)v);
+            return -1;
+        }
+        cp->page_tokens = (uint32_t)v;
+        return 1;
+    default:
+        return 0;
+    }
 }

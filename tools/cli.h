@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "model.h"
+
 enum {
     CLI_EXIT_OK = 0,
     CLI_EXIT_FAIL = 1, /* the command ran and failed: unreadable input, bad data, ... */
@@ -33,6 +35,34 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min,
 
 /* Prints "Try '<cmd> --help'." on stderr and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd);
+
+/*
+ * The KV-cache options every engine command takes (run, eval, serve): --kv-type,
+ * --kv-rotate, --kv-residual, --kv-select-pages, --page-tokens. A command puts
+ * CLI_KV_LONG_OPTIONS in its getopt_long table and passes every option to cli_kv_option
+ * first; its own option values must stay below CLI_OPT_KV_FIRST.
+ */
+enum {
+    CLI_OPT_KV_FIRST = 0x4b00,
+    CLI_OPT_KV_TYPE = CLI_OPT_KV_FIRST,
+    CLI_OPT_KV_ROTATE,
+    CLI_OPT_KV_RESIDUAL,
+    CLI_OPT_KV_SELECT,
+    CLI_OPT_PAGE_TOKENS
+};
+#define CLI_KV_LONG_OPTIONS                                                                        \
+    {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                            \
+        {"kv-rotate", no_argument, 0, CLI_OPT_KV_ROTATE},                                          \
+        {"kv-residual", required_argument, 0, CLI_OPT_KV_RESIDUAL},                                \
+        {"kv-select-pages", required_argument, 0, CLI_OPT_KV_SELECT},                              \
+    {                                                                                              \
+        "page-tokens", required_argument, 0, CLI_OPT_PAGE_TOKENS                                   \
+    }
+
+/* Applies option opt (with argument arg) to *cp when it is one of the KV options.
+ * Returns 1 when it was one and is applied, 0 when opt is not a KV option, -1 after
+ * printing "cmd: --option: why" on stderr. */
+int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp);
 
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);

@@ -224,28 +224,16 @@ static int print_json(const char *model, const char *text, const pe_ctx_params *
     return rc;
 }
 
-static int parse_kv_type(const char *cmd, const char *s, pgd_kv_type *out)
-{
-    if (pgd_kv_type_parse(s, out) == PGD_OK) return 0;
-    fprintf(stderr, "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n", cmd,
-            s);
-    return -1;
-}
-
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_KVT = 1000, O_ROT, O_RES, O_SEL, O_PT, O_JSON };
+    enum { O_JSON = 1000 };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"file", required_argument, 0, 'f'},
                                          {"ctx-size", required_argument, 0, 'c'},
                                          {"batch-size", required_argument, 0, 'b'},
                                          {"threads", required_argument, 0, 't'},
-                                         {"kv-type", required_argument, 0, O_KVT},
-                                         {"kv-rotate", no_argument, 0, O_ROT},
-                                         {"kv-residual", required_argument, 0, O_RES},
-                                         {"kv-select-pages", required_argument, 0, O_SEL},
-                                         {"page-tokens", required_argument, 0, O_PT},
                                          {"json", no_argument, 0, O_JSON},
+                                         CLI_KV_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda eval";
@@ -260,6 +248,11 @@ int cmd_eval(int argc, char **argv)
     for (;;) {
         c = getopt_long(argc, argv, "m:f:c:b:t:h", opts, NULL);
         if (c == -1) break;
+        {
+            int kr = cli_kv_option(cmd, c, optarg, &cp);
+            if (kr < 0) return CLI_EXIT_USAGE;
+            if (kr > 0) continue;
+        }
         switch (c) {
         case 'm':
             model_path = optarg;
@@ -278,35 +271,6 @@ int cmd_eval(int argc, char **argv)
         case 't':
             if (cli_parse_u64(cmd, "-t", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
             cp.n_threads = (uint32_t)v;
-            break;
-        case O_KVT:
-            if (parse_kv_type(cmd, optarg, &cp.kv_type)) return CLI_EXIT_USAGE;
-            break;
-        case O_ROT:
-            cp.kv_rotate = 1;
-            break;
-        case O_RES:
-            if (cli_parse_u64(cmd, "--kv-residual", optarg, 1, 1u << 20, &v)) return CLI_EXIT_USAGE;
-            cp.kv_residual = (uint32_t)v;
-            break;
-        case O_SEL:
-            if (cli_parse_u64(cmd, "--kv-select-pages", optarg, 0, 1u << 24, &v))
-                return CLI_EXIT_USAGE;
-            if (v == 1) {
-                fprintf(stderr, "%s: --kv-select-pages: 1 is too few (0 = dense, else >= 2)\n",
-                        cmd);
-                return CLI_EXIT_USAGE;
-            }
-            cp.kv_select_pages = (uint32_t)v;
-            break;
-        case O_PT:
-            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
-            if (v & (v - 1)) {
-                fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
-                        (unsigned long long)v);
-                return CLI_EXIT_USAGE;
-            }
-            cp.page_tokens = (uint32_t)v;
             break;
         case O_JSON:
             json = 1;

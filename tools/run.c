@@ -98,21 +98,7 @@ static int parse_float(const char *opt, const char *s, float *out)
 
 int cmd_run(int argc, char **argv)
 {
-    enum {
-        O_TEMP = 1000,
-        O_TOPK,
-        O_TOPP,
-        O_MINP,
-        O_RP,
-        O_RLN,
-        O_KVT,
-        O_PT,
-        O_NDP,
-        O_ROT,
-        O_RES,
-        O_SEL,
-        O_AREF
-    };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_NDP, O_AREF };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"prompt", required_argument, 0, 'p'},
                                          {"file", required_argument, 0, 'f'},
@@ -127,13 +113,9 @@ int cmd_run(int argc, char **argv)
                                          {"min-p", required_argument, 0, O_MINP},
                                          {"repeat-penalty", required_argument, 0, O_RP},
                                          {"repeat-last-n", required_argument, 0, O_RLN},
-                                         {"kv-type", required_argument, 0, O_KVT},
-                                         {"kv-rotate", no_argument, 0, O_ROT},
-                                         {"kv-residual", required_argument, 0, O_RES},
-                                         {"kv-select-pages", required_argument, 0, O_SEL},
                                          {"attn-ref", no_argument, 0, O_AREF},
-                                         {"page-tokens", required_argument, 0, O_PT},
                                          {"no-display-prompt", no_argument, 0, O_NDP},
+                                         CLI_KV_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda run";
@@ -149,6 +131,11 @@ int cmd_run(int argc, char **argv)
     for (;;) {
         c = getopt_long(argc, argv, "m:p:f:n:c:t:b:s:h", opts, NULL);
         if (c == -1) break;
+        {
+            int kr = cli_kv_option(cmd, c, optarg, &cp);
+            if (kr < 0) return CLI_EXIT_USAGE;
+            if (kr > 0) continue;
+        }
         switch (c) {
         case 'm':
             model_path = optarg;
@@ -203,40 +190,6 @@ int cmd_run(int argc, char **argv)
             if (cli_parse_u64(cmd, "--repeat-last-n", optarg, 0, 1u << 20, &v))
                 return CLI_EXIT_USAGE;
             sp.repeat_last_n = (int32_t)v;
-            break;
-        case O_KVT:
-            if (pgd_kv_type_parse(optarg, &cp.kv_type) != PGD_OK) {
-                fprintf(stderr,
-                        "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n",
-                        cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case O_ROT:
-            cp.kv_rotate = 1;
-            break;
-        case O_RES:
-            if (cli_parse_u64(cmd, "--kv-residual", optarg, 1, 1u << 20, &v)) return CLI_EXIT_USAGE;
-            cp.kv_residual = (uint32_t)v;
-            break;
-        case O_SEL:
-            if (cli_parse_u64(cmd, "--kv-select-pages", optarg, 0, 1u << 24, &v))
-                return CLI_EXIT_USAGE;
-            if (v == 1) {
-                fprintf(stderr, "%s: --kv-select-pages: 1 is too few (0 = dense, else >= 2)\n",
-                        cmd);
-                return CLI_EXIT_USAGE;
-            }
-            cp.kv_select_pages = (uint32_t)v;
-            break;
-        case O_PT:
-            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
-            if (v & (v - 1)) {
-                fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
-                        (unsigned long long)v);
-                return CLI_EXIT_USAGE;
-            }
-            cp.page_tokens = (uint32_t)v;
             break;
         case O_AREF:
             cp.attn_ref = 1;

@@ -180,11 +180,6 @@ int cmd_serve(int argc, char **argv)
         O_PORT,
         O_KEY,
         O_KVMEM,
-        O_PT,
-        O_KVT,
-        O_ROT,
-        O_RES,
-        O_SEL,
         O_MAXRUN,
         O_MAXQ,
         O_CHUNK,
@@ -203,11 +198,6 @@ int cmd_serve(int argc, char **argv)
                                          {"ctx", required_argument, 0, 'c'},
                                          {"ctx-size", required_argument, 0, 'c'},
                                          {"kv-memory", required_argument, 0, O_KVMEM},
-                                         {"page-tokens", required_argument, 0, O_PT},
-                                         {"kv-type", required_argument, 0, O_KVT},
-                                         {"kv-rotate", no_argument, 0, O_ROT},
-                                         {"kv-residual", required_argument, 0, O_RES},
-                                         {"kv-select-pages", required_argument, 0, O_SEL},
                                          {"max-running", required_argument, 0, O_MAXRUN},
                                          {"max-queued", required_argument, 0, O_MAXQ},
                                          {"batch-size", required_argument, 0, 'b'},
@@ -218,6 +208,7 @@ int cmd_serve(int argc, char **argv)
                                          {"max-body", required_argument, 0, O_BODY},
                                          {"shutdown-grace", required_argument, 0, O_GRACE},
                                          {"idle-timeout", required_argument, 0, O_IDLE},
+                                         CLI_KV_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda serve";
@@ -234,6 +225,11 @@ int cmd_serve(int argc, char **argv)
     for (;;) {
         c = getopt_long(argc, argv, "m:c:b:t:h", opts, NULL);
         if (c == -1) break;
+        {
+            int kr = cli_kv_option(cmd, c, optarg, &cp);
+            if (kr < 0) return CLI_EXIT_USAGE;
+            if (kr > 0) continue;
+        }
         switch (c) {
         case 'm':
             model_path = optarg;
@@ -266,35 +262,6 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "%s: --kv-memory must be positive\n", cmd);
                 return CLI_EXIT_USAGE;
             }
-            break;
-        case O_PT:
-            if (cli_parse_u64(cmd, "--page-tokens", optarg, 1, 1u << 16, &v)) return CLI_EXIT_USAGE;
-            if (v & (v - 1)) {
-                fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
-                        (unsigned long long)v);
-                return CLI_EXIT_USAGE;
-            }
-            cp.page_tokens = (uint32_t)v;
-            break;
-        case O_KVT:
-            if (pgd_kv_type_parse(optarg, &cp.kv_type) != PGD_OK) {
-                fprintf(stderr,
-                        "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n",
-                        cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case O_ROT:
-            cp.kv_rotate = 1;
-            break;
-        case O_RES:
-            if (cli_parse_u64(cmd, "--kv-residual", optarg, 0, 1u << 20, &v)) return CLI_EXIT_USAGE;
-            cp.kv_residual = (uint32_t)v;
-            break;
-        case O_SEL:
-            if (cli_parse_u64(cmd, "--kv-select-pages", optarg, 0, 1u << 24, &v))
-                return CLI_EXIT_USAGE;
-            cp.kv_select_pages = (uint32_t)v;
             break;
         case O_MAXRUN:
             if (cli_parse_u64(cmd, "--max-running", optarg, 1, PE_MAX_BATCH_SEQS, &v))
