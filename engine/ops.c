@@ -8,8 +8,9 @@
  *   - n_tok < pe__gemm_min_tok() (decode): one task per thread, which claims chunks of rows
  *     (guided: long first, short last) for all tokens. The kernels stream each weight row
  *     once and are memory bound.
- *   - otherwise (prefill): up to 128 rows x 256 tokens per task; the AVX-512 kernel
- *     repacks its rows into L1-sized panels and reuses every weight load across tokens.
+ *   - otherwise (prefill, batched decode): up to 128 rows x 256 tokens per task; the
+ *     AVX-512 kernel repacks its rows into L1-sized panels and reuses every weight load
+ *     across tokens.
  * Activations of quantized products are quantized once per call, before the tasks start.
  * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force.
  */
@@ -193,7 +194,7 @@ void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_to
         pe_tp_run(tp, quant_task, &p, n_qt);
     }
     uint32_t n_threads = pe_tp_n_threads(tp);
-    if (n_tok < pe__gemm_min_tok(w->type)) {
+    if (n_tok < pe__gemm_min_tok(p.k, w->type)) {
         p.n_threads = n_threads;
         atomic_init(&p.next_row, 0);
         pe_tp_run(tp, gemv_task, &p, n_threads);

@@ -12,8 +12,12 @@
  * q + 128 and Q4_0 nibbles as q + 8, and the accumulator starts at the activation's
  * correction xc / 8 per lane, so the integer dot is exact. Memory bound.
  *
- * GEMM (prefill) repacks, per task, 32 rows x one K chunk into an L1-resident panel with
- * the rows in the vector lanes, so that no horizontal sums are needed:
+ * GEMM (prefill, and quantized products from 2-3 tokens: batched decode) repacks, per task,
+ * 32 rows x one K chunk into an L1-resident panel with the rows in the vector lanes, so that
+ * no horizontal sums are needed. Each weight is repacked once per call, so at a few tokens
+ * the repack must cost less than the products: it transposes with shuffles (q8_group,
+ * q4_group), which took q8_0 2048x8192 at 8 tokens from 255 to 293-320 GFLOP/s (2 threads)
+ * where 8 gathers per block and group did it; micro-tiles split the tokens evenly (8 = 4 + 4).
  *
  *   quantized panel, per block b and group g of 16 rows (576 bytes):
  *       float dw[16]                 row scales
@@ -407,20 +411,93 @@ typedef struct qpanel {
     uint8_t q[8][64];
 } qpanel; /* one block of one group of 16 rows */
 
+/* The 16 rows of one panel group are transposed from their stored blocks with loads and
+ * in-register shuffles: q8_0 as two 8x8 dword transposes side by side (rows i | i + 8 in
+ * the two 256-bit halves), q4_0 as four 4x4 transposes (rows j, j + 4, j + 8, j + 12 in the
+ * four 128-bit lanes). One 16-lane gather per dword (the first version: 8 per block and
+ * group) made the repack cost more than the products at 8 tokens. */
+
+/* Row i of the group (16 bytes at byte offset o of block b), or zeros past the group's rows. */
+INL __m128i q_row16(const uint8_t *bb, size_t rb, uint32_t i, uint32_t ng, size_t o)
+{
+    return i < ng ? _mm_loadu_si128((const __m128i *)(bb + (size_t)i * rb + o))
+                  : _mm_setzero_si128();
+}
+
+INL void q8_group(const uint8_t *bb, size_t rb, uint32_t ng, qpanel *p)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i v[8], t[8], s[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m256i lo = _mm256_set_m128i(q_row16(bb, rb, (uint32_t)i, ng, 18),
+                                      q_row16(bb, rb, (uint32_t)i, ng, 2));
+        __m256i hi = _mm256_set_m128i(q_row16(bb, rb, (uint32_t)i + 8, ng, 18),
+                                      q_row16(bb, rb, (uint32_t)i + 8, ng, 2));
+        v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    /* s[4h + c] holds chunks c | c + 4 of rows 4h..4h+3 (and of 8 + 4h.. in the high half) */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        s[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        s[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        s[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        s[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    const __m512i ilo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i ihi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i a = _mm512_permutex2var_epi64(s[c], ilo, s[4 + c]);
+        __m512i b = _mm512_permutex2var_epi64(s[c], ihi, s[4 + c]);
+        _mm512_store_si512(p->q[c], _mm512_xor_si512(a, flip));
+        _mm512_store_si512(p->q[c + 4], _mm512_xor_si512(b, flip));
+    }
+}
+
+INL void q4_group(const uint8_t *bb, size_t rb, uint32_t ng, qpanel *p)
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512i v[4], a[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512i x = _mm512_castsi128_si512(q_row16(bb, rb, (uint32_t)j, ng, 2));
+        x = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 4, ng, 2), 1);
+        x = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 8, ng, 2), 2);
+        v[j] = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 12, ng, 2), 3);
+    }
+    a[0] = _mm512_unpacklo_epi32(v[0], v[1]);
+    a[1] = _mm512_unpackhi_epi32(v[0], v[1]);
+    a[2] = _mm512_unpacklo_epi32(v[2], v[3]);
+    a[3] = _mm512_unpackhi_epi32(v[2], v[3]);
+    __m512i d[4] = {_mm512_unpacklo_epi64(a[0], a[2]), _mm512_unpackhi_epi64(a[0], a[2]),
+                    _mm512_unpacklo_epi64(a[1], a[3]), _mm512_unpackhi_epi64(a[1], a[3])};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        _mm512_store_si512(p->q[k], _mm512_and_si512(d[k], lo4));
+        _mm512_store_si512(p->q[k + 4], _mm512_and_si512(_mm512_srli_epi16(d[k], 4), lo4));
+    }
+}
+
 /* Repacks rows [r, r + nr) (nr <= 32) x blocks [b0, b0 + kb) into P[kb][2]. */
 TGT static void q_repack(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0, uint32_t kb,
                          qpanel *P)
 {
     const int q4 = w->type == GGML_TYPE_Q4_0;
     const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t rb = w->row_bytes;
     const __m512i idx =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32((int)w->row_bytes));
-    const __m512i lo4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+                           _mm512_set1_epi32((int)rb));
     for (uint32_t g = 0; g < 2; g++) {
-        const uint32_t ng = nr > 16 * g ? nr - 16 * g : 0;
+        const uint32_t ng = nr > 16 * g ? (nr - 16 * g < 16 ? nr - 16 * g : 16) : 0;
         const __mmask16 mr = mask16(ng);
-        const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 16 * g) * w->row_bytes;
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 16 * g) * rb;
         for (uint32_t b = 0; b < kb; b++) {
             qpanel *p = &P[2 * b + g];
             if (ng == 0) {
@@ -430,20 +507,15 @@ TGT static void q_repack(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0, 
             const uint8_t *bb = base + (size_t)(b0 + b) * bsz;
             __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mr, idx, bb, 1);
             _mm512_store_ps(p->dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
-            if (q4) {
-                for (int k = 0; k < 4; k++) {
-                    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mr, idx,
-                                                            bb + 2 + 4 * k, 1);
-                    _mm512_store_si512(p->q[k], _mm512_and_si512(v, lo4));
-                    _mm512_store_si512(p->q[k + 4], _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4));
-                }
-            } else {
-                for (int k = 0; k < 8; k++) {
-                    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mr, idx,
-                                                            bb + 2 + 4 * k, 1);
-                    _mm512_store_si512(p->q[k], _mm512_xor_si512(v, flip));
-                }
-            }
+            /* full groups get the row bounds folded away */
+            if (q4 && ng == 16)
+                q4_group(bb, rb, 16, p);
+            else if (q4)
+                q4_group(bb, rb, ng, p);
+            else if (ng == 16)
+                q8_group(bb, rb, 16, p);
+            else
+                q8_group(bb, rb, ng, p);
         }
     }
 }
@@ -517,27 +589,31 @@ TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
         for (uint32_t r = r0; r < r1; r += 32) {
             const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
             q_repack(m->w, r, nr, b0, kb, P);
-            uint32_t t = t0;
-            for (; t + GQT <= t1; t += GQT)
-                Q_MICRO(GQT);
-            switch (t1 - t) {
-            case 0:
-                break;
-            case 1:
-                Q_MICRO(1);
-                break;
-            case 2:
-                Q_MICRO(2);
-                break;
-            case 3:
-                Q_MICRO(3);
-                break;
-            case 4:
-                Q_MICRO(4);
-                break;
-            default:
-                Q_MICRO(5);
-                break;
+            /* tiles of at most GQT tokens, as even as possible: 8 = 4 + 4, not 6 + 2 */
+            for (uint32_t t = t0; t < t1;) {
+                const uint32_t left = t1 - t, n_tiles = (left + GQT - 1) / GQT;
+                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                switch (nt) {
+                case 1:
+                    Q_MICRO(1);
+                    break;
+                case 2:
+                    Q_MICRO(2);
+                    break;
+                case 3:
+                    Q_MICRO(3);
+                    break;
+                case 4:
+                    Q_MICRO(4);
+                    break;
+                case 5:
+                    Q_MICRO(5);
+                    break;
+                default:
+                    Q_MICRO(GQT);
+                    break;
+                }
+                t += nt;
             }
         }
     }
@@ -711,7 +787,7 @@ TGT static void f_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
 
 TGT static void rows_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    if (t1 - t0 < pe__gemm_min_tok(m->w->type))
+    if (t1 - t0 < pe__gemm_min_tok(&pe__kernels_avx512, m->w->type))
         gemv(m, r0, r1, t0, t1);
     else if (pe__type_is_quant(m->w->type))
         q_gemm(m, r0, r1, t0, t1);

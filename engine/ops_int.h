@@ -22,15 +22,6 @@
 
 #include "ops.h"
 
-/* From this many tokens on, a task is a matrix-matrix product (repacked panels on AVX-512);
- * below it, each weight row is streamed once for all tokens (decode). Measured crossovers
- * (2 threads, 2048x8192): q8_0 GEMM 299 vs GEMV 188 GFLOP/s at 8 tokens; f16 GEMV still
- * ahead at 16 tokens (162 vs 128), GEMM ahead at 24 (171 vs 135). */
-static inline uint32_t pe__gemm_min_tok(uint32_t type)
-{
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 ? 8 : 20;
-}
-
 /* The arguments of one pe_matmul call, shared by all of its tasks. */
 typedef struct pe_mm {
     const pe_mat *w;
@@ -77,6 +68,24 @@ static inline int32_t pe__act_offset(uint32_t type)
 static inline int pe__type_is_quant(uint32_t type)
 {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
+}
+
+/* From this many tokens on, a task is a matrix-matrix product (repacked panels on AVX-512);
+ * below it, each weight row is streamed once for all tokens (decode). Measured crossovers
+ * (2 threads, bench_matmul): f16 GEMV still ahead at 16 tokens (162 vs 128 GFLOP/s), GEMM
+ * ahead at 24 (171 vs 135). AVX-512 quantized panels, repacked with shuffles instead of
+ * gathers, beat the GEMV tiles from 3 tokens (q8_0 2048x8192, medians of 3: 156 vs 148
+ * GFLOP/s at 3, 266 vs 133 at 5, 275 vs 143 at 7) and, for q4_0, from 2 (166 vs 119). The
+ * other ISAs keep 8: only the task split of ops.c depends on it there. */
+static inline uint32_t pe__gemm_min_tok(const pe_kernels *k, uint32_t type)
+{
+    if (!pe__type_is_quant(type)) return 20;
+#if defined(__x86_64__) || defined(__i386__)
+    if (k == &pe__kernels_avx512) return type == GGML_TYPE_Q4_0 ? 2 : 3;
+#else
+    (void)k;
+#endif
+    return 8;
 }
 
 /* A type the kernels do not know is a caller bug (the loader refuses such tensors). */

@@ -454,6 +454,28 @@ static int test_matmul_odd_shapes(void)
     return 0;
 }
 
+/* Quantized products of 2..32 tokens (decode of several sequences), which the AVX-512
+ * kernel runs on repacked panels from 3 (q8_0) or 2 (q4_0) tokens: micro-tiles of 1..6
+ * tokens, two K chunks (33 blocks), and row tasks of 32 (two full groups of 16), 20
+ * (16 + 4) and 7 rows; raw blocks put q8 = -128 through the transposes. */
+static int test_matmul_small_batches(void)
+{
+    static const uint32_t types_q[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    static const uint32_t n_outs[] = {7, 84};
+    pe_threadpool *tp = pe_tp_create(2);
+    T_ASSERT(tp);
+    for (size_t ti = 0; ti < 2; ti++) {
+        for (size_t b = 0; b < 2; b++) {
+            for (uint32_t n_tok = 2; n_tok <= 32; n_tok++) {
+                mm_case c = {types_q[ti], 1056, n_outs[b], n_tok};
+                if (check_case(&c, (n_tok & 1) ? tp : NULL, (int)((n_tok / 2) & 1))) return 1;
+            }
+        }
+    }
+    pe_tp_destroy(tp);
+    return 0;
+}
+
 /* With unit scales on both sides the products are small integers, so every path must give
  * exactly the integer dot product. */
 static int test_matmul_quantized_exact(void)
@@ -614,6 +636,7 @@ int main(void)
     T_RUN(test_act_quant_bit_exact);
     T_RUN(test_matmul_matches_reference);
     T_RUN(test_matmul_odd_shapes);
+    T_RUN(test_matmul_small_batches);
     T_RUN(test_matmul_quantized_exact);
     T_RUN(test_vector_helpers);
     T_DONE();
