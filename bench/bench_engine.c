@@ -348,7 +348,7 @@ int main(int argc, char **argv)
             }
         }
         pgd_seq_destroy(cache, base);
-        pe_ctx_free(c);
+        pe_ctx_destroy(c);
     }
     if (!json && n_kv > 1 && tg) {
         printf("decode by kv type: tokens/s (ratio to %s) | tokens per CPU-second (ratio)\n",
@@ -367,6 +367,6 @@ int main(int argc, char **argv)
     free(res);
     free(toks);
     free(logits);
-    pe_model_free(m);
+    pe_model_destroy(m);
     return 0;
 }

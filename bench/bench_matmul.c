@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_matmul.c - speed of the engine's matrix kernels (engine/ops.h) on 1B-model shapes:
+ * bench_matmul.c - speed of the engine's matrix kernels (engine/ops/ops.h) on 1B-model shapes:
  * matvec (decode, 1 token) and matmul (prefill, 512 tokens) for each weight type, thread
  * count and ISA, as GFLOP/s and GB/s of weight reads, with ratios against the scalar path
  * and the AVX2 path of the same run. A STREAM-like probe (summing a 256 MiB buffer) gives
@@ -37,8 +37,8 @@ static const struct {
 };
 enum { N_SHAPES = sizeof all_shapes / sizeof all_shapes[0] };
 
-static const uint32_t all_types[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_BF16,
-                                     GGML_TYPE_F32};
+static const uint32_t all_types[] = {PE_GGML_TYPE_F16, PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0,
+                                     PE_GGML_TYPE_BF16, PE_GGML_TYPE_F32};
 enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 
 typedef struct opts {
@@ -172,7 +172,7 @@ typedef struct result {
 static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t *seed,
                           uint64_t *row_bytes)
 {
-    *row_bytes = ggml_row_size(type, n_in);
+    *row_bytes = pe_ggml_row_size(type, n_in);
     uint8_t *w = malloc(*row_bytes * n_out);
     float *row = malloc(n_in * sizeof *row);
     if (!w || !row) {
@@ -420,20 +420,20 @@ int main(int argc, char **argv)
                                    "\"threads\": %u, \"isa\": \"%s\", \"ms\": %.4f, "
                                    "\"gflops\": %.2f, \"gbs\": %.2f, \"bw_frac\": %.3f, "
                                    "\"x_scalar\": %.2f, \"x_avx2\": %.2f, \"err\": %.2e}\n",
-                                   shape, ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
+                                   shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
                                    res.ms, res.gflops, res.gbs, bw[nt] > 0 ? res.gbs / bw[nt] : 0.0,
                                    xs, xa, err);
                         } else {
                             printf("%-12s %-5s %4u %3u %-7s %9.3f %8.1f %7.2f %5.0f%% %8.2f %8.2f "
                                    "%8.1e\n",
-                                   shape, ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
+                                   shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
                                    res.ms, res.gflops, res.gbs,
                                    bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0, xs, xa, err);
                         }
                         fflush(stdout);
                         if (err > 1e-4) {
                             fprintf(stderr, "bench_matmul: %s %s differs from the scalar path\n",
-                                    shape, ggml_type_name(type));
+                                    shape, pe_ggml_type_name(type));
                             rc = 1;
                         }
                     }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_replay.c - trace replay throughput, in blocks per second, through the real cache
- * manager: the simulator of `pagoda replay` (tools/sim.c) over a synthetic trace made in
- * memory by the generator of `pagoda gen-trace` (tools/gen.c; shared system prompts,
+ * manager: the simulator of `pagoda replay` (sim/sim.c) over a synthetic trace made in
+ * memory by the generator of `pagoda gen-trace` (sim/gen.c; shared system prompts,
  * multi-turn sessions, one-offs). Target: >= 1M blocks/s.
  *
  * Runs LRU with unlimited capacity (the baseline: every re-used block hits), then LRU and

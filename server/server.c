@@ -1044,9 +1044,9 @@ static int setup_chat(ps_server *srv)
     if (srv->p.chat_family >= 0) {
         srv->chat = (pe_chat_family)srv->p.chat_family;
     } else {
-        gguf_str t;
+        pe_gguf_str t;
         char *tmpl = NULL;
-        if (gguf_get_str(srv->m->gf, "tokenizer.chat_template", &t) == 0) {
+        if (pe_gguf_get_str(srv->m->gf, "tokenizer.chat_template", &t) == 0) {
             tmpl = malloc(t.len + 1);
             if (!tmpl) return -1;
             memcpy(tmpl, t.ptr, t.len);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cli.h - what the `pagoda` CLI's commands share: their entry points (called by the
- * dispatcher in pagoda.c with argv[0] set to "pagoda <command>"), exit codes and option
+ * dispatcher in main.c with argv[0] set to "pagoda <command>"), exit codes and option
  * value parsing. Each command prints its own errors and returns an exit code.
  */
 #ifndef PGD_TOOLS_CLI_H

@@ -18,7 +18,7 @@
  *
  * Output: a short table on stdout, or one JSON object with --json. Bad input (missing or
  * empty text, a context that does not fit, text shorter than 2 * ctx) exits 1 with one
- * line on stderr; a bad command line exits 2. Called by the dispatcher in pagoda.c.
+ * line on stderr; a bad command line exits 2. Called by the dispatcher in main.c.
  */
 #include <getopt.h>
 #include <math.h>
@@ -419,10 +419,10 @@ out:
     free(r.lp);
     free(r.lq);
     free(r.chunk);
-    pe_ctx_free(r.ref);
-    pe_ctx_free(r.ctx);
+    pe_ctx_destroy(r.ref);
+    pe_ctx_destroy(r.ctx);
     free(tokens);
-    pe_model_free(m);
+    pe_model_destroy(m);
     free(text);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * inspect.c - `pagoda inspect MODEL.gguf [--json]`: what a GGUF file holds, read through
- * the engine's GGUF reader (engine/gguf.h), which validates the whole file first.
+ * the engine's GGUF reader (engine/gguf/gguf.h), which validates the whole file first.
  *
  * Prints the file header (version, alignment, size), the architecture and its
  * hyper-parameters (every `<arch>.*` key), the tokenizer summary, every other metadata
@@ -70,7 +70,7 @@ static void usage(FILE *f, const char *cmd)
 
 /* Copies s into out as printable text: control bytes become '?', at most max bytes (then
  * "..."). UTF-8 is kept as is. */
-static const char *show(gguf_str s, size_t max, char *out, size_t outlen)
+static const char *show(pe_gguf_str s, size_t max, char *out, size_t outlen)
 {
     size_t o = 0;
     for (uint64_t i = 0; i < s.len && o + 4 < outlen; i++) {
@@ -88,7 +88,7 @@ static const char *show(gguf_str s, size_t max, char *out, size_t outlen)
 }
 
 /* A JSON string from file bytes; "?" replaces the string when it is not valid UTF-8. */
-static json_t *jstr(gguf_str s)
+static json_t *jstr(pe_gguf_str s)
 {
     json_t *j = json_stringn(s.ptr, s.len);
     return j ? j : json_string("?");
@@ -110,24 +110,24 @@ static void human_bytes(double b, char *out, size_t n)
 }
 
 /* key = prefix + suffix */
-static const gguf_kv *find2(const gguf_file *f, const char *prefix, const char *suffix)
+static const pe_gguf_kv *find2(const pe_gguf_file *f, const char *prefix, const char *suffix)
 {
     char key[256];
     snprintf(key, sizeof key, "%s%s", prefix, suffix);
-    return gguf_find_kv(f, key);
+    return pe_gguf_find_kv(f, key);
 }
 
-static int get_u64_2(const gguf_file *f, const char *prefix, const char *suffix, uint64_t *v)
+static int get_u64_2(const pe_gguf_file *f, const char *prefix, const char *suffix, uint64_t *v)
 {
     char key[256];
     snprintf(key, sizeof key, "%s%s", prefix, suffix);
-    return gguf_get_u64(f, key, v);
+    return pe_gguf_get_u64(f, key, v);
 }
 
 /* Marks a kv as shown in an earlier section, so "metadata" does not repeat it. */
-static void mark(const gguf_file *f, const gguf_kv *kv, unsigned char *shown)
+static void mark(const pe_gguf_file *f, const pe_gguf_kv *kv, unsigned char *shown)
 {
-    if (kv) shown[kv - gguf_kv_at(f, 0)] = 1;
+    if (kv) shown[kv - pe_gguf_kv_at(f, 0)] = 1;
 }
 
 /* ---- the KV cache size ---- */
@@ -143,19 +143,19 @@ typedef struct kv_size {
     uint64_t ctx;        /* context_length, 0 if absent */
 } kv_size;
 
-static kv_size kv_cache_size(const gguf_file *f, const char *p)
+static kv_size kv_cache_size(const pe_gguf_file *f, const char *p)
 {
     kv_size k;
     uint64_t n_embd = 0, n_head = 0;
-    const gguf_kv *hkv;
+    const pe_gguf_kv *hkv;
     memset(&k, 0, sizeof k);
     if (get_u64_2(f, p, "block_count", &k.n_layers) != 0 || k.n_layers == 0) {
         k.missing = "block_count";
         return k;
     }
     hkv = find2(f, p, "attention.head_count");
-    if (hkv && hkv->type == GGUF_TYPE_ARRAY && hkv->n > 0) {
-        n_head = (uint64_t)gguf_arr_i64(hkv, 0);
+    if (hkv && hkv->type == PE_GGUF_TYPE_ARRAY && hkv->n > 0) {
+        n_head = (uint64_t)pe_gguf_arr_i64(hkv, 0);
     } else if (get_u64_2(f, p, "attention.head_count", &n_head) != 0) {
         n_head = 0;
     }
@@ -168,10 +168,10 @@ static kv_size kv_cache_size(const gguf_file *f, const char *p)
     }
     if (get_u64_2(f, p, "attention.value_length", &k.v_len) != 0) k.v_len = k.k_len;
     hkv = find2(f, p, "attention.head_count_kv");
-    if (hkv && hkv->type == GGUF_TYPE_ARRAY) {
+    if (hkv && hkv->type == PE_GGUF_TYPE_ARRAY) {
         k.per_layer = 1;
         for (uint64_t l = 0; l < hkv->n && l < k.n_layers; l++) {
-            int64_t h = gguf_arr_i64(hkv, l);
+            int64_t h = pe_gguf_arr_i64(hkv, l);
             k.kv_heads += h > 0 ? (uint64_t)h : 0;
         }
         k.head_units = k.kv_heads * (k.k_len + k.v_len);
@@ -210,12 +210,13 @@ typedef struct type_total {
     uint64_t n_tensors, n_params, n_bytes;
 } type_total;
 
-static void tensor_totals(const gguf_file *f, type_total tot[GGML_TYPE_COUNT], type_total *all)
+static void tensor_totals(const pe_gguf_file *f, type_total tot[PE_GGML_TYPE_COUNT],
+                          type_total *all)
 {
-    memset(tot, 0, sizeof(type_total) * GGML_TYPE_COUNT);
+    memset(tot, 0, sizeof(type_total) * PE_GGML_TYPE_COUNT);
     memset(all, 0, sizeof *all);
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
         uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         tot[t->type].n_tensors++;
         tot[t->type].n_params += n;
@@ -226,7 +227,7 @@ static void tensor_totals(const gguf_file *f, type_total tot[GGML_TYPE_COUNT], t
     }
 }
 
-static void shape_str(const gguf_tensor *t, char *out, size_t n)
+static void shape_str(const pe_gguf_tensor *t, char *out, size_t n)
 {
     size_t o = 0;
     for (uint32_t d = 0; d < t->n_dims && o < n; d++) {
@@ -239,14 +240,14 @@ static void shape_str(const gguf_tensor *t, char *out, size_t n)
 
 /* ---- text output ---- */
 
-static void print_kv_line(const char *label, const gguf_kv *kv)
+static void print_kv_line(const char *label, const pe_gguf_kv *kv)
 {
     char buf[1024];
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     printf("  %-34s %s\n", label, buf);
 }
 
-static void print_tokenizer(const gguf_file *f, unsigned char *shown)
+static void print_tokenizer(const pe_gguf_file *f, unsigned char *shown)
 {
     static const char *const ids[][2] = {
         {"tokenizer.ggml.bos_token_id", "bos id"},
@@ -257,43 +258,43 @@ static void print_tokenizer(const gguf_file *f, unsigned char *shown)
         {"tokenizer.ggml.add_eos_token", "add_eos_token"},
         {"tokenizer.ggml.add_space_prefix", "add_space_prefix"},
     };
-    const gguf_kv *kv;
-    gguf_str s;
+    const pe_gguf_kv *kv;
+    pe_gguf_str s;
     char buf[256];
 
     printf("\ntokenizer\n");
-    kv = gguf_find_kv(f, "tokenizer.ggml.model");
+    kv = pe_gguf_find_kv(f, "tokenizer.ggml.model");
     mark(f, kv, shown);
-    if (gguf_get_str(f, "tokenizer.ggml.model", &s) == 0) {
+    if (pe_gguf_get_str(f, "tokenizer.ggml.model", &s) == 0) {
         printf("  %-34s %s\n", "model", show(s, 64, buf, sizeof buf));
     } else {
         printf("  %-34s (none)\n", "model");
     }
-    kv = gguf_find_kv(f, "tokenizer.ggml.pre");
+    kv = pe_gguf_find_kv(f, "tokenizer.ggml.pre");
     mark(f, kv, shown);
-    if (gguf_get_str(f, "tokenizer.ggml.pre", &s) == 0) {
+    if (pe_gguf_get_str(f, "tokenizer.ggml.pre", &s) == 0) {
         printf("  %-34s %s\n", "pre", show(s, 64, buf, sizeof buf));
     }
-    kv = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    kv = pe_gguf_find_kv(f, "tokenizer.ggml.tokens");
     mark(f, kv, shown);
     printf("  %-34s %llu\n", "tokens", kv ? (unsigned long long)kv->n : 0ull);
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
-        kv = gguf_find_kv(f, ids[i][0]);
+        kv = pe_gguf_find_kv(f, ids[i][0]);
         if (!kv) continue;
         mark(f, kv, shown);
         print_kv_line(ids[i][1], kv);
     }
-    kv = gguf_find_kv(f, "tokenizer.ggml.merges");
+    kv = pe_gguf_find_kv(f, "tokenizer.ggml.merges");
     if (kv) {
         printf("  %-34s yes (%llu)\n", "merges", (unsigned long long)kv->n);
     } else {
         printf("  %-34s no\n", "merges");
     }
-    kv = gguf_find_kv(f, "tokenizer.chat_template");
+    kv = pe_gguf_find_kv(f, "tokenizer.chat_template");
     mark(f, kv, shown);
-    if (gguf_get_str(f, "tokenizer.chat_template", &s) == 0) {
+    if (pe_gguf_get_str(f, "tokenizer.chat_template", &s) == 0) {
         const char *nl = memchr(s.ptr, '\n', s.len);
-        gguf_str first = {s.ptr, nl ? (uint64_t)(nl - s.ptr) : s.len};
+        pe_gguf_str first = {s.ptr, nl ? (uint64_t)(nl - s.ptr) : s.len};
         printf("  %-34s yes: %s%s\n", "chat template", show(first, 100, buf, sizeof buf),
                nl ? " ..." : "");
     } else {
@@ -356,33 +357,34 @@ static void print_kv_cache(const kv_size *k)
     }
 }
 
-static void print_text(const char *path, const gguf_file *f)
+static void print_text(const char *path, const pe_gguf_file *f)
 {
-    uint64_t n_kv = gguf_n_kv(f);
+    uint64_t n_kv = pe_gguf_n_kv(f);
     unsigned char *shown = calloc(n_kv ? n_kv : 1, 1);
-    type_total tot[GGML_TYPE_COUNT], all;
-    const gguf_kv *kv;
-    gguf_str arch = {"", 0};
+    type_total tot[PE_GGML_TYPE_COUNT], all;
+    const pe_gguf_kv *kv;
+    pe_gguf_str arch = {"", 0};
     char prefix[128], archs[80], buf[1024], hb[32];
     size_t plen, name_w = 4;
     kv_size k;
 
     if (!shown) return;
-    human_bytes((double)gguf_file_size(f), hb, sizeof hb);
+    human_bytes((double)pe_gguf_file_size(f), hb, sizeof hb);
     printf("file          %s\n", path);
-    printf("version       %u\n", gguf_version(f));
-    printf("alignment     %llu\n", (unsigned long long)gguf_alignment(f));
+    printf("version       %u\n", pe_gguf_version(f));
+    printf("alignment     %llu\n", (unsigned long long)pe_gguf_alignment(f));
     printf("size          %llu bytes (%s), data at offset %llu\n",
-           (unsigned long long)gguf_file_size(f), hb, (unsigned long long)gguf_data_offset(f));
+           (unsigned long long)pe_gguf_file_size(f), hb,
+           (unsigned long long)pe_gguf_data_offset(f));
 
-    kv = gguf_find_kv(f, "general.architecture");
+    kv = pe_gguf_find_kv(f, "general.architecture");
     mark(f, kv, shown);
-    if (gguf_get_str(f, "general.architecture", &arch) == 0) {
+    if (pe_gguf_get_str(f, "general.architecture", &arch) == 0) {
         printf("architecture  %s\n", show(arch, 64, buf, sizeof buf));
     } else {
         printf("architecture  (none)\n");
     }
-    kv = gguf_find_kv(f, "general.name");
+    kv = pe_gguf_find_kv(f, "general.name");
     mark(f, kv, shown);
     if (kv) print_kv_line("name", kv);
 
@@ -397,11 +399,11 @@ static void print_text(const char *path, const gguf_file *f)
         print_kv_line(known_hparams[i], kv);
     }
     for (uint64_t i = 0; arch.len && i < n_kv; i++) {
-        kv = gguf_kv_at(f, i);
+        kv = pe_gguf_kv_at(f, i);
         if (shown[i] || kv->key.len <= plen || memcmp(kv->key.ptr, prefix, plen) != 0) continue;
         shown[i] = 1;
         {
-            gguf_str rest = {kv->key.ptr + plen, kv->key.len - plen};
+            pe_gguf_str rest = {kv->key.ptr + plen, kv->key.len - plen};
             char label[128];
             print_kv_line(show(rest, 100, label, sizeof label), kv);
         }
@@ -413,8 +415,8 @@ static void print_text(const char *path, const gguf_file *f)
     for (uint64_t i = 0; i < n_kv; i++) {
         char key[160];
         if (shown[i]) continue;
-        kv = gguf_kv_at(f, i);
-        gguf_kv_to_string(kv, buf, sizeof buf);
+        kv = pe_gguf_kv_at(f, i);
+        pe_gguf_kv_to_string(kv, buf, sizeof buf);
         printf("  %-34s %s\n", show(kv->key, 120, key, sizeof key), buf);
     }
     free(shown);
@@ -423,25 +425,25 @@ static void print_text(const char *path, const gguf_file *f)
     human_bytes((double)all.n_bytes, hb, sizeof hb);
     printf("\ntensors: %llu, %llu params, %llu bytes (%s)\n", (unsigned long long)all.n_tensors,
            (unsigned long long)all.n_params, (unsigned long long)all.n_bytes, hb);
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-        size_t n = gguf_tensor_at(f, i)->name.len;
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+        size_t n = pe_gguf_tensor_at(f, i)->name.len;
         if (n > name_w) name_w = n > 48 ? 48 : n;
     }
-    if (gguf_n_tensors(f)) {
+    if (pe_gguf_n_tensors(f)) {
         printf("  %-*s %-6s %-24s %14s\n", (int)name_w, "name", "type", "shape", "bytes");
     }
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
         char name[128], shape[128];
         shape_str(t, shape, sizeof shape);
         printf("  %-*s %-6s %-24s %14llu\n", (int)name_w, show(t->name, 100, name, sizeof name),
-               ggml_type_name(t->type), shape, (unsigned long long)t->n_bytes);
+               pe_ggml_type_name(t->type), shape, (unsigned long long)t->n_bytes);
     }
     if (all.n_tensors) printf("totals by type\n");
-    for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
+    for (uint32_t t = 0; t < PE_GGML_TYPE_COUNT; t++) {
         if (!tot[t].n_tensors) continue;
         human_bytes((double)tot[t].n_bytes, hb, sizeof hb);
-        printf("  %-6s %6llu tensors %14llu params %14llu bytes (%s)\n", ggml_type_name(t),
+        printf("  %-6s %6llu tensors %14llu params %14llu bytes (%s)\n", pe_ggml_type_name(t),
                (unsigned long long)tot[t].n_tensors, (unsigned long long)tot[t].n_params,
                (unsigned long long)tot[t].n_bytes, hb);
     }
@@ -453,7 +455,7 @@ static void print_text(const char *path, const gguf_file *f)
 /* ---- JSON output ---- */
 
 /* A kv as a JSON value: numbers, strings and bools as such, arrays summarised as text. */
-static json_t *kv_json(const gguf_kv *kv)
+static json_t *kv_json(const pe_gguf_kv *kv)
 {
     char buf[1024];
     uint64_t u;
@@ -461,42 +463,42 @@ static json_t *kv_json(const gguf_kv *kv)
     float f32;
     double f64;
     switch (kv->type) {
-    case GGUF_TYPE_UINT8:
+    case PE_GGUF_TYPE_UINT8:
         return json_integer(kv->data[0]);
-    case GGUF_TYPE_INT8:
+    case PE_GGUF_TYPE_INT8:
         return json_integer((int8_t)kv->data[0]);
-    case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_UINT32:
-    case GGUF_TYPE_UINT64:
+    case PE_GGUF_TYPE_UINT16:
+    case PE_GGUF_TYPE_UINT32:
+    case PE_GGUF_TYPE_UINT64:
         u = 0;
         memcpy(&u, kv->data,
-               kv->type == GGUF_TYPE_UINT16   ? 2
-               : kv->type == GGUF_TYPE_UINT32 ? 4
-                                              : 8);
+               kv->type == PE_GGUF_TYPE_UINT16   ? 2
+               : kv->type == PE_GGUF_TYPE_UINT32 ? 4
+                                                 : 8);
         return u <= INT64_MAX ? json_integer((json_int_t)u) : json_real((double)u);
-    case GGUF_TYPE_INT16: {
+    case PE_GGUF_TYPE_INT16: {
         int16_t v;
         memcpy(&v, kv->data, 2);
         return json_integer(v);
     }
-    case GGUF_TYPE_INT32: {
+    case PE_GGUF_TYPE_INT32: {
         int32_t v;
         memcpy(&v, kv->data, 4);
         return json_integer(v);
     }
-    case GGUF_TYPE_INT64:
+    case PE_GGUF_TYPE_INT64:
         memcpy(&s, kv->data, 8);
         return json_integer((json_int_t)s);
-    case GGUF_TYPE_FLOAT32:
+    case PE_GGUF_TYPE_FLOAT32:
         memcpy(&f32, kv->data, 4);
         return json_real((double)f32);
-    case GGUF_TYPE_FLOAT64:
+    case PE_GGUF_TYPE_FLOAT64:
         memcpy(&f64, kv->data, 8);
         return json_real(f64);
-    case GGUF_TYPE_BOOL:
+    case PE_GGUF_TYPE_BOOL:
         return json_boolean(kv->data[0] != 0);
-    case GGUF_TYPE_STRING: {
-        gguf_str str;
+    case PE_GGUF_TYPE_STRING: {
+        pe_gguf_str str;
         memcpy(&str.len, kv->data, 8);
         str.ptr = (const char *)kv->data + 8;
         if (str.len > 4096) break; /* long strings (templates): summarised */
@@ -505,44 +507,44 @@ static json_t *kv_json(const gguf_kv *kv)
     default:
         break;
     }
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     return json_string(buf);
 }
 
-static void set_key(json_t *o, gguf_str key, json_t *v)
+static void set_key(json_t *o, pe_gguf_str key, json_t *v)
 {
     char k[256];
     json_object_set_new(o, show(key, 200, k, sizeof k), v ? v : json_null());
 }
 
-static int print_json(const char *path, const gguf_file *f)
+static int print_json(const char *path, const pe_gguf_file *f)
 {
     json_t *o = json_object(), *hp = json_object(), *tok = json_object(), *meta = json_object();
     json_t *tensors = json_array(), *types = json_object(), *kvc = json_object();
-    type_total tot[GGML_TYPE_COUNT], all;
-    gguf_str arch = {"", 0}, s;
+    type_total tot[PE_GGML_TYPE_COUNT], all;
+    pe_gguf_str arch = {"", 0}, s;
     char prefix[128], archs[80];
     size_t plen;
-    const gguf_kv *kv;
+    const pe_gguf_kv *kv;
     kv_size k;
     int rc;
 
     json_object_set_new(o, "file", json_string(path));
-    json_object_set_new(o, "version", json_integer(gguf_version(f)));
-    json_object_set_new(o, "alignment", json_integer((json_int_t)gguf_alignment(f)));
-    json_object_set_new(o, "size_bytes", json_integer((json_int_t)gguf_file_size(f)));
-    json_object_set_new(o, "data_offset", json_integer((json_int_t)gguf_data_offset(f)));
-    if (gguf_get_str(f, "general.architecture", &arch) == 0) {
+    json_object_set_new(o, "version", json_integer(pe_gguf_version(f)));
+    json_object_set_new(o, "alignment", json_integer((json_int_t)pe_gguf_alignment(f)));
+    json_object_set_new(o, "size_bytes", json_integer((json_int_t)pe_gguf_file_size(f)));
+    json_object_set_new(o, "data_offset", json_integer((json_int_t)pe_gguf_data_offset(f)));
+    if (pe_gguf_get_str(f, "general.architecture", &arch) == 0) {
         json_object_set_new(o, "architecture", jstr(arch));
     } else {
         json_object_set_new(o, "architecture", json_null());
     }
     snprintf(prefix, sizeof prefix, "%s.", show(arch, 64, archs, sizeof archs));
     plen = strlen(prefix);
-    for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
-        kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; i < pe_gguf_n_kv(f); i++) {
+        kv = pe_gguf_kv_at(f, i);
         if (arch.len && kv->key.len > plen && memcmp(kv->key.ptr, prefix, plen) == 0) {
-            gguf_str rest = {kv->key.ptr + plen, kv->key.len - plen};
+            pe_gguf_str rest = {kv->key.ptr + plen, kv->key.len - plen};
             set_key(hp, rest, kv_json(kv));
         } else {
             set_key(meta, kv->key, kv_json(kv));
@@ -550,10 +552,10 @@ static int print_json(const char *path, const gguf_file *f)
     }
     json_object_set_new(o, "hparams", hp);
 
-    if (gguf_get_str(f, "tokenizer.ggml.model", &s) == 0)
+    if (pe_gguf_get_str(f, "tokenizer.ggml.model", &s) == 0)
         json_object_set_new(tok, "model", jstr(s));
-    if (gguf_get_str(f, "tokenizer.ggml.pre", &s) == 0) json_object_set_new(tok, "pre", jstr(s));
-    kv = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (pe_gguf_get_str(f, "tokenizer.ggml.pre", &s) == 0) json_object_set_new(tok, "pre", jstr(s));
+    kv = pe_gguf_find_kv(f, "tokenizer.ggml.tokens");
     json_object_set_new(tok, "n_tokens", json_integer(kv ? (json_int_t)kv->n : 0));
     {
         static const char *const ids[][2] = {
@@ -566,15 +568,15 @@ static int print_json(const char *path, const gguf_file *f)
             {"tokenizer.ggml.add_space_prefix", "add_space_prefix"},
         };
         for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
-            kv = gguf_find_kv(f, ids[i][0]);
+            kv = pe_gguf_find_kv(f, ids[i][0]);
             if (kv) json_object_set_new(tok, ids[i][1], kv_json(kv));
         }
     }
-    kv = gguf_find_kv(f, "tokenizer.ggml.merges");
+    kv = pe_gguf_find_kv(f, "tokenizer.ggml.merges");
     json_object_set_new(tok, "n_merges", json_integer(kv ? (json_int_t)kv->n : 0));
-    if (gguf_get_str(f, "tokenizer.chat_template", &s) == 0) {
+    if (pe_gguf_get_str(f, "tokenizer.chat_template", &s) == 0) {
         const char *nl = memchr(s.ptr, '\n', s.len);
-        gguf_str first = {s.ptr, nl ? (uint64_t)(nl - s.ptr) : s.len};
+        pe_gguf_str first = {s.ptr, nl ? (uint64_t)(nl - s.ptr) : s.len};
         json_object_set_new(tok, "chat_template", json_true());
         json_object_set_new(tok, "chat_template_first_line", jstr(first));
     } else {
@@ -583,14 +585,14 @@ static int print_json(const char *path, const gguf_file *f)
     json_object_set_new(o, "tokenizer", tok);
     json_object_set_new(o, "metadata", meta);
 
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
         json_t *jt = json_object(), *shape = json_array();
         for (uint32_t d = 0; d < t->n_dims; d++) {
             json_array_append_new(shape, json_integer((json_int_t)t->ne[d]));
         }
-        set_key(jt, (gguf_str){"name", 4}, jstr(t->name));
-        json_object_set_new(jt, "type", json_string(ggml_type_name(t->type)));
+        set_key(jt, (pe_gguf_str){"name", 4}, jstr(t->name));
+        json_object_set_new(jt, "type", json_string(pe_ggml_type_name(t->type)));
         json_object_set_new(jt, "shape", shape);
         json_object_set_new(jt, "bytes", json_integer((json_int_t)t->n_bytes));
         json_object_set_new(jt, "offset", json_integer((json_int_t)t->offset));
@@ -598,9 +600,9 @@ static int print_json(const char *path, const gguf_file *f)
     }
     json_object_set_new(o, "tensors", tensors);
     tensor_totals(f, tot, &all);
-    for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
+    for (uint32_t t = 0; t < PE_GGML_TYPE_COUNT; t++) {
         if (!tot[t].n_tensors) continue;
-        json_object_set_new(types, ggml_type_name(t),
+        json_object_set_new(types, pe_ggml_type_name(t),
                             json_pack("{sIsIsI}", "tensors", (json_int_t)tot[t].n_tensors, "params",
                                       (json_int_t)tot[t].n_params, "bytes",
                                       (json_int_t)tot[t].n_bytes));
@@ -656,7 +658,7 @@ int cmd_inspect(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *cmd = argv[0];
-    gguf_file *f;
+    pe_gguf_file *f;
     char err[512];
     int json = 0, opt, rc;
 
@@ -680,7 +682,7 @@ int cmd_inspect(int argc, char **argv)
                 optind == argc ? "expected a GGUF file" : "expected one GGUF file");
         return cli_usage_error(cmd);
     }
-    if (gguf_open(argv[optind], &f, err, sizeof err) != 0) {
+    if (pe_gguf_open(argv[optind], &f, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s: %s\n", cmd, argv[optind], err);
         return CLI_EXIT_FAIL;
     }
@@ -690,7 +692,7 @@ int cmd_inspect(int argc, char **argv)
         print_text(argv[optind], f);
         rc = 0;
     }
-    gguf_close(f);
+    pe_gguf_close(f);
     if (rc != 0 || fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "%s: cannot write the output\n", cmd);
         return CLI_EXIT_FAIL;

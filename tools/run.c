@@ -340,12 +340,12 @@ int cmd_run(int argc, char **argv)
     rc = CLI_EXIT_OK;
 out:
     if (seq) pgd_seq_destroy(pe_ctx_cache(ctx), seq);
-    pe_sampler_free(smp);
+    pe_sampler_destroy(smp);
     free(piece);
     free(logits);
     free(toks);
-    pe_ctx_free(ctx);
-    pe_model_free(m);
+    pe_ctx_destroy(ctx);
+    pe_model_destroy(m);
     free(owned_prompt);
     return rc;
 }

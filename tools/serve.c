@@ -439,7 +439,7 @@ int cmd_serve(int argc, char **argv)
 out:
     ps_server_destroy(srv);
     pe_sched_destroy(sched);
-    pe_ctx_free(ctx);
-    pe_model_free(m);
+    pe_ctx_destroy(ctx);
+    pe_model_destroy(m);
     return rc;
 }

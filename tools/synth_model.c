@@ -13,7 +13,7 @@
  * The 2-D weights take --type (f32 f16 bf16 q8_0 q4_0), converted by the engine's own
  * pe_quant_row (ggml's reference quantizers); a matrix whose rows are not a multiple of
  * the quantization block falls back to f16 with a note; norms are f32.
- * Data is produced in pieces of at most 64 MiB (gguf_writer_write_chunks), the rows of a
+ * Data is produced in pieces of at most 64 MiB (pe_gguf_writer_write_chunks), the rows of a
  * piece spread over all cores, so multi-GB models never sit in memory.
  *
  * Vocabulary: with --vocab, every tokenizer.* key of that GGUF is copied and its token
@@ -184,7 +184,7 @@ static int fill(void *ud, uint64_t ti, uint64_t offset, void *dst, uint64_t n_by
 {
     synth *s = ud;
     const tdesc *t = &s->t[ti];
-    uint64_t row_bytes = ggml_row_size(t->type, t->ne[0]);
+    uint64_t row_bytes = pe_ggml_row_size(t->type, t->ne[0]);
     uint64_t row0 = offset / row_bytes, n_rows = n_bytes / row_bytes;
     uint32_t n_jobs = s->n_threads;
     pthread_t th[MAX_THREADS];
@@ -215,11 +215,11 @@ static int fill(void *ud, uint64_t ti, uint64_t offset, void *dst, uint64_t n_by
 /* ---- vocabulary ---- */
 
 /* Writes the generated SentencePiece-style vocabulary of n tokens (n >= 260). */
-static int gen_vocab(gguf_writer *w, uint64_t n)
+static int gen_vocab(pe_gguf_writer *w, uint64_t n)
 {
     static const char letters[] = "abcdefghijklmnopqrstuvwxyz";
     static const char sp[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
-    gguf_str *strs = malloc(n * sizeof *strs);
+    pe_gguf_str *strs = malloc(n * sizeof *strs);
     float *scores = malloc(n * sizeof *scores);
     int32_t *types = malloc(n * sizeof *types);
     char *arena = malloc(n * 16);
@@ -266,15 +266,15 @@ static int gen_vocab(gguf_writer *w, uint64_t n)
         strs[i].len = (uint64_t)len;
         used += (uint64_t)len;
     }
-    if (gguf_writer_set_str(w, "tokenizer.ggml.model", "llama") != 0 ||
-        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, n) != 0 ||
-        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n) != 0 ||
-        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n) != 0 ||
-        gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1) != 0 ||
-        gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2) != 0 ||
-        gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0) != 0 ||
-        gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1) != 0 ||
-        gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0) != 0) {
+    if (pe_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama") != 0 ||
+        pe_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, n) != 0 ||
+        pe_gguf_writer_set_arr(w, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, scores, n) != 0 ||
+        pe_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", PE_GGUF_TYPE_INT32, types, n) != 0 ||
+        pe_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1) != 0 ||
+        pe_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2) != 0 ||
+        pe_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0) != 0 ||
+        pe_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1) != 0 ||
+        pe_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0) != 0) {
         goto out;
     }
     rc = 0;
@@ -288,32 +288,32 @@ out:
 
 /* Copies the tokenizer.* keys of the GGUF at path; sets *n_vocab. Returns 0, or -1 after
  * printing why. */
-static int copy_vocab(const char *cmd, gguf_writer *w, const char *path, uint64_t *n_vocab)
+static int copy_vocab(const char *cmd, pe_gguf_writer *w, const char *path, uint64_t *n_vocab)
 {
     char err[512];
-    gguf_file *f;
-    const gguf_kv *tokens;
-    if (gguf_open(path, &f, err, sizeof err) != 0) {
+    pe_gguf_file *f;
+    const pe_gguf_kv *tokens;
+    if (pe_gguf_open(path, &f, err, sizeof err) != 0) {
         fprintf(stderr, "%s: --vocab %s: %s\n", cmd, path, err);
         return -1;
     }
-    if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens) != 0 ||
+    if (pe_gguf_get_arr(f, "tokenizer.ggml.tokens", PE_GGUF_TYPE_STRING, &tokens) != 0 ||
         tokens->n == 0) {
         fprintf(stderr, "%s: --vocab %s: no tokenizer.ggml.tokens string array\n", cmd, path);
-        gguf_close(f);
+        pe_gguf_close(f);
         return -1;
     }
     *n_vocab = tokens->n;
-    for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; i < pe_gguf_n_kv(f); i++) {
+        const pe_gguf_kv *kv = pe_gguf_kv_at(f, i);
         if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) != 0) continue;
-        if (gguf_writer_copy_kv(w, kv) != 0) {
+        if (pe_gguf_writer_copy_kv(w, kv) != 0) {
             fprintf(stderr, "%s: out of memory\n", cmd);
-            gguf_close(f);
+            pe_gguf_close(f);
             return -1;
         }
     }
-    gguf_close(f);
+    pe_gguf_close(f);
     return 0;
 }
 
@@ -341,7 +341,7 @@ static void add_tensor(tdesc *t, uint64_t *n, const char *name, uint32_t type, u
 static uint32_t matrix_type(const char *cmd, uint32_t wtype, uint64_t n_in, const char *kind,
                             int *noted)
 {
-    const ggml_type_traits *tr = ggml_get_traits(wtype);
+    const pe_ggml_type_traits *tr = pe_ggml_get_traits(wtype);
     if (n_in % tr->blck_size == 0) return wtype;
     if (!*noted) {
         fprintf(stderr,
@@ -350,7 +350,7 @@ static uint32_t matrix_type(const char *cmd, uint32_t wtype, uint64_t n_in, cons
                 cmd, kind, (unsigned long long)n_in, tr->name, tr->blck_size);
         *noted = 1;
     }
-    return GGML_TYPE_F16;
+    return PE_GGML_TYPE_F16;
 }
 
 int cmd_synth_model(int argc, char **argv)
@@ -388,12 +388,12 @@ int cmd_synth_model(int argc, char **argv)
     int given[N_COUNT] = {0};
     const shape *sh = NULL;
     shape s;
-    ggml_type wtype;
+    pe_ggml_type wtype;
     uint32_t ftype, hd;
     uint64_t n_vocab, n_t = 0;
     synth syn;
     tdesc *t = NULL;
-    gguf_writer *w = NULL;
+    pe_gguf_writer *w = NULL;
     char err[512], name[160];
     int opt, noted_ffn_down = 0, noted_other = 0, rc = CLI_EXIT_FAIL;
     long nproc;
@@ -446,9 +446,9 @@ int cmd_synth_model(int argc, char **argv)
         fprintf(stderr, "%s: --shape: '%s' is not one of tiny, small, 1b\n", cmd, shape_name);
         return cli_usage_error(cmd);
     }
-    if (ggml_type_from_name(type_name, &wtype) != 0 ||
-        (wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16 && wtype != GGML_TYPE_BF16 &&
-         wtype != GGML_TYPE_Q8_0 && wtype != GGML_TYPE_Q4_0)) {
+    if (pe_ggml_type_from_name(type_name, &wtype) != 0 ||
+        (wtype != PE_GGML_TYPE_F32 && wtype != PE_GGML_TYPE_F16 && wtype != PE_GGML_TYPE_BF16 &&
+         wtype != PE_GGML_TYPE_Q8_0 && wtype != PE_GGML_TYPE_Q4_0)) {
         fprintf(stderr, "%s: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0\n", cmd,
                 type_name);
         return cli_usage_error(cmd);
@@ -474,16 +474,16 @@ int cmd_synth_model(int argc, char **argv)
     }
     hd = (uint32_t)(s.dim / s.heads);
     switch (wtype) {
-    case GGML_TYPE_F32:
+    case PE_GGML_TYPE_F32:
         ftype = FTYPE_ALL_F32;
         break;
-    case GGML_TYPE_BF16:
+    case PE_GGML_TYPE_BF16:
         ftype = FTYPE_MOSTLY_BF16;
         break;
-    case GGML_TYPE_Q8_0:
+    case PE_GGML_TYPE_Q8_0:
         ftype = FTYPE_MOSTLY_Q8_0;
         break;
-    case GGML_TYPE_Q4_0:
+    case PE_GGML_TYPE_Q4_0:
         ftype = FTYPE_MOSTLY_Q4_0;
         break;
     default:
@@ -491,7 +491,7 @@ int cmd_synth_model(int argc, char **argv)
         break;
     }
 
-    w = gguf_writer_create(3, 0);
+    w = pe_gguf_writer_create(3, 0);
     if (!w) goto oom;
     n_vocab = s.vocab;
     if (vocab_path) {
@@ -511,20 +511,20 @@ int cmd_synth_model(int argc, char **argv)
         snprintf(name, sizeof name, "pagoda synthetic %s%s (random weights)", s.name,
                  custom ? " custom" : "");
     }
-    if (gguf_writer_set_str(w, "general.architecture", "llama") != 0 ||
-        gguf_writer_set_str(w, "general.name", name) != 0 ||
-        gguf_writer_set_u32(w, "general.file_type", ftype) != 0 ||
-        gguf_writer_set_u32(w, "general.quantization_version", 2) != 0 ||
-        gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s.ctx) != 0 ||
-        gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s.dim) != 0 ||
-        gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s.layers) != 0 ||
-        gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)s.ffn) != 0 ||
-        gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s.heads) != 0 ||
-        gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s.kv_heads) != 0 ||
-        gguf_writer_set_f32(w, "llama.rope.freq_base", s.rope_base) != 0 ||
-        gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f) != 0 ||
-        gguf_writer_set_u32(w, "llama.rope.dimension_count", hd) != 0 ||
-        gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)s.vocab) != 0) {
+    if (pe_gguf_writer_set_str(w, "general.architecture", "llama") != 0 ||
+        pe_gguf_writer_set_str(w, "general.name", name) != 0 ||
+        pe_gguf_writer_set_u32(w, "general.file_type", ftype) != 0 ||
+        pe_gguf_writer_set_u32(w, "general.quantization_version", 2) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s.ctx) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s.dim) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s.layers) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)s.ffn) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s.heads) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s.kv_heads) != 0 ||
+        pe_gguf_writer_set_f32(w, "llama.rope.freq_base", s.rope_base) != 0 ||
+        pe_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.rope.dimension_count", hd) != 0 ||
+        pe_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)s.vocab) != 0) {
         goto oom;
     }
     if (!vocab_path && gen_vocab(w, s.vocab) != 0) goto oom;
@@ -539,7 +539,7 @@ int cmd_synth_model(int argc, char **argv)
         uint32_t mt = matrix_type(cmd, wtype, s.dim, "matrix", &noted_other);
         uint32_t mt_down = matrix_type(cmd, wtype, s.ffn, "ffn_down.weight", &noted_ffn_down);
         add_tensor(t, &n_t, "token_embd.weight", mt, 2, s.dim, s.vocab, 0.0f, 1.0f);
-        add_tensor(t, &n_t, "output_norm.weight", GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+        add_tensor(t, &n_t, "output_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
         add_tensor(t, &n_t, "output.weight", mt, 2, s.dim, s.vocab, 0.0f, sd);
         for (uint64_t l = 0; l < s.layers; l++) {
             static const char *const parts[9] = {
@@ -551,19 +551,19 @@ int cmd_synth_model(int argc, char **argv)
                 snprintf(tn[k], sizeof tn[k], "blk.%llu.%s.weight", (unsigned long long)l,
                          parts[k]);
             }
-            add_tensor(t, &n_t, tn[0], GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+            add_tensor(t, &n_t, tn[0], PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
             add_tensor(t, &n_t, tn[1], mt, 2, s.dim, s.dim, 0.0f, sd);
             add_tensor(t, &n_t, tn[2], mt, 2, s.dim, kv_dim, 0.0f, sd);
             add_tensor(t, &n_t, tn[3], mt, 2, s.dim, kv_dim, 0.0f, sd);
             add_tensor(t, &n_t, tn[4], mt, 2, s.dim, s.dim, 0.0f, sd * res);
-            add_tensor(t, &n_t, tn[5], GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+            add_tensor(t, &n_t, tn[5], PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
             add_tensor(t, &n_t, tn[6], mt, 2, s.dim, s.ffn, 0.0f, sd);
             add_tensor(t, &n_t, tn[7], mt_down, 2, s.ffn, s.dim, 0.0f, sf * res);
             add_tensor(t, &n_t, tn[8], mt, 2, s.dim, s.ffn, 0.0f, sd);
         }
     }
     for (uint64_t i = 0; i < n_t; i++) {
-        if (gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne) != 0) {
+        if (pe_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne) != 0) {
             fprintf(stderr, "%s: cannot add tensor '%s'\n", cmd, t[i].name);
             goto out;
         }
@@ -578,12 +578,12 @@ int cmd_synth_model(int argc, char **argv)
                     : nproc < 1           ? 1
                     : nproc > MAX_THREADS ? MAX_THREADS
                                           : (uint32_t)nproc;
-    syn.total_bytes = gguf_writer_data_bytes(w);
+    syn.total_bytes = pe_gguf_writer_data_bytes(w);
     syn.progress = isatty(STDERR_FILENO) ? 1 : syn.total_bytes > (100u << 20) ? 2 : 0;
     syn.last_pct = -1;
     syn.path = out_path;
     t0 = cli_now_s();
-    if (gguf_writer_write_chunks(w, out_path, fill, &syn, err, sizeof err) != 0) {
+    if (pe_gguf_writer_write_chunks(w, out_path, fill, &syn, err, sizeof err) != 0) {
         if (syn.progress == 1) fputc('\n', stderr);
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
@@ -593,11 +593,11 @@ int cmd_synth_model(int argc, char **argv)
         uint64_t n_params = 0, n_bytes = 0;
         for (uint64_t i = 0; i < n_t; i++) {
             n_params += t[i].ne[0] * t[i].ne[1];
-            n_bytes += ggml_row_size(t[i].type, t[i].ne[0]) * t[i].ne[1];
+            n_bytes += pe_ggml_row_size(t[i].type, t[i].ne[0]) * t[i].ne[1];
         }
         printf("wrote %s: llama %s, %s weights, dim %llu, %llu layers, %llu/%llu heads, ffn %llu, "
                "vocab %llu, ctx %llu: %llu params, %llu tensor bytes in %.2f s\n",
-               out_path, s.name, ggml_type_name(wtype), (unsigned long long)s.dim,
+               out_path, s.name, pe_ggml_type_name(wtype), (unsigned long long)s.dim,
                (unsigned long long)s.layers, (unsigned long long)s.heads,
                (unsigned long long)s.kv_heads, (unsigned long long)s.ffn,
                (unsigned long long)s.vocab, (unsigned long long)s.ctx, (unsigned long long)n_params,
@@ -608,7 +608,7 @@ int cmd_synth_model(int argc, char **argv)
 oom:
     fprintf(stderr, "%s: out of memory\n", cmd);
 out:
-    gguf_writer_destroy(w);
+    pe_gguf_writer_destroy(w);
     free(t);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_chat.c - chat templates (engine/chat.c):
+ * test_chat.c - chat templates (engine/text/chat.c):
  *   - detection of every template in <models>/chat-templates/NAME.jinja (the real
  *     tokenizer.chat_template texts) to its family; a file the table below does not
  *     know fails the test, so a new template gets a decision;

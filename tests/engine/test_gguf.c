@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_gguf.c - the GGUF reader and writer (engine/gguf.c):
+ * test_gguf.c - the GGUF reader and writer (engine/gguf/gguf.c):
  *   - writer -> reader round trip of every value type, arrays, nested arrays, tensors of
  *     each supported type, v2 and v3, alignments 32 and 64, chunked tensor data;
  *   - typed getters: width conversions, absent keys, wrong types;
@@ -77,15 +77,15 @@ static int fill_fails(void *ud, uint64_t ti, void *dst, uint64_t n)
 static int open_copy(const uint8_t *buf, size_t size, char *err, size_t errlen)
 {
     uint8_t *c = malloc(size ? size : 1);
-    gguf_file *f = NULL;
+    pe_gguf_file *f = NULL;
     int rc;
     memcpy(c, buf, size);
-    rc = gguf_open_memory(c, size, &f, err, errlen);
+    rc = pe_gguf_open_memory(c, size, &f, err, errlen);
     if (rc == 0) {
         char s[256];
-        for (uint64_t i = 0; i < gguf_n_kv(f); i++)
-            gguf_kv_to_string(gguf_kv_at(f, i), s, 256);
-        gguf_close(f);
+        for (uint64_t i = 0; i < pe_gguf_n_kv(f); i++)
+            pe_gguf_kv_to_string(pe_gguf_kv_at(f, i), s, 256);
+        pe_gguf_close(f);
     }
     free(c);
     return rc;
@@ -96,9 +96,9 @@ static int open_copy(const uint8_t *buf, size_t size, char *err, size_t errlen)
 static const uint64_t ne_q[2] = {64, 3};
 static const uint64_t ne_f[3] = {5, 2, 3};
 
-static gguf_writer *make_writer(uint32_t version, uint64_t align)
+static pe_gguf_writer *make_writer(uint32_t version, uint64_t align)
 {
-    gguf_writer *w = gguf_writer_create(version, align);
+    pe_gguf_writer *w = pe_gguf_writer_create(version, align);
     uint8_t u8 = 200;
     int8_t i8 = -100;
     uint16_t u16 = 60000;
@@ -111,168 +111,168 @@ static gguf_writer *make_writer(uint32_t version, uint64_t align)
     static const double arr_f64[2] = {1.5, -7.25};
     static const uint8_t arr_bool[3] = {1, 0, 1};
     static const int64_t arr_i64[2] = {INT64_MIN, INT64_MAX};
-    gguf_str strs[3] = {{"alpha", 5},
-                        {"", 0},
-                        {"\xe2\x96\x81"
-                         "b\n",
-                         5}};
+    pe_gguf_str strs[3] = {{"alpha", 5},
+                           {"", 0},
+                           {"\xe2\x96\x81"
+                            "b\n",
+                            5}};
 
     if (!w) return NULL;
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_str(w, "general.name", "round trip");
-    gguf_writer_set_val(w, "t.u8", GGUF_TYPE_UINT8, &u8);
-    gguf_writer_set_val(w, "t.i8", GGUF_TYPE_INT8, &i8);
-    gguf_writer_set_val(w, "t.u16", GGUF_TYPE_UINT16, &u16);
-    gguf_writer_set_val(w, "t.i16", GGUF_TYPE_INT16, &i16);
-    gguf_writer_set_u32(w, "t.u32", 4000000000u);
-    gguf_writer_set_i32(w, "t.i32", -5);
-    gguf_writer_set_f32(w, "t.f32", 0.125f);
-    gguf_writer_set_bool(w, "t.bool", 1);
-    gguf_writer_set_u64(w, "t.u64", UINT64_MAX);
-    gguf_writer_set_val(w, "t.i64", GGUF_TYPE_INT64, &i64);
-    gguf_writer_set_val(w, "t.f64", GGUF_TYPE_FLOAT64, &f64);
-    gguf_writer_set_arr(w, "a.u32", GGUF_TYPE_UINT32, arr_u32, 4);
-    gguf_writer_set_arr(w, "a.i8", GGUF_TYPE_INT8, arr_i8, 3);
-    gguf_writer_set_arr(w, "a.f32", GGUF_TYPE_FLOAT32, arr_f32, 3);
-    gguf_writer_set_arr(w, "a.f64", GGUF_TYPE_FLOAT64, arr_f64, 2);
-    gguf_writer_set_arr(w, "a.bool", GGUF_TYPE_BOOL, arr_bool, 3);
-    gguf_writer_set_arr(w, "a.i64", GGUF_TYPE_INT64, arr_i64, 2);
-    gguf_writer_set_arr(w, "a.empty", GGUF_TYPE_UINT16, NULL, 0);
-    gguf_writer_set_arr_str(w, "a.str", strs, 3);
-    gguf_writer_set_i32(w, "t.replaced", 1);
-    gguf_writer_set_i32(w, "t.replaced", 2); /* replaces, does not duplicate */
-    gguf_writer_add_tensor(w, "w.q8", GGML_TYPE_Q8_0, 2, ne_q);
-    gguf_writer_add_tensor(w, "w.f32", GGML_TYPE_F32, 3, ne_f);
-    gguf_writer_add_tensor(w, "w.q4", GGML_TYPE_Q4_0, 2, ne_q);
-    gguf_writer_add_tensor(w, "w.f16", GGML_TYPE_F16, 1, ne_f);
-    gguf_writer_add_tensor(w, "w.bf16", GGML_TYPE_BF16, 2, ne_q);
+    pe_gguf_writer_set_str(w, "general.architecture", "llama");
+    pe_gguf_writer_set_str(w, "general.name", "round trip");
+    pe_gguf_writer_set_val(w, "t.u8", PE_GGUF_TYPE_UINT8, &u8);
+    pe_gguf_writer_set_val(w, "t.i8", PE_GGUF_TYPE_INT8, &i8);
+    pe_gguf_writer_set_val(w, "t.u16", PE_GGUF_TYPE_UINT16, &u16);
+    pe_gguf_writer_set_val(w, "t.i16", PE_GGUF_TYPE_INT16, &i16);
+    pe_gguf_writer_set_u32(w, "t.u32", 4000000000u);
+    pe_gguf_writer_set_i32(w, "t.i32", -5);
+    pe_gguf_writer_set_f32(w, "t.f32", 0.125f);
+    pe_gguf_writer_set_bool(w, "t.bool", 1);
+    pe_gguf_writer_set_u64(w, "t.u64", UINT64_MAX);
+    pe_gguf_writer_set_val(w, "t.i64", PE_GGUF_TYPE_INT64, &i64);
+    pe_gguf_writer_set_val(w, "t.f64", PE_GGUF_TYPE_FLOAT64, &f64);
+    pe_gguf_writer_set_arr(w, "a.u32", PE_GGUF_TYPE_UINT32, arr_u32, 4);
+    pe_gguf_writer_set_arr(w, "a.i8", PE_GGUF_TYPE_INT8, arr_i8, 3);
+    pe_gguf_writer_set_arr(w, "a.f32", PE_GGUF_TYPE_FLOAT32, arr_f32, 3);
+    pe_gguf_writer_set_arr(w, "a.f64", PE_GGUF_TYPE_FLOAT64, arr_f64, 2);
+    pe_gguf_writer_set_arr(w, "a.bool", PE_GGUF_TYPE_BOOL, arr_bool, 3);
+    pe_gguf_writer_set_arr(w, "a.i64", PE_GGUF_TYPE_INT64, arr_i64, 2);
+    pe_gguf_writer_set_arr(w, "a.empty", PE_GGUF_TYPE_UINT16, NULL, 0);
+    pe_gguf_writer_set_arr_str(w, "a.str", strs, 3);
+    pe_gguf_writer_set_i32(w, "t.replaced", 1);
+    pe_gguf_writer_set_i32(w, "t.replaced", 2); /* replaces, does not duplicate */
+    pe_gguf_writer_add_tensor(w, "w.q8", PE_GGML_TYPE_Q8_0, 2, ne_q);
+    pe_gguf_writer_add_tensor(w, "w.f32", PE_GGML_TYPE_F32, 3, ne_f);
+    pe_gguf_writer_add_tensor(w, "w.q4", PE_GGML_TYPE_Q4_0, 2, ne_q);
+    pe_gguf_writer_add_tensor(w, "w.f16", PE_GGML_TYPE_F16, 1, ne_f);
+    pe_gguf_writer_add_tensor(w, "w.bf16", PE_GGML_TYPE_BF16, 2, ne_q);
     return w;
 }
 
-static int check_file(const gguf_file *f, uint32_t version, uint64_t align)
+static int check_file(const pe_gguf_file *f, uint32_t version, uint64_t align)
 {
     uint32_t u32;
     int32_t i32;
     uint64_t u64;
     float f32;
     int b;
-    gguf_str s;
-    const gguf_kv *kv;
-    const gguf_tensor *t;
+    pe_gguf_str s;
+    const pe_gguf_kv *kv;
+    const pe_gguf_tensor *t;
     char buf[256];
 
-    T_EQ(gguf_version(f), version);
-    T_EQ(gguf_alignment(f), align);
-    T_EQ(gguf_data_offset(f) % align, 0);
-    T_EQ(gguf_n_kv(f), 22 + (align != 32));
-    T_EQ(gguf_n_tensors(f), 5);
+    T_EQ(pe_gguf_version(f), version);
+    T_EQ(pe_gguf_alignment(f), align);
+    T_EQ(pe_gguf_data_offset(f) % align, 0);
+    T_EQ(pe_gguf_n_kv(f), 22 + (align != 32));
+    T_EQ(pe_gguf_n_tensors(f), 5);
 
-    T_EQ(gguf_get_str(f, "general.name", &s), 0);
-    T_ASSERT(gguf_str_eq(s, "round trip"));
-    T_EQ(gguf_get_u32(f, "t.u8", &u32), 0);
+    T_EQ(pe_gguf_get_str(f, "general.name", &s), 0);
+    T_ASSERT(pe_gguf_str_eq(s, "round trip"));
+    T_EQ(pe_gguf_get_u32(f, "t.u8", &u32), 0);
     T_EQ(u32, 200);
-    T_EQ(gguf_get_i32(f, "t.i8", &i32), 0);
+    T_EQ(pe_gguf_get_i32(f, "t.i8", &i32), 0);
     T_EQ(i32, -100);
-    T_EQ(gguf_get_u32(f, "t.u16", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "t.u16", &u32), 0);
     T_EQ(u32, 60000);
-    T_EQ(gguf_get_i32(f, "t.i16", &i32), 0);
+    T_EQ(pe_gguf_get_i32(f, "t.i16", &i32), 0);
     T_EQ(i32, -30000);
-    T_EQ(gguf_get_u32(f, "t.u32", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "t.u32", &u32), 0);
     T_EQ(u32, 4000000000u);
-    T_EQ(gguf_get_i32(f, "t.u32", &i32), -2); /* does not fit */
-    T_EQ(gguf_get_i32(f, "t.i32", &i32), 0);
+    T_EQ(pe_gguf_get_i32(f, "t.u32", &i32), -2); /* does not fit */
+    T_EQ(pe_gguf_get_i32(f, "t.i32", &i32), 0);
     T_EQ(i32, -5);
-    T_EQ(gguf_get_u32(f, "t.i32", &u32), -2); /* negative */
-    T_EQ(gguf_get_u64(f, "t.i32", &u64), -2);
-    T_EQ(gguf_get_f32(f, "t.f32", &f32), 0);
+    T_EQ(pe_gguf_get_u32(f, "t.i32", &u32), -2); /* negative */
+    T_EQ(pe_gguf_get_u64(f, "t.i32", &u64), -2);
+    T_EQ(pe_gguf_get_f32(f, "t.f32", &f32), 0);
     T_ASSERT(f32 == 0.125f);
-    T_EQ(gguf_get_f32(f, "t.f64", &f32), 0);
+    T_EQ(pe_gguf_get_f32(f, "t.f64", &f32), 0);
     T_ASSERT(f32 == (float)3.25e100);
-    T_EQ(gguf_get_f32(f, "t.i32", &f32), -2);
-    T_EQ(gguf_get_bool(f, "t.bool", &b), 0);
+    T_EQ(pe_gguf_get_f32(f, "t.i32", &f32), -2);
+    T_EQ(pe_gguf_get_bool(f, "t.bool", &b), 0);
     T_EQ(b, 1);
-    T_EQ(gguf_get_bool(f, "t.u8", &b), -2);
-    T_EQ(gguf_get_u64(f, "t.u64", &u64), 0);
+    T_EQ(pe_gguf_get_bool(f, "t.u8", &b), -2);
+    T_EQ(pe_gguf_get_u64(f, "t.u64", &u64), 0);
     T_ASSERT(u64 == UINT64_MAX);
-    T_EQ(gguf_get_u32(f, "t.u64", &u32), -2);
-    T_EQ(gguf_get_i32(f, "t.replaced", &i32), 0);
+    T_EQ(pe_gguf_get_u32(f, "t.u64", &u32), -2);
+    T_EQ(pe_gguf_get_i32(f, "t.replaced", &i32), 0);
     T_EQ(i32, 2);
-    T_EQ(gguf_get_u32(f, "absent", &u32), -1);
-    T_EQ(gguf_get_str(f, "t.u32", &s), -2);
-    kv = gguf_find_kv(f, "t.i64");
-    T_ASSERT(kv && kv->type == GGUF_TYPE_INT64);
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    T_EQ(pe_gguf_get_u32(f, "absent", &u32), -1);
+    T_EQ(pe_gguf_get_str(f, "t.u32", &s), -2);
+    kv = pe_gguf_find_kv(f, "t.i64");
+    T_ASSERT(kv && kv->type == PE_GGUF_TYPE_INT64);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     T_ASSERT(strcmp(buf, "-1099511627776") == 0);
-    kv = gguf_find_kv(f, "t.f64");
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    kv = pe_gguf_find_kv(f, "t.f64");
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     T_ASSERT(strcmp(buf, "3.25e+100") == 0);
 
-    T_EQ(gguf_get_arr(f, "a.u32", GGUF_TYPE_UINT32, &kv), 0);
+    T_EQ(pe_gguf_get_arr(f, "a.u32", PE_GGUF_TYPE_UINT32, &kv), 0);
     T_EQ(kv->n, 4);
-    T_EQ(gguf_arr_i64(kv, 3), 4000000000ll);
-    T_EQ(gguf_arr_i64(kv, 4), 0); /* out of range */
-    T_EQ(gguf_get_arr(f, "a.u32", GGUF_TYPE_INT32, &kv), -2);
-    T_EQ(gguf_get_arr(f, "a.i8", GGUF_TYPE_INT8, &kv), 0);
-    T_EQ(gguf_arr_i64(kv, 0), -1);
-    T_ASSERT(gguf_arr_f64(kv, 2) == 127.0);
-    T_EQ(gguf_get_arr(f, "a.f32", GGUF_TYPE_FLOAT32, &kv), 0);
-    T_ASSERT(gguf_arr_f64(kv, 2) == (double)1e-5f);
-    T_EQ(gguf_arr_i64(kv, 1), -2);
-    T_EQ(gguf_get_arr(f, "a.f64", GGUF_TYPE_FLOAT64, &kv), 0);
-    T_ASSERT(gguf_arr_f64(kv, 1) == -7.25);
-    T_EQ(gguf_get_arr(f, "a.bool", GGUF_TYPE_BOOL, &kv), 0);
-    T_EQ(gguf_arr_i64(kv, 1), 0);
-    T_EQ(gguf_arr_i64(kv, 2), 1);
-    T_EQ(gguf_get_arr(f, "a.i64", GGUF_TYPE_INT64, &kv), 0);
-    T_ASSERT(gguf_arr_i64(kv, 0) == INT64_MIN && gguf_arr_i64(kv, 1) == INT64_MAX);
-    T_EQ(gguf_get_arr(f, "a.empty", GGUF_TYPE_UINT16, &kv), 0);
+    T_EQ(pe_gguf_arr_i64(kv, 3), 4000000000ll);
+    T_EQ(pe_gguf_arr_i64(kv, 4), 0); /* out of range */
+    T_EQ(pe_gguf_get_arr(f, "a.u32", PE_GGUF_TYPE_INT32, &kv), -2);
+    T_EQ(pe_gguf_get_arr(f, "a.i8", PE_GGUF_TYPE_INT8, &kv), 0);
+    T_EQ(pe_gguf_arr_i64(kv, 0), -1);
+    T_ASSERT(pe_gguf_arr_f64(kv, 2) == 127.0);
+    T_EQ(pe_gguf_get_arr(f, "a.f32", PE_GGUF_TYPE_FLOAT32, &kv), 0);
+    T_ASSERT(pe_gguf_arr_f64(kv, 2) == (double)1e-5f);
+    T_EQ(pe_gguf_arr_i64(kv, 1), -2);
+    T_EQ(pe_gguf_get_arr(f, "a.f64", PE_GGUF_TYPE_FLOAT64, &kv), 0);
+    T_ASSERT(pe_gguf_arr_f64(kv, 1) == -7.25);
+    T_EQ(pe_gguf_get_arr(f, "a.bool", PE_GGUF_TYPE_BOOL, &kv), 0);
+    T_EQ(pe_gguf_arr_i64(kv, 1), 0);
+    T_EQ(pe_gguf_arr_i64(kv, 2), 1);
+    T_EQ(pe_gguf_get_arr(f, "a.i64", PE_GGUF_TYPE_INT64, &kv), 0);
+    T_ASSERT(pe_gguf_arr_i64(kv, 0) == INT64_MIN && pe_gguf_arr_i64(kv, 1) == INT64_MAX);
+    T_EQ(pe_gguf_get_arr(f, "a.empty", PE_GGUF_TYPE_UINT16, &kv), 0);
     T_EQ(kv->n, 0);
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     T_ASSERT(strcmp(buf, "[0 x u16] []") == 0);
-    T_EQ(gguf_get_arr(f, "a.str", GGUF_TYPE_STRING, &kv), 0);
+    T_EQ(pe_gguf_get_arr(f, "a.str", PE_GGUF_TYPE_STRING, &kv), 0);
     T_EQ(kv->n, 3);
     T_ASSERT(kv->strs != NULL);
-    T_ASSERT(gguf_str_eq(gguf_arr_str(kv, 0), "alpha"));
-    T_EQ(gguf_arr_str(kv, 1).len, 0);
-    T_ASSERT(gguf_str_eq(gguf_arr_str(kv, 2), "\xe2\x96\x81"
-                                              "b\n"));
-    T_EQ(gguf_arr_str(kv, 3).len, 0);
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, 0), "alpha"));
+    T_EQ(pe_gguf_arr_str(kv, 1).len, 0);
+    T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, 2), "\xe2\x96\x81"
+                                                    "b\n"));
+    T_EQ(pe_gguf_arr_str(kv, 3).len, 0);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     T_ASSERT(strcmp(buf, "[3 x string] [\"alpha\", \"\", \"\xe2\x96\x81"
                          "b\\n\"]") == 0);
     /* A small buffer truncates with "..." and stays terminated. */
-    gguf_kv_to_string(kv, buf, 12);
+    pe_gguf_kv_to_string(kv, buf, 12);
     T_ASSERT(strlen(buf) < 12 && strstr(buf, "...") != NULL);
 
-    T_ASSERT(gguf_find_tensor(f, "w.missing") == NULL);
-    T_ASSERT(gguf_tensor_at(f, 5) == NULL);
-    T_ASSERT(gguf_kv_at(f, gguf_n_kv(f)) == NULL);
+    T_ASSERT(pe_gguf_find_tensor(f, "w.missing") == NULL);
+    T_ASSERT(pe_gguf_tensor_at(f, 5) == NULL);
+    T_ASSERT(pe_gguf_kv_at(f, pe_gguf_n_kv(f)) == NULL);
     for (uint64_t i = 0; i < 5; i++) {
         char name[64];
         const uint8_t *d;
-        t = gguf_tensor_at(f, i);
+        t = pe_gguf_tensor_at(f, i);
         T_ASSERT(t != NULL);
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        T_ASSERT(gguf_find_tensor(f, name) == t);
+        T_ASSERT(pe_gguf_find_tensor(f, name) == t);
         T_EQ(t->offset % align, 0);
         d = t->data;
         for (uint64_t j = 0; j < t->n_bytes; j++) {
             if (d[j] != pattern(i, j)) T_FAIL("tensor %s byte %llu", name, (unsigned long long)j);
         }
     }
-    t = gguf_find_tensor(f, "w.q8");
-    T_EQ(t->type, GGML_TYPE_Q8_0);
+    t = pe_gguf_find_tensor(f, "w.q8");
+    T_EQ(t->type, PE_GGML_TYPE_Q8_0);
     T_EQ(t->n_dims, 2);
     T_EQ(t->ne[0], 64);
     T_EQ(t->ne[1], 3);
     T_EQ(t->ne[2], 1);
     T_EQ(t->n_bytes, 2 * 34 * 3);
-    t = gguf_find_tensor(f, "w.f32");
+    t = pe_gguf_find_tensor(f, "w.f32");
     T_EQ(t->n_dims, 3);
     T_EQ(t->n_bytes, 5 * 2 * 3 * 4);
-    T_EQ(gguf_find_tensor(f, "w.q4")->n_bytes, 2 * 18 * 3);
-    T_EQ(gguf_find_tensor(f, "w.f16")->n_bytes, 10);
-    T_EQ(gguf_find_tensor(f, "w.bf16")->n_bytes, 64 * 2 * 3);
+    T_EQ(pe_gguf_find_tensor(f, "w.q4")->n_bytes, 2 * 18 * 3);
+    T_EQ(pe_gguf_find_tensor(f, "w.f16")->n_bytes, 10);
+    T_EQ(pe_gguf_find_tensor(f, "w.bf16")->n_bytes, 64 * 2 * 3);
     return 0;
 }
 
@@ -283,19 +283,19 @@ static int test_round_trip(void)
     for (int v = 0; v < 2; v++) {
         for (int a = 0; a < 2; a++) {
             char err[256];
-            gguf_writer *w = make_writer(versions[v], aligns[a]);
-            gguf_file *f;
+            pe_gguf_writer *w = make_writer(versions[v], aligns[a]);
+            pe_gguf_file *f;
             const char *path = tmp_path("rt.gguf");
             T_ASSERT(w != NULL);
-            T_EQ(gguf_writer_write(w, path, fill_pattern, NULL, err, sizeof err), 0);
-            gguf_writer_destroy(w);
-            if (gguf_open(path, &f, err, sizeof err) != 0) T_FAIL("open: %s", err);
+            T_EQ(pe_gguf_writer_write(w, path, fill_pattern, NULL, err, sizeof err), 0);
+            pe_gguf_writer_destroy(w);
+            if (pe_gguf_open(path, &f, err, sizeof err) != 0) T_FAIL("open: %s", err);
             if (check_file(f, versions[v], aligns[a]) != 0) {
-                gguf_close(f);
+                pe_gguf_close(f);
                 T_FAIL("version %u alignment %llu", versions[v], (unsigned long long)aligns[a]);
             }
-            T_EQ(gguf_file_size(f) % aligns[a], 0);
-            gguf_close(f);
+            T_EQ(pe_gguf_file_size(f) % aligns[a], 0);
+            pe_gguf_close(f);
         }
     }
     return 0;
@@ -305,31 +305,31 @@ static int test_round_trip(void)
 static int test_copy_kv(void)
 {
     char err[256];
-    gguf_writer *w = make_writer(3, 32), *w2 = gguf_writer_create(3, 32);
-    gguf_file *f, *g;
-    T_EQ(gguf_writer_write(w, tmp_path("a.gguf"), fill_pattern, NULL, err, sizeof err), 0);
-    gguf_writer_destroy(w);
-    T_EQ(gguf_open(tmp_path("a.gguf"), &f, err, sizeof err), 0);
-    for (uint64_t i = 0; i < gguf_n_kv(f); i++)
-        T_EQ(gguf_writer_copy_kv(w2, gguf_kv_at(f, i)), 0);
-    T_EQ(gguf_writer_write(w2, tmp_path("b.gguf"), NULL, NULL, err, sizeof err), 0);
-    gguf_writer_destroy(w2);
-    T_EQ(gguf_open(tmp_path("b.gguf"), &g, err, sizeof err), 0);
-    T_EQ(gguf_n_kv(g), gguf_n_kv(f));
-    T_EQ(gguf_n_tensors(g), 0);
-    for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
-        const gguf_kv *a = gguf_kv_at(f, i), *b = gguf_kv_at(g, i);
+    pe_gguf_writer *w = make_writer(3, 32), *w2 = pe_gguf_writer_create(3, 32);
+    pe_gguf_file *f, *g;
+    T_EQ(pe_gguf_writer_write(w, tmp_path("a.gguf"), fill_pattern, NULL, err, sizeof err), 0);
+    pe_gguf_writer_destroy(w);
+    T_EQ(pe_gguf_open(tmp_path("a.gguf"), &f, err, sizeof err), 0);
+    for (uint64_t i = 0; i < pe_gguf_n_kv(f); i++)
+        T_EQ(pe_gguf_writer_copy_kv(w2, pe_gguf_kv_at(f, i)), 0);
+    T_EQ(pe_gguf_writer_write(w2, tmp_path("b.gguf"), NULL, NULL, err, sizeof err), 0);
+    pe_gguf_writer_destroy(w2);
+    T_EQ(pe_gguf_open(tmp_path("b.gguf"), &g, err, sizeof err), 0);
+    T_EQ(pe_gguf_n_kv(g), pe_gguf_n_kv(f));
+    T_EQ(pe_gguf_n_tensors(g), 0);
+    for (uint64_t i = 0; i < pe_gguf_n_kv(f); i++) {
+        const pe_gguf_kv *a = pe_gguf_kv_at(f, i), *b = pe_gguf_kv_at(g, i);
         char sa[256], sb[256];
         T_ASSERT(a->key.len == b->key.len && memcmp(a->key.ptr, b->key.ptr, a->key.len) == 0);
         T_EQ(a->type, b->type);
         T_EQ(a->arr_type, b->arr_type);
         T_EQ(a->n, b->n);
-        gguf_kv_to_string(a, sa, sizeof sa);
-        gguf_kv_to_string(b, sb, sizeof sb);
+        pe_gguf_kv_to_string(a, sa, sizeof sa);
+        pe_gguf_kv_to_string(b, sb, sizeof sb);
         T_ASSERT(strcmp(sa, sb) == 0);
     }
-    gguf_close(g);
-    gguf_close(f);
+    pe_gguf_close(g);
+    pe_gguf_close(f);
     return 0;
 }
 
@@ -376,54 +376,54 @@ static int test_nested_arrays(void)
 {
     bld b;
     char err[256], buf[256];
-    gguf_file *f, *g;
-    gguf_writer *w;
-    const gguf_kv *kv;
+    pe_gguf_file *f, *g;
+    pe_gguf_writer *w;
+    const pe_gguf_kv *kv;
 
     header(&b, 0, 1);
     putstr(&b, "nested");
-    put32(&b, GGUF_TYPE_ARRAY);
-    put32(&b, GGUF_TYPE_ARRAY);
+    put32(&b, PE_GGUF_TYPE_ARRAY);
+    put32(&b, PE_GGUF_TYPE_ARRAY);
     put64(&b, 3);
-    put32(&b, GGUF_TYPE_UINT32); /* [1, 2] */
+    put32(&b, PE_GGUF_TYPE_UINT32); /* [1, 2] */
     put64(&b, 2);
     put32(&b, 1);
     put32(&b, 2);
-    put32(&b, GGUF_TYPE_STRING); /* ["xy"] */
+    put32(&b, PE_GGUF_TYPE_STRING); /* ["xy"] */
     put64(&b, 1);
     putstr(&b, "xy");
-    put32(&b, GGUF_TYPE_ARRAY); /* [[]] */
+    put32(&b, PE_GGUF_TYPE_ARRAY); /* [[]] */
     put64(&b, 1);
-    put32(&b, GGUF_TYPE_INT8);
+    put32(&b, PE_GGUF_TYPE_INT8);
     put64(&b, 0);
-    if (gguf_open_memory(b.b, b.n, &f, err, sizeof err) != 0) T_FAIL("%s", err);
-    kv = gguf_find_kv(f, "nested");
-    T_ASSERT(kv && kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_ARRAY);
+    if (pe_gguf_open_memory(b.b, b.n, &f, err, sizeof err) != 0) T_FAIL("%s", err);
+    kv = pe_gguf_find_kv(f, "nested");
+    T_ASSERT(kv && kv->type == PE_GGUF_TYPE_ARRAY && kv->arr_type == PE_GGUF_TYPE_ARRAY);
     T_EQ(kv->n, 3);
     T_ASSERT(kv->strs == NULL);
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     T_ASSERT(strcmp(buf, "[3 x array] [[2 x u32], [1 x string], [1 x array]]") == 0);
-    T_EQ(gguf_arr_i64(kv, 0), 0); /* not numeric */
+    T_EQ(pe_gguf_arr_i64(kv, 0), 0); /* not numeric */
 
-    w = gguf_writer_create(3, 0);
-    T_EQ(gguf_writer_copy_kv(w, kv), 0);
-    T_EQ(gguf_writer_write(w, tmp_path("nested.gguf"), NULL, NULL, err, sizeof err), 0);
-    gguf_writer_destroy(w);
-    T_EQ(gguf_open(tmp_path("nested.gguf"), &g, err, sizeof err), 0);
-    kv = gguf_find_kv(g, "nested");
+    w = pe_gguf_writer_create(3, 0);
+    T_EQ(pe_gguf_writer_copy_kv(w, kv), 0);
+    T_EQ(pe_gguf_writer_write(w, tmp_path("nested.gguf"), NULL, NULL, err, sizeof err), 0);
+    pe_gguf_writer_destroy(w);
+    T_EQ(pe_gguf_open(tmp_path("nested.gguf"), &g, err, sizeof err), 0);
+    kv = pe_gguf_find_kv(g, "nested");
     T_ASSERT(kv != NULL);
-    gguf_kv_to_string(kv, buf, sizeof buf);
+    pe_gguf_kv_to_string(kv, buf, sizeof buf);
     T_ASSERT(strcmp(buf, "[3 x array] [[2 x u32], [1 x string], [1 x array]]") == 0);
-    gguf_close(g);
-    gguf_close(f);
+    pe_gguf_close(g);
+    pe_gguf_close(f);
 
     /* A nested string past the end of the file. */
     header(&b, 0, 1);
     putstr(&b, "nested");
-    put32(&b, GGUF_TYPE_ARRAY);
-    put32(&b, GGUF_TYPE_ARRAY);
+    put32(&b, PE_GGUF_TYPE_ARRAY);
+    put32(&b, PE_GGUF_TYPE_ARRAY);
     put64(&b, 1);
-    put32(&b, GGUF_TYPE_STRING);
+    put32(&b, PE_GGUF_TYPE_STRING);
     put64(&b, 1);
     put64(&b, 1000);
     T_EQ(open_copy(b.b, b.n, err, sizeof err), -1);
@@ -432,12 +432,12 @@ static int test_nested_arrays(void)
     /* Nesting deeper than the limit. */
     header(&b, 0, 1);
     putstr(&b, "deep");
-    put32(&b, GGUF_TYPE_ARRAY);
+    put32(&b, PE_GGUF_TYPE_ARRAY);
     for (int d = 0; d < 12; d++) {
-        put32(&b, GGUF_TYPE_ARRAY);
+        put32(&b, PE_GGUF_TYPE_ARRAY);
         put64(&b, 1);
     }
-    put32(&b, GGUF_TYPE_UINT8);
+    put32(&b, PE_GGUF_TYPE_UINT8);
     put64(&b, 0);
     T_EQ(open_copy(b.b, b.n, err, sizeof err), -1);
     T_ASSERT(strstr(err, "'deep'") && strstr(err, "nested deeper"));
@@ -448,42 +448,42 @@ static int test_nested_arrays(void)
 static int test_big_vocab(void)
 {
     enum { N = 150000 };
-    gguf_str *strs = malloc(N * sizeof *strs);
+    pe_gguf_str *strs = malloc(N * sizeof *strs);
     char *text = malloc(N * 12);
     char err[256];
-    gguf_writer *w = gguf_writer_create(3, 0);
-    gguf_file *f;
-    const gguf_kv *kv;
+    pe_gguf_writer *w = pe_gguf_writer_create(3, 0);
+    pe_gguf_file *f;
+    const pe_gguf_kv *kv;
     for (uint32_t i = 0; i < N; i++) {
         int n = snprintf(text + (size_t)i * 12, 12, "tok%u", i);
         strs[i].ptr = text + (size_t)i * 12;
         strs[i].len = (uint64_t)n;
     }
-    T_EQ(gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, N), 0);
+    T_EQ(pe_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, N), 0);
     for (uint32_t i = 0; i < 1000; i++) {
         char key[32];
         snprintf(key, sizeof key, "k.%u", i);
-        T_EQ(gguf_writer_set_u32(w, key, i), 0);
+        T_EQ(pe_gguf_writer_set_u32(w, key, i), 0);
     }
-    T_EQ(gguf_writer_write(w, tmp_path("vocab.gguf"), NULL, NULL, err, sizeof err), 0);
-    gguf_writer_destroy(w);
-    T_EQ(gguf_open(tmp_path("vocab.gguf"), &f, err, sizeof err), 0);
-    T_EQ(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &kv), 0);
+    T_EQ(pe_gguf_writer_write(w, tmp_path("vocab.gguf"), NULL, NULL, err, sizeof err), 0);
+    pe_gguf_writer_destroy(w);
+    T_EQ(pe_gguf_open(tmp_path("vocab.gguf"), &f, err, sizeof err), 0);
+    T_EQ(pe_gguf_get_arr(f, "tokenizer.ggml.tokens", PE_GGUF_TYPE_STRING, &kv), 0);
     T_EQ(kv->n, N);
     for (uint32_t i = 0; i < N; i += 997) {
         char want[16];
         snprintf(want, sizeof want, "tok%u", i);
-        T_ASSERT(gguf_str_eq(gguf_arr_str(kv, i), want));
+        T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, i), want));
     }
-    T_ASSERT(gguf_str_eq(gguf_arr_str(kv, N - 1), "tok149999"));
+    T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, N - 1), "tok149999"));
     for (uint32_t i = 0; i < 1000; i++) {
         char key[32];
         uint32_t v;
         snprintf(key, sizeof key, "k.%u", i);
-        T_EQ(gguf_get_u32(f, key, &v), 0);
+        T_EQ(pe_gguf_get_u32(f, key, &v), 0);
         T_EQ(v, i);
     }
-    gguf_close(f);
+    pe_gguf_close(f);
     free(strs);
     free(text);
     return 0;
@@ -513,29 +513,30 @@ static int test_chunks(void)
 {
     const uint64_t ne_big[2] = {4096, 4200}, ne_bq[2] = {4096, 15500}, ne_small[2] = {64, 3};
     chunk_log log = {{0, 0, 0}, 0, 0};
-    gguf_writer *w = gguf_writer_create(3, 0);
+    pe_gguf_writer *w = pe_gguf_writer_create(3, 0);
     char err[256];
-    gguf_file *f;
-    const gguf_tensor *t;
-    T_EQ(gguf_writer_add_tensor(w, "big", GGML_TYPE_F32, 2, ne_big), 0);
-    T_EQ(gguf_writer_add_tensor(w, "bigq", GGML_TYPE_Q8_0, 2, ne_bq), 0);
-    T_EQ(gguf_writer_add_tensor(w, "small", GGML_TYPE_Q8_0, 2, ne_small), 0);
-    T_EQ(gguf_writer_data_bytes(w), 4096ull * 4200 * 4 + 4352ull * 15500 + 224);
-    T_EQ(gguf_writer_write_chunks(w, tmp_path("big.gguf"), fill_chunk, &log, err, sizeof err), 0);
-    gguf_writer_destroy(w);
+    pe_gguf_file *f;
+    const pe_gguf_tensor *t;
+    T_EQ(pe_gguf_writer_add_tensor(w, "big", PE_GGML_TYPE_F32, 2, ne_big), 0);
+    T_EQ(pe_gguf_writer_add_tensor(w, "bigq", PE_GGML_TYPE_Q8_0, 2, ne_bq), 0);
+    T_EQ(pe_gguf_writer_add_tensor(w, "small", PE_GGML_TYPE_Q8_0, 2, ne_small), 0);
+    T_EQ(pe_gguf_writer_data_bytes(w), 4096ull * 4200 * 4 + 4352ull * 15500 + 224);
+    T_EQ(pe_gguf_writer_write_chunks(w, tmp_path("big.gguf"), fill_chunk, &log, err, sizeof err),
+         0);
+    pe_gguf_writer_destroy(w);
     T_EQ(log.bad, 0);
     T_EQ(log.next[0], 4096ull * 4200 * 4);
     T_EQ(log.next[1], 4352ull * 15500);
     T_EQ(log.next[2], 204);
     T_ASSERT(log.max_piece <= (64u << 20));
-    T_EQ(gguf_open(tmp_path("big.gguf"), &f, err, sizeof err), 0);
-    t = gguf_find_tensor(f, "big");
+    T_EQ(pe_gguf_open(tmp_path("big.gguf"), &f, err, sizeof err), 0);
+    t = pe_gguf_find_tensor(f, "big");
     T_EQ(((const uint8_t *)t->data)[t->n_bytes - 1], 1);
-    t = gguf_find_tensor(f, "bigq");
+    t = pe_gguf_find_tensor(f, "bigq");
     T_EQ(((const uint8_t *)t->data)[t->n_bytes - 1], 2);
-    t = gguf_find_tensor(f, "small");
+    t = pe_gguf_find_tensor(f, "small");
     T_EQ(((const uint8_t *)t->data)[0], 3);
-    gguf_close(f);
+    pe_gguf_close(f);
     unlink(tmp_path("big.gguf"));
     return 0;
 }
@@ -544,36 +545,38 @@ static int test_writer_errors(void)
 {
     char err[256];
     const uint64_t ne_bad[2] = {48, 2}, ne_zero[2] = {32, 0};
-    gguf_writer *w;
+    pe_gguf_writer *w;
     struct stat st;
-    T_ASSERT(gguf_writer_create(1, 32) == NULL);
-    T_ASSERT(gguf_writer_create(4, 32) == NULL);
-    T_ASSERT(gguf_writer_create(3, 48) == NULL);
+    T_ASSERT(pe_gguf_writer_create(1, 32) == NULL);
+    T_ASSERT(pe_gguf_writer_create(4, 32) == NULL);
+    T_ASSERT(pe_gguf_writer_create(3, 48) == NULL);
     w = make_writer(3, 32);
-    T_EQ(gguf_writer_add_tensor(w, "w.q8", GGML_TYPE_F32, 2, ne_q), -1); /* duplicate */
-    T_EQ(gguf_writer_add_tensor(w, "x", GGML_TYPE_Q8_0, 2, ne_bad), -1); /* 48 % 32 */
-    T_EQ(gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 2, ne_zero), -1);
-    T_EQ(gguf_writer_add_tensor(w, "x", 99, 2, ne_q), -1);
-    T_EQ(gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 5, ne_q), -1);
-    T_EQ(gguf_writer_set_val(w, "x", GGUF_TYPE_STRING, "x"), -1);
-    T_EQ(gguf_writer_set_arr(w, "x", GGUF_TYPE_STRING, "x", 1), -1);
+    T_EQ(pe_gguf_writer_add_tensor(w, "w.q8", PE_GGML_TYPE_F32, 2, ne_q), -1); /* duplicate */
+    T_EQ(pe_gguf_writer_add_tensor(w, "x", PE_GGML_TYPE_Q8_0, 2, ne_bad), -1); /* 48 % 32 */
+    T_EQ(pe_gguf_writer_add_tensor(w, "x", PE_GGML_TYPE_F32, 2, ne_zero), -1);
+    T_EQ(pe_gguf_writer_add_tensor(w, "x", 99, 2, ne_q), -1);
+    T_EQ(pe_gguf_writer_add_tensor(w, "x", PE_GGML_TYPE_F32, 5, ne_q), -1);
+    T_EQ(pe_gguf_writer_set_val(w, "x", PE_GGUF_TYPE_STRING, "x"), -1);
+    T_EQ(pe_gguf_writer_set_arr(w, "x", PE_GGUF_TYPE_STRING, "x", 1), -1);
 
-    T_EQ(gguf_writer_write(w, "/nonexistent-dir/x.gguf", fill_pattern, NULL, err, sizeof err), -1);
+    T_EQ(pe_gguf_writer_write(w, "/nonexistent-dir/x.gguf", fill_pattern, NULL, err, sizeof err),
+         -1);
     T_ASSERT(strstr(err, "/nonexistent-dir/x.gguf.tmp") != NULL);
-    T_EQ(gguf_writer_write(w, tmp_path("fail.gguf"), fill_fails, NULL, err, sizeof err), -1);
+    T_EQ(pe_gguf_writer_write(w, tmp_path("fail.gguf"), fill_fails, NULL, err, sizeof err), -1);
     T_ASSERT(strstr(err, "tensor 'w.f32'") != NULL);
     T_ASSERT(stat(tmp_path("fail.gguf.tmp"), &st) != 0); /* removed */
     T_ASSERT(stat(tmp_path("fail.gguf"), &st) != 0);
     if (access("/dev/full", W_OK) == 0) {
         /* ENOSPC on the data: /dev/full cannot be renamed over, but the write fails first. */
         T_EQ(symlink("/dev/full", tmp_path("full.gguf.tmp")), 0);
-        T_EQ(gguf_writer_write(w, tmp_path("full.gguf"), fill_pattern, NULL, err, sizeof err), -1);
+        T_EQ(pe_gguf_writer_write(w, tmp_path("full.gguf"), fill_pattern, NULL, err, sizeof err),
+             -1);
         T_ASSERT(strstr(err, "write") != NULL);
         unlink(tmp_path("full.gguf.tmp"));
     }
-    gguf_writer_destroy(w);
-    gguf_writer_destroy(NULL);
-    gguf_close(NULL);
+    pe_gguf_writer_destroy(w);
+    pe_gguf_writer_destroy(NULL);
+    pe_gguf_close(NULL);
     return 0;
 }
 
@@ -583,12 +586,12 @@ static int test_stories260k(void)
 {
     char path[512], err[256];
     const char *dir = getenv("PGD_MODELS_DIR");
-    gguf_file *f;
+    pe_gguf_file *f;
     uint32_t u32;
     float eps;
-    gguf_str s;
-    const gguf_kv *kv;
-    const gguf_tensor *t;
+    pe_gguf_str s;
+    const pe_gguf_kv *kv;
+    const pe_gguf_tensor *t;
     struct stat st;
 
     snprintf(path, sizeof path, "%s/stories260K.gguf",
@@ -597,37 +600,37 @@ static int test_stories260k(void)
         printf("     (skipped: %s not found; set PGD_MODELS_DIR)\n", path);
         return 0;
     }
-    if (gguf_open(path, &f, err, sizeof err) != 0) T_FAIL("%s: %s", path, err);
-    T_EQ(gguf_version(f), 3);
-    T_EQ(gguf_n_tensors(f), 48);
-    T_EQ(gguf_alignment(f), 32);
-    T_EQ(gguf_file_size(f), st.st_size);
-    T_EQ(gguf_get_str(f, "general.architecture", &s), 0);
-    T_ASSERT(gguf_str_eq(s, "llama"));
-    T_EQ(gguf_get_u32(f, "llama.context_length", &u32), 0);
+    if (pe_gguf_open(path, &f, err, sizeof err) != 0) T_FAIL("%s: %s", path, err);
+    T_EQ(pe_gguf_version(f), 3);
+    T_EQ(pe_gguf_n_tensors(f), 48);
+    T_EQ(pe_gguf_alignment(f), 32);
+    T_EQ(pe_gguf_file_size(f), st.st_size);
+    T_EQ(pe_gguf_get_str(f, "general.architecture", &s), 0);
+    T_ASSERT(pe_gguf_str_eq(s, "llama"));
+    T_EQ(pe_gguf_get_u32(f, "llama.context_length", &u32), 0);
     T_EQ(u32, 128);
-    T_EQ(gguf_get_u32(f, "llama.embedding_length", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "llama.embedding_length", &u32), 0);
     T_EQ(u32, 64);
-    T_EQ(gguf_get_u32(f, "llama.block_count", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "llama.block_count", &u32), 0);
     T_EQ(u32, 5);
-    T_EQ(gguf_get_u32(f, "llama.attention.head_count_kv", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "llama.attention.head_count_kv", &u32), 0);
     T_EQ(u32, 4);
-    T_EQ(gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps), 0);
+    T_EQ(pe_gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps), 0);
     T_ASSERT(fabsf(eps - 1e-5f) < 1e-9f);
-    T_EQ(gguf_get_str(f, "tokenizer.ggml.model", &s), 0);
-    T_ASSERT(gguf_str_eq(s, "llama"));
-    T_EQ(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &kv), 0);
+    T_EQ(pe_gguf_get_str(f, "tokenizer.ggml.model", &s), 0);
+    T_ASSERT(pe_gguf_str_eq(s, "llama"));
+    T_EQ(pe_gguf_get_arr(f, "tokenizer.ggml.tokens", PE_GGUF_TYPE_STRING, &kv), 0);
     T_EQ(kv->n, 512);
-    T_ASSERT(gguf_str_eq(gguf_arr_str(kv, 1), "<s>"));
-    T_ASSERT(gguf_str_eq(gguf_arr_str(kv, 3), "<0x00>"));
-    T_EQ(gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u32), 0);
+    T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, 1), "<s>"));
+    T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, 3), "<0x00>"));
+    T_EQ(pe_gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u32), 0);
     T_EQ(u32, 1);
-    t = gguf_find_tensor(f, "token_embd.weight");
-    T_ASSERT(t && t->type == GGML_TYPE_F32 && t->ne[0] == 64 && t->ne[1] == 512);
-    t = gguf_find_tensor(f, "blk.4.ffn_down.weight");
+    t = pe_gguf_find_tensor(f, "token_embd.weight");
+    T_ASSERT(t && t->type == PE_GGML_TYPE_F32 && t->ne[0] == 64 && t->ne[1] == 512);
+    t = pe_gguf_find_tensor(f, "blk.4.ffn_down.weight");
     T_ASSERT(t && t->ne[0] == 172 && t->ne[1] == 64);
     T_EQ(t->n_bytes, 172 * 64 * 4);
-    gguf_close(f);
+    pe_gguf_close(f);
     return 0;
 }
 
@@ -637,23 +640,23 @@ static int test_stories260k(void)
 static uint8_t *make_base(size_t *size)
 {
     char err[256];
-    gguf_writer *w = gguf_writer_create(3, 0);
-    gguf_str toks[3] = {{"<unk>", 5}, {"<s>", 3}, {"</s>", 4}};
+    pe_gguf_writer *w = pe_gguf_writer_create(3, 0);
+    pe_gguf_str toks[3] = {{"<unk>", 5}, {"<s>", 3}, {"</s>", 4}};
     static const float scores[3] = {0, -1, -2};
     const uint64_t ne_a[2] = {64, 2}, ne_b[2] = {64, 2}, ne_c[1] = {8};
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_u32(w, "llama.block_count", 1);
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, 3);
-    gguf_writer_add_tensor(w, "blk.0.attn_q.weight", GGML_TYPE_Q8_0, 2, ne_a);
-    gguf_writer_add_tensor(w, "blk.0.attn_k.weight", GGML_TYPE_F16, 2, ne_b);
-    gguf_writer_add_tensor(w, "output_norm.weight", GGML_TYPE_F32, 1, ne_c);
-    if (gguf_writer_write(w, tmp_path("base.gguf"), fill_pattern, NULL, err, sizeof err) != 0) {
+    pe_gguf_writer_set_str(w, "general.architecture", "llama");
+    pe_gguf_writer_set_u32(w, "llama.block_count", 1);
+    pe_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    pe_gguf_writer_set_arr(w, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, scores, 3);
+    pe_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", PE_GGML_TYPE_Q8_0, 2, ne_a);
+    pe_gguf_writer_add_tensor(w, "blk.0.attn_k.weight", PE_GGML_TYPE_F16, 2, ne_b);
+    pe_gguf_writer_add_tensor(w, "output_norm.weight", PE_GGML_TYPE_F32, 1, ne_c);
+    if (pe_gguf_writer_write(w, tmp_path("base.gguf"), fill_pattern, NULL, err, sizeof err) != 0) {
         fprintf(stderr, "make_base: %s\n", err);
-        gguf_writer_destroy(w);
+        pe_gguf_writer_destroy(w);
         return NULL;
     }
-    gguf_writer_destroy(w);
+    pe_gguf_writer_destroy(w);
     return read_all(tmp_path("base.gguf"), size);
 }
 
@@ -801,7 +804,7 @@ static int test_corruptions(void)
     poke32(b, tensor_field(b, size, "blk.0.attn_q.weight", 5), 99);
     EXPECT_FAIL(b, size, "tensor 'blk.0.attn_q.weight'", "unknown tensor type 99");
     RESET();
-    poke32(b, tensor_field(b, size, "blk.0.attn_k.weight", 5), GGML_TYPE_COUNT);
+    poke32(b, tensor_field(b, size, "blk.0.attn_k.weight", 5), PE_GGML_TYPE_COUNT);
     EXPECT_FAIL(b, size, "tensor 'blk.0.attn_k.weight'", "unknown tensor type 40");
     RESET();
     poke32(b, tensor_field(b, size, "blk.0.attn_k.weight", 0), 5);
@@ -865,17 +868,17 @@ static int test_alignment_kv(void)
     const uint64_t ne[1] = {8};
     char err[256];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        gguf_writer *w = gguf_writer_create(3, 0);
+        pe_gguf_writer *w = pe_gguf_writer_create(3, 0);
         size_t size;
         uint8_t *buf;
         if (cases[i].as_u64) {
-            gguf_writer_set_u64(w, "general.alignment", cases[i].v);
+            pe_gguf_writer_set_u64(w, "general.alignment", cases[i].v);
         } else {
-            gguf_writer_set_u32(w, "general.alignment", cases[i].v);
+            pe_gguf_writer_set_u32(w, "general.alignment", cases[i].v);
         }
-        gguf_writer_add_tensor(w, "t", GGML_TYPE_F32, 1, ne);
-        T_EQ(gguf_writer_write(w, tmp_path("al.gguf"), NULL, NULL, err, sizeof err), 0);
-        gguf_writer_destroy(w);
+        pe_gguf_writer_add_tensor(w, "t", PE_GGML_TYPE_F32, 1, ne);
+        T_EQ(pe_gguf_writer_write(w, tmp_path("al.gguf"), NULL, NULL, err, sizeof err), 0);
+        pe_gguf_writer_destroy(w);
         buf = read_all(tmp_path("al.gguf"), &size);
         T_ASSERT(buf != NULL);
         EXPECT_FAIL(buf, size, "general.alignment", cases[i].want);
@@ -889,22 +892,22 @@ static int test_alignment_kv(void)
 static int test_no_tensors(void)
 {
     bld b;
-    gguf_file *f;
+    pe_gguf_file *f;
     char err[256];
     header(&b, 0, 1);
     putstr(&b, "k");
-    put32(&b, GGUF_TYPE_UINT8);
+    put32(&b, PE_GGUF_TYPE_UINT8);
     put(&b, "\x07", 1);
-    T_EQ(gguf_open_memory(b.b, b.n, &f, err, sizeof err), 0);
-    T_EQ(gguf_data_offset(f), 64);
-    T_EQ(gguf_n_tensors(f), 0);
-    gguf_close(f);
+    T_EQ(pe_gguf_open_memory(b.b, b.n, &f, err, sizeof err), 0);
+    T_EQ(pe_gguf_data_offset(f), 64);
+    T_EQ(pe_gguf_n_tensors(f), 0);
+    pe_gguf_close(f);
     header(&b, 0, 0);
-    T_EQ(gguf_open_memory(b.b, b.n, &f, err, sizeof err), 0);
-    gguf_close(f);
-    T_EQ(gguf_open(tmp_path("missing.gguf"), &f, err, sizeof err), -1);
+    T_EQ(pe_gguf_open_memory(b.b, b.n, &f, err, sizeof err), 0);
+    pe_gguf_close(f);
+    T_EQ(pe_gguf_open(tmp_path("missing.gguf"), &f, err, sizeof err), -1);
     T_ASSERT(strstr(err, "cannot open") != NULL);
-    T_EQ(gguf_open(g_dir, &f, err, sizeof err), -1);
+    T_EQ(pe_gguf_open(g_dir, &f, err, sizeof err), -1);
     T_ASSERT(strstr(err, "not a regular file") != NULL);
     return 0;
 }

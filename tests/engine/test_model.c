@@ -144,8 +144,8 @@ static int test_paged_equals_contiguous(void)
         if (d > bound)
             T_FAIL("trial %d (n %u, chunk %u, kv %s): paged vs contiguous %.3g", trial, n, chunk,
                    pgd_kv_type_name(kv), d);
-        pe_ctx_free(paged);
-        pe_ctx_free(ref);
+        pe_ctx_destroy(paged);
+        pe_ctx_destroy(ref);
         free(toks);
         free(a);
         free(b);
@@ -170,7 +170,7 @@ static int test_chunking_invariant(void)
         double d = max_rel_diff(a, b, (size_t)n * V);
         if (d > 1e-5) T_FAIL("chunk %u vs one chunk: %.3g", chunks[i], d);
     }
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     free(a);
     free(b);
     return 0;
@@ -204,7 +204,7 @@ static int test_prefix_hit_is_exact(void)
     T_EQ(hit, 48);
     T_EQ(pe_forward(c, s, p2 + 48, 42, warm, 0), 0);
     pgd_seq_destroy(cache, s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
 
     c = make_ctx(64, 16, PGD_KV_F16, 0);
     T_ASSERT(c);
@@ -213,7 +213,7 @@ static int test_prefix_hit_is_exact(void)
     T_EQ(pe_forward(c, s, p2, 48, NULL, 0), 0); /* same chunk boundary as the cached run */
     T_EQ(pe_forward(c, s, p2 + 48, 42, cold, 0), 0);
     pgd_seq_destroy(cache, s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     double d = max_rel_diff(cold, warm, V);
     if (d > 1e-6) T_FAIL("prefix-hit logits differ from cold: %.3g", d);
     free(warm);
@@ -276,7 +276,7 @@ static int test_batch_equals_sequential(void)
     T_EQ(pgd_cache_check(cache), PGD_OK);
     for (int i = 0; i < S; i++)
         pgd_seq_destroy(cache, seqs[i]);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     free(alone);
     free(batch);
     return 0;
@@ -311,7 +311,7 @@ static int test_batch_enospc_changes_nothing(void)
     T_EQ(pgd_cache_check(cache), PGD_OK);
     pgd_seq_destroy(cache, a);
     pgd_seq_destroy(cache, b);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -330,7 +330,7 @@ static int test_bad_input_refused(void)
     T_EQ(pgd_seq_length(pe_ctx_cache(c), s), 0);          /* nothing was written */
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     pgd_seq_destroy(pe_ctx_cache(c), s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -423,19 +423,19 @@ static int test_codecs_vs_f32_reference(void)
     pe_ctx *c = make_ctx(37, 16, PGD_KV_F32, 1);
     T_ASSERT(c);
     T_OK(run_mixed(c, toks, n, n_prefill, 37, ref));
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     for (size_t i = 0; i < sizeof codec_cases / sizeof codec_cases[0]; i++) {
         const codec_case *cc = &codec_cases[i];
         pe_ctx_params p = codec_params(cc, 37);
         c = make_ctx_p(p);
         T_ASSERT(c);
         T_OK(run_mixed(c, toks, n, n_prefill, 37, a));
-        pe_ctx_free(c);
+        pe_ctx_destroy(c);
         p.attn_ref = 1;
         c = make_ctx_p(p);
         T_ASSERT(c);
         T_OK(run_mixed(c, toks, n, n_prefill, 37, b));
-        pe_ctx_free(c);
+        pe_ctx_destroy(c);
         double d = max_rel_diff(a, ref, (size_t)n * V);
         double e = max_rel_diff(a, b, (size_t)n * V);
         double t1 = top1_agree(a, ref, n, V);
@@ -523,7 +523,7 @@ static int test_codecs_fork_batch_prefix(void)
         T_EQ(pgd_seq_match(cache, s, toks, 90), 48);
         T_EQ(pe_forward(c, s, toks + 48, 42, a, 0), 0);
         pgd_seq_destroy(cache, s);
-        pe_ctx_free(c);
+        pe_ctx_destroy(c);
         c = make_ctx_p(codec_params(cc, 64));
         T_ASSERT(c);
         cache = pe_ctx_cache(c);
@@ -532,7 +532,7 @@ static int test_codecs_fork_batch_prefix(void)
         T_EQ(pe_forward(c, s, toks + 40, 8, NULL, 0), 0);
         T_EQ(pe_forward(c, s, toks + 48, 42, b, 0), 0);
         pgd_seq_destroy(cache, s);
-        pe_ctx_free(c);
+        pe_ctx_destroy(c);
         d = max_rel_diff(a, b, V);
         double bound = cc->kv == PGD_KV_KIVI2 ? cc->bound : 1e-6;
         if (d > bound) T_FAIL("%s: prefix hit vs cold %.3g > %.3g", name, d, bound);
@@ -555,19 +555,19 @@ static int test_quest(void)
     pe_ctx *c = make_ctx_p(p);
     T_ASSERT(c);
     T_OK(run_mixed(c, toks, n, 100, 64, a));
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     p.kv_select_pages = 64;
     c = make_ctx_p(p);
     T_ASSERT(c);
     T_OK(run_mixed(c, toks, n, 100, 64, b));
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     double d = max_rel_diff(a, b, (size_t)n * V);
     if (d > 1e-6) T_FAIL("Quest with a budget over every page vs dense: %.3g", d);
     p.kv_select_pages = 4; /* 4 of up to 13 pages: an approximation, finite logits */
     c = make_ctx_p(p);
     T_ASSERT(c);
     T_OK(run_mixed(c, toks, n, 100, 64, b));
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     for (size_t i = 0; i < (size_t)n * V; i++)
         T_ASSERT(isfinite(b[i]));
     d = max_rel_diff(a, b, (size_t)n * V);
@@ -630,7 +630,7 @@ static int test_greedy_golden(void)
                    pgd_kv_type_name(cases[i].kv), cases[i].attn_ref ? " (scalar attention)" : "",
                    text, want);
         pgd_seq_destroy(pe_ctx_cache(c), s);
-        pe_ctx_free(c);
+        pe_ctx_destroy(c);
     }
     free(logits);
     return 0;
@@ -665,6 +665,6 @@ int main(int argc, char **argv)
     T_RUN(test_quest);
     T_RUN(test_greedy_golden);
     T_RUN(test_load_errors);
-    pe_model_free(g_model);
+    pe_model_destroy(g_model);
     T_DONE();
 }

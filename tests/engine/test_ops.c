@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_ops.c - the engine's kernels (engine/ops.h) against their scalar reference
+ * test_ops.c - the engine's kernels (engine/ops/ops.h) against their scalar reference
  * (pe_matmul_ref, ops_ref.c), for every weight type and every ISA this CPU has (each forced
  * with pe_isa_force), plus the quantizers and the f16/bf16 conversions.
  *
@@ -33,8 +33,8 @@ static float frand(void) /* uniform in [-1, 1) */
     return (float)((double)(t_rand(&seed) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                 GGML_TYPE_Q4_0};
+static const uint32_t types[] = {PE_GGML_TYPE_F32, PE_GGML_TYPE_F16, PE_GGML_TYPE_BF16,
+                                 PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0};
 enum { N_TYPES = sizeof types / sizeof types[0] };
 
 /* ---- f16 / bf16 ---- */
@@ -136,7 +136,7 @@ static int test_q8_0_known_blocks(void)
     x[34] = -0.75f;
     x[35] = 1.2f;
     block_q8_0 b[2];
-    pe_quant_row(GGML_TYPE_Q8_0, x, b, 64);
+    pe_quant_row(PE_GGML_TYPE_Q8_0, x, b, 64);
     T_EQ(b[0].d, 0x3c00);
     T_EQ(b[1].d, 0x3800);
     const int8_t want0[7] = {-127, 1, -1, 3, -3, 127, 0};
@@ -153,7 +153,7 @@ static int test_q8_0_known_blocks(void)
         T_EQ(b[1].qs[j], 0);
     /* all zero: d = 0, q = 0 */
     memset(x, 0, sizeof x);
-    pe_quant_row(GGML_TYPE_Q8_0, x, b, 32);
+    pe_quant_row(PE_GGML_TYPE_Q8_0, x, b, 32);
     T_EQ(b[0].d, 0);
     for (int j = 0; j < 32; j++)
         T_EQ(b[0].qs[j], 0);
@@ -180,7 +180,7 @@ static int test_q4_0_known_blocks(void)
     x[33] = -4.0f;
     x[34] = 1.0f;
     block_q4_0 b[2];
-    pe_quant_row(GGML_TYPE_Q4_0, x, b, 64);
+    pe_quant_row(PE_GGML_TYPE_Q4_0, x, b, 64);
     T_EQ(b[0].d, 0x3c00);
     T_EQ(b[1].d, 0xb800);
     const int want0[32] = {0,  15, 15, 15, 9, 8, 8, 0, 8, 8, 8, 8, 8, 8, 8, 8,
@@ -210,11 +210,11 @@ static int test_quant_round_trip(void)
         pe_dequant_row(type, q, y, N);
         for (int i = 0; i < N; i++) {
             double err = fabs((double)x[i] - y[i]), bound;
-            if (type == GGML_TYPE_F32) {
+            if (type == PE_GGML_TYPE_F32) {
                 bound = 0.0;
-            } else if (type == GGML_TYPE_F16) {
+            } else if (type == PE_GGML_TYPE_F16) {
                 bound = fabs(x[i]) * 0x1p-11;
-            } else if (type == GGML_TYPE_BF16) {
+            } else if (type == PE_GGML_TYPE_BF16) {
                 bound = fabs(x[i]) * 0x1p-8;
             } else {
                 const float *xb = x + i / 32 * 32;
@@ -225,7 +225,7 @@ static int test_quant_round_trip(void)
                         max = xb[j];
                     }
                 }
-                if (type == GGML_TYPE_Q8_0) {
+                if (type == PE_GGML_TYPE_Q8_0) {
                     double d = (float)(amax / 127), d16 = pe_f16_to_f32(pe_f32_to_f16((float)d));
                     bound = d / 2 + 127 * fabs(d - d16);
                 } else {
@@ -239,7 +239,7 @@ static int test_quant_round_trip(void)
             }
             bound += 1e-6 * fabs(x[i]);
             if (err > bound)
-                T_FAIL("%s: x[%d] = %g -> %g (bound %g)", ggml_type_name(type), i, (double)x[i],
+                T_FAIL("%s: x[%d] = %g -> %g (bound %g)", pe_ggml_type_name(type), i, (double)x[i],
                        (double)y[i], bound);
         }
     }
@@ -312,7 +312,7 @@ typedef struct mm_case {
 /* Random weights of type, produced by the reference quantizer (or raw random blocks). */
 static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, int raw, uint64_t *rb)
 {
-    *rb = ggml_row_size(type, n_in);
+    *rb = pe_ggml_row_size(type, n_in);
     uint8_t *w = malloc(*rb * n_out + 1);
     float *row = malloc(n_in * sizeof *row);
     if (!w || !row) abort();
@@ -321,9 +321,9 @@ static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, int raw,
         for (uint32_t i = 0; i < n_in; i++)
             row[i] = frand() * scale;
         pe_quant_row(type, row, w + o * *rb, n_in);
-        if (raw && (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0)) {
+        if (raw && (type == PE_GGML_TYPE_Q8_0 || type == PE_GGML_TYPE_Q4_0)) {
             /* every byte pattern, including q8 = -128 which no quantizer writes */
-            size_t bs = type == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+            size_t bs = type == PE_GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
             for (uint32_t b = 0; b < n_in / 32; b++)
                 for (size_t j = 2; j < bs; j++)
                     w[o * *rb + b * bs + j] = (uint8_t)t_rand(&seed);
@@ -378,7 +378,7 @@ static int check_case(const mm_case *c, pe_threadpool *tp, int raw)
                 fprintf(stderr,
                         "%s %s n_in %u n_out %u n_tok %u%s: y[t=%zu][o=%zu] = %.9g, ref %.9g, "
                         "S %.6g\n",
-                        pe_isa_name((pe_isa)isa), ggml_type_name(c->type), c->n_in, c->n_out,
+                        pe_isa_name((pe_isa)isa), pe_ggml_type_name(c->type), c->n_in, c->n_out,
                         c->n_tok, raw ? " (raw blocks)" : "", i / c->n_out, i % c->n_out,
                         (double)y[i], (double)ref[i], s[i]);
                 rc = 1;
@@ -426,21 +426,21 @@ static int test_matmul_odd_shapes(void)
     /* float rows of any length; token counts across the 256-token task boundary; more
      * threads than tasks; float GEMM; raw quantized blocks with every byte value */
     static const mm_case cases[] = {
-        {GGML_TYPE_F32, 33, 9, 3},
-        {GGML_TYPE_F16, 100, 40, 9},
-        {GGML_TYPE_BF16, 7, 5, 20},
-        {GGML_TYPE_F32, 1, 3, 1},
-        {GGML_TYPE_F16, 300, 65, 13},
-        {GGML_TYPE_Q8_0, 64, 70, 300},
-        {GGML_TYPE_Q4_0, 96, 129, 260},
-        {GGML_TYPE_F16, 48, 31, 270},
-        {GGML_TYPE_Q8_0, 1024, 3, 8},
-        {GGML_TYPE_BF16, 272, 300, 7},
-        {GGML_TYPE_Q4_0, 1056, 33, 16},
+        {PE_GGML_TYPE_F32, 33, 9, 3},
+        {PE_GGML_TYPE_F16, 100, 40, 9},
+        {PE_GGML_TYPE_BF16, 7, 5, 20},
+        {PE_GGML_TYPE_F32, 1, 3, 1},
+        {PE_GGML_TYPE_F16, 300, 65, 13},
+        {PE_GGML_TYPE_Q8_0, 64, 70, 300},
+        {PE_GGML_TYPE_Q4_0, 96, 129, 260},
+        {PE_GGML_TYPE_F16, 48, 31, 270},
+        {PE_GGML_TYPE_Q8_0, 1024, 3, 8},
+        {PE_GGML_TYPE_BF16, 272, 300, 7},
+        {PE_GGML_TYPE_Q4_0, 1056, 33, 16},
         /* float GEMM (from 20 tokens) over several K chunks, ragged rows and tokens */
-        {GGML_TYPE_F32, 4128, 40, 25},
-        {GGML_TYPE_F16, 2064, 33, 21},
-        {GGML_TYPE_BF16, 600, 65, 37},
+        {PE_GGML_TYPE_F32, 4128, 40, 25},
+        {PE_GGML_TYPE_F16, 2064, 33, 21},
+        {PE_GGML_TYPE_BF16, 600, 65, 37},
     };
     pe_threadpool *tp = pe_tp_create(3);
     T_ASSERT(tp);
@@ -460,7 +460,7 @@ static int test_matmul_odd_shapes(void)
  * (16 + 4) and 7 rows; raw blocks put q8 = -128 through the transposes. */
 static int test_matmul_small_batches(void)
 {
-    static const uint32_t types_q[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    static const uint32_t types_q[] = {PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0};
     static const uint32_t n_outs[] = {7, 84};
     pe_threadpool *tp = pe_tp_create(2);
     T_ASSERT(tp);
@@ -494,8 +494,8 @@ static int test_matmul_quantized_exact(void)
         }
     }
     for (int q4 = 0; q4 < 2; q4++) {
-        pe_mat w = {q4 ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0, N_IN, N_OUT, NULL, 0};
-        w.row_bytes = ggml_row_size(w.type, N_IN);
+        pe_mat w = {q4 ? PE_GGML_TYPE_Q4_0 : PE_GGML_TYPE_Q8_0, N_IN, N_OUT, NULL, 0};
+        w.row_bytes = pe_ggml_row_size(w.type, N_IN);
         uint8_t *wd = malloc(w.row_bytes * N_OUT);
         int8_t *wi = malloc((size_t)N_OUT * N_IN);
         T_ASSERT(wd && wi);
@@ -528,8 +528,8 @@ static int test_matmul_quantized_exact(void)
                             want += wi[(size_t)o * N_IN + i] * xi[(size_t)t * N_IN + i];
                         if (y[(size_t)t * N_OUT + o] != (float)want)
                             T_FAIL("%s %s t %u o %u: %.1f != %lld", pe_isa_name((pe_isa)isa),
-                                   ggml_type_name(w.type), t, o, (double)y[(size_t)t * N_OUT + o],
-                                   (long long)want);
+                                   pe_ggml_type_name(w.type), t, o,
+                                   (double)y[(size_t)t * N_OUT + o], (long long)want);
                     }
                 }
             }

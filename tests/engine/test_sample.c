@@ -39,7 +39,7 @@ static int test_greedy(void)
         memcpy(c, l, sizeof l);
         T_EQ(pe_sampler_sample(s, c), argmax(l));
     }
-    pe_sampler_free(s);
+    pe_sampler_destroy(s);
     return 0;
 }
 
@@ -60,7 +60,7 @@ static int test_seed_reproduces(void)
             memcpy(c, l, sizeof l);
             (run ? b : a)[i] = pe_sampler_sample(s, c);
         }
-        pe_sampler_free(s);
+        pe_sampler_destroy(s);
     }
     T_ASSERT(memcmp(a, b, sizeof a) == 0);
     int distinct = 0;
@@ -88,8 +88,8 @@ static int test_topk1_and_tiny_topp_are_greedy(void)
         memcpy(c, l, sizeof l);
         T_EQ(pe_sampler_sample(s2, c), argmax(l));
     }
-    pe_sampler_free(s);
-    pe_sampler_free(s2);
+    pe_sampler_destroy(s);
+    pe_sampler_destroy(s2);
     return 0;
 }
 
@@ -116,7 +116,7 @@ static int test_min_p_drops_tail(void)
         seen7 += t == 7;
     }
     T_ASSERT(seen3 > 100 && seen7 > 100);
-    pe_sampler_free(s);
+    pe_sampler_destroy(s);
     return 0;
 }
 
@@ -137,7 +137,7 @@ static int test_repeat_penalty(void)
     pe_sampler_accept(s, 10);
     memcpy(c, l, sizeof l);
     T_EQ(pe_sampler_sample(s, c), 11); /* 2.0 / 2 = 1.0 < 1.5 */
-    pe_sampler_free(s);
+    pe_sampler_destroy(s);
     return 0;
 }
 
@@ -165,7 +165,7 @@ static int test_follows_softmax(void)
         chi += (cnt[i] - e[i]) * (cnt[i] - e[i]) / e[i];
     }
     if (chi > 30) T_FAIL("chi-square %.1f over 3 degrees of freedom", chi);
-    pe_sampler_free(s);
+    pe_sampler_destroy(s);
     return 0;
 }
 

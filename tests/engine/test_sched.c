@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_sched.c - the continuous-batching scheduler (engine/scheduler.c) on stories260K:
+ * test_sched.c - the continuous-batching scheduler (engine/runtime/scheduler.c) on stories260K:
  *   - 8 concurrent greedy requests sharing a 100-token prefix give the tokens each gets
  *     alone, and the prefix is computed once (prefix-aware ordering): computed prompt
  *     tokens = prefix + suffixes (+ at most a page per request), later requests report the
@@ -120,7 +120,7 @@ static int run_alone(const int32_t *prompt, uint32_t n, uint32_t max_tokens, out
     T_EQ(o->finish, PE_FINISH_LENGTH);
     T_EQ(o->n, max_tokens);
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -184,7 +184,7 @@ static int test_shared_prefix(void)
            PREFIX, sum_suffix, st.n_prompt_tokens_computed, st.n_prompt_tokens_cached, st.n_steps);
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -227,7 +227,7 @@ static int test_cancel_frees_pages(void)
     T_EQ(pe_sched_cancel(s, 12345), PGD_ENOTFOUND);
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -273,7 +273,7 @@ static int test_preemption(void)
             T_FAIL("request %d: output after preemption differs from solo", i);
     }
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -318,7 +318,7 @@ static int test_queue_full_and_salts(void)
     }
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -363,7 +363,7 @@ static int test_no_prefix_cache(void)
     T_EQ(st.n_prompt_tokens_cached, 0);
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -399,7 +399,7 @@ static int test_cancel_all(void)
     }
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     pe_sched_destroy(s);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -418,6 +418,6 @@ int main(int argc, char **argv)
     T_RUN(test_queue_full_and_salts);
     T_RUN(test_no_prefix_cache);
     T_RUN(test_cancel_all);
-    pe_model_free(g_model);
+    pe_model_destroy(g_model);
     T_DONE();
 }

@@ -111,7 +111,7 @@ static int test_submit_cancel_while_stepping(void)
     T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
     printf("submitted %d, cancelled %d, tokens %d\n", g_finals, g_cancelled, g_tokens);
     pe_sched_destroy(g_sched);
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -136,6 +136,6 @@ int main(int argc, char **argv)
         return 1;
     }
     T_RUN(test_submit_cancel_while_stepping);
-    pe_model_free(g_model);
+    pe_model_destroy(g_model);
     T_DONE();
 }

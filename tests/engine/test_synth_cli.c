@@ -121,35 +121,37 @@ static uint8_t *find_bytes(uint8_t *buf, size_t size, const char *needle, size_t
 static int check_tiny(const char *path, uint32_t wtype)
 {
     char e[256];
-    gguf_file *f;
-    const gguf_tensor *t;
+    pe_gguf_file *f;
+    const pe_gguf_tensor *t;
     uint32_t u32;
-    gguf_str s;
-    uint32_t down = (wtype == GGML_TYPE_Q8_0 || wtype == GGML_TYPE_Q4_0) ? GGML_TYPE_F16 : wtype;
-    if (gguf_open(path, &f, e, sizeof e) != 0) T_FAIL("%s: %s", path, e);
-    T_EQ(gguf_n_tensors(f), 21);
-    T_EQ(gguf_get_str(f, "general.architecture", &s), 0);
-    T_ASSERT(gguf_str_eq(s, "llama"));
-    T_EQ(gguf_get_str(f, "general.name", &s), 0);
-    T_ASSERT(gguf_str_eq(s, "pagoda synthetic tiny (random weights)"));
-    T_EQ(gguf_get_u32(f, "llama.embedding_length", &u32), 0);
+    pe_gguf_str s;
+    uint32_t down =
+        (wtype == PE_GGML_TYPE_Q8_0 || wtype == PE_GGML_TYPE_Q4_0) ? PE_GGML_TYPE_F16 : wtype;
+    if (pe_gguf_open(path, &f, e, sizeof e) != 0) T_FAIL("%s: %s", path, e);
+    T_EQ(pe_gguf_n_tensors(f), 21);
+    T_EQ(pe_gguf_get_str(f, "general.architecture", &s), 0);
+    T_ASSERT(pe_gguf_str_eq(s, "llama"));
+    T_EQ(pe_gguf_get_str(f, "general.name", &s), 0);
+    T_ASSERT(pe_gguf_str_eq(s, "pagoda synthetic tiny (random weights)"));
+    T_EQ(pe_gguf_get_u32(f, "llama.embedding_length", &u32), 0);
     T_EQ(u32, 64);
-    T_EQ(gguf_get_u32(f, "llama.attention.head_count_kv", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "llama.attention.head_count_kv", &u32), 0);
     T_EQ(u32, 2);
-    T_EQ(gguf_get_u32(f, "llama.rope.dimension_count", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "llama.rope.dimension_count", &u32), 0);
     T_EQ(u32, 16);
-    T_EQ(gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &u32), 0);
+    T_EQ(pe_gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &u32), 0);
     T_EQ(u32, 2);
-    t = gguf_find_tensor(f, "token_embd.weight");
+    t = pe_gguf_find_tensor(f, "token_embd.weight");
     T_ASSERT(t && t->type == wtype && t->ne[0] == 64 && t->ne[1] == 512);
-    t = gguf_find_tensor(f, "blk.1.attn_k.weight");
+    t = pe_gguf_find_tensor(f, "blk.1.attn_k.weight");
     T_ASSERT(t && t->type == wtype && t->ne[0] == 64 && t->ne[1] == 32);
-    t = gguf_find_tensor(f, "blk.1.ffn_down.weight");
+    t = pe_gguf_find_tensor(f, "blk.1.ffn_down.weight");
     T_ASSERT(t && t->type == down && t->ne[0] == 172 && t->ne[1] == 64);
-    t = gguf_find_tensor(f, "blk.0.ffn_norm.weight");
-    T_ASSERT(t && t->type == GGML_TYPE_F32 && t->n_dims == 1);
-    T_ASSERT(gguf_find_tensor(f, "output.weight") && gguf_find_tensor(f, "output_norm.weight"));
-    gguf_close(f);
+    t = pe_gguf_find_tensor(f, "blk.0.ffn_norm.weight");
+    T_ASSERT(t && t->type == PE_GGML_TYPE_F32 && t->n_dims == 1);
+    T_ASSERT(pe_gguf_find_tensor(f, "output.weight") &&
+             pe_gguf_find_tensor(f, "output_norm.weight"));
+    pe_gguf_close(f);
     return 0;
 }
 
@@ -158,11 +160,11 @@ static int test_each_type(void)
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", GGML_TYPE_F32},
-                 {"f16", GGML_TYPE_F16},
-                 {"bf16", GGML_TYPE_BF16},
-                 {"q8_0", GGML_TYPE_Q8_0},
-                 {"q4_0", GGML_TYPE_Q4_0}};
+    } types[] = {{"f32", PE_GGML_TYPE_F32},
+                 {"f16", PE_GGML_TYPE_F16},
+                 {"bf16", PE_GGML_TYPE_BF16},
+                 {"q8_0", PE_GGML_TYPE_Q8_0},
+                 {"q4_0", PE_GGML_TYPE_Q4_0}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char file[64], args[2048];
         snprintf(file, sizeof file, "tiny_%s.gguf", types[i].name);
@@ -170,7 +172,7 @@ static int test_each_type(void)
                  path_of(file));
         T_EQ(run(args), 0);
         T_HAS(out, "wrote ");
-        if (types[i].type == GGML_TYPE_Q8_0 || types[i].type == GGML_TYPE_Q4_0) {
+        if (types[i].type == PE_GGML_TYPE_Q8_0 || types[i].type == PE_GGML_TYPE_Q4_0) {
             T_HAS(err, "note: ffn_down.weight rows of 172 values");
         }
         if (check_tiny(path_of(file), types[i].type) != 0) T_FAIL("%s", file);
@@ -245,22 +247,22 @@ static int test_seed(void)
 static int test_custom_dims(void)
 {
     char e[256];
-    gguf_file *f;
+    pe_gguf_file *f;
     uint32_t u32;
     T_EQ(runf("synth-model --type q8_0 --dim 80 --heads 4 --kv-heads 1 --layers 3 --ffn 96 "
               "--vocab-size 300 --ctx 64 -o '%s'%s",
               path_of("custom.gguf"), ""),
          0);
     T_HAS(err, "note: matrix rows of 80 values are not a multiple of the q8_0 block");
-    T_ASSERT(gguf_open(path_of("custom.gguf"), &f, e, sizeof e) == 0);
-    T_EQ(gguf_n_tensors(f), 3 + 9 * 3);
-    T_EQ(gguf_get_u32(f, "llama.context_length", &u32), 0);
+    T_ASSERT(pe_gguf_open(path_of("custom.gguf"), &f, e, sizeof e) == 0);
+    T_EQ(pe_gguf_n_tensors(f), 3 + 9 * 3);
+    T_EQ(pe_gguf_get_u32(f, "llama.context_length", &u32), 0);
     T_EQ(u32, 64);
-    T_EQ(gguf_find_tensor(f, "blk.2.attn_v.weight")->ne[1], 20);
-    T_EQ(gguf_find_tensor(f, "blk.2.attn_v.weight")->type, GGML_TYPE_F16);
-    T_EQ(gguf_find_tensor(f, "blk.2.ffn_down.weight")->type, GGML_TYPE_Q8_0); /* 96 % 32 */
-    T_EQ(gguf_find_tensor(f, "output.weight")->ne[1], 300);
-    gguf_close(f);
+    T_EQ(pe_gguf_find_tensor(f, "blk.2.attn_v.weight")->ne[1], 20);
+    T_EQ(pe_gguf_find_tensor(f, "blk.2.attn_v.weight")->type, PE_GGML_TYPE_F16);
+    T_EQ(pe_gguf_find_tensor(f, "blk.2.ffn_down.weight")->type, PE_GGML_TYPE_Q8_0); /* 96 % 32 */
+    T_EQ(pe_gguf_find_tensor(f, "output.weight")->ne[1], 300);
+    pe_gguf_close(f);
     T_EQ(runf("inspect '%s'%s", path_of("custom.gguf"), ""), 0);
     T_HAS(out, "pagoda synthetic tiny custom (random weights)");
     return 0;
@@ -271,8 +273,8 @@ static int test_vocab(void)
     char spm[1024], e[256];
     const char *models = getenv("PGD_MODELS_DIR");
     struct stat st;
-    gguf_file *f;
-    const gguf_kv *kv;
+    pe_gguf_file *f;
+    const pe_gguf_kv *kv;
 
     /* A vocabulary copied from another synthetic model: always available. */
     T_EQ(runf("synth-model --vocab '%s' -o '%s'", path_of("tiny_f16.gguf"), path_of("v1.gguf")), 0);
@@ -292,13 +294,14 @@ static int test_vocab(void)
         return 0;
     }
     T_EQ(runf("synth-model --type q8_0 --vocab '%s' -o '%s'", spm, path_of("spm.gguf")), 0);
-    T_ASSERT(gguf_open(path_of("spm.gguf"), &f, e, sizeof e) == 0);
-    T_EQ(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &kv), 0);
+    T_ASSERT(pe_gguf_open(path_of("spm.gguf"), &f, e, sizeof e) == 0);
+    T_EQ(pe_gguf_get_arr(f, "tokenizer.ggml.tokens", PE_GGUF_TYPE_STRING, &kv), 0);
     T_EQ(kv->n, 32000);
-    T_ASSERT(gguf_str_eq(gguf_arr_str(kv, 3), "<0x00>"));
-    T_EQ(gguf_find_tensor(f, "token_embd.weight")->ne[1], 32000);
-    T_ASSERT(gguf_find_kv(f, "tokenizer.ggml.scores") && gguf_find_kv(f, "tokenizer.ggml.pre"));
-    gguf_close(f);
+    T_ASSERT(pe_gguf_str_eq(pe_gguf_arr_str(kv, 3), "<0x00>"));
+    T_EQ(pe_gguf_find_tensor(f, "token_embd.weight")->ne[1], 32000);
+    T_ASSERT(pe_gguf_find_kv(f, "tokenizer.ggml.scores") &&
+             pe_gguf_find_kv(f, "tokenizer.ggml.pre"));
+    pe_gguf_close(f);
     T_EQ(runf("inspect '%s'%s", path_of("spm.gguf"), ""), 0);
     T_HAS(out, "tokens                             32000");
     T_HAS(out, "add_bos_token                      true");

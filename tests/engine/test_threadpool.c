@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_threadpool.c - engine/threadpool.h under stress: many runs of many tiny tasks on
+ * test_threadpool.c - engine/ops/threadpool.h under stress: many runs of many tiny tasks on
  * pools of 1..4 threads, with exact per-task counts, thread ids in range, runs separated
  * by pauses longer than the workers' spin (so the futex sleep/wake paths run too), and
  * create/destroy cycles. Label "thread": the TSan pass of scripts/test.sh runs it.

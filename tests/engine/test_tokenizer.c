@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_tokenizer.c - the tokenizer (engine/tokenizer.c, tokenizer_pre.c, unicode.c):
+ * test_tokenizer.c - the tokenizer (engine/text/tokenizer.c, tokenizer_pre.c, unicode.c):
  *   - conformance: every string of ../shared/models/vocab/<vocab>.gguf.inp must tokenize
  *     (no BOS/EOS, no special parsing: llama.cpp's tests/test-tokenizer-0.cpp) to exactly
  *     its line of .out, for ggml-vocab-llama-spm, ggml-vocab-phi-3 and ggml-vocab-gpt-2;
@@ -62,7 +62,7 @@ static char *read_file(const char *path, size_t *size)
 static pe_vocab *load_vocab(const char *rel)
 {
     char path[1024], err[256];
-    gguf_file *f;
+    pe_gguf_file *f;
     pe_vocab *v = NULL;
     snprintf(path, sizeof path, "%s/%s", models_dir(), rel);
     if (access(path, R_OK) != 0) {
@@ -70,12 +70,12 @@ static pe_vocab *load_vocab(const char *rel)
         g_missing = 1;
         return NULL;
     }
-    if (gguf_open(path, &f, err, sizeof err) != 0) {
+    if (pe_gguf_open(path, &f, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", path, err);
         return NULL;
     }
     if (pe_vocab_load(f, &v, err, sizeof err) != 0) fprintf(stderr, "%s: %s\n", path, err);
-    gguf_close(f);
+    pe_gguf_close(f);
     return v;
 }
 
@@ -212,7 +212,7 @@ out:
     free(inp);
     free(outf);
     free(detok);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return rc;
 }
 
@@ -246,7 +246,7 @@ static int test_conformance_phi3(void)
     T_EQ(ids[2 + nh], 32001);
     free(ids);
     free(hello);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return 0;
 }
 
@@ -293,14 +293,14 @@ static int test_stories260k(void)
     T_ASSERT(nt >= 2 && ids[0] == 1 && ids[1] == 403);
     nt = pe_tokenize(v, "<s>Once", 7, 0, 0, ids, 16);
     T_ASSERT(nt >= 2 && ids[0] != 1);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return 0;
 }
 
 /* ---- in-memory vocabularies ---- */
 
 typedef struct mem_vocab {
-    gguf_str toks[600];
+    pe_gguf_str toks[600];
     float scores[600];
     int32_t types[600];
     char text[600][16];
@@ -395,7 +395,7 @@ static int test_spm_merges(void)
     n = pe_tokenize(v, "", 0, 0, 0, NULL, 0);
     T_EQ(n, 0);
     EXPECT(v, "", 1, 0, 1);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
 
     v = make_spm(&m, 1);
     T_ASSERT(v);
@@ -404,7 +404,7 @@ static int test_spm_merges(void)
     EXPECT(v, "ab ab", 0, 0, 264, 264);
     /* parse_special: "<|im_end|>" is a token; the text after it gets the space prefix */
     EXPECT(v, "ab<|im_end|>ab", 0, 1, 264, 265, 264);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return 0;
 }
 
@@ -458,7 +458,7 @@ static int test_streaming_decode(void)
     T_EQ(pe_detok_push(&d, 1, out, sizeof out), 0);
     T_EQ(pe_detok_push(&d, 264, out, sizeof out), 2); /* "▁ab" -> "ab" */
     T_EQ(pe_detok_push(&d, 264, out, sizeof out), 3); /* -> " ab" */
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return 0;
 }
 
@@ -466,7 +466,7 @@ static int test_streaming_decode(void)
 static pe_vocab *make_bpe(mem_vocab *m, const char *pre)
 {
     static const char *merges_c[] = {"h e", "\xc4\xa0 t", "\xc4\xa0t he"};
-    gguf_str merges[3];
+    pe_gguf_str merges[3];
     pe_vocab_params p = pe_vocab_default_params();
     pe_vocab *v = NULL;
     char err[256];
@@ -534,13 +534,13 @@ static int test_bpe(void)
     T_ASSERT(pe_vocab_is_eog(v, 259));
     T_EQ(pe_detokenize(v, (const int32_t[]){258, 259, 't'}, 3, out, sizeof out), 5);
     T_ASSERT(memcmp(out, " thet", 5) == 0);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     /* every supported pre-tokenizer compiles and keeps " the" together */
     for (i = 0; i < sizeof pres / sizeof pres[0]; i++) {
         v = make_bpe(&m, pres[i]);
         T_ASSERT(v);
         EXPECT(v, " the", 0, 0, 258);
-        pe_vocab_free(v);
+        pe_vocab_destroy(v);
     }
     return 0;
 }
@@ -621,7 +621,7 @@ static int test_pre_splits(void)
     T_ASSERT(v);
     T_EQ(pe_vocab_add_bos(v), 1); /* llama3 defaults to BOS */
     EXPECT(v, " the", 1, 0, 259, 258);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     T_ASSERT(make_bpe(&m, "no-such-pre") == NULL);
     return 0;
 }
@@ -669,8 +669,8 @@ static int test_invalid_utf8(void)
             free(ids);
         }
     }
-    pe_vocab_free(vs[0]);
-    pe_vocab_free(vs[1]);
+    pe_vocab_destroy(vs[0]);
+    pe_vocab_destroy(vs[1]);
     return 0;
 }
 
@@ -689,7 +689,7 @@ static int test_max_out(void)
     T_EQ(ids[1], 262);
     T_EQ(ids[2], -7);
     T_EQ(pe_tokenize(v, "aaaaa", 5, 0, 0, NULL, 0), 3);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return 0;
 }
 
@@ -742,25 +742,25 @@ static int test_big_inputs(void)
     mem_vocab m1, m2;
     pe_vocab *v = make_spm(&m1, 1);
     T_ASSERT(v && big_inputs(v, "spm (in memory)") == 0);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     v = make_bpe(&m2, "gpt-2");
     T_ASSERT(v && big_inputs(v, "bpe gpt-2 (in memory)") == 0);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     v = make_bpe(&m2, "llama3");
     T_ASSERT(v && big_inputs(v, "bpe llama3 (in memory)") == 0);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     v = make_bpe(&m2, "deepseek-llm");
     T_ASSERT(v && big_inputs(v, "bpe deepseek-llm (in memory)") == 0);
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     v = load_vocab("vocab/ggml-vocab-llama-spm.gguf");
     if (v) {
         T_ASSERT(big_inputs(v, "llama-spm") == 0);
-        pe_vocab_free(v);
+        pe_vocab_destroy(v);
     }
     v = load_vocab("vocab/ggml-vocab-gpt-2.gguf");
     if (v) {
         T_ASSERT(big_inputs(v, "gpt-2") == 0);
-        pe_vocab_free(v);
+        pe_vocab_destroy(v);
     }
     return 0;
 }
@@ -769,17 +769,17 @@ static int test_big_inputs(void)
 
 /* Writes a small vocabulary GGUF with one thing changed by `mutate`, loads it and returns
  * the error message (empty on success). */
-typedef void (*mutate_fn)(gguf_writer *w);
+typedef void (*mutate_fn)(pe_gguf_writer *w);
 
 static const char *load_with(mutate_fn mutate, char *err, size_t errlen)
 {
     static const char *texts[] = {"<unk>", "<s>", "</s>", "a", "b"};
-    gguf_str toks[5];
+    pe_gguf_str toks[5];
     float scores[5] = {0, 0, 0, -1, -2};
     int32_t types[5] = {2, 3, 3, 1, 1};
     char path[512];
-    gguf_writer *w = gguf_writer_create(3, 32);
-    gguf_file *f;
+    pe_gguf_writer *w = pe_gguf_writer_create(3, 32);
+    pe_gguf_file *f;
     pe_vocab *v = NULL;
     int i;
     for (i = 0; i < 5; i++) {
@@ -787,77 +787,77 @@ static const char *load_with(mutate_fn mutate, char *err, size_t errlen)
         toks[i].len = strlen(texts[i]);
     }
     err[0] = 0;
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 5);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, 5);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 5);
-    gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0xffffffffu);
+    pe_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    pe_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 5);
+    pe_gguf_writer_set_arr(w, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, scores, 5);
+    pe_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", PE_GGUF_TYPE_INT32, types, 5);
+    pe_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0xffffffffu);
     if (mutate) mutate(w);
     snprintf(path, sizeof path, "%s/v.gguf", g_tmp);
-    if (gguf_writer_write(w, path, NULL, NULL, err, errlen) != 0) {
-        gguf_writer_destroy(w);
+    if (pe_gguf_writer_write(w, path, NULL, NULL, err, errlen) != 0) {
+        pe_gguf_writer_destroy(w);
         return err;
     }
-    gguf_writer_destroy(w);
-    if (gguf_open(path, &f, err, errlen) != 0) return err;
+    pe_gguf_writer_destroy(w);
+    if (pe_gguf_open(path, &f, err, errlen) != 0) return err;
     if (pe_vocab_load(f, &v, err, errlen) == 0) err[0] = 0;
-    gguf_close(f);
-    pe_vocab_free(v);
+    pe_gguf_close(f);
+    pe_vocab_destroy(v);
     unlink(path);
     return err;
 }
 
-static void m_model(gguf_writer *w)
+static void m_model(pe_gguf_writer *w)
 {
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
+    pe_gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
 }
 
-static void m_bos(gguf_writer *w)
+static void m_bos(pe_gguf_writer *w)
 {
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 5);
+    pe_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 5);
 }
 
-static void m_scores(gguf_writer *w)
+static void m_scores(pe_gguf_writer *w)
 {
     static const float s[4] = {0};
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, s, 4);
+    pe_gguf_writer_set_arr(w, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, s, 4);
 }
 
-static void m_types(gguf_writer *w)
+static void m_types(pe_gguf_writer *w)
 {
     static const float s[5] = {0};
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_FLOAT32, s, 5);
+    pe_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", PE_GGUF_TYPE_FLOAT32, s, 5);
 }
 
-static void m_dup(gguf_writer *w)
+static void m_dup(pe_gguf_writer *w)
 {
-    gguf_str t[5] = {{"<unk>", 5}, {"<s>", 3}, {"</s>", 4}, {"a", 1}, {"a", 1}};
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", t, 5);
+    pe_gguf_str t[5] = {{"<unk>", 5}, {"<s>", 3}, {"</s>", 4}, {"a", 1}, {"a", 1}};
+    pe_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", t, 5);
 }
 
-static void m_gpt2_no_merges(gguf_writer *w)
+static void m_gpt2_no_merges(pe_gguf_writer *w)
 {
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    pe_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    pe_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
 }
 
-static void m_gpt2_bad_pre(gguf_writer *w)
+static void m_gpt2_bad_pre(pe_gguf_writer *w)
 {
-    gguf_str mg[1] = {{"a b", 3}};
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_writer_set_str(w, "tokenizer.ggml.pre", "made-up");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", mg, 1);
+    pe_gguf_str mg[1] = {{"a b", 3}};
+    pe_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    pe_gguf_writer_set_str(w, "tokenizer.ggml.pre", "made-up");
+    pe_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", mg, 1);
 }
 
-static void m_add_eos(gguf_writer *w)
+static void m_add_eos(pe_gguf_writer *w)
 {
-    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 1);
-    gguf_writer_set_i32(w, "tokenizer.ggml.eos_token_id", -1);
+    pe_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 1);
+    pe_gguf_writer_set_i32(w, "tokenizer.ggml.eos_token_id", -1);
 }
 
-static void m_add_bos_type(gguf_writer *w)
+static void m_add_bos_type(pe_gguf_writer *w)
 {
-    gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 1);
+    pe_gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 1);
 }
 
 static int test_load_errors(void)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_chat.c - fuzz target for the chat templates (engine/chat.c): pe_chat_detect on
+ * fuzz_chat.c - fuzz target for the chat templates (engine/text/chat.c): pe_chat_detect on
  * arbitrary bytes (a GGUF's tokenizer.chat_template is outside input), and
  * pe_chat_render of fuzzed messages in every family (the server passes client messages).
  *

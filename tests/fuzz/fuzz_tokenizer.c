@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_tokenizer.c - fuzz target for the tokenizer (engine/tokenizer.c, tokenizer_pre.c,
+ * fuzz_tokenizer.c - fuzz target for the tokenizer (engine/text/tokenizer.c, tokenizer_pre.c,
  * unicode.c): arbitrary bytes, which the chat server will pass straight from clients.
  *
  * Input: byte 0 selects the vocabulary (a SentencePiece one, or byte-level BPE with one
@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static pe_vocab *g_vocab[N_VOCABS]; /* built on the first call, kept for the process */
 
 static char g_text[600][24];
-static gguf_str g_toks[600];
+static pe_gguf_str g_toks[600];
 
 static uint32_t add_tok(uint32_t n, const char *s)
 {
@@ -106,9 +106,9 @@ static pe_vocab *build_bpe(const char *pre)
     static const char *extra[] = {"he",  "\xc4\xa0t",        "\xc4\xa0the",     "12",
                                   "123", "\xc4\x8a\xc4\x8a", "\xc3\xa6\xc2\x97"};
     static char text[300][8];
-    static gguf_str toks[300];
+    static pe_gguf_str toks[300];
     static int32_t types[300];
-    gguf_str merges[7];
+    pe_gguf_str merges[7];
     pe_vocab_params p = pe_vocab_default_params();
     pe_vocab *v = NULL;
     char err[256];

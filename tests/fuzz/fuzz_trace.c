@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_trace.c - fuzz target for the Mooncake trace line parser (tools/trace.c), the
+ * fuzz_trace.c - fuzz target for the Mooncake trace line parser (sim/trace.c), the
  * parser of outside input behind `pagoda replay`. The input is one line; the parser must
  * return one of its four results, never crash or leak, and a request it accepts must obey
  * the format's limits. Built as a libFuzzer target with -DPGD_FUZZ=ON (clang), and always

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_trace_parse.c - unit tests of the Mooncake trace line parser and loader
- * (tools/trace.c, compiled into this test): valid lines, every kind of bad line with its
+ * (sim/trace.c, compiled into this test): valid lines, every kind of bad line with its
  * message, huge ids, reals, nested garbage, embedded NULs, multi-megabyte lines, buffer
  * reuse across lines, and the loader's line counting under both modes.
  */

@@ -19,7 +19,7 @@
 #include <pagoda/pagoda.h>
 
 typedef struct mem_vocab {
-    gguf_str toks[300];
+    pe_gguf_str toks[300];
     int32_t types[300];
     char text[300][16];
     uint32_t n;
@@ -231,6 +231,6 @@ int main(void)
     T_RUN(test_earliest_and_overlapping);
     T_RUN(test_utf8);
     T_RUN(test_limits);
-    pe_vocab_free(g_v);
+    pe_vocab_destroy(g_v);
     T_DONE();
 }

@@ -265,7 +265,7 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
     const float *x = m->x + (size_t)t * n_in;
     float acc[8] = {0};
     switch (m->w->type) {
-    case GGML_TYPE_Q8_0: {
+    case PE_GGML_TYPE_Q8_0: {
         float s = 0.0f;
         for (uint32_t b = 0; b < m->nb; b++) {
             const block_q8_0 *blk = (const block_q8_0 *)row + b;
@@ -276,7 +276,7 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
         }
         return s;
     }
-    case GGML_TYPE_Q4_0: {
+    case PE_GGML_TYPE_Q4_0: {
         float s = 0.0f;
         for (uint32_t b = 0; b < m->nb; b++) {
             const block_q4_0 *blk = (const block_q4_0 *)row + b;
@@ -289,7 +289,7 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
         }
         return s;
     }
-    case GGML_TYPE_F32: {
+    case PE_GGML_TYPE_F32: {
         const float *wr = (const float *)row;
         uint32_t i = 0;
         for (; i + 8 <= n_in; i += 8)
@@ -299,10 +299,10 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
             acc[0] += wr[i] * x[i];
         break;
     }
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16: {
+    case PE_GGML_TYPE_F16:
+    case PE_GGML_TYPE_BF16: {
         const uint16_t *wr = (const uint16_t *)row;
-        const int f16 = m->w->type == GGML_TYPE_F16;
+        const int f16 = m->w->type == PE_GGML_TYPE_F16;
         for (uint32_t i = 0; i < n_in; i++) {
             float wi = f16 ? pe_f16_to_f32(wr[i]) : pe_bf16_to_f32(wr[i]);
             acc[i & 7] += wi * x[i];

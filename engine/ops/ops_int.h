@@ -62,12 +62,12 @@ float pe__dot_q4_0_q8_0_ref(const block_q4_0 *w, const block_q8_0 *x, size_t nb)
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)
 {
-    return type == GGML_TYPE_Q4_0 ? 8 : 128;
+    return type == PE_GGML_TYPE_Q4_0 ? 8 : 128;
 }
 
 static inline int pe__type_is_quant(uint32_t type)
 {
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
+    return type == PE_GGML_TYPE_Q8_0 || type == PE_GGML_TYPE_Q4_0;
 }
 
 /* From this many tokens on, a task is a matrix-matrix product (repacked panels on AVX-512);
@@ -81,7 +81,7 @@ static inline uint32_t pe__gemm_min_tok(const pe_kernels *k, uint32_t type)
 {
     if (!pe__type_is_quant(type)) return 20;
 #if defined(__x86_64__) || defined(__i386__)
-    if (k == &pe__kernels_avx512) return type == GGML_TYPE_Q4_0 ? 2 : 3;
+    if (k == &pe__kernels_avx512) return type == PE_GGML_TYPE_Q4_0 ? 2 : 3;
 #else
     (void)k;
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pagoda.c - the `pagoda` CLI: `pagoda <command> [options]`. This file only dispatches:
+ * main.c - the `pagoda` CLI: `pagoda <command> [options]`. This file only dispatches:
  * each command is a function in its own file (declared in cli.h) that receives argv with
  * argv[0] = "pagoda <command>", parses its own options and returns the exit code.
  * Adding a command (run, serve, bench, inspect) is one line in the table below.

@@ -26,7 +26,7 @@ typedef struct pe_sampler pe_sampler;
 pe_sampler_params pe_sampler_default_params(void);
 /* Returns NULL on bad parameters or no memory. */
 pe_sampler *pe_sampler_create(const pe_sampler_params *p, uint32_t n_vocab);
-void pe_sampler_free(pe_sampler *s);
+void pe_sampler_destroy(pe_sampler *s);
 /* Picks a token from logits[n_vocab] (the array is modified). */
 int32_t pe_sampler_sample(pe_sampler *s, float *logits);
 /* Records a token (prompt or generated) for the repetition penalty. */

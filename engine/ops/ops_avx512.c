@@ -239,13 +239,13 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 /* 16 weights of row p from k (n of them valid, the rest 0), as f32. */
 INL __m512 f_load(const uint8_t *p, uint32_t k, __mmask16 mk, const int type)
 {
-    if (type == GGML_TYPE_F32) {
+    if (type == PE_GGML_TYPE_F32) {
         if (mk == 0xffff) return _mm512_loadu_ps((const float *)p + k);
         return _mm512_maskz_loadu_ps(mk, (const float *)p + k);
     }
     __m256i h = mk == 0xffff ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k))
                              : _mm256_maskz_loadu_epi16(mk, (const uint16_t *)p + k);
-    if (type == GGML_TYPE_F16) return _mm512_cvtph_ps(h);
+    if (type == PE_GGML_TYPE_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
@@ -259,7 +259,7 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm512_setzero_ps();
-    const size_t es = type == GGML_TYPE_F32 ? 4 : 2;
+    const size_t es = type == PE_GGML_TYPE_F32 ? 4 : 2;
     for (uint32_t k = 0; k < n; k += 16) {
         /* masked loads cost an extra uop each: only the last step uses them */
         const __mmask16 mk = mask16(n - k);
@@ -304,9 +304,9 @@ typedef void (*tile_fn)(const pe_mm *m, const uint8_t *row, size_t rs, uint32_t 
 
 #define Q8_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 0, R, T)
 #define Q4_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 1, R, T)
-#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F32, R, T)
-#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F16, R, T)
-#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_BF16, R, T)
+#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_F32, R, T)
+#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_F16, R, T)
+#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_BF16, R, T)
 
 TILE_FN(q8_4_1, Q8_TILE(4, 1))
 TILE_FN(q8_4_2, Q8_TILE(4, 2))
@@ -384,19 +384,19 @@ TGT static void walk(const pe_mm *m, const tile_fn tiles[2][4], uint32_t r0, uin
 TGT static void gemv(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
     switch (m->w->type) {
-    case GGML_TYPE_Q8_0:
+    case PE_GGML_TYPE_Q8_0:
         walk(m, q8_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_Q4_0:
+    case PE_GGML_TYPE_Q4_0:
         walk(m, q4_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_F32:
+    case PE_GGML_TYPE_F32:
         walk(m, f32_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_F16:
+    case PE_GGML_TYPE_F16:
         walk(m, f16_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_BF16:
+    case PE_GGML_TYPE_BF16:
         walk(m, bf16_tiles, r0, r1, t0, t1);
         break;
     default:
@@ -488,7 +488,7 @@ INL void q4_group(const uint8_t *bb, size_t rb, uint32_t ng, qpanel *p)
 TGT static void q_repack(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0, uint32_t kb,
                          qpanel *P)
 {
-    const int q4 = w->type == GGML_TYPE_Q4_0;
+    const int q4 = w->type == PE_GGML_TYPE_Q4_0;
     const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const size_t rb = w->row_bytes;
     const __m512i idx =
@@ -681,12 +681,12 @@ INL void f_repack_t(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t k0, uint3
 TGT static void f_repack(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t k0, uint32_t kc,
                          float *P)
 {
-    if (w->type == GGML_TYPE_F32)
-        f_repack_t(w, r, nr, k0, kc, P, GGML_TYPE_F32);
-    else if (w->type == GGML_TYPE_F16)
-        f_repack_t(w, r, nr, k0, kc, P, GGML_TYPE_F16);
+    if (w->type == PE_GGML_TYPE_F32)
+        f_repack_t(w, r, nr, k0, kc, P, PE_GGML_TYPE_F32);
+    else if (w->type == PE_GGML_TYPE_F16)
+        f_repack_t(w, r, nr, k0, kc, P, PE_GGML_TYPE_F16);
     else
-        f_repack_t(w, r, nr, k0, kc, P, GGML_TYPE_BF16);
+        f_repack_t(w, r, nr, k0, kc, P, PE_GGML_TYPE_BF16);
 }
 
 INL void f_micro(const pe_mm *m, const float *P, uint32_t k0, uint32_t kc, uint32_t r, uint32_t nr,

@@ -50,11 +50,11 @@ typedef struct pe_vocab_params {
     const char *name;  /* general.name (NULL: none); "phi-3"/"phi3" gets
                           llama.cpp's rstrip rule for special tokens */
     uint32_t n_tokens;
-    const gguf_str *tokens;     /* [n_tokens] token texts (need not be NUL-terminated) */
+    const pe_gguf_str *tokens;  /* [n_tokens] token texts (need not be NUL-terminated) */
     const float *scores;        /* [n_tokens] or NULL (all 0) */
     const int32_t *token_types; /* [n_tokens] PE_TOKEN_TYPE_* or NULL (all NORMAL) */
     uint32_t n_merges;
-    const gguf_str *merges; /* gpt2: [n_merges] "left right", rank = index */
+    const pe_gguf_str *merges; /* gpt2: [n_merges] "left right", rank = index */
     /* Special ids: -1 none, -2 the model's default (llama: bos 1, eos 2, unk 0). */
     int32_t bos_id, eos_id, unk_id, eot_id, eom_id, pad_id;
     /* -1: the model's default (llama: add_bos 1, add_space_prefix 1; gpt2: 0, 0). */
@@ -73,8 +73,8 @@ int pe_vocab_create(const pe_vocab_params *p, pe_vocab **out, char *err, size_t 
  * add_space_prefix; general.name. Validates types, array lengths and ids (-1 or
  * 0xFFFFFFFF mean "none"). Returns 0, or -1 with one line naming the key in err. The
  * vocabulary copies what it needs: f may be closed afterwards. */
-int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen);
-void pe_vocab_free(pe_vocab *v); /* NULL: no-op */
+int pe_vocab_load(const pe_gguf_file *f, pe_vocab **out, char *err, size_t errlen);
+void pe_vocab_destroy(pe_vocab *v); /* NULL: no-op */
 
 uint32_t pe_vocab_n_tokens(const pe_vocab *v);
 int32_t pe_vocab_bos(const pe_vocab *v); /* -1 if none */
@@ -90,7 +90,7 @@ int pe_vocab_is_spm(const pe_vocab *v); /* 1: "llama" model, 0: "gpt2" */
 int pe_vocab_is_eog(const pe_vocab *v, int32_t tok);
 /* Returns 1 for control and unknown tokens (rendered empty by default). */
 int pe_vocab_is_control(const pe_vocab *v, int32_t tok);
-/* Returns the token's raw vocabulary text (borrowed, valid until pe_vocab_free) and its
+/* Returns the token's raw vocabulary text (borrowed, valid until pe_vocab_destroy) and its
  * length in *len; NULL for an id out of range. */
 const char *pe_vocab_text(const pe_vocab *v, int32_t tok, size_t *len);
 /* Returns the longest piece any token renders as, in bytes. */

@@ -37,13 +37,13 @@ pe_sampler *pe_sampler_create(const pe_sampler_params *p, uint32_t n_vocab)
     s->recent = malloc(((size_t)p->repeat_last_n + 1) * sizeof *s->recent);
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
     if (!s->recent || !s->idx) {
-        pe_sampler_free(s);
+        pe_sampler_destroy(s);
         return NULL;
     }
     return s;
 }
 
-void pe_sampler_free(pe_sampler *s)
+void pe_sampler_destroy(pe_sampler *s)
 {
     if (!s) return;
     free(s->recent);

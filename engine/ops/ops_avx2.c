@@ -225,18 +225,18 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 /* 8 weights of row p at k, as f32. */
 INL __m256 f_load(const uint8_t *p, uint32_t k, const int type)
 {
-    if (type == GGML_TYPE_F32) return _mm256_loadu_ps((const float *)p + k);
+    if (type == PE_GGML_TYPE_F32) return _mm256_loadu_ps((const float *)p + k);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
-    if (type == GGML_TYPE_F16) return _mm256_cvtph_ps(h);
+    if (type == PE_GGML_TYPE_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 INL float f_at(const uint8_t *p, uint32_t k, const int type)
 {
-    if (type == GGML_TYPE_F32) return ((const float *)p)[k];
+    if (type == PE_GGML_TYPE_F32) return ((const float *)p)[k];
     uint16_t h;
     memcpy(&h, p + 2 * (size_t)k, 2);
-    return type == GGML_TYPE_F16 ? pe_f16_to_f32(h) : pe_bf16_to_f32(h);
+    return type == PE_GGML_TYPE_F16 ? pe_f16_to_f32(h) : pe_bf16_to_f32(h);
 }
 
 INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep,
@@ -249,7 +249,7 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++)
             acc[i][j] = _mm256_setzero_ps();
-    const size_t es = type == GGML_TYPE_F32 ? 4 : 2;
+    const size_t es = type == PE_GGML_TYPE_F32 ? 4 : 2;
     uint32_t k = 0;
     for (; k + 8 <= n; k += 8) {
         __m256 wv[4];
@@ -298,9 +298,9 @@ typedef void (*tile_fn)(const pe_mm *m, const uint8_t *row, size_t rs, uint32_t 
 
 #define Q8_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 0, R, T)
 #define Q4_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 1, R, T)
-#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F32, R, T)
-#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_F16, R, T)
-#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, GGML_TYPE_BF16, R, T)
+#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_F32, R, T)
+#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_F16, R, T)
+#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_BF16, R, T)
 
 TILE_FN(q8_4_1, Q8_TILE(4, 1))
 TILE_FN(q8_4_2, Q8_TILE(4, 2))
@@ -351,19 +351,19 @@ TGT static void walk(const pe_mm *m, const tile_fn tiles[2][2], uint32_t r0, uin
 TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
     switch (m->w->type) {
-    case GGML_TYPE_Q8_0:
+    case PE_GGML_TYPE_Q8_0:
         walk(m, q8_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_Q4_0:
+    case PE_GGML_TYPE_Q4_0:
         walk(m, q4_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_F32:
+    case PE_GGML_TYPE_F32:
         walk(m, f32_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_F16:
+    case PE_GGML_TYPE_F16:
         walk(m, f16_tiles, r0, r1, t0, t1);
         break;
-    case GGML_TYPE_BF16:
+    case PE_GGML_TYPE_BF16:
         walk(m, bf16_tiles, r0, r1, t0, t1);
         break;
     default:

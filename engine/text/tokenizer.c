@@ -783,7 +783,7 @@ size_t pe_vocab_max_piece(const pe_vocab *v)
 
 /* ---- build ---- */
 
-void pe_vocab_free(pe_vocab *v)
+void pe_vocab_destroy(pe_vocab *v)
 {
     if (!v) return;
     free(v->text);
@@ -842,7 +842,7 @@ static int copy_texts(pe_vocab *v, const pe_vocab_params *p, char *err, size_t e
     if (!v->text_off || !v->text) goto oom;
     total = 0;
     for (i = 0; i < v->n_tokens; i++) {
-        const gguf_str *s = &p->tokens[i];
+        const pe_gguf_str *s = &p->tokens[i];
         v->text_off[i] = total;
         if (s->len == 0) {
             /* llama.cpp renames empty tokens so that they stay unique */
@@ -916,7 +916,7 @@ static int build_merges(pe_vocab *v, const pe_vocab_params *p, char *err, size_t
     v->merge_mask = cap - 1;
     total = 0;
     for (i = 0; i < p->n_merges; i++) {
-        const gguf_str *s = &p->merges[i];
+        const pe_gguf_str *s = &p->merges[i];
         uint64_t h;
         v->merge_off[i] = total;
         if (s->len) memcpy(v->merge_text + total, s->ptr, s->len);
@@ -1373,18 +1373,18 @@ int pe_vocab_create(const pe_vocab_params *p, pe_vocab **out, char *err, size_t 
     *out = v;
     return 0;
 fail:
-    pe_vocab_free(v);
+    pe_vocab_destroy(v);
     return -1;
 }
 
 /* ---- load from GGUF ---- */
 
 /* Reads an optional id key into *out: -2 absent, -1 "none" (-1 or 0xFFFFFFFF). */
-static int load_id(const gguf_file *f, const char *key, int32_t *out, char *err, size_t errlen)
+static int load_id(const pe_gguf_file *f, const char *key, int32_t *out, char *err, size_t errlen)
 {
     int32_t i;
     uint32_t u;
-    int rc = gguf_get_i32(f, key, &i);
+    int rc = pe_gguf_get_i32(f, key, &i);
     *out = -2;
     if (rc == -1) return 0;
     if (rc == 0) {
@@ -1395,7 +1395,7 @@ static int load_id(const gguf_file *f, const char *key, int32_t *out, char *err,
         *out = i;
         return 0;
     }
-    rc = gguf_get_u32(f, key, &u);
+    rc = pe_gguf_get_u32(f, key, &u);
     if (rc == 0 && u == UINT32_MAX) {
         *out = -1;
         return 0;
@@ -1408,9 +1408,9 @@ static int load_id(const gguf_file *f, const char *key, int32_t *out, char *err,
     return -1;
 }
 
-static int load_bool(const gguf_file *f, const char *key, int *out, char *err, size_t errlen)
+static int load_bool(const pe_gguf_file *f, const char *key, int *out, char *err, size_t errlen)
 {
-    int b, rc = gguf_get_bool(f, key, &b);
+    int b, rc = pe_gguf_get_bool(f, key, &b);
     *out = -1;
     if (rc == -1) return 0;
     if (rc != 0) {
@@ -1423,11 +1423,11 @@ static int load_bool(const gguf_file *f, const char *key, int *out, char *err, s
 
 /* Reads an optional string key as a NUL-terminated copy into buf (truncated names are
  * still refused by the caller's comparisons). Returns 0 (absent: buf = ""), or -1. */
-static int load_str(const gguf_file *f, const char *key, char *buf, size_t buflen, int *present,
+static int load_str(const pe_gguf_file *f, const char *key, char *buf, size_t buflen, int *present,
                     char *err, size_t errlen)
 {
-    gguf_str s;
-    int rc = gguf_get_str(f, key, &s);
+    pe_gguf_str s;
+    int rc = pe_gguf_get_str(f, key, &s);
     size_t n;
     buf[0] = 0;
     *present = rc == 0;
@@ -1444,16 +1444,16 @@ static int load_str(const gguf_file *f, const char *key, char *buf, size_t bufle
 
 /* Checks an optional numeric array key: its element type must be one of t1/t2 and its
  * length n_tokens. Returns the kv, NULL when absent (*bad = 0) or invalid (*bad = 1). */
-static const gguf_kv *load_arr(const gguf_file *f, const char *key, uint32_t t1, uint32_t t2,
-                               uint32_t n_tokens, int *bad, char *err, size_t errlen)
+static const pe_gguf_kv *load_arr(const pe_gguf_file *f, const char *key, uint32_t t1, uint32_t t2,
+                                  uint32_t n_tokens, int *bad, char *err, size_t errlen)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const pe_gguf_kv *kv = pe_gguf_find_kv(f, key);
     *bad = 0;
     if (!kv) return NULL;
-    if (kv->type != GGUF_TYPE_ARRAY || (kv->arr_type != t1 && kv->arr_type != t2)) {
-        snprintf(err, errlen, "%s: must be an array of %s (is %s)", key, gguf_type_name(t1),
-                 kv->type == GGUF_TYPE_ARRAY ? gguf_type_name(kv->arr_type)
-                                             : gguf_type_name(kv->type));
+    if (kv->type != PE_GGUF_TYPE_ARRAY || (kv->arr_type != t1 && kv->arr_type != t2)) {
+        snprintf(err, errlen, "%s: must be an array of %s (is %s)", key, pe_gguf_type_name(t1),
+                 kv->type == PE_GGUF_TYPE_ARRAY ? pe_gguf_type_name(kv->arr_type)
+                                                : pe_gguf_type_name(kv->type));
         *bad = 1;
         return NULL;
     }
@@ -1466,10 +1466,10 @@ static const gguf_kv *load_arr(const gguf_file *f, const char *key, uint32_t t1,
     return kv;
 }
 
-int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen)
+int pe_vocab_load(const pe_gguf_file *f, pe_vocab **out, char *err, size_t errlen)
 {
     pe_vocab_params p = pe_vocab_default_params();
-    const gguf_kv *toks, *kv;
+    const pe_gguf_kv *toks, *kv;
     char model[64], pre[64], name[256];
     float *scores = NULL;
     int32_t *types = NULL;
@@ -1488,7 +1488,7 @@ int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen)
     p.name = present ? name : NULL;
     p.model = model;
 
-    rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks);
+    rc = pe_gguf_get_arr(f, "tokenizer.ggml.tokens", PE_GGUF_TYPE_STRING, &toks);
     if (rc != 0) {
         snprintf(err, errlen, "tokenizer.ggml.tokens: %s",
                  rc == -1 ? "missing" : "must be an array of strings");
@@ -1502,28 +1502,28 @@ int pe_vocab_load(const gguf_file *f, pe_vocab **out, char *err, size_t errlen)
     p.tokens = toks->strs;
     rc = -1;
 
-    kv = load_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, GGUF_TYPE_INT32, p.n_tokens, &bad,
-                  err, errlen);
+    kv = load_arr(f, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, PE_GGUF_TYPE_INT32, p.n_tokens,
+                  &bad, err, errlen);
     if (bad) goto out;
     if (kv) {
         scores = malloc(p.n_tokens * sizeof *scores);
         if (!scores) goto oom;
         for (i = 0; i < p.n_tokens; i++)
-            scores[i] = (float)gguf_arr_f64(kv, i);
+            scores[i] = (float)pe_gguf_arr_f64(kv, i);
         p.scores = scores;
     }
-    kv = load_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, GGUF_TYPE_INT32, p.n_tokens,
-                  &bad, err, errlen);
+    kv = load_arr(f, "tokenizer.ggml.token_type", PE_GGUF_TYPE_INT32, PE_GGUF_TYPE_INT32,
+                  p.n_tokens, &bad, err, errlen);
     if (bad) goto out;
     if (kv) {
         types = malloc(p.n_tokens * sizeof *types);
         if (!types) goto oom;
         for (i = 0; i < p.n_tokens; i++)
-            types[i] = (int32_t)gguf_arr_i64(kv, i);
+            types[i] = (int32_t)pe_gguf_arr_i64(kv, i);
         p.token_types = types;
     }
     if (strcmp(model, "gpt2") == 0) {
-        int mrc = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &kv);
+        int mrc = pe_gguf_get_arr(f, "tokenizer.ggml.merges", PE_GGUF_TYPE_STRING, &kv);
         if (mrc != 0) {
             snprintf(err, errlen, "tokenizer.ggml.merges: %s",
                      mrc == -1 ? "missing (a gpt2 vocabulary needs it)"

@@ -113,7 +113,7 @@ static void req_free(pe_sched *s, req *r)
 {
     if (!r) return;
     pgd_seq_destroy(s->cache, r->seq);
-    pe_sampler_free(r->smp);
+    pe_sampler_destroy(r->smp);
     free(r->toks);
     free(r->hashes);
     free(r->salt);

@@ -68,21 +68,21 @@ void pe__quant_q4_0_ref(const float *x, block_q4_0 *y, size_t n)
 void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n)
 {
     switch (type) {
-    case GGML_TYPE_F32:
+    case PE_GGML_TYPE_F32:
         memcpy(dst, src, n * sizeof(float));
         break;
-    case GGML_TYPE_F16:
+    case PE_GGML_TYPE_F16:
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)dst)[i] = pe_f32_to_f16(src[i]);
         break;
-    case GGML_TYPE_BF16:
+    case PE_GGML_TYPE_BF16:
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)dst)[i] = pe_f32_to_bf16(src[i]);
         break;
-    case GGML_TYPE_Q8_0:
+    case PE_GGML_TYPE_Q8_0:
         pe__quant_q8_0_ref(src, dst, n);
         break;
-    case GGML_TYPE_Q4_0:
+    case PE_GGML_TYPE_Q4_0:
         pe__quant_q4_0_ref(src, dst, n);
         break;
     default:
@@ -93,18 +93,18 @@ void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n)
 void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n)
 {
     switch (type) {
-    case GGML_TYPE_F32:
+    case PE_GGML_TYPE_F32:
         memcpy(dst, src, n * sizeof(float));
         break;
-    case GGML_TYPE_F16:
+    case PE_GGML_TYPE_F16:
         for (size_t i = 0; i < n; i++)
             dst[i] = pe_f16_to_f32(((const uint16_t *)src)[i]);
         break;
-    case GGML_TYPE_BF16:
+    case PE_GGML_TYPE_BF16:
         for (size_t i = 0; i < n; i++)
             dst[i] = pe_bf16_to_f32(((const uint16_t *)src)[i]);
         break;
-    case GGML_TYPE_Q8_0:
+    case PE_GGML_TYPE_Q8_0:
         for (size_t i = 0; i < n / QK8_0; i++) {
             const block_q8_0 *b = (const block_q8_0 *)src + i;
             const float d = pe_f16_to_f32(b->d);
@@ -112,7 +112,7 @@ void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n)
                 dst[i * QK8_0 + j] = d * (float)b->qs[j];
         }
         break;
-    case GGML_TYPE_Q4_0:
+    case PE_GGML_TYPE_Q4_0:
         for (size_t i = 0; i < n / QK4_0; i++) {
             const block_q4_0 *b = (const block_q4_0 *)src + i;
             const float d = pe_f16_to_f32(b->d);
@@ -163,9 +163,9 @@ static float dot_float_ref(uint32_t type, const void *w, const float *x, uint32_
     double s = 0.0;
     for (uint32_t i = 0; i < n; i++) {
         float wi;
-        if (type == GGML_TYPE_F32)
+        if (type == PE_GGML_TYPE_F32)
             wi = ((const float *)w)[i];
-        else if (type == GGML_TYPE_F16)
+        else if (type == PE_GGML_TYPE_F16)
             wi = pe_f16_to_f32(((const uint16_t *)w)[i]);
         else
             wi = pe_bf16_to_f32(((const uint16_t *)w)[i]);
@@ -178,7 +178,7 @@ void pe_matmul_ref(const pe_mat *w, const float *x, uint32_t n_tok, float *y)
 {
     const uint32_t n_in = w->n_in;
     block_q8_0 *qx = NULL;
-    if (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_0) {
+    if (w->type == PE_GGML_TYPE_Q8_0 || w->type == PE_GGML_TYPE_Q4_0) {
         qx = malloc((size_t)n_tok * (n_in / QK8_0) * sizeof *qx + 1);
         PE_CHECK_ALLOC(qx);
         for (uint32_t t = 0; t < n_tok; t++)
@@ -189,9 +189,9 @@ void pe_matmul_ref(const pe_mat *w, const float *x, uint32_t n_tok, float *y)
             const void *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
             const block_q8_0 *xq = qx ? qx + (size_t)t * (n_in / QK8_0) : NULL;
             float v;
-            if (w->type == GGML_TYPE_Q8_0)
+            if (w->type == PE_GGML_TYPE_Q8_0)
                 v = pe__dot_q8_0_q8_0_ref(row, xq, n_in / QK8_0);
-            else if (w->type == GGML_TYPE_Q4_0)
+            else if (w->type == PE_GGML_TYPE_Q4_0)
                 v = pe__dot_q4_0_q8_0_ref(row, xq, n_in / QK4_0);
             else
                 v = dot_float_ref(w->type, row, x + (size_t)t * n_in, n_in);

@@ -53,7 +53,7 @@ typedef struct pe_layer {
 } pe_layer;
 
 typedef struct pe_model {
-    gguf_file *gf;
+    pe_gguf_file *gf;
     pe_hparams hp;
     char name[128];
     pe_mat tok_embd;          /* n_vocab rows of n_embd */
@@ -74,7 +74,7 @@ typedef void (*pe_progress_fn)(void *ud, uint64_t done, uint64_t total);
  * mis-shaped tensor, unsupported type by name, bad hyper-parameter). */
 int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out, char *err,
                   size_t errlen);
-void pe_model_free(pe_model *m);
+void pe_model_destroy(pe_model *m);
 
 typedef struct pe_ctx_params {
     uint32_t n_ctx;           /* max tokens of one sequence; 0: the model's n_ctx_train */
@@ -98,7 +98,7 @@ pe_ctx_params pe_ctx_default_params(void);
 typedef struct pe_ctx pe_ctx;
 
 int pe_ctx_create(pe_model *m, const pe_ctx_params *p, pe_ctx **out, char *err, size_t errlen);
-void pe_ctx_free(pe_ctx *ctx);
+void pe_ctx_destroy(pe_ctx *ctx);
 pgd_cache *pe_ctx_cache(pe_ctx *ctx);
 const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx);
 

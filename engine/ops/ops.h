@@ -23,7 +23,7 @@
 
 /* A weight matrix: n_out rows of n_in values of type. */
 typedef struct pe_mat {
-    uint32_t type; /* ggml_type: F32 F16 BF16 Q8_0 Q4_0 */
+    uint32_t type; /* pe_ggml_type: F32 F16 BF16 Q8_0 Q4_0 */
     uint32_t n_in, n_out;
     const void *data;
     uint64_t row_bytes;

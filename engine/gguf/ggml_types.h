@@ -16,41 +16,41 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum ggml_type {
-    GGML_TYPE_F32 = 0,
-    GGML_TYPE_F16 = 1,
-    GGML_TYPE_Q4_0 = 2,
-    GGML_TYPE_Q4_1 = 3,
-    GGML_TYPE_Q5_0 = 6,
-    GGML_TYPE_Q5_1 = 7,
-    GGML_TYPE_Q8_0 = 8,
-    GGML_TYPE_Q8_1 = 9,
-    GGML_TYPE_Q2_K = 10,
-    GGML_TYPE_Q3_K = 11,
-    GGML_TYPE_Q4_K = 12,
-    GGML_TYPE_Q5_K = 13,
-    GGML_TYPE_Q6_K = 14,
-    GGML_TYPE_Q8_K = 15,
-    GGML_TYPE_IQ2_XXS = 16,
-    GGML_TYPE_IQ2_XS = 17,
-    GGML_TYPE_IQ3_XXS = 18,
-    GGML_TYPE_IQ1_S = 19,
-    GGML_TYPE_IQ4_NL = 20,
-    GGML_TYPE_IQ3_S = 21,
-    GGML_TYPE_IQ2_S = 22,
-    GGML_TYPE_IQ4_XS = 23,
-    GGML_TYPE_I8 = 24,
-    GGML_TYPE_I16 = 25,
-    GGML_TYPE_I32 = 26,
-    GGML_TYPE_I64 = 27,
-    GGML_TYPE_F64 = 28,
-    GGML_TYPE_IQ1_M = 29,
-    GGML_TYPE_BF16 = 30,
-    GGML_TYPE_TQ1_0 = 34,
-    GGML_TYPE_TQ2_0 = 35,
-    GGML_TYPE_MXFP4 = 39,
-    GGML_TYPE_COUNT = 40
-} ggml_type;
+typedef enum pe_ggml_type {
+    PE_GGML_TYPE_F32 = 0,
+    PE_GGML_TYPE_F16 = 1,
+    PE_GGML_TYPE_Q4_0 = 2,
+    PE_GGML_TYPE_Q4_1 = 3,
+    PE_GGML_TYPE_Q5_0 = 6,
+    PE_GGML_TYPE_Q5_1 = 7,
+    PE_GGML_TYPE_Q8_0 = 8,
+    PE_GGML_TYPE_Q8_1 = 9,
+    PE_GGML_TYPE_Q2_K = 10,
+    PE_GGML_TYPE_Q3_K = 11,
+    PE_GGML_TYPE_Q4_K = 12,
+    PE_GGML_TYPE_Q5_K = 13,
+    PE_GGML_TYPE_Q6_K = 14,
+    PE_GGML_TYPE_Q8_K = 15,
+    PE_GGML_TYPE_IQ2_XXS = 16,
+    PE_GGML_TYPE_IQ2_XS = 17,
+    PE_GGML_TYPE_IQ3_XXS = 18,
+    PE_GGML_TYPE_IQ1_S = 19,
+    PE_GGML_TYPE_IQ4_NL = 20,
+    PE_GGML_TYPE_IQ3_S = 21,
+    PE_GGML_TYPE_IQ2_S = 22,
+    PE_GGML_TYPE_IQ4_XS = 23,
+    PE_GGML_TYPE_I8 = 24,
+    PE_GGML_TYPE_I16 = 25,
+    PE_GGML_TYPE_I32 = 26,
+    PE_GGML_TYPE_I64 = 27,
+    PE_GGML_TYPE_F64 = 28,
+    PE_GGML_TYPE_IQ1_M = 29,
+    PE_GGML_TYPE_BF16 = 30,
+    PE_GGML_TYPE_TQ1_0 = 34,
+    PE_GGML_TYPE_TQ2_0 = 35,
+    PE_GGML_TYPE_MXFP4 = 39,
+    PE_GGML_TYPE_COUNT = 40
+} pe_ggml_type;
 
 #define QK8_0 32
 #define QK4_0 32
@@ -66,21 +66,21 @@ typedef struct block_q4_0 {
 } block_q4_0;
 
 /* Type traits. name is NULL for numbers no ggml type uses. */
-typedef struct ggml_type_traits {
+typedef struct pe_ggml_type_traits {
     const char *name;
     uint32_t blck_size; /* values per block */
     uint32_t type_size; /* bytes per block */
     int supported;      /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0) */
-} ggml_type_traits;
+} pe_ggml_type_traits;
 
 /* Returns the traits of t, or NULL for an unknown type number. */
-const ggml_type_traits *ggml_get_traits(uint32_t t);
+const pe_ggml_type_traits *pe_ggml_get_traits(uint32_t t);
 /* Returns the type's name ("q8_0") or "unknown". */
-const char *ggml_type_name(uint32_t t);
+const char *pe_ggml_type_name(uint32_t t);
 /* Parses a type name (case-insensitive). Returns 0 and sets *out, or -1. */
-int ggml_type_from_name(const char *name, ggml_type *out);
+int pe_ggml_type_from_name(const char *name, pe_ggml_type *out);
 /* Bytes of a row of ne0 values; 0 if t is unknown or ne0 is not a multiple of the block. */
-uint64_t ggml_row_size(uint32_t t, uint64_t ne0);
+uint64_t pe_ggml_row_size(uint32_t t, uint64_t ne0);
 
 /* ---- scalar f16 / bf16 ---- */
 

@@ -53,34 +53,34 @@ static int errf(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
+static int get_u32(const pe_gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
                    int required, char *err, size_t errlen)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = gguf_get_u32(f, key, out);
+    int rc = pe_gguf_get_u32(f, key, out);
     if (rc == -1 && !required) return 0;
     if (rc == -1) return errf(err, errlen, "missing hyper-parameter %s", key);
     if (rc != 0) return errf(err, errlen, "hyper-parameter %s has the wrong type", key);
     return 0;
 }
 
-static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, char *err,
-                   size_t errlen)
+static int get_f32(const pe_gguf_file *f, const char *arch, const char *suffix, float *out,
+                   char *err, size_t errlen)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = gguf_get_f32(f, key, out);
+    int rc = pe_gguf_get_f32(f, key, out);
     if (rc == -1) return 0; /* optional: caller set the default */
     if (rc != 0) return errf(err, errlen, "hyper-parameter %s has the wrong type", key);
     return 0;
 }
 
 /* Finds a tensor and checks its shape {ne0, ne1} (ne1 == 0: a vector). */
-static const gguf_tensor *find_checked(const gguf_file *f, const char *name, uint64_t ne0,
-                                       uint64_t ne1, int required, char *err, size_t errlen)
+static const pe_gguf_tensor *find_checked(const pe_gguf_file *f, const char *name, uint64_t ne0,
+                                          uint64_t ne1, int required, char *err, size_t errlen)
 {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const pe_gguf_tensor *t = pe_gguf_find_tensor(f, name);
     if (!t) {
         if (required) errf(err, errlen, "missing tensor '%s'", name);
         return NULL;
@@ -98,81 +98,81 @@ static const gguf_tensor *find_checked(const gguf_file *f, const char *name, uin
              (unsigned long long)t->ne[0], (unsigned long long)n1, t->n_dims, want);
         return NULL;
     }
-    const ggml_type_traits *tr = ggml_get_traits(t->type);
+    const pe_ggml_type_traits *tr = pe_ggml_get_traits(t->type);
     if (!tr || !tr->supported) {
         errf(err, errlen,
              "tensor '%s' has type %s, which the engine does not support "
              "(supported: f32, f16, bf16, q8_0, q4_0)",
-             name, ggml_type_name(t->type));
+             name, pe_ggml_type_name(t->type));
         return NULL;
     }
     return t;
 }
 
-static int load_mat(const gguf_file *f, const char *name, uint32_t n_in, uint32_t n_out,
+static int load_mat(const pe_gguf_file *f, const char *name, uint32_t n_in, uint32_t n_out,
                     int required, pe_mat *out, char *err, size_t errlen)
 {
-    const gguf_tensor *t = find_checked(f, name, n_in, n_out, required, err, errlen);
+    const pe_gguf_tensor *t = find_checked(f, name, n_in, n_out, required, err, errlen);
     memset(out, 0, sizeof *out);
     if (!t) return required ? -1 : (err && err[0] ? -1 : 0);
     out->type = t->type;
     out->n_in = n_in;
     out->n_out = n_out;
     out->data = t->data;
-    out->row_bytes = ggml_row_size(t->type, n_in);
+    out->row_bytes = pe_ggml_row_size(t->type, n_in);
     if (!out->row_bytes)
         return errf(err, errlen, "tensor '%s': row of %u values does not fit type %s", name, n_in,
-                    ggml_type_name(t->type));
+                    pe_ggml_type_name(t->type));
     return 0;
 }
 
 /* Loads a norm vector as f32: in place when stored as f32, else converted into *owned. */
-static int load_vec(const gguf_file *f, const char *name, uint32_t n, float **owned_cursor,
+static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float **owned_cursor,
                     const float **out, char *err, size_t errlen)
 {
-    const gguf_tensor *t = find_checked(f, name, n, 0, 1, err, errlen);
+    const pe_gguf_tensor *t = find_checked(f, name, n, 0, 1, err, errlen);
     if (!t) return -1;
-    if (t->type == GGML_TYPE_F32) {
+    if (t->type == PE_GGML_TYPE_F32) {
         *out = t->data;
         return 0;
     }
-    if (ggml_get_traits(t->type)->blck_size != 1 && n % 32)
+    if (pe_ggml_get_traits(t->type)->blck_size != 1 && n % 32)
         return errf(err, errlen, "tensor '%s': length %u does not fit type %s", name, n,
-                    ggml_type_name(t->type));
+                    pe_ggml_type_name(t->type));
     pe_dequant_row(t->type, t->data, *owned_cursor, n);
     *out = *owned_cursor;
     *owned_cursor += n;
     return 0;
 }
 
-void pe_model_free(pe_model *m)
+void pe_model_destroy(pe_model *m)
 {
     if (!m) return;
-    pe_vocab_free(m->vocab);
+    pe_vocab_destroy(m->vocab);
     free(m->layers);
     free(m->owned);
-    gguf_close(m->gf);
+    pe_gguf_close(m->gf);
     free(m);
 }
 
-static pgd_hash fingerprint(const gguf_file *f)
+static pgd_hash fingerprint(const pe_gguf_file *f)
 {
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
-    uint64_t n = gguf_n_tensors(f);
+    uint64_t n = pe_gguf_n_tensors(f);
     for (uint64_t i = 0; i < n; i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
         XXH3_128bits_update(&st, t->name.ptr, t->name.len);
         XXH3_128bits_update(&st, &t->type, sizeof t->type);
         XXH3_128bits_update(&st, t->ne, sizeof t->ne);
         XXH3_128bits_update(&st, t->data, t->n_bytes < 256 ? t->n_bytes : 256);
     }
-    uint64_t nkv = gguf_n_kv(f);
+    uint64_t nkv = pe_gguf_n_kv(f);
     for (uint64_t i = 0; i < nkv; i++) {
         char buf[256];
-        const gguf_kv *kv = gguf_kv_at(f, i);
+        const pe_gguf_kv *kv = pe_gguf_kv_at(f, i);
         XXH3_128bits_update(&st, kv->key.ptr, kv->key.len);
-        gguf_kv_to_string(kv, buf, sizeof buf);
+        pe_gguf_kv_to_string(kv, buf, sizeof buf);
         XXH3_128bits_update(&st, buf, strlen(buf));
     }
     XXH128_hash_t h = XXH3_128bits_digest(&st);
@@ -188,13 +188,13 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     *out = NULL;
     if (err && errlen) err[0] = '\0';
     if (!m) return errf(err, errlen, "out of memory");
-    if (gguf_open(path, &m->gf, msg, sizeof msg) != 0) {
+    if (pe_gguf_open(path, &m->gf, msg, sizeof msg) != 0) {
         errf(err, errlen, "%s: %s", path, msg);
         goto fail;
     }
-    const gguf_file *f = m->gf;
-    gguf_str arch;
-    if (gguf_get_str(f, "general.architecture", &arch) != 0) {
+    const pe_gguf_file *f = m->gf;
+    pe_gguf_str arch;
+    if (pe_gguf_get_str(f, "general.architecture", &arch) != 0) {
         errf(err, errlen, "%s: missing general.architecture", path);
         goto fail;
     }
@@ -203,8 +203,8 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
              (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
-    gguf_str name;
-    if (gguf_get_str(f, "general.name", &name) == 0)
+    pe_gguf_str name;
+    if (pe_gguf_get_str(f, "general.name", &name) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 100 ? 100 : name.len), name.ptr);
 
     pe_hparams *hp = &m->hp;
@@ -239,11 +239,11 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
              hp->head_dim);
         goto fail;
     }
-    gguf_str stype;
-    if (gguf_get_str(f, "llama.rope.scaling.type", &stype) == 0 && stype.len == 6 &&
+    pe_gguf_str stype;
+    if (pe_gguf_get_str(f, "llama.rope.scaling.type", &stype) == 0 && stype.len == 6 &&
         memcmp(stype.ptr, "linear", 6) == 0) {
         float factor = 1.0f;
-        if (gguf_get_f32(f, "llama.rope.scaling.factor", &factor) == 0 && factor > 0)
+        if (pe_gguf_get_f32(f, "llama.rope.scaling.factor", &factor) == 0 && factor > 0)
             hp->rope_scale = 1.0f / factor;
     }
 
@@ -267,9 +267,9 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         load_mat(f, "output.weight", E, hp->n_vocab, 0, &m->output, err, errlen))
         goto fail;
     if (!m->output.data) m->output = m->tok_embd; /* tied */
-    const gguf_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
+    const pe_gguf_tensor *rf = pe_gguf_find_tensor(f, "rope_freqs.weight");
     if (rf) {
-        if (rf->type != GGML_TYPE_F32 || rf->ne[0] != hp->n_rot / 2) {
+        if (rf->type != PE_GGML_TYPE_F32 || rf->ne[0] != hp->n_rot / 2) {
             errf(err, errlen, "tensor 'rope_freqs.weight' must be f32 [%u]", hp->n_rot / 2);
             goto fail;
         }
@@ -291,15 +291,15 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
             goto fail;
 #undef NAME
     }
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++)
-        m->weight_bytes += gguf_tensor_at(f, i)->n_bytes;
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++)
+        m->weight_bytes += pe_gguf_tensor_at(f, i)->n_bytes;
     /* Touch the weights once, so that the first token does not pay for page faults, and
      * so that a large model shows progress while it comes off the disk. */
     if (progress) {
         uint64_t total = m->weight_bytes, done = 0;
         volatile uint8_t sink = 0;
-        for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-            const gguf_tensor *t = gguf_tensor_at(f, i);
+        for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+            const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
             const uint8_t *p = t->data;
             for (uint64_t o = 0; o < t->n_bytes; o += 4096)
                 sink ^= p[o];
@@ -312,7 +312,7 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     *out = m;
     return 0;
 fail:
-    pe_model_free(m);
+    pe_model_destroy(m);
     return -1;
 }
 
@@ -358,7 +358,7 @@ const pe_ctx_params *pe_ctx_params_get(const pe_ctx *ctx)
     return &ctx->p;
 }
 
-void pe_ctx_free(pe_ctx *ctx)
+void pe_ctx_destroy(pe_ctx *ctx)
 {
     if (!ctx) return;
     pgd_attn_destroy(ctx->attn);
@@ -537,7 +537,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     *out = c;
     return 0;
 fail:
-    pe_ctx_free(c);
+    pe_ctx_destroy(c);
     return -1;
 }
 

@@ -14,10 +14,10 @@
  *   [magic|version|n_tensors|n_kv][kv 0]...[kv n-1][tensor info 0]...[pad][data ...]
  *                                                                     ^ data_offset
  *
- * Invariants after a successful open: every gguf_kv and gguf_tensor points inside the
+ * Invariants after a successful open: every pe_gguf_kv and pe_gguf_tensor points inside the
  * buffer; every value's bytes (including nested arrays) lie inside it; each string array
  * kv has its strings indexed in kv->strs; keys and tensor names are unique and found in
- * O(1) through open-addressing hash tables; tensor data is aligned to gguf_alignment(),
+ * O(1) through open-addressing hash tables; tensor data is aligned to pe_gguf_alignment(),
  * inside the file, and no two tensors overlap.
  *
  * Writer: metadata is kept encoded in memory (it is small, even a 150k-token vocabulary);
@@ -44,9 +44,9 @@
 #error "gguf.c reads and writes little-endian GGUF with plain memcpy: little-endian hosts only"
 #endif
 
-#define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_MAX_DEPTH 8             /* arrays of arrays nested deeper are refused */
-#define GGUF_CHUNK_BYTES (64u << 20) /* largest piece of tensor data asked of a fill_chunk */
+#define PE_GGUF_DEFAULT_ALIGNMENT 32
+#define PE_GGUF_MAX_DEPTH 8             /* arrays of arrays nested deeper are refused */
+#define PE_GGUF_CHUNK_BYTES (64u << 20) /* largest piece of tensor data asked of a fill_chunk */
 
 /* Smallest possible records, used to bound counts before anything is allocated. */
 #define MIN_KV_BYTES 13     /* u64 key length + u32 type + a 1-byte value */
@@ -55,8 +55,8 @@
 /* Bytes of a scalar value; 0 for string, array and unknown types. */
 static uint64_t scalar_size(uint32_t t)
 {
-    static const uint8_t sz[GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return t < GGUF_TYPE_COUNT ? sz[t] : 0;
+    static const uint8_t sz[PE_GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return t < PE_GGUF_TYPE_COUNT ? sz[t] : 0;
 }
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -96,17 +96,17 @@ static uint64_t hash_bytes(const char *p, uint64_t n)
     return h ^ (h >> 29);
 }
 
-static int str_eq(gguf_str a, const char *p, uint64_t n)
+static int str_eq(pe_gguf_str a, const char *p, uint64_t n)
 {
     return a.len == n && (n == 0 || memcmp(a.ptr, p, n) == 0);
 }
 
 /* ---- name hash tables ----
  * Open addressing over the kv or tensor array: slots hold index + 1 (0 = empty). Entries
- * are found through their name, a gguf_str at offset 0 of both gguf_kv and gguf_tensor. */
+ * are found through their name, a pe_gguf_str at offset 0 of both pe_gguf_kv and pe_gguf_tensor. */
 
-_Static_assert(offsetof(gguf_kv, key) == 0, "gguf_kv.key must come first");
-_Static_assert(offsetof(gguf_tensor, name) == 0, "gguf_tensor.name must come first");
+_Static_assert(offsetof(pe_gguf_kv, key) == 0, "pe_gguf_kv.key must come first");
+_Static_assert(offsetof(pe_gguf_tensor, name) == 0, "pe_gguf_tensor.name must come first");
 
 typedef struct name_table {
     uint64_t *slots;
@@ -127,9 +127,9 @@ static int table_init(name_table *t, uint64_t n, const void *base, size_t stride
     return t->slots ? 0 : -1;
 }
 
-static const gguf_str *table_name(const name_table *t, uint64_t idx)
+static const pe_gguf_str *table_name(const name_table *t, uint64_t idx)
 {
-    return (const gguf_str *)(const void *)(t->base + idx * t->stride);
+    return (const pe_gguf_str *)(const void *)(t->base + idx * t->stride);
 }
 
 /* Returns the index of the entry named (p, n), or UINT64_MAX. */
@@ -146,7 +146,7 @@ static uint64_t table_find(const name_table *t, const char *p, uint64_t n)
 /* Inserts entry idx; returns UINT64_MAX, or the index of an entry with the same name. */
 static uint64_t table_insert(name_table *t, uint64_t idx)
 {
-    const gguf_str *name = table_name(t, idx);
+    const pe_gguf_str *name = table_name(t, idx);
     for (uint64_t s = hash_bytes(name->ptr, name->len) & t->mask;; s = (s + 1) & t->mask) {
         uint64_t v = t->slots[s];
         if (v == 0) {
@@ -159,16 +159,16 @@ static uint64_t table_insert(name_table *t, uint64_t idx)
 
 /* ---- reader ---- */
 
-struct gguf_file {
+struct pe_gguf_file {
     const uint8_t *base; /* the file's bytes */
     uint64_t size;
-    void *map; /* the mmap'd region (gguf_open), or NULL */
+    void *map; /* the mmap'd region (pe_gguf_open), or NULL */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
     uint64_t n_kv, n_tensors;
-    gguf_kv *kvs;         /* [n_kv] */
-    gguf_tensor *tensors; /* [n_tensors] */
+    pe_gguf_kv *kvs;         /* [n_kv] */
+    pe_gguf_tensor *tensors; /* [n_tensors] */
     name_table kv_table, tensor_table;
 };
 
@@ -225,7 +225,7 @@ static int rd_u64(rd *r, const char *field, uint64_t *v)
     return 0;
 }
 
-static int rd_str(rd *r, const char *field, gguf_str *s)
+static int rd_str(rd *r, const char *field, pe_gguf_str *s)
 {
     uint64_t len;
     if (rd_u64(r, field, &len) != 0) return -1;
@@ -241,20 +241,21 @@ static int rd_str(rd *r, const char *field, gguf_str *s)
     return 0;
 }
 
-static int parse_array_body(rd *r, uint32_t elem_type, uint64_t n, int depth, gguf_str *strs);
+static int parse_array_body(rd *r, uint32_t elem_type, uint64_t n, int depth, pe_gguf_str *strs);
 
 /* Checks one value of type at the cursor and steps over it. */
 static int parse_value(rd *r, uint32_t type, int depth)
 {
     const uint8_t *p = NULL;
-    gguf_str s;
+    pe_gguf_str s;
     uint32_t elem_type;
     uint64_t n;
 
-    if (type >= GGUF_TYPE_COUNT) return fail(r, "unknown value type %" PRIu32, type);
-    if (type == GGUF_TYPE_STRING) return rd_str(r, "string", &s);
-    if (type != GGUF_TYPE_ARRAY) return rd_bytes(r, scalar_size(type), "value", &p);
-    if (depth >= GGUF_MAX_DEPTH) return fail(r, "arrays nested deeper than %d", GGUF_MAX_DEPTH);
+    if (type >= PE_GGUF_TYPE_COUNT) return fail(r, "unknown value type %" PRIu32, type);
+    if (type == PE_GGUF_TYPE_STRING) return rd_str(r, "string", &s);
+    if (type != PE_GGUF_TYPE_ARRAY) return rd_bytes(r, scalar_size(type), "value", &p);
+    if (depth >= PE_GGUF_MAX_DEPTH)
+        return fail(r, "arrays nested deeper than %d", PE_GGUF_MAX_DEPTH);
     if (rd_u32(r, "nested array element type", &elem_type) != 0) return -1;
     if (rd_u64(r, "nested array length", &n) != 0) return -1;
     return parse_array_body(r, elem_type, n, depth + 1, NULL);
@@ -262,45 +263,45 @@ static int parse_value(rd *r, uint32_t type, int depth)
 
 /* Checks the n elements of an array at the cursor; fills strs[n] for a string array when
  * strs is not NULL. */
-static int parse_array_body(rd *r, uint32_t elem_type, uint64_t n, int depth, gguf_str *strs)
+static int parse_array_body(rd *r, uint32_t elem_type, uint64_t n, int depth, pe_gguf_str *strs)
 {
     uint64_t esz = scalar_size(elem_type);
-    if (elem_type >= GGUF_TYPE_COUNT)
+    if (elem_type >= PE_GGUF_TYPE_COUNT)
         return fail(r, "unknown array element type %" PRIu32, elem_type);
     if (esz) {
         if (n > rd_left(r) / esz) {
             return fail(r,
                         "array of %" PRIu64 " %s at offset %" PRIu64
                         " runs past end of file (%" PRIu64 " bytes)",
-                        n, gguf_type_name(elem_type), r->pos, r->size);
+                        n, pe_gguf_type_name(elem_type), r->pos, r->size);
         }
         r->pos += n * esz;
         return 0;
     }
     /* Strings take at least 8 bytes, nested arrays 12: bound n before looping. */
-    if (n > rd_left(r) / (elem_type == GGUF_TYPE_STRING ? 8 : 12)) {
+    if (n > rd_left(r) / (elem_type == PE_GGUF_TYPE_STRING ? 8 : 12)) {
         return fail(r,
                     "array of %" PRIu64 " %s at offset %" PRIu64 " runs past end of file (%" PRIu64
                     " bytes)",
-                    n, gguf_type_name(elem_type), r->pos, r->size);
+                    n, pe_gguf_type_name(elem_type), r->pos, r->size);
     }
     for (uint64_t i = 0; i < n; i++) {
-        if (elem_type == GGUF_TYPE_STRING) {
-            gguf_str s;
+        if (elem_type == PE_GGUF_TYPE_STRING) {
+            pe_gguf_str s;
             char field[48];
             snprintf(field, sizeof field, "string %" PRIu64, i);
             if (rd_str(r, field, &s) != 0) return -1;
             if (strs) strs[i] = s;
-        } else if (parse_value(r, GGUF_TYPE_ARRAY, depth) != 0) {
+        } else if (parse_value(r, PE_GGUF_TYPE_ARRAY, depth) != 0) {
             return -1;
         }
     }
     return 0;
 }
 
-static int parse_kv(gguf_file *f, rd *r, uint64_t i)
+static int parse_kv(pe_gguf_file *f, rd *r, uint64_t i)
 {
-    gguf_kv *kv = &f->kvs[i];
+    pe_gguf_kv *kv = &f->kvs[i];
     char name[80];
     uint64_t dup;
 
@@ -311,17 +312,17 @@ static int parse_kv(gguf_file *f, rd *r, uint64_t i)
     dup = table_insert(&f->kv_table, i);
     if (dup != UINT64_MAX) return fail(r, "duplicate key (also kv %" PRIu64 ")", dup);
     if (rd_u32(r, "type", &kv->type) != 0) return -1;
-    if (kv->type >= GGUF_TYPE_COUNT) return fail(r, "unknown value type %" PRIu32, kv->type);
+    if (kv->type >= PE_GGUF_TYPE_COUNT) return fail(r, "unknown value type %" PRIu32, kv->type);
     kv->n = 1;
-    if (kv->type != GGUF_TYPE_ARRAY) {
+    if (kv->type != PE_GGUF_TYPE_ARRAY) {
         kv->data = r->base + r->pos;
         return parse_value(r, kv->type, 0);
     }
     if (rd_u32(r, "array element type", &kv->arr_type) != 0) return -1;
     if (rd_u64(r, "array length", &kv->n) != 0) return -1;
     kv->data = r->base + r->pos;
-    if (kv->arr_type == GGUF_TYPE_STRING && kv->n <= rd_left(r) / 8) {
-        gguf_str *strs = malloc((kv->n ? kv->n : 1) * sizeof *strs);
+    if (kv->arr_type == PE_GGUF_TYPE_STRING && kv->n <= rd_left(r) / 8) {
+        pe_gguf_str *strs = malloc((kv->n ? kv->n : 1) * sizeof *strs);
         if (!strs) return fail(r, "out of memory for %" PRIu64 " strings", kv->n);
         kv->strs = strs;
         return parse_array_body(r, kv->arr_type, kv->n, 1, strs);
@@ -329,10 +330,10 @@ static int parse_kv(gguf_file *f, rd *r, uint64_t i)
     return parse_array_body(r, kv->arr_type, kv->n, 1, NULL);
 }
 
-static int parse_tensor_info(gguf_file *f, rd *r, uint64_t i)
+static int parse_tensor_info(pe_gguf_file *f, rd *r, uint64_t i)
 {
-    gguf_tensor *t = &f->tensors[i];
-    const ggml_type_traits *tr;
+    pe_gguf_tensor *t = &f->tensors[i];
+    const pe_ggml_type_traits *tr;
     char name[80];
     uint64_t dup, n_elems = 1, row_blocks, n_rows = 1;
 
@@ -360,7 +361,7 @@ static int parse_tensor_info(gguf_file *f, rd *r, uint64_t i)
         n_elems *= t->ne[d];
     }
     if (rd_u32(r, "type", &t->type) != 0) return -1;
-    tr = ggml_get_traits(t->type);
+    tr = pe_ggml_get_traits(t->type);
     if (!tr) return fail(r, "unknown tensor type %" PRIu32, t->type);
     if (t->ne[0] % tr->blck_size != 0) {
         return fail(r, "ne[0] = %" PRIu64 " is not a multiple of the %s block size %" PRIu32,
@@ -389,7 +390,7 @@ static int span_cmp(const void *a, const void *b)
 }
 
 /* Checks the tensor data ranges and sets each tensor's data pointer. */
-static int check_tensor_data(gguf_file *f, rd *r)
+static int check_tensor_data(pe_gguf_file *f, rd *r)
 {
     span *sp = NULL;
     char name[80], name2[80];
@@ -399,7 +400,7 @@ static int check_tensor_data(gguf_file *f, rd *r)
     sp = malloc(f->n_tensors * sizeof *sp);
     if (!sp) return fail(r, "out of memory");
     for (uint64_t i = 0; i < f->n_tensors; i++) {
-        gguf_tensor *t = &f->tensors[i];
+        pe_gguf_tensor *t = &f->tensors[i];
         uint64_t room = f->data_offset <= f->size ? f->size - f->data_offset : 0;
         snprintf(r->ctx, sizeof r->ctx, "tensor '%s'", printable(t->name.ptr, t->name.len, name));
         if (t->offset % f->alignment != 0) {
@@ -423,7 +424,7 @@ static int check_tensor_data(gguf_file *f, rd *r)
     qsort(sp, f->n_tensors, sizeof *sp, span_cmp);
     for (uint64_t i = 1; i < f->n_tensors; i++) {
         if (sp[i].begin < sp[i - 1].end) {
-            const gguf_tensor *a = &f->tensors[sp[i - 1].idx], *b = &f->tensors[sp[i].idx];
+            const pe_gguf_tensor *a = &f->tensors[sp[i - 1].idx], *b = &f->tensors[sp[i].idx];
             r->ctx[0] = '\0';
             fail(r,
                  "tensor '%s' data [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' data [%" PRIu64
@@ -439,11 +440,11 @@ out:
     return rc;
 }
 
-static int parse(gguf_file *f, char *err, size_t errlen)
+static int parse(pe_gguf_file *f, char *err, size_t errlen)
 {
     rd r = {.base = f->base, .size = f->size, .err = err, .errlen = errlen};
     const uint8_t *magic = NULL;
-    const gguf_kv *al;
+    const pe_gguf_kv *al;
 
     snprintf(r.ctx, sizeof r.ctx, "header");
     if (rd_bytes(&r, 4, "magic", &magic) != 0) return -1;
@@ -481,13 +482,13 @@ static int parse(gguf_file *f, char *err, size_t errlen)
     }
 
     r.ctx[0] = '\0';
-    f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    al = gguf_find_kv(f, "general.alignment");
+    f->alignment = PE_GGUF_DEFAULT_ALIGNMENT;
+    al = pe_gguf_find_kv(f, "general.alignment");
     if (al) {
         uint32_t a;
         snprintf(r.ctx, sizeof r.ctx, "kv 'general.alignment'");
-        if (al->type != GGUF_TYPE_UINT32) {
-            return fail(&r, "type %s, expected u32", gguf_type_name(al->type));
+        if (al->type != PE_GGUF_TYPE_UINT32) {
+            return fail(&r, "type %s, expected u32", pe_gguf_type_name(al->type));
         }
         memcpy(&a, al->data, 4);
         if (a == 0 || (a & (a - 1)) != 0) return fail(&r, "%" PRIu32 " is not a power of two", a);
@@ -502,9 +503,9 @@ static int parse(gguf_file *f, char *err, size_t errlen)
     return check_tensor_data(f, &r);
 }
 
-int gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, size_t errlen)
+int pe_gguf_open_memory(const void *data, size_t size, pe_gguf_file **out, char *err, size_t errlen)
 {
-    gguf_file *f;
+    pe_gguf_file *f;
     *out = NULL;
     if (!data && size) {
         set_err(err, errlen, "no buffer");
@@ -518,14 +519,14 @@ int gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, 
     f->base = data;
     f->size = size;
     if (parse(f, err, errlen) != 0) {
-        gguf_close(f);
+        pe_gguf_close(f);
         return -1;
     }
     *out = f;
     return 0;
 }
 
-int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen)
+int pe_gguf_open(const char *path, pe_gguf_file **out, char *err, size_t errlen)
 {
     struct stat st;
     void *map = NULL;
@@ -557,7 +558,7 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen)
         }
     }
     close(fd);
-    rc = gguf_open_memory(map, map ? (size_t)st.st_size : 0, out, err, errlen);
+    rc = pe_gguf_open_memory(map, map ? (size_t)st.st_size : 0, out, err, errlen);
     if (rc != 0) {
         if (map) munmap(map, (size_t)st.st_size);
         return -1;
@@ -566,7 +567,7 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen)
     return 0;
 }
 
-void gguf_close(gguf_file *f)
+void pe_gguf_close(pe_gguf_file *f)
 {
     if (!f) return;
     if (f->kvs) {
@@ -581,59 +582,59 @@ void gguf_close(gguf_file *f)
     free(f);
 }
 
-uint32_t gguf_version(const gguf_file *f)
+uint32_t pe_gguf_version(const pe_gguf_file *f)
 {
     return f->version;
 }
 
-uint64_t gguf_alignment(const gguf_file *f)
+uint64_t pe_gguf_alignment(const pe_gguf_file *f)
 {
     return f->alignment;
 }
 
-uint64_t gguf_data_offset(const gguf_file *f)
+uint64_t pe_gguf_data_offset(const pe_gguf_file *f)
 {
     return f->data_offset;
 }
 
-uint64_t gguf_file_size(const gguf_file *f)
+uint64_t pe_gguf_file_size(const pe_gguf_file *f)
 {
     return f->size;
 }
 
-uint64_t gguf_n_kv(const gguf_file *f)
+uint64_t pe_gguf_n_kv(const pe_gguf_file *f)
 {
     return f->n_kv;
 }
 
-const gguf_kv *gguf_kv_at(const gguf_file *f, uint64_t i)
+const pe_gguf_kv *pe_gguf_kv_at(const pe_gguf_file *f, uint64_t i)
 {
     return i < f->n_kv ? &f->kvs[i] : NULL;
 }
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key)
+const pe_gguf_kv *pe_gguf_find_kv(const pe_gguf_file *f, const char *key)
 {
     uint64_t i = table_find(&f->kv_table, key, strlen(key));
     return i == UINT64_MAX ? NULL : &f->kvs[i];
 }
 
-uint64_t gguf_n_tensors(const gguf_file *f)
+uint64_t pe_gguf_n_tensors(const pe_gguf_file *f)
 {
     return f->n_tensors;
 }
 
-const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i)
+const pe_gguf_tensor *pe_gguf_tensor_at(const pe_gguf_file *f, uint64_t i)
 {
     return i < f->n_tensors ? &f->tensors[i] : NULL;
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
+const pe_gguf_tensor *pe_gguf_find_tensor(const pe_gguf_file *f, const char *name)
 {
     uint64_t i = table_find(&f->tensor_table, name, strlen(name));
     return i == UINT64_MAX ? NULL : &f->tensors[i];
 }
 
-int gguf_str_eq(gguf_str s, const char *c)
+int pe_gguf_str_eq(pe_gguf_str s, const char *c)
 {
     return str_eq(s, c, strlen(c));
 }
@@ -647,40 +648,40 @@ static int int_value(uint32_t type, const uint8_t *p, uint64_t *mag, int *neg)
     int64_t s;
     *neg = 0;
     switch (type) {
-    case GGUF_TYPE_UINT8:
+    case PE_GGUF_TYPE_UINT8:
         *mag = p[0];
         return 0;
-    case GGUF_TYPE_UINT16: {
+    case PE_GGUF_TYPE_UINT16: {
         uint16_t v;
         memcpy(&v, p, 2);
         *mag = v;
         return 0;
     }
-    case GGUF_TYPE_UINT32: {
+    case PE_GGUF_TYPE_UINT32: {
         uint32_t v;
         memcpy(&v, p, 4);
         *mag = v;
         return 0;
     }
-    case GGUF_TYPE_UINT64:
+    case PE_GGUF_TYPE_UINT64:
         memcpy(mag, p, 8);
         return 0;
-    case GGUF_TYPE_INT8:
+    case PE_GGUF_TYPE_INT8:
         s = (int8_t)p[0];
         break;
-    case GGUF_TYPE_INT16: {
+    case PE_GGUF_TYPE_INT16: {
         int16_t v;
         memcpy(&v, p, 2);
         s = v;
         break;
     }
-    case GGUF_TYPE_INT32: {
+    case PE_GGUF_TYPE_INT32: {
         int32_t v;
         memcpy(&v, p, 4);
         s = v;
         break;
     }
-    case GGUF_TYPE_INT64:
+    case PE_GGUF_TYPE_INT64:
         memcpy(&s, p, 8);
         break;
     default:
@@ -692,14 +693,14 @@ static int int_value(uint32_t type, const uint8_t *p, uint64_t *mag, int *neg)
 }
 
 /* Returns 0 with the kv's integer value in (mag, neg), -1 if absent, -2 if not an integer. */
-static int get_int(const gguf_file *f, const char *key, uint64_t *mag, int *neg)
+static int get_int(const pe_gguf_file *f, const char *key, uint64_t *mag, int *neg)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const pe_gguf_kv *kv = pe_gguf_find_kv(f, key);
     if (!kv) return -1;
     return int_value(kv->type, kv->data, mag, neg);
 }
 
-int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out)
+int pe_gguf_get_u32(const pe_gguf_file *f, const char *key, uint32_t *out)
 {
     uint64_t mag;
     int neg, rc = get_int(f, key, &mag, &neg);
@@ -709,7 +710,7 @@ int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out)
     return 0;
 }
 
-int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out)
+int pe_gguf_get_u64(const pe_gguf_file *f, const char *key, uint64_t *out)
 {
     uint64_t mag;
     int neg, rc = get_int(f, key, &mag, &neg);
@@ -719,7 +720,7 @@ int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out)
     return 0;
 }
 
-int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out)
+int pe_gguf_get_i32(const pe_gguf_file *f, const char *key, int32_t *out)
 {
     uint64_t mag;
     int neg, rc = get_int(f, key, &mag, &neg);
@@ -729,15 +730,15 @@ int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out)
     return 0;
 }
 
-int gguf_get_f32(const gguf_file *f, const char *key, float *out)
+int pe_gguf_get_f32(const pe_gguf_file *f, const char *key, float *out)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const pe_gguf_kv *kv = pe_gguf_find_kv(f, key);
     if (!kv) return -1;
-    if (kv->type == GGUF_TYPE_FLOAT32) {
+    if (kv->type == PE_GGUF_TYPE_FLOAT32) {
         memcpy(out, kv->data, 4);
         return 0;
     }
-    if (kv->type == GGUF_TYPE_FLOAT64) {
+    if (kv->type == PE_GGUF_TYPE_FLOAT64) {
         double d;
         memcpy(&d, kv->data, 8);
         *out = (float)d;
@@ -746,93 +747,94 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out)
     return -2;
 }
 
-int gguf_get_bool(const gguf_file *f, const char *key, int *out)
+int pe_gguf_get_bool(const pe_gguf_file *f, const char *key, int *out)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const pe_gguf_kv *kv = pe_gguf_find_kv(f, key);
     if (!kv) return -1;
-    if (kv->type != GGUF_TYPE_BOOL) return -2;
+    if (kv->type != PE_GGUF_TYPE_BOOL) return -2;
     *out = kv->data[0] != 0;
     return 0;
 }
 
-int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out)
+int pe_gguf_get_str(const pe_gguf_file *f, const char *key, pe_gguf_str *out)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const pe_gguf_kv *kv = pe_gguf_find_kv(f, key);
     if (!kv) return -1;
-    if (kv->type != GGUF_TYPE_STRING) return -2;
+    if (kv->type != PE_GGUF_TYPE_STRING) return -2;
     memcpy(&out->len, kv->data, 8);
     out->ptr = (const char *)kv->data + 8;
     return 0;
 }
 
-int gguf_get_arr(const gguf_file *f, const char *key, uint32_t elem_type, const gguf_kv **kv)
+int pe_gguf_get_arr(const pe_gguf_file *f, const char *key, uint32_t elem_type,
+                    const pe_gguf_kv **kv)
 {
-    const gguf_kv *k = gguf_find_kv(f, key);
+    const pe_gguf_kv *k = pe_gguf_find_kv(f, key);
     if (!k) return -1;
-    if (k->type != GGUF_TYPE_ARRAY || k->arr_type != elem_type) return -2;
+    if (k->type != PE_GGUF_TYPE_ARRAY || k->arr_type != elem_type) return -2;
     *kv = k;
     return 0;
 }
 
-gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i)
+pe_gguf_str pe_gguf_arr_str(const pe_gguf_kv *kv, uint64_t i)
 {
-    gguf_str none = {"", 0};
+    pe_gguf_str none = {"", 0};
     if (!kv->strs || i >= kv->n) return none;
     return kv->strs[i];
 }
 
 /* Element i of a numeric array, as double; 0 when not numeric or out of range. */
-double gguf_arr_f64(const gguf_kv *kv, uint64_t i)
+double pe_gguf_arr_f64(const pe_gguf_kv *kv, uint64_t i)
 {
     const uint8_t *p = NULL;
     uint64_t mag;
     int neg;
-    if (kv->type != GGUF_TYPE_ARRAY || i >= kv->n || scalar_size(kv->arr_type) == 0) return 0;
+    if (kv->type != PE_GGUF_TYPE_ARRAY || i >= kv->n || scalar_size(kv->arr_type) == 0) return 0;
     p = kv->data + i * scalar_size(kv->arr_type);
-    if (kv->arr_type == GGUF_TYPE_FLOAT32) {
+    if (kv->arr_type == PE_GGUF_TYPE_FLOAT32) {
         float v;
         memcpy(&v, p, 4);
         return v;
     }
-    if (kv->arr_type == GGUF_TYPE_FLOAT64) {
+    if (kv->arr_type == PE_GGUF_TYPE_FLOAT64) {
         double v;
         memcpy(&v, p, 8);
         return v;
     }
-    if (kv->arr_type == GGUF_TYPE_BOOL) return p[0] != 0;
+    if (kv->arr_type == PE_GGUF_TYPE_BOOL) return p[0] != 0;
     if (int_value(kv->arr_type, p, &mag, &neg) != 0) return 0;
     return neg ? -(double)mag : (double)mag;
 }
 
 /* Element i of a numeric array, as int64 (floats truncated, out-of-range values clamped);
  * 0 when not numeric or out of range. */
-int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i)
+int64_t pe_gguf_arr_i64(const pe_gguf_kv *kv, uint64_t i)
 {
     const uint8_t *p = NULL;
     uint64_t mag;
     int neg;
-    if (kv->type != GGUF_TYPE_ARRAY || i >= kv->n || scalar_size(kv->arr_type) == 0) return 0;
+    if (kv->type != PE_GGUF_TYPE_ARRAY || i >= kv->n || scalar_size(kv->arr_type) == 0) return 0;
     p = kv->data + i * scalar_size(kv->arr_type);
-    if (kv->arr_type == GGUF_TYPE_FLOAT32 || kv->arr_type == GGUF_TYPE_FLOAT64) {
-        double d = gguf_arr_f64(kv, i);
+    if (kv->arr_type == PE_GGUF_TYPE_FLOAT32 || kv->arr_type == PE_GGUF_TYPE_FLOAT64) {
+        double d = pe_gguf_arr_f64(kv, i);
         if (!(d == d)) return 0; /* NaN */
         if (d >= 9223372036854775807.0) return INT64_MAX;
         if (d <= -9223372036854775808.0) return INT64_MIN;
         return (int64_t)d;
     }
-    if (kv->arr_type == GGUF_TYPE_BOOL) return p[0] != 0;
+    if (kv->arr_type == PE_GGUF_TYPE_BOOL) return p[0] != 0;
     if (int_value(kv->arr_type, p, &mag, &neg) != 0) return 0;
     if (neg) return mag > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)mag;
     return mag > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)mag;
 }
 
-const char *gguf_type_name(uint32_t t)
+const char *pe_gguf_type_name(uint32_t t)
 {
-    static const char *const names[GGUF_TYPE_COUNT] = {
+    static const char *const names[PE_GGUF_TYPE_COUNT] = {
         "u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
         "bool", "string", "array", "u64", "i64", "f64",
     };
-    return t < GGUF_TYPE_COUNT ? names[t] : "unknown";
+    return t < PE_GGUF_TYPE_COUNT ? names[t] : "unknown";
 }
 
 /* ---- rendering values as text ---- */
@@ -909,7 +911,7 @@ static size_t utf8_len(const unsigned char *p, uint64_t n)
 
 /* Appends s quoted, with control characters and invalid UTF-8 escaped; at most max_bytes
  * of the string are shown. */
-static void sb_quoted(sbuf *b, gguf_str s, uint64_t max_bytes)
+static void sb_quoted(sbuf *b, pe_gguf_str s, uint64_t max_bytes)
 {
     const unsigned char *p = (const unsigned char *)s.ptr;
     uint64_t i = 0;
@@ -955,11 +957,11 @@ static uint64_t value_span(uint32_t type, const uint8_t *p)
 {
     uint64_t n;
     uint32_t et;
-    if (type == GGUF_TYPE_STRING) {
+    if (type == PE_GGUF_TYPE_STRING) {
         memcpy(&n, p, 8);
         return 8 + n;
     }
-    if (type != GGUF_TYPE_ARRAY) return scalar_size(type);
+    if (type != PE_GGUF_TYPE_ARRAY) return scalar_size(type);
     memcpy(&et, p, 4);
     memcpy(&n, p + 4, 8);
     return 12 + array_body_span(et, n, p + 12);
@@ -969,18 +971,18 @@ static void render_scalar(sbuf *b, uint32_t type, const uint8_t *p)
 {
     uint64_t mag;
     int neg;
-    if (type == GGUF_TYPE_FLOAT32) {
+    if (type == PE_GGUF_TYPE_FLOAT32) {
         float v;
         memcpy(&v, p, 4);
         sb_fmt(b, "%.7g", (double)v);
-    } else if (type == GGUF_TYPE_FLOAT64) {
+    } else if (type == PE_GGUF_TYPE_FLOAT64) {
         double v;
         memcpy(&v, p, 8);
         sb_fmt(b, "%.15g", v);
-    } else if (type == GGUF_TYPE_BOOL) {
+    } else if (type == PE_GGUF_TYPE_BOOL) {
         sb_str(b, p[0] ? "true" : "false");
-    } else if (type == GGUF_TYPE_STRING) {
-        gguf_str s;
+    } else if (type == PE_GGUF_TYPE_STRING) {
+        pe_gguf_str s;
         memcpy(&s.len, p, 8);
         s.ptr = (const char *)p + 8;
         sb_quoted(b, s, 200);
@@ -994,7 +996,7 @@ static void render_array(sbuf *b, uint32_t elem_type, uint64_t n, const uint8_t 
                          uint64_t max_elems, int depth)
 {
     uint64_t off = 0;
-    sb_fmt(b, "[%" PRIu64 " x %s]", n, gguf_type_name(elem_type));
+    sb_fmt(b, "[%" PRIu64 " x %s]", n, pe_gguf_type_name(elem_type));
     if (depth > 1) return; /* inner arrays of nested arrays: type and length only */
     sb_str(b, " [");
     for (uint64_t i = 0; i < n && !b->full; i++) {
@@ -1003,14 +1005,14 @@ static void render_array(sbuf *b, uint32_t elem_type, uint64_t n, const uint8_t 
             sb_str(b, "...");
             break;
         }
-        if (elem_type == GGUF_TYPE_ARRAY) {
+        if (elem_type == PE_GGUF_TYPE_ARRAY) {
             uint32_t et;
             uint64_t m;
             memcpy(&et, p + off, 4);
             memcpy(&m, p + off + 4, 8);
             render_array(b, et, m, p + off + 12, max_elems, depth + 1);
-        } else if (elem_type == GGUF_TYPE_STRING) {
-            gguf_str s;
+        } else if (elem_type == PE_GGUF_TYPE_STRING) {
+            pe_gguf_str s;
             memcpy(&s.len, p + off, 8);
             s.ptr = (const char *)p + off + 8;
             sb_quoted(b, s, 40);
@@ -1022,12 +1024,12 @@ static void render_array(sbuf *b, uint32_t elem_type, uint64_t n, const uint8_t 
     sb_str(b, "]");
 }
 
-void gguf_kv_to_string(const gguf_kv *kv, char *buf, size_t buflen)
+void pe_gguf_kv_to_string(const pe_gguf_kv *kv, char *buf, size_t buflen)
 {
     sbuf b = {buf, buflen, 0, 0};
     if (buflen == 0) return;
     buf[0] = '\0';
-    if (kv->type == GGUF_TYPE_ARRAY) {
+    if (kv->type == PE_GGUF_TYPE_ARRAY) {
         render_array(&b, kv->arr_type, kv->n, kv->data, 8, 1);
     } else {
         render_scalar(&b, kv->type, kv->data);
@@ -1050,7 +1052,7 @@ typedef struct wtensor {
     uint64_t n_bytes, row_bytes, offset;
 } wtensor;
 
-struct gguf_writer {
+struct pe_gguf_writer {
     uint32_t version;
     uint64_t alignment;
     wkv *kvs;
@@ -1059,10 +1061,10 @@ struct gguf_writer {
     uint64_t n_t, cap_t;
 };
 
-gguf_writer *gguf_writer_create(uint32_t version, uint64_t alignment)
+pe_gguf_writer *pe_gguf_writer_create(uint32_t version, uint64_t alignment)
 {
-    gguf_writer *w;
-    if (alignment == 0) alignment = GGUF_DEFAULT_ALIGNMENT;
+    pe_gguf_writer *w;
+    if (alignment == 0) alignment = PE_GGUF_DEFAULT_ALIGNMENT;
     if ((version != 2 && version != 3) || (alignment & (alignment - 1)) != 0 ||
         alignment > UINT32_MAX) {
         return NULL;
@@ -1070,16 +1072,16 @@ gguf_writer *gguf_writer_create(uint32_t version, uint64_t alignment)
     w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->version = version;
-    w->alignment = GGUF_DEFAULT_ALIGNMENT;
-    if (alignment != GGUF_DEFAULT_ALIGNMENT &&
-        gguf_writer_set_u32(w, "general.alignment", (uint32_t)alignment) != 0) {
-        gguf_writer_destroy(w);
+    w->alignment = PE_GGUF_DEFAULT_ALIGNMENT;
+    if (alignment != PE_GGUF_DEFAULT_ALIGNMENT &&
+        pe_gguf_writer_set_u32(w, "general.alignment", (uint32_t)alignment) != 0) {
+        pe_gguf_writer_destroy(w);
         return NULL;
     }
     return w;
 }
 
-void gguf_writer_destroy(gguf_writer *w)
+void pe_gguf_writer_destroy(pe_gguf_writer *w)
 {
     if (!w) return;
     for (uint64_t i = 0; i < w->n_kv; i++) {
@@ -1103,7 +1105,7 @@ static char *dup_str(const char *s, size_t n)
 }
 
 /* Adds or replaces key with an encoded value; takes ownership of val (freed on failure). */
-static int put_kv(gguf_writer *w, const char *key, uint32_t type, uint8_t *val, uint64_t val_len)
+static int put_kv(pe_gguf_writer *w, const char *key, uint32_t type, uint8_t *val, uint64_t val_len)
 {
     wkv *kv = NULL;
     if (!key) {
@@ -1140,7 +1142,7 @@ static int put_kv(gguf_writer *w, const char *key, uint32_t type, uint8_t *val, 
     kv->val = val;
     kv->val_len = val_len;
     /* The writer pads to the alignment the file declares. */
-    if (strcmp(key, "general.alignment") == 0 && type == GGUF_TYPE_UINT32) {
+    if (strcmp(key, "general.alignment") == 0 && type == PE_GGUF_TYPE_UINT32) {
         uint32_t a;
         memcpy(&a, val, 4);
         if (a != 0 && (a & (a - 1)) == 0) w->alignment = a;
@@ -1148,7 +1150,7 @@ static int put_kv(gguf_writer *w, const char *key, uint32_t type, uint8_t *val, 
     return 0;
 }
 
-static int put_bytes(gguf_writer *w, const char *key, uint32_t type, const void *v, uint64_t n)
+static int put_bytes(pe_gguf_writer *w, const char *key, uint32_t type, const void *v, uint64_t n)
 {
     uint8_t *val = malloc(n ? n : 1);
     if (!val) return -1;
@@ -1156,50 +1158,50 @@ static int put_bytes(gguf_writer *w, const char *key, uint32_t type, const void 
     return put_kv(w, key, type, val, n);
 }
 
-int gguf_writer_set_val(gguf_writer *w, const char *key, uint32_t type, const void *v)
+int pe_gguf_writer_set_val(pe_gguf_writer *w, const char *key, uint32_t type, const void *v)
 {
     if (scalar_size(type) == 0) return -1;
     return put_bytes(w, key, type, v, scalar_size(type));
 }
 
-int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v)
+int pe_gguf_writer_set_u32(pe_gguf_writer *w, const char *key, uint32_t v)
 {
-    return put_bytes(w, key, GGUF_TYPE_UINT32, &v, 4);
+    return put_bytes(w, key, PE_GGUF_TYPE_UINT32, &v, 4);
 }
 
-int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v)
+int pe_gguf_writer_set_i32(pe_gguf_writer *w, const char *key, int32_t v)
 {
-    return put_bytes(w, key, GGUF_TYPE_INT32, &v, 4);
+    return put_bytes(w, key, PE_GGUF_TYPE_INT32, &v, 4);
 }
 
-int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v)
+int pe_gguf_writer_set_u64(pe_gguf_writer *w, const char *key, uint64_t v)
 {
-    return put_bytes(w, key, GGUF_TYPE_UINT64, &v, 8);
+    return put_bytes(w, key, PE_GGUF_TYPE_UINT64, &v, 8);
 }
 
-int gguf_writer_set_f32(gguf_writer *w, const char *key, float v)
+int pe_gguf_writer_set_f32(pe_gguf_writer *w, const char *key, float v)
 {
-    return put_bytes(w, key, GGUF_TYPE_FLOAT32, &v, 4);
+    return put_bytes(w, key, PE_GGUF_TYPE_FLOAT32, &v, 4);
 }
 
-int gguf_writer_set_bool(gguf_writer *w, const char *key, int v)
+int pe_gguf_writer_set_bool(pe_gguf_writer *w, const char *key, int v)
 {
     uint8_t b = v != 0;
-    return put_bytes(w, key, GGUF_TYPE_BOOL, &b, 1);
+    return put_bytes(w, key, PE_GGUF_TYPE_BOOL, &b, 1);
 }
 
-int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
+int pe_gguf_writer_set_str(pe_gguf_writer *w, const char *key, const char *v)
 {
     uint64_t n = strlen(v);
     uint8_t *val = malloc(8 + n);
     if (!val) return -1;
     memcpy(val, &n, 8);
     memcpy(val + 8, v, n);
-    return put_kv(w, key, GGUF_TYPE_STRING, val, 8 + n);
+    return put_kv(w, key, PE_GGUF_TYPE_STRING, val, 8 + n);
 }
 
-int gguf_writer_set_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
-                        uint64_t n)
+int pe_gguf_writer_set_arr(pe_gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
+                           uint64_t n)
 {
     uint64_t esz = scalar_size(elem_type);
     uint8_t *val;
@@ -1209,13 +1211,14 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, uint32_t elem_type, con
     memcpy(val, &elem_type, 4);
     memcpy(val + 4, &n, 8);
     if (n) memcpy(val + 12, data, n * esz);
-    return put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + n * esz);
+    return put_kv(w, key, PE_GGUF_TYPE_ARRAY, val, 12 + n * esz);
 }
 
-int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const gguf_str *strs, uint64_t n)
+int pe_gguf_writer_set_arr_str(pe_gguf_writer *w, const char *key, const pe_gguf_str *strs,
+                               uint64_t n)
 {
     uint64_t len = 12;
-    uint32_t et = GGUF_TYPE_STRING;
+    uint32_t et = PE_GGUF_TYPE_STRING;
     uint8_t *val, *p;
     for (uint64_t i = 0; i < n; i++)
         len += 8 + strs[i].len;
@@ -1229,17 +1232,17 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const gguf_str *str
         if (strs[i].len) memcpy(p + 8, strs[i].ptr, strs[i].len);
         p += 8 + strs[i].len;
     }
-    return put_kv(w, key, GGUF_TYPE_ARRAY, val, len);
+    return put_kv(w, key, PE_GGUF_TYPE_ARRAY, val, len);
 }
 
-int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
+int pe_gguf_writer_copy_kv(pe_gguf_writer *w, const pe_gguf_kv *kv)
 {
     char *key;
     int rc;
-    if (kv->type >= GGUF_TYPE_COUNT) return -1;
+    if (kv->type >= PE_GGUF_TYPE_COUNT) return -1;
     key = dup_str(kv->key.ptr, kv->key.len);
     if (!key) return -1;
-    if (kv->type == GGUF_TYPE_ARRAY) {
+    if (kv->type == PE_GGUF_TYPE_ARRAY) {
         uint64_t body = array_body_span(kv->arr_type, kv->n, kv->data);
         uint8_t *val = malloc(12 + body);
         if (!val) {
@@ -1249,7 +1252,7 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
         memcpy(val, &kv->arr_type, 4);
         memcpy(val + 4, &kv->n, 8);
         if (body) memcpy(val + 12, kv->data, body);
-        rc = put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + body);
+        rc = put_kv(w, key, PE_GGUF_TYPE_ARRAY, val, 12 + body);
     } else {
         rc = put_bytes(w, key, kv->type, kv->data, value_span(kv->type, kv->data));
     }
@@ -1257,13 +1260,13 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
     return rc;
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                           const uint64_t *ne)
+int pe_gguf_writer_add_tensor(pe_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                              const uint64_t *ne)
 {
     wtensor *t;
     uint64_t n_rows = 1, row;
     if (!name || n_dims < 1 || n_dims > 4) return -1;
-    row = ggml_row_size(type, ne[0]);
+    row = pe_ggml_row_size(type, ne[0]);
     if (row == 0) return -1;
     for (uint32_t d = 1; d < n_dims; d++) {
         if (ne[d] == 0 || n_rows > UINT64_MAX / ne[d]) return -1;
@@ -1294,7 +1297,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
     return 0;
 }
 
-uint64_t gguf_writer_data_bytes(const gguf_writer *w)
+uint64_t pe_gguf_writer_data_bytes(const pe_gguf_writer *w)
 {
     uint64_t off = 0;
     for (uint64_t i = 0; i < w->n_t; i++) {
@@ -1364,7 +1367,7 @@ static int write_all(int fd, const void *p, uint64_t n)
 }
 
 typedef struct whole_ctx {
-    gguf_fill_fn fill;
+    pe_gguf_fill_fn fill;
     void *ud;
 } whole_ctx;
 
@@ -1386,7 +1389,7 @@ static uint64_t piece_bytes(const wtensor *t, uint64_t max_piece)
 
 /* Writes the file; tensors are requested in pieces of at most max_piece bytes (whole rows,
  * or one row when a row is larger). */
-static int writer_write(gguf_writer *w, const char *path, gguf_fill_chunk_fn fill, void *ud,
+static int writer_write(pe_gguf_writer *w, const char *path, pe_gguf_fill_chunk_fn fill, void *ud,
                         uint64_t max_piece, char *err, size_t errlen)
 {
     static const uint8_t zeros[256];
@@ -1499,15 +1502,15 @@ out:
     return rc;
 }
 
-int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ud, char *err,
-                      size_t errlen)
+int pe_gguf_writer_write(pe_gguf_writer *w, const char *path, pe_gguf_fill_fn fill, void *ud,
+                         char *err, size_t errlen)
 {
     whole_ctx c = {fill, ud};
     return writer_write(w, path, fill ? fill_whole : NULL, &c, UINT64_MAX, err, errlen);
 }
 
-int gguf_writer_write_chunks(gguf_writer *w, const char *path, gguf_fill_chunk_fn fill, void *ud,
-                             char *err, size_t errlen)
+int pe_gguf_writer_write_chunks(pe_gguf_writer *w, const char *path, pe_gguf_fill_chunk_fn fill,
+                                void *ud, char *err, size_t errlen)
 {
-    return writer_write(w, path, fill, ud, GGUF_CHUNK_BYTES, err, errlen);
+    return writer_write(w, path, fill, ud, PE_GGUF_CHUNK_BYTES, err, errlen);
 }
