@@ -230,13 +230,13 @@ int main(int argc, char **argv)
     const uint32_t max_depth = depths[n_depth - 1];
     uint32_t n_tok = max_depth + pp + 1;
     int32_t *toks = malloc(n_tok * sizeof *toks);
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc((size_t)pe_model_hparams(m)->n_vocab * sizeof *logits);
     result *res = calloc((size_t)n_kv * n_depth, sizeof *res);
     if (!toks || !logits || !res) return 1;
     uint64_t seed = seed0;
     toks[0] = 1;
     for (uint32_t i = 1; i < n_tok; i++)
-        toks[i] = 3 + (int32_t)(rng(&seed) % (m->hp.n_vocab - 3));
+        toks[i] = 3 + (int32_t)(rng(&seed) % (pe_model_hparams(m)->n_vocab - 3));
 
     int base_kv = 0; /* ratios per kv type are to f16, or to the first type */
     for (int k = 0; k < n_kv; k++)
@@ -246,7 +246,7 @@ int main(int argc, char **argv)
         }
     if (!json)
         printf("model %s: %.2f GiB of weights, %u threads, isa %s%s\n", model_path,
-               m->weight_bytes / 1073741824.0, threads, pe_isa_name(pe_isa_detect()),
+               pe_model_weight_bytes(m) / 1073741824.0, threads, pe_isa_name(pe_isa_detect()),
                kv_rotate ? ", kv rotated" : "");
     if (!json)
         printf("%-6s %-8s %-5s %8s %10s %12s %10s %8s %10s %12s\n", "kv", "depth", "test", "tokens",
@@ -267,8 +267,9 @@ int main(int argc, char **argv)
             return 1;
         }
         pgd_cache *cache = pe_ctx_cache(c);
-        double bpt = pgd_kv_bytes_per_token(kvs[k], cp.page_tokens, m->hp.n_layer, m->hp.n_head_kv,
-                                            m->hp.head_dim);
+        double bpt =
+            pgd_kv_bytes_per_token(kvs[k], cp.page_tokens, pe_model_hparams(m)->n_layer,
+                                   pe_model_hparams(m)->n_head_kv, pe_model_hparams(m)->head_dim);
         pgd_seq *base, *s;
         uint32_t filled = 0;
         if (pgd_seq_create(cache, NULL, 0, &base) != PGD_OK) return 1;
@@ -305,7 +306,7 @@ int main(int argc, char **argv)
                     for (uint32_t i = 0; i < tg; i++) {
                         if (pe_forward(c, s, &tok, 1, logits, 0)) return 1;
                         uint32_t best = 0;
-                        for (uint32_t v = 1; v < m->hp.n_vocab; v++)
+                        for (uint32_t v = 1; v < pe_model_hparams(m)->n_vocab; v++)
                             if (logits[v] > logits[best]) best = v;
                         tok = (int32_t)best;
                         if (rr == 0) checksum = checksum * 31 + best;

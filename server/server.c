@@ -637,7 +637,7 @@ static int model_ok(const ps_server *srv, const char *name)
 static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_error *e)
 {
     ps_server *srv = k->srv;
-    const pe_vocab *v = srv->m->vocab;
+    const pe_vocab *v = pe_model_vocab(srv->m);
     const char *param = r->kind == PS_CHAT ? "messages" : "prompt";
     char *owned = NULL;
     const char *text = r->prompt;
@@ -690,8 +690,8 @@ static enum MHD_Result handle_generate(conn *k)
     enum MHD_Result ret;
 
     k->kind = k->rt == R_CHAT ? PS_CHAT : PS_COMPLETION;
-    if (ps_req_parse(k->kind, k->body.data ? k->body.data : "", k->body.len, srv->m->hp.n_vocab, &r,
-                     &e))
+    if (ps_req_parse(k->kind, k->body.data ? k->body.data : "", k->body.len,
+                     pe_model_hparams(srv->m)->n_vocab, &r, &e))
         return send_error(k, &e, 0);
     if (r.model && !model_ok(srv, r.model)) {
         ps_err(&e, 404, "model", "model_not_found",
@@ -712,7 +712,7 @@ static enum MHD_Result handle_generate(conn *k)
         stops[n_stops++] = r.stop[i];
     for (size_t i = 0; k->kind == PS_CHAT && i < srv->n_chat_stops; i++)
         stops[n_stops++] = srv->chat_stops[i];
-    if (ps_textout_init(&k->tx, srv->m->vocab, stops, n_stops)) {
+    if (ps_textout_init(&k->tx, pe_model_vocab(srv->m), stops, n_stops)) {
         ps_err(&e, 500, NULL, NULL, "out of memory");
         goto error;
     }
@@ -805,12 +805,12 @@ static enum MHD_Result handle_models(conn *k)
 {
     ps_server *srv = k->srv;
     /* "pagoda": what a client (pagoda bench) needs to build token prompts and size work. */
-    json_t *m =
-        json_pack("{s:s,s:s,s:I,s:s,s:I,s:{s:I,s:I,s:I,s:s}}", "id", srv->model_id, "object",
-                  "model", "created", (json_int_t)srv->t_start, "owned_by", "pagoda",
-                  "max_model_len", (json_int_t)srv->info.n_ctx, "pagoda", "n_vocab",
-                  (json_int_t)srv->m->hp.n_vocab, "n_ctx", (json_int_t)srv->info.n_ctx,
-                  "page_tokens", (json_int_t)srv->info.page_tokens, "kv_type", srv->kv_type_name);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:I,s:{s:I,s:I,s:I,s:s}}", "id", srv->model_id,
+                          "object", "model", "created", (json_int_t)srv->t_start, "owned_by",
+                          "pagoda", "max_model_len", (json_int_t)srv->info.n_ctx, "pagoda",
+                          "n_vocab", (json_int_t)pe_model_hparams(srv->m)->n_vocab, "n_ctx",
+                          (json_int_t)srv->info.n_ctx, "page_tokens",
+                          (json_int_t)srv->info.page_tokens, "kv_type", srv->kv_type_name);
     if (!m) return MHD_NO;
     json_t *o;
     if (k->rt == R_MODEL_ONE) {
@@ -1040,13 +1040,13 @@ ps_server_params ps_server_default_params(void)
 /* The template's turn-end strings that the tokenizer does not already stop on. */
 static int setup_chat(ps_server *srv)
 {
-    const pe_vocab *v = srv->m->vocab;
+    const pe_vocab *v = pe_model_vocab(srv->m);
     if (srv->p.chat_family >= 0) {
         srv->chat = (pe_chat_family)srv->p.chat_family;
     } else {
         pe_gguf_str t;
         char *tmpl = NULL;
-        if (pe_gguf_get_str(srv->m->gf, "tokenizer.chat_template", &t) == 0) {
+        if (pe_gguf_get_str(pe_model_gguf(srv->m), "tokenizer.chat_template", &t) == 0) {
             tmpl = malloc(t.len + 1);
             if (!tmpl) return -1;
             memcpy(tmpl, t.ptr, t.len);
@@ -1111,8 +1111,9 @@ int ps_server_start(const ps_server_params *pp, pe_model *m, pe_ctx *ctx, pe_sch
     srv->info.model_id = srv->model_id;
     srv->info.kv_type = srv->kv_type_name;
     srv->info.page_tokens = pgd_cache_page_tokens(srv->cache);
-    srv->info.kv_bytes_per_token = pgd_kv_bytes_per_token(
-        cp->kv_type, srv->info.page_tokens, m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim);
+    srv->info.kv_bytes_per_token =
+        pgd_kv_bytes_per_token(cp->kv_type, srv->info.page_tokens, pe_model_hparams(m)->n_layer,
+                               pe_model_hparams(m)->n_head_kv, pe_model_hparams(m)->head_dim);
     srv->info.n_ctx = cp->n_ctx;
     srv->info.prefix_cache = p.prefix_cache;
 

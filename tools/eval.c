@@ -159,13 +159,13 @@ typedef struct eval_run {
  * context and scores its second half. Returns 0 or a negative pgd_status. */
 static int eval_chunk(eval_run *r, const int32_t *tokens, int add_bos, eval_sums *s)
 {
-    const uint32_t V = r->m->hp.n_vocab, n_ctx = r->n_ctx, first = n_ctx / 2;
+    const uint32_t V = pe_model_hparams(r->m)->n_vocab, n_ctx = r->n_ctx, first = n_ctx / 2;
     pe_ctx *ctxs[2] = {r->ctx, r->ref};
     float *lgs[2] = {r->lg, r->lg_ref};
     pgd_seq *seqs[2] = {NULL, NULL};
     int rc = 0;
     memcpy(r->chunk, tokens, n_ctx * sizeof *r->chunk);
-    if (add_bos) r->chunk[0] = pe_vocab_bos(r->m->vocab);
+    if (add_bos) r->chunk[0] = pe_vocab_bos(pe_model_vocab(r->m));
     for (int k = 0; k < 2 && rc == 0; k++)
         if (ctxs[k]) rc = pgd_seq_create(pe_ctx_cache(ctxs[k]), NULL, 0, &seqs[k]);
     for (uint32_t b = 0; b < n_ctx && rc == 0; b += r->n_batch) {
@@ -312,12 +312,12 @@ int cmd_eval(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
     }
-    const uint32_t V = m->hp.n_vocab;
-    if (cp.n_ctx > m->hp.n_ctx_train)
+    const uint32_t V = pe_model_hparams(m)->n_vocab;
+    if (cp.n_ctx > pe_model_hparams(m)->n_ctx_train)
         fprintf(stderr, "%s: note: context %u is beyond the model's training context %u\n", cmd,
-                cp.n_ctx, m->hp.n_ctx_train);
-    int add_bos = pe_vocab_add_bos(m->vocab) && pe_vocab_bos(m->vocab) >= 0;
-    int64_t n_tokens = pe_tokenize(m->vocab, text, text_len, 1, 0, NULL, 0);
+                cp.n_ctx, pe_model_hparams(m)->n_ctx_train);
+    int add_bos = pe_vocab_add_bos(pe_model_vocab(m)) && pe_vocab_bos(pe_model_vocab(m)) >= 0;
+    int64_t n_tokens = pe_tokenize(pe_model_vocab(m), text, text_len, 1, 0, NULL, 0);
     if (n_tokens < 0) {
         fprintf(stderr, "%s: cannot tokenize %s: %s\n", cmd, text_path,
                 pgd_strerror((int)n_tokens));
@@ -334,7 +334,7 @@ int cmd_eval(int argc, char **argv)
         fprintf(stderr, "%s: out of memory for %lld tokens\n", cmd, (long long)n_tokens);
         goto out;
     }
-    pe_tokenize(m->vocab, text, text_len, 1, 0, tokens, (size_t)n_tokens);
+    pe_tokenize(pe_model_vocab(m), text, text_len, 1, 0, tokens, (size_t)n_tokens);
 
     int compared = cp.kv_type != PGD_KV_F32 || cp.kv_rotate || cp.kv_select_pages;
     cp.kv_tokens = cp.n_ctx;
@@ -382,7 +382,7 @@ int cmd_eval(int argc, char **argv)
     double nll = s.nll / (double)s.n, ppl = exp(nll);
     double var = s.nll2 / (double)s.n - nll * nll;
     double ppl_err = var > 0 && s.n > 1 ? sqrt(var / (double)(s.n - 1)) * ppl : 0;
-    const pe_hparams *hp = &m->hp;
+    const pe_hparams *hp = pe_model_hparams(m);
     double bpt = pgd_kv_bytes_per_token(ap->kv_type, ap->page_tokens, hp->n_layer, hp->n_head_kv,
                                         hp->head_dim);
     double bpt32 = pgd_kv_bytes_per_token(PGD_KV_F32, ap->page_tokens, hp->n_layer, hp->n_head_kv,

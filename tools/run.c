@@ -248,21 +248,21 @@ int cmd_run(int argc, char **argv)
     }
     const pe_ctx_params *ap = pe_ctx_params_get(ctx);
     size_t plen = strlen(prompt);
-    int add_bos = pe_vocab_add_bos(m->vocab);
-    int64_t n_prompt = pe_tokenize(m->vocab, prompt, plen, add_bos, 1, NULL, 0);
+    int add_bos = pe_vocab_add_bos(pe_model_vocab(m));
+    int64_t n_prompt = pe_tokenize(pe_model_vocab(m), prompt, plen, add_bos, 1, NULL, 0);
     if (n_prompt < 0) {
         fprintf(stderr, "%s: cannot tokenize the prompt\n", cmd);
         goto out;
     }
     uint64_t n_gen_max = n_predict < 0 ? ap->n_ctx : (uint64_t)n_predict;
     toks = malloc(((size_t)n_prompt + n_gen_max + 1) * sizeof *toks);
-    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    smp = pe_sampler_create(&sp, m->hp.n_vocab);
+    logits = malloc((size_t)pe_model_hparams(m)->n_vocab * sizeof *logits);
+    smp = pe_sampler_create(&sp, pe_model_hparams(m)->n_vocab);
     if (!toks || !logits || !smp) {
         fprintf(stderr, "%s: out of memory\n", cmd);
         goto out;
     }
-    pe_tokenize(m->vocab, prompt, plen, add_bos, 1, toks, (size_t)n_prompt);
+    pe_tokenize(pe_model_vocab(m), prompt, plen, add_bos, 1, toks, (size_t)n_prompt);
     if (n_prompt == 0) {
         fprintf(stderr, "%s: the prompt is empty and the model adds no BOS token\n", cmd);
         goto out;
@@ -277,9 +277,9 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     pe_detok dt;
-    pe_detok_init(&dt, m->vocab);
+    pe_detok_init(&dt, pe_model_vocab(m));
     /* A piece never exceeds the longest token plus a held partial UTF-8 sequence. */
-    size_t piece_cap = pe_vocab_max_piece(m->vocab) + 16;
+    size_t piece_cap = pe_vocab_max_piece(pe_model_vocab(m)) + 16;
     piece = malloc(piece_cap);
     if (!piece) {
         fprintf(stderr, "%s: out of memory\n", cmd);
@@ -308,7 +308,7 @@ int cmd_run(int argc, char **argv)
     int64_t pos = n_prompt;
     while (n_gen < n_gen_max && (uint64_t)pos < ap->n_ctx) {
         int32_t tok = pe_sampler_sample(smp, logits);
-        if (pe_vocab_is_eog(m->vocab, tok)) break;
+        if (pe_vocab_is_eog(pe_model_vocab(m), tok)) break;
         pe_sampler_accept(smp, tok);
         size_t len = pe_detok_push(&dt, tok, piece, piece_cap);
         fwrite(piece, 1, len <= piece_cap ? len : 0, stdout);

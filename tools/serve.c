@@ -351,15 +351,18 @@ int cmd_serve(int argc, char **argv)
         goto out;
     }
     if (!have_ctx)
-        cp.n_ctx = m->hp.n_ctx_train < DEFAULT_CTX_CAP ? m->hp.n_ctx_train : DEFAULT_CTX_CAP;
+        cp.n_ctx = pe_model_hparams(m)->n_ctx_train < DEFAULT_CTX_CAP
+                       ? pe_model_hparams(m)->n_ctx_train
+                       : DEFAULT_CTX_CAP;
     if (!cp.page_tokens) cp.page_tokens = 16;
-    double bpt = pgd_kv_bytes_per_token(cp.kv_type, cp.page_tokens, m->hp.n_layer, m->hp.n_head_kv,
-                                        m->hp.head_dim);
+    double bpt =
+        pgd_kv_bytes_per_token(cp.kv_type, cp.page_tokens, pe_model_hparams(m)->n_layer,
+                               pe_model_hparams(m)->n_head_kv, pe_model_hparams(m)->head_dim);
     if (bpt <= 0) {
         fprintf(stderr,
                 "%s: --kv-type %s cannot store this model's heads (head_dim %u) in "
                 "pages of %u tokens\n",
-                cmd, pgd_kv_type_name(cp.kv_type), m->hp.head_dim, cp.page_tokens);
+                cmd, pgd_kv_type_name(cp.kv_type), pe_model_hparams(m)->head_dim, cp.page_tokens);
         goto out;
     }
     uint64_t kv_tokens;

@@ -145,6 +145,36 @@ static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float *
     return 0;
 }
 
+const pe_hparams *pe_model_hparams(const pe_model *m)
+{
+    return &m->hp;
+}
+
+const pe_vocab *pe_model_vocab(const pe_model *m)
+{
+    return m->vocab;
+}
+
+const pe_gguf_file *pe_model_gguf(const pe_model *m)
+{
+    return m->gf;
+}
+
+const char *pe_model_name(const pe_model *m)
+{
+    return m->name;
+}
+
+pgd_hash pe_model_fingerprint(const pe_model *m)
+{
+    return m->fingerprint;
+}
+
+uint64_t pe_model_weight_bytes(const pe_model *m)
+{
+    return m->weight_bytes;
+}
+
 void pe_model_destroy(pe_model *m)
 {
     if (!m) return;

@@ -76,6 +76,15 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
                   size_t errlen);
 void pe_model_destroy(pe_model *m);
 
+/* Accessors: what a client of the engine reads of a loaded model. Each returns a pointer
+ * valid until pe_model_destroy (the struct's layout is the engine's own). */
+const pe_hparams *pe_model_hparams(const pe_model *m);
+const pe_vocab *pe_model_vocab(const pe_model *m);
+const pe_gguf_file *pe_model_gguf(const pe_model *m); /* the file's metadata and tensors */
+const char *pe_model_name(const pe_model *m);         /* general.name, or the file name */
+pgd_hash pe_model_fingerprint(const pe_model *m);     /* seeds the prefix-cache hashes */
+uint64_t pe_model_weight_bytes(const pe_model *m);    /* bytes of all weight tensors */
+
 typedef struct pe_ctx_params {
     uint32_t n_ctx;           /* max tokens of one sequence; 0: the model's n_ctx_train */
     uint32_t n_batch;         /* max tokens per pe_forward call (chunk); default 512 */
