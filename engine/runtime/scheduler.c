@@ -504,7 +504,7 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
     while (done) {
         req *r = done;
         done = r->next;
-        pe_usage u = {r->n_prompt, r->n_cached, r->n_gen};
+        pe_usage u = {r->n_prompt, r->n_cached, r->n_gen, PGD_OK};
         r->cb(r->ud, r->id, -1, r->finish, &u);
         req_free(s, r);
     }

@@ -80,6 +80,7 @@ typedef struct pe_usage {
     uint32_t prompt_tokens;     /* the submitted prompt */
     uint32_t cached_tokens;     /* of those, matched from the cache at first admission */
     uint32_t completion_tokens; /* tokens passed to the callback */
+    int status;                 /* pgd_status: PGD_OK, or why a PE_FINISH_ERROR request failed */
 } pe_usage;
 
 /* Called on the stepping thread, without the scheduler lock: once per generated token
