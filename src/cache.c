@@ -754,11 +754,11 @@ int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32
     int rc = PGD_OK;
     if (!s || (n && (!k || !v))) return PGD_EINVAL;
     lock(c);
-    if (!c->scratch || layer >= c->g.n_layers || pos0 > s->len || n > s->len - pos0 ||
-        pos0 / pt < s->n_full || (c->window && pos0 < s->ring_lo)) {
+    if (!c->scratch || c->g.arena_device || layer >= c->g.n_layers || pos0 > s->len ||
+        n > s->len - pos0 || pos0 / pt < s->n_full || (c->window && pos0 < s->ring_lo)) {
         pgd__logf(&c->log, PGD_LOG_ERROR,
                   "cache: write_kv of positions %llu..+%u, layer %u: out of range, immutable, "
-                  "or no payload",
+                  "or no host payload",
                   (unsigned long long)pos0, n, layer);
         rc = PGD_EINVAL;
         goto out;

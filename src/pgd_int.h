@@ -173,7 +173,8 @@ typedef struct pgd__pool_geom {
     uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
     int kv_rotate; /* K and V stored rotated by pgd__hadamard(.., rotate_seed, ..) */
     uint64_t rotate_seed;
-    int key_bounds; /* pgd_pool_key_bounds available */
+    int key_bounds;   /* pgd_pool_key_bounds available */
+    int arena_device; /* payload is device memory: host paths (write_kv, attention) refuse */
 } pgd__pool_geom;
 void pgd__pool_geom_get(const pgd_pool *pool, pgd__pool_geom *out);
 /* The same, three fields (what src/attn uses). */

@@ -6,15 +6,21 @@
  *                                                       page_tokens rows of head_dim values,
  *                                                       pgd__codec_region_bytes bytes, a
  *                                                       multiple of 16)
- *     arena:  | page 0 | page 1 | ... | page n-1 |    one allocation, 64-byte aligned
+ *     arena:  | page 0 | page 1 | ... | page n-1 |    one allocation, 64-byte aligned, or
+ *                                                    the caller's (params.arena, host or
+ *                                                    device memory)
  *     meta:   ref[n]  next_free[n]                   host arrays, apart from the arena
  *     bounds: [n][n_layers][n_kv_heads][min|max][head_dim] f32 (key_bounds only)
  *
+ * Payload bytes are touched here only by copy-on-write (memcpy, or params.copy_page, the
+ * only way for a device arena).
  * Callers: cache.c (under the cache lock) and tests. Not locked itself (see pool.h).
  * Invariant: a page is either free (ref == 0, on the free list exactly once) or live
  * (ref > 0, on no list). n_free counts the free list.
  */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -52,11 +58,14 @@ struct pgd_pool {
     size_t bounds_per_page; /* floats per page in bounds */
     uint32_t n_pages;
     uint32_t n_free;
-    uint32_t free_head;  /* first free page, PGD__NONE if none */
-    uint32_t *ref;       /* [n_pages] refcounts */
-    uint32_t *next_free; /* [n_pages] free-list links */
-    void *arena_raw;     /* as allocated */
-    uint8_t *arena;      /* 64-byte aligned start of page 0 */
+    uint32_t free_head;         /* first free page, PGD__NONE if none */
+    uint32_t *ref;              /* [n_pages] refcounts */
+    uint32_t *next_free;        /* [n_pages] free-list links */
+    void *arena_raw;            /* as allocated, NULL when the arena is the caller's */
+    uint8_t *arena;             /* 64-byte aligned start of page 0 (own or params.arena) */
+    int arena_device;           /* the caller's arena is device memory: never dereferenced here */
+    pgd_copy_page_fn copy_page; /* params.copy_page, NULL: memcpy */
+    void *copy_ud;
     uint64_t n_cow_copies;
 };
 
@@ -107,10 +116,101 @@ pgd_pool_params pgd_pool_default_params(void)
     p.n_layers = 1;
     p.n_kv_heads = 1;
     p.head_dim = 64;
-    p.page_tokens = 16;
+    p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
     p.kv_type = PGD_KV_F16;
     p.capacity_bytes = 64u << 20;
     return p;
+}
+
+/* ---- validation ---- */
+
+/* What pgd_pool_create derives from valid params. */
+typedef struct pool_plan {
+    const pgd__codec *codec;
+    uint64_t head_bytes;      /* region bytes */
+    uint64_t page_bytes;      /* 2 * n_layers * n_kv_heads * head_bytes */
+    uint64_t n_pages;         /* 1 .. 2^31 */
+    uint64_t bounds_per_page; /* floats of key bounds per page, 0 when off */
+} pool_plan;
+
+/* Writes a one-line reason to why (why_len bytes, may be 0) and returns PGD_EINVAL. */
+static int refuse(char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t why_len, const char *fmt, ...)
+{
+    if (why && why_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
+    }
+    return PGD_EINVAL;
+}
+
+/* Checks p in the order the reasons matter to a user (a model's head_dim first, then
+ * capacity) and derives the geometry. Returns PGD_OK (why = "") or PGD_EINVAL (why set). */
+static int plan_pool(const pgd_pool_params *p, pool_plan *pl, char *why, size_t why_len)
+{
+    if (why && why_len) why[0] = 0;
+    if (!p) return refuse(why, why_len, "no params");
+    if (!p->n_layers || !p->n_kv_heads || !p->head_dim)
+        return refuse(why, why_len, "zero dimension (n_layers %u, n_kv_heads %u, head_dim %u)",
+                      p->n_layers, p->n_kv_heads, p->head_dim);
+    pl->codec = pgd__codec_get(p->kv_type);
+    if (!pl->codec) return refuse(why, why_len, "unknown kv type %d", (int)p->kv_type);
+    if (!p->page_tokens || (p->page_tokens & (p->page_tokens - 1)))
+        return refuse(why, why_len, "page_tokens %u is not a power of two", p->page_tokens);
+    if (p->kv_rotate && (p->head_dim & (p->head_dim - 1)))
+        return refuse(why, why_len, "kv_rotate needs head_dim a power of two (head_dim is %u)",
+                      p->head_dim);
+    const char *g = pgd__codec_geometry_error(p->kv_type, p->page_tokens, p->head_dim);
+    if (g)
+        return refuse(why, why_len, "kv type %s %s (page_tokens %u, head_dim %u)",
+                      pgd_kv_type_name(p->kv_type), g, p->page_tokens, p->head_dim);
+    /* Overflow-checked geometry: every factor is < 2^32, so check step by step. */
+    pl->head_bytes = pgd__codec_region_bytes(p->kv_type, p->page_tokens, p->head_dim);
+    uint64_t per_layer = 2ull * p->n_kv_heads;
+    if (!pl->head_bytes || pl->head_bytes > UINT64_MAX / per_layer / p->n_layers)
+        return refuse(why, why_len, "page size overflows");
+    pl->page_bytes = pl->head_bytes * per_layer * p->n_layers;
+    if (p->arena) {
+        if (p->metadata_only) return refuse(why, why_len, "metadata_only with an arena");
+        if ((uintptr_t)p->arena % 64) return refuse(why, why_len, "arena is not 64-byte aligned");
+        if (p->arena_bytes < pl->page_bytes)
+            return refuse(why, why_len, "arena of %llu bytes is below one page of %llu bytes",
+                          (unsigned long long)p->arena_bytes, (unsigned long long)pl->page_bytes);
+        if (p->arena_device && !p->copy_page)
+            return refuse(why, why_len, "a device arena needs copy_page");
+        if (p->arena_device && p->key_bounds)
+            return refuse(why, why_len,
+                          "key_bounds needs a host arena (bounds are computed "
+                          "on the host by pgd_seq_write_kv)");
+        pl->n_pages = p->capacity_pages ? p->capacity_pages : p->arena_bytes / pl->page_bytes;
+        if (pl->n_pages > p->arena_bytes / pl->page_bytes)
+            return refuse(why, why_len,
+                          "arena of %llu bytes is below capacity_pages %u x %llu bytes",
+                          (unsigned long long)p->arena_bytes, p->capacity_pages,
+                          (unsigned long long)pl->page_bytes);
+    } else {
+        if (p->arena_bytes || p->arena_device)
+            return refuse(why, why_len, "arena_bytes or arena_device without an arena");
+        pl->n_pages = p->capacity_pages ? p->capacity_pages : p->capacity_bytes / pl->page_bytes;
+    }
+    if (pl->n_pages == 0 || pl->n_pages > (1u << 31))
+        return refuse(why, why_len, "capacity of %llu pages is out of range (1 .. 2^31)",
+                      (unsigned long long)pl->n_pages);
+    if (!p->metadata_only && !p->arena && pl->page_bytes > (SIZE_MAX - 64) / pl->n_pages)
+        return refuse(why, why_len, "arena size overflows");
+    pl->bounds_per_page = p->key_bounds ? 2ull * p->head_dim * p->n_kv_heads * p->n_layers : 0;
+    if (pl->bounds_per_page && pl->bounds_per_page > SIZE_MAX / sizeof(float) / pl->n_pages)
+        return refuse(why, why_len, "key bounds size overflows");
+    return PGD_OK;
+}
+
+int pgd_pool_params_check(const pgd_pool_params *p, char *why, size_t why_len)
+{
+    pool_plan pl;
+    return plan_pool(p, &pl, why, why_len);
 }
 
 /* ---- create / destroy ---- */
@@ -120,50 +220,17 @@ int pgd_pool_create(const pgd_pool_params *p, pgd_pool **out)
     pgd__alloc al;
     pgd__log lg = {p ? p->log : NULL, p ? p->log_ud : NULL};
     pgd_pool *pool = NULL;
-    int rc = PGD_EINVAL;
+    pool_plan pl;
+    char why[160];
 
     *out = NULL;
-    if (!p) return PGD_EINVAL;
+    int rc = plan_pool(p, &pl, why, sizeof why);
+    if (rc != PGD_OK) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "pool: %s", why);
+        return rc;
+    }
     pgd__alloc_init(&al, p->alloc);
-    if (!p->n_layers || !p->n_kv_heads || !p->head_dim) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: zero dimension");
-        return PGD_EINVAL;
-    }
-    const pgd__codec *codec = pgd__codec_get(p->kv_type);
-    if (!codec) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: unknown kv type %d", (int)p->kv_type);
-        return PGD_EINVAL;
-    }
-    if (!p->page_tokens || (p->page_tokens & (p->page_tokens - 1))) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: page_tokens %u is not a power of two", p->page_tokens);
-        return PGD_EINVAL;
-    }
-    const char *why = pgd__codec_geometry_error(p->kv_type, p->page_tokens, p->head_dim);
-    if (why) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: kv type %s, page_tokens %u, head_dim %u: %s",
-                  pgd_kv_type_name(p->kv_type), p->page_tokens, p->head_dim, why);
-        return PGD_EINVAL;
-    }
-    if (p->kv_rotate && (p->head_dim & (p->head_dim - 1))) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: kv_rotate needs head_dim a power of two, not %u",
-                  p->head_dim);
-        return PGD_EINVAL;
-    }
-    /* Overflow-checked geometry: every factor is < 2^32, so check step by step. */
-    uint64_t head_bytes = pgd__codec_region_bytes(p->kv_type, p->page_tokens, p->head_dim);
-    if (!head_bytes) return PGD_EINVAL;
-    uint64_t per_layer = 2ull * p->n_kv_heads;
-    if (head_bytes > UINT64_MAX / per_layer / p->n_layers) return PGD_EINVAL;
-    uint64_t page_bytes = head_bytes * per_layer * p->n_layers;
-    uint64_t n_pages = p->capacity_pages ? p->capacity_pages : p->capacity_bytes / page_bytes;
-    if (n_pages == 0 || n_pages > (1u << 31)) {
-        pgd__logf(&lg, PGD_LOG_ERROR, "pool: capacity of %llu pages is out of range",
-                  (unsigned long long)n_pages);
-        return PGD_EINVAL;
-    }
-    if (!p->metadata_only && page_bytes > (SIZE_MAX - 64) / n_pages) return PGD_EINVAL;
-    uint64_t bounds_per_page = p->key_bounds ? 2ull * p->head_dim * p->n_kv_heads * p->n_layers : 0;
-    if (bounds_per_page && bounds_per_page > SIZE_MAX / sizeof(float) / n_pages) return PGD_EINVAL;
+    uint64_t n_pages = pl.n_pages, page_bytes = pl.page_bytes;
 
     rc = PGD_ENOMEM;
     pool = pgd__calloc(&al, 1, sizeof *pool);
@@ -175,21 +242,29 @@ int pgd_pool_create(const pgd_pool_params *p, pgd_pool **out)
     pool->head_dim = p->head_dim;
     pool->page_tokens = p->page_tokens;
     pool->kv_type = p->kv_type;
-    pool->codec = codec;
+    pool->codec = pl.codec;
     pool->kv_rotate = p->kv_rotate != 0;
     pool->rotate_seed = p->rotate_seed;
-    pool->bounds_per_page = (size_t)bounds_per_page;
-    pool->head_bytes = head_bytes;
+    pool->bounds_per_page = (size_t)pl.bounds_per_page;
+    pool->head_bytes = pl.head_bytes;
     pool->page_bytes = page_bytes;
     pool->n_pages = (uint32_t)n_pages;
+    pool->copy_page = p->copy_page;
+    pool->copy_ud = p->copy_ud;
     pool->ref = pgd__calloc(&al, n_pages, sizeof *pool->ref);
     pool->next_free = pgd__calloc(&al, n_pages, sizeof *pool->next_free);
     if (!pool->ref || !pool->next_free) goto fail;
-    if (bounds_per_page) {
-        pool->bounds = pgd__calloc(&al, (size_t)n_pages, (size_t)bounds_per_page * sizeof(float));
+    if (pl.bounds_per_page) {
+        pool->bounds =
+            pgd__calloc(&al, (size_t)n_pages, (size_t)pl.bounds_per_page * sizeof(float));
         if (!pool->bounds) goto fail;
     }
-    if (!p->metadata_only) {
+    if (p->arena) {
+        /* The caller's memory: never allocated, freed or touched on the host here when it
+         * is device memory. */
+        pool->arena = p->arena;
+        pool->arena_device = p->arena_device != 0;
+    } else if (!p->metadata_only) {
         pool->arena_raw = pgd__malloc(&al, (size_t)(page_bytes * n_pages) + 64);
         if (!pool->arena_raw) goto fail;
         pool->arena = (uint8_t *)(((uintptr_t)pool->arena_raw + 63) & ~(uintptr_t)63);
@@ -277,6 +352,7 @@ void pgd__pool_geom_get(const pgd_pool *pool, pgd__pool_geom *out)
     out->kv_rotate = pool->kv_rotate;
     out->rotate_seed = pool->rotate_seed;
     out->key_bounds = pool->bounds != NULL;
+    out->arena_device = pool->arena_device;
 }
 
 /* ---- key bounds ---- */
@@ -355,9 +431,23 @@ int pgd_pool_cow(pgd_pool *pool, uint32_t *page_id)
     if (pool->ref[old] == 1) return 0;
     int rc = pgd_pool_alloc(pool, &fresh);
     if (rc != PGD_OK) return rc;
-    if (pool->arena)
-        memcpy(pool->arena + (uint64_t)fresh * pool->page_bytes,
-               pool->arena + (uint64_t)old * pool->page_bytes, pool->page_bytes);
+    if (pool->arena) {
+        uint8_t *dst = pool->arena + (uint64_t)fresh * pool->page_bytes;
+        const uint8_t *src = pool->arena + (uint64_t)old * pool->page_bytes;
+        if (pool->copy_page) {
+            /* The caller's copy (device memory, a DMA engine): on failure the fresh page
+             * goes back and nothing changed. */
+            rc = pool->copy_page(pool->copy_ud, dst, src, pool->page_bytes);
+            if (rc != PGD_OK) {
+                pgd_pool_unref(pool, fresh);
+                pgd__logf(&pool->log, PGD_LOG_ERROR, "pool: copy_page of page %u failed: %d", old,
+                          rc);
+                return rc < 0 ? rc : PGD_EIO;
+            }
+        } else {
+            memcpy(dst, src, pool->page_bytes);
+        }
+    }
     if (pool->bounds)
         memcpy(pool->bounds + (size_t)fresh * pool->bounds_per_page,
                pool->bounds + (size_t)old * pool->bounds_per_page,

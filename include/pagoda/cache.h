@@ -166,7 +166,8 @@ PGD_API int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hash
  * Rows of a page are expected in increasing position order (q8_0 / q4_0 with head_dim < 32
  * re-scale a block's earlier rows, see pool.h).
  * Returns PGD_OK, PGD_EINVAL (NULL k / v, layer out of range, a position past the length
- * or inside a committed full page, a metadata-only pool), PGD_ENOSPC (no page for a
+ * or inside a committed full page, a metadata-only pool or a device arena: this call
+ * encodes on the host), PGD_ENOSPC (no page for a
  * copy) or PGD_ENOMEM (the residual window); positions before a failing copy may have
  * been written. Cost: O(n * n_kv_heads * head_dim), plus O(page) per page filled (kivi2). */
 PGD_API int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32_t layer,

@@ -13,6 +13,11 @@
  * and scales in a codec-defined layout that the library's attention kernels read directly.
  * pgd_pool_k(pool, page, layer, head) points at a region.
  *
+ * The arena: the pool allocates its own host arena, or uses one the caller owns
+ * (params.arena), in host or device memory. A device arena is never dereferenced on the
+ * host: copy-on-write goes through params.copy_page, and the host-only paths refuse with
+ * PGD_EINVAL (pgd_seq_write_kv, the library's attention, key bounds; see each call).
+ *
  * Page metadata (refcounts, free list) lives in host memory apart from the arena, so a
  * metadata-only pool (no payload at all) can simulate millions of tokens.
  *
@@ -71,14 +76,24 @@ PGD_API double pgd_kv_bytes_per_token(pgd_kv_type t, uint32_t page_tokens, uint3
 
 typedef struct pgd_pool pgd_pool; /* opaque; see thread-safety above */
 
+/* Tokens per page of pgd_pool_default_params (and of engines that take no --page-tokens). */
+#define PGD_DEFAULT_PAGE_TOKENS 16
+
+/* Copies n_bytes (one whole page) from src to dst, both in the pool's arena (device memory
+ * for a device arena). Returns PGD_OK, or a negative status (PGD_EIO, ...) that
+ * pgd_pool_cow returns (a positive value counts as PGD_EIO). Called with the cache lock
+ * held when the pool is a cache's: must not call into the cache. ud is params.copy_ud. */
+typedef int (*pgd_copy_page_fn)(void *ud, void *dst, const void *src, uint64_t n_bytes);
+
 typedef struct pgd_pool_params {
     uint32_t n_layers;          /* layers of the model; >= 1 */
     uint32_t n_kv_heads;        /* KV heads per layer; >= 1 */
     uint32_t head_dim;          /* elements per head vector; >= 1 */
-    uint32_t page_tokens;       /* tokens per page, power of two; default 16 */
+    uint32_t page_tokens;       /* tokens per page, power of two; PGD_DEFAULT_PAGE_TOKENS */
     pgd_kv_type kv_type;        /* element type; default f16 */
-    uint64_t capacity_bytes;    /* payload budget; pages = capacity_bytes / page bytes */
-    uint32_t capacity_pages;    /* if non-zero, overrides capacity_bytes */
+    uint64_t capacity_bytes;    /* payload budget; pages = capacity_bytes / page bytes
+                                   (ignored when arena is set) */
+    uint32_t capacity_pages;    /* if non-zero, overrides capacity_bytes (and arena_bytes) */
     int metadata_only;          /* non-zero: no payload arena (simulation, replay) */
     const pgd_allocator *alloc; /* NULL: libc */
     pgd_log_fn log;             /* NULL: silent */
@@ -88,20 +103,47 @@ typedef struct pgd_pool_params {
                              needs head_dim a power of two */
     uint64_t rotate_seed; /* seed of the rotation's random signs */
     int key_bounds;       /* non-zero: keep per (page, layer, kv_head) channel-wise min and
-                             max of the stored (rotated) keys, for Quest page selection */
-} pgd_pool_params;        /* append fields only */
+                             max of the stored (rotated) keys, for Quest page selection;
+                             host arenas only (pgd_seq_write_kv computes them) */
+    /* A caller-owned arena. When set, the pool allocates no page memory: page p lives at
+     * arena + p * page bytes. Pages = capacity_pages if non-zero (which must
+     * fit: capacity_pages * page bytes <= arena_bytes), else arena_bytes / page bytes;
+     * capacity_bytes is ignored. The caller keeps the memory valid until
+     * pgd_pool_destroy returns and frees it after. */
+    void *arena;                /* NULL: the pool allocates its own host arena; else 64-byte
+                                   aligned page memory, host or device */
+    uint64_t arena_bytes;       /* bytes at arena (>= one page); 0 without arena */
+    int arena_device;           /* non-zero: arena is not host-addressable (device memory);
+                                   needs copy_page, excludes key_bounds */
+    pgd_copy_page_fn copy_page; /* NULL: memcpy (host arenas); copy-on-write (and tier
+                                   moves) copy pages through it; required for a device arena */
+    void *copy_ud;              /* passed to copy_page */
+} pgd_pool_params;              /* append fields only */
 
-/* Returns the defaults: 1 layer, 1 head, head_dim 64, 16 tokens per page, f16,
- * capacity 64 MiB, payload allocated, no rotation, no key bounds. */
+/* Returns the defaults: 1 layer, 1 head, head_dim 64, PGD_DEFAULT_PAGE_TOKENS tokens per
+ * page, f16, capacity 64 MiB, payload allocated by the pool, no rotation, no key bounds. */
 PGD_API pgd_pool_params pgd_pool_default_params(void);
 
-/* Creates a pool and reserves its whole arena and metadata up front.
- * Returns PGD_OK, PGD_EINVAL (zero dimension, page_tokens not a power of two, unknown
- * type, a head_dim the type refuses (see pgd_kv_type), kv_rotate with head_dim not a power
- * of two, capacity below one page or above 2^31 pages, size overflow) or PGD_ENOMEM.
- * *out is the pool (caller owns, release with pgd_pool_destroy) or NULL on error. */
+/* Validates params as pgd_pool_create does, allocating nothing: when it returns PGD_OK,
+ * pgd_pool_create(p) can fail only with PGD_ENOMEM. Returns PGD_OK (why gets "") or
+ * PGD_EINVAL with a one-line reason in why (NUL-terminated, truncated to why_len bytes;
+ * why may be NULL when why_len is 0): a zero dimension, an unknown kv type, page_tokens
+ * not a power of two, kv_rotate with head_dim not a power of two, a block type (q8_0,
+ * q4_0, kivi2) with head_dim neither a multiple nor a divisor of 32 or page_tokens x
+ * head_dim not a multiple of 32, capacity below one page or above 2^31 pages, size
+ * overflow, and for a caller arena: metadata_only, misalignment, arena_bytes below one page
+ * or below capacity_pages, a device arena without copy_page or with key_bounds (and
+ * arena_bytes / arena_device without an arena). The head_dim reasons come first, rotation
+ * before the block types, as an engine reports them for a model. Pure; O(1); thread-safe. */
+PGD_API int pgd_pool_params_check(const pgd_pool_params *p, char *why, size_t why_len);
+
+/* Creates a pool and reserves its whole arena (unless the caller gives one) and metadata
+ * up front. Returns PGD_OK, PGD_EINVAL (see pgd_pool_params_check; the reason goes to the
+ * log hook) or PGD_ENOMEM. *out is the pool (caller owns, release with pgd_pool_destroy)
+ * or NULL on error. */
 PGD_API int pgd_pool_create(const pgd_pool_params *p, pgd_pool **out);
-/* Destroys a pool and its arena. NULL: no-op. Pages still referenced are released too. */
+/* Destroys a pool and its own arena (a caller's arena stays the caller's). NULL: no-op.
+ * Pages still referenced are released too. */
 PGD_API void pgd_pool_destroy(pgd_pool *pool);
 
 /* Geometry. O(1). */
@@ -110,6 +152,8 @@ PGD_API uint32_t pgd_pool_page_tokens(const pgd_pool *pool);
 PGD_API uint64_t pgd_pool_page_bytes(const pgd_pool *pool);  /* payload bytes per page */
 PGD_API uint64_t pgd_pool_token_bytes(const pgd_pool *pool); /* K+V bytes per token */
 PGD_API pgd_kv_type pgd_pool_kv_type(const pgd_pool *pool);
+/* Non-zero when the pool has page memory (its own arena or the caller's, host or device);
+ * 0 when metadata-only. */
 PGD_API int pgd_pool_has_payload(const pgd_pool *pool);
 
 /* Takes a page off the free list with refcount 1. O(1).
@@ -125,14 +169,17 @@ PGD_API uint32_t pgd_pool_unref(pgd_pool *pool, uint32_t page_id);
 PGD_API uint32_t pgd_pool_refcount(const pgd_pool *pool, uint32_t page_id);
 
 /* Copy-on-write. If *page_id has more than one reference, allocates a new page, copies
- * the payload, drops one reference of the old page and stores the new id in *page_id.
+ * the payload (params.copy_page when set, else memcpy; no copy when metadata-only), drops
+ * one reference of the old page and stores the new id in *page_id.
  * Returns 1 when it copied, 0 when the page was already private, PGD_ENOSPC when no
- * page is free (nothing changed). */
+ * page is free, or copy_page's negative status (PGD_EIO for a positive one); nothing
+ * changed on error. */
 PGD_API int pgd_pool_cow(pgd_pool *pool, uint32_t *page_id);
 
 /* Payload accessors: pointer to page_tokens rows of head_dim elements of K (or V) of
  * (page, layer, kv_head). NULL for a metadata-only pool. Valid while the page is
- * referenced and the pool lives. */
+ * referenced and the pool lives. With a device arena these are device addresses (only
+ * arithmetic is done on the host). */
 PGD_API void *pgd_pool_k(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv_head);
 PGD_API void *pgd_pool_v(pgd_pool *pool, uint32_t page_id, uint32_t layer, uint32_t kv_head);
 /* Start of a whole page's payload (pgd_pool_page_bytes bytes); NULL if metadata-only. */
@@ -144,7 +191,7 @@ PGD_API uint64_t pgd_pool_region_bytes(const pgd_pool *pool);
  * stored so far in (page, layer, kv_head), channel-wise, in the stored (rotated) basis.
  * Reset to +inf / -inf when the page is allocated, copied by copy-on-write, updated by
  * pgd_seq_write_kv. NULL when key bounds are off or an argument is out of range.
- * Valid while the pool lives; host memory even when the arena is device memory. */
+ * Valid while the pool lives; host memory (key bounds need a host arena). */
 PGD_API const float *pgd_pool_key_bounds(const pgd_pool *pool, uint32_t page_id, uint32_t layer,
                                          uint32_t kv_head);
 
@@ -161,7 +208,8 @@ typedef struct pgd_pool_stats {
     uint32_t n_pages_free;
     uint32_t n_pages_used; /* refcount > 0 */
     uint64_t page_bytes;
-    uint64_t arena_bytes;    /* payload bytes reserved (0 if metadata-only) */
+    uint64_t arena_bytes;    /* payload bytes in use: n_pages_total * page_bytes (0 if
+                                metadata-only), the pool's own or the caller's */
     uint64_t metadata_bytes; /* host bytes for refcounts and lists */
     uint64_t n_cow_copies;   /* pages copied by pgd_pool_cow */
 } pgd_pool_stats;

@@ -42,7 +42,7 @@ int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32
     g->n_head = n_head;
     if (!n_head || n_head % g->n_kv_heads) return PGD_EINVAL;
     g->group = n_head / g->n_kv_heads;
-    if (!pgd_pool_has_payload(pool)) return PGD_EINVAL;
+    if (!pgd_pool_has_payload(pool) || pg.arena_device) return PGD_EINVAL; /* host reads */
     if (select_pages == 1 || (select_pages && !g->key_bounds)) return PGD_EINVAL;
     g->codec = ref ? pgd__codec_ref(g->type) : pgd__codec_get(g->type);
     if (!g->codec) return PGD_EINVAL;

@@ -109,7 +109,8 @@ float pgd__bf16_to_f32(uint16_t h);
 void pgd__f32_to_f16_n(const float *x, uint16_t *h, size_t n);
 void pgd__f16_to_f32_n(const uint16_t *h, float *x, size_t n);
 
-/* NULL when a pool of this type may have this geometry, else why not (static text):
+/* NULL when a pool of this type may have this geometry, else why not (static text, to
+ * follow "kv type <name> " in pgd_pool_params_check's reason):
  * q8_0, q4_0 and kivi2 need head_dim a multiple of 32 or a divisor of 32, and
  * page_tokens * head_dim a multiple of 32. */
 const char *pgd__codec_geometry_error(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim);

@@ -50,16 +50,17 @@ const pgd__codec *pgd__codec_ref(pgd_kv_type type)
 
 const char *pgd__codec_geometry_error(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim)
 {
-    if ((unsigned)type >= N_TYPES) return "unknown kv type";
-    if (!page_tokens || !head_dim) return "zero page_tokens or head_dim";
+    if ((unsigned)type >= N_TYPES) return "is unknown";
+    if (!page_tokens || !head_dim) return "needs non-zero page_tokens and head_dim";
     if (type == PGD_KV_Q8_0 || type == PGD_KV_Q4_0 || type == PGD_KV_KIVI2) {
         if (head_dim % 32 != 0 && 32 % head_dim != 0)
-            return "head_dim must be a multiple of 32 or divide 32 for this kv type";
+            return "needs head_dim a multiple of 32 or a divisor of 32";
         if (((uint64_t)page_tokens * head_dim) % 32 != 0)
-            return "page_tokens * head_dim must be a multiple of 32 for this kv type";
+            return "needs page_tokens x head_dim a multiple of 32";
     }
     /* Row and page sizes stay far below 2^32 elements, so size_t arithmetic cannot wrap. */
-    if ((uint64_t)page_tokens * head_dim > (1ull << 31)) return "page too large";
+    if ((uint64_t)page_tokens * head_dim > (1ull << 31))
+        return "needs page_tokens x head_dim at most 2^31";
     return NULL;
 }
 

@@ -1665,10 +1665,30 @@ static uint64_t belady_oracle(void *ud, pgd_hash h)
 
 static pgd_cache_stats model_total; /* summed over runs, to show what was exercised */
 
-static int model_run(uint32_t T, uint32_t n_pages, int payload, int policy, uint64_t seed,
-                     int steps, int verbose)
+/* The copy hook of the caller-owned arena variant: counts and copies (host memory). */
+typedef struct copy_count {
+    uint64_t n_calls;
+    uint64_t page_bytes;
+} copy_count;
+
+static int counting_copy(void *ud, void *dst, const void *src, uint64_t n_bytes)
+{
+    copy_count *cc = ud;
+    if (n_bytes != cc->page_bytes) return PGD_EINVAL;
+    cc->n_calls++;
+    memcpy(dst, src, n_bytes);
+    return PGD_OK;
+}
+
+/* One run of the model. With arena, the pool uses a caller-owned malloc'ed arena and a
+ * counting copy hook, and the run checks that every copy-on-write went through the hook.
+ * *end (may be NULL) gets the cache's stats before teardown. */
+static int model_run_ex(uint32_t T, uint32_t n_pages, int payload, int policy, uint64_t seed,
+                        int steps, int verbose, int arena, pgd_cache_stats *end)
 {
     model m;
+    copy_count cc = {0, 0};
+    void *mem = NULL;
     memset(&m, 0, sizeof m);
     m.T = T;
     m.maxlen = MAXPAGES_SEQ * T;
@@ -1680,7 +1700,19 @@ static int model_run(uint32_t T, uint32_t n_pages, int payload, int policy, uint
     p.pool.metadata_only = !payload;
     p.policy = (pgd_policy_kind)policy;
     p.next_use = belady_oracle;
+    if (arena) {
+        cc.page_bytes = 2ull * NL * NH * ((T * HD * sizeof(float) + 15) / 16 * 16);
+        mem = aligned_alloc(64, (size_t)(cc.page_bytes * n_pages));
+        T_ASSERT(mem);
+        p.pool.arena = mem;
+        p.pool.arena_bytes = cc.page_bytes * n_pages;
+        p.pool.capacity_pages = 0; /* from the arena */
+        p.pool.copy_page = counting_copy;
+        p.pool.copy_ud = &cc;
+    }
     T_EQ(pgd_cache_create(&p, &m.c), PGD_OK);
+    T_EQ(pgd_pool_n_pages(pgd_cache_pool(m.c)), n_pages);
+    if (arena) T_ASSERT(pgd_pool_page_data(pgd_cache_pool(m.c), 0) == mem);
     m.pool = pgd_cache_pool(m.c);
     m.held_cached = calloc(n_pages, 1);
     m.occ = calloc(n_pages, sizeof *m.occ);
@@ -1707,6 +1739,12 @@ static int model_run(uint32_t T, uint32_t n_pages, int payload, int policy, uint
                 T, n_pages, payload, policy, seed, m.step - 1, m.last_op);
     } else {
         pgd_cache_stats st = stats(m.c);
+        if (end) *end = st;
+        if (arena && cc.n_calls != st.n_cow_copies) {
+            fprintf(stderr, "model: %" PRIu64 " copy hook calls for %" PRIu64 " copies\n",
+                    cc.n_calls, st.n_cow_copies);
+            fail = 1;
+        }
         model_total.n_hit_pages += st.n_hit_pages;
         model_total.n_query_pages += st.n_query_pages;
         model_total.n_evictions += st.n_evictions;
@@ -1730,7 +1768,14 @@ static int model_run(uint32_t T, uint32_t n_pages, int payload, int policy, uint
     free(m.occ);
     free(m.owner);
     free(m.ever.v);
+    free(mem);
     return fail;
+}
+
+static int model_run(uint32_t T, uint32_t n_pages, int payload, int policy, uint64_t seed,
+                     int steps, int verbose)
+{
+    return model_run_ex(T, n_pages, payload, policy, seed, steps, verbose, 0, NULL);
 }
 
 /* truncate undoes a grow: pages past the new end go back, committed tokens stay. */
@@ -1761,6 +1806,34 @@ static int test_truncate(void)
     pgd_seq_destroy(c, s);
     T_EQ(pgd_cache_check(c), PGD_OK);
     pgd_cache_destroy(c);
+    return 0;
+}
+
+/* The model-based test again over a caller-owned arena with a counting copy hook: every
+ * copy-on-write goes through the hook, and each run ends exactly as the pool-owned one. */
+static int test_model_arena(void)
+{
+    static const struct {
+        uint32_t T, n_pages;
+        int policy;
+    } cfg[] = {{4, 24, PGD_POLICY_LRU}, {4, 24, PGD_POLICY_BELADY}, {1, 16, PGD_POLICY_LRU}};
+    uint64_t n_cow = 0;
+    for (int s = 0; s < 6; s++) {
+        size_t k = (size_t)s % 3;
+        pgd_cache_stats own, caller;
+        memset(&own, 0, sizeof own);
+        memset(&caller, 0, sizeof caller);
+        if (model_run_ex(cfg[k].T, cfg[k].n_pages, 1, cfg[k].policy, (uint64_t)s + 1, 3000, 0, 0,
+                         &own))
+            return 1;
+        if (model_run_ex(cfg[k].T, cfg[k].n_pages, 1, cfg[k].policy, (uint64_t)s + 1, 3000, 0, 1,
+                         &caller))
+            return 1;
+        T_ASSERT(memcmp(&own, &caller, sizeof own) == 0);
+        n_cow += caller.n_cow_copies;
+    }
+    T_ASSERT(n_cow > 0); /* the hook was exercised */
+    printf("     model over a caller arena: %" PRIu64 " copies, all through the hook\n", n_cow);
     return 0;
 }
 
@@ -1824,5 +1897,6 @@ int main(void)
     T_RUN(test_write_kv);
     T_RUN(test_kv_types);
     T_RUN(test_model);
+    T_RUN(test_model_arena);
     T_DONE();
 }

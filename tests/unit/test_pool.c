@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_pool.c - the page pool (pool.h): params validation, geometry, payload layout,
- * alloc/ref/unref, copy-on-write, the metadata-only mode and stats. pgd_pool_check() is
- * called after every mutation.
+ * test_pool.c - the page pool (pool.h): params validation and its reasons, geometry,
+ * alloc/ref/unref, copy-on-write, caller-owned host and device arenas with a copy hook,
+ * the metadata-only mode and stats. pgd_pool_check() is called after every mutation.
  */
+#include <math.h>
+#include <sys/mman.h>
+
+#include <pagoda/attn.h>
+#include <pagoda/cache.h>
 #include <pagoda/pool.h>
 
+#include "pgd_int.h"
 #include "t.h"
 
 static pgd_pool_params small_params(pgd_kv_type type, uint32_t n_pages)
@@ -137,6 +143,263 @@ static int test_params_einval(void)
     if (expect_einval(&p, "page size overflow")) return 1;
     p.metadata_only = 1;
     if (expect_einval(&p, "page size overflow, metadata-only")) return 1;
+    return 0;
+}
+
+/* ---- validation reasons ---- */
+
+/* params_check gives EINVAL with a reason containing want, and create agrees. */
+static int expect_reason(const pgd_pool_params *p, const char *want)
+{
+    char why[160];
+    int rc = pgd_pool_params_check(p, why, sizeof why);
+    if (rc != PGD_EINVAL) T_FAIL("%s: params_check returned %d", want, rc);
+    if (!strstr(why, want)) T_FAIL("reason \"%s\" lacks \"%s\"", why, want);
+    if (strchr(why, '\n')) T_FAIL("reason \"%s\" is not one line", why);
+    return expect_einval(p, want);
+}
+
+static int test_params_check_reasons(void)
+{
+    pgd_pool_params p = pgd_pool_default_params();
+    char why[160] = "junk";
+    T_EQ(p.page_tokens, PGD_DEFAULT_PAGE_TOKENS);
+    T_EQ(pgd_pool_params_check(&p, why, sizeof why), PGD_OK);
+    T_EQ(why[0], 0);
+    T_EQ(pgd_pool_params_check(&p, NULL, 0), PGD_OK);
+    T_EQ(pgd_pool_params_check(NULL, why, sizeof why), PGD_EINVAL);
+    p = small_params(PGD_KV_F32, 8);
+    p.head_dim = 0;
+    if (expect_reason(&p, "zero dimension")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.kv_type = (pgd_kv_type)42;
+    if (expect_reason(&p, "unknown kv type 42")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.page_tokens = 24;
+    if (expect_reason(&p, "page_tokens 24 is not a power of two")) return 1;
+    /* rotation is reported before the block codecs' constraints (head_dim 48 fails both) */
+    p = small_params(PGD_KV_Q8_0, 8);
+    p.head_dim = 48;
+    p.kv_rotate = 1;
+    if (expect_reason(&p, "kv_rotate needs head_dim a power of two (head_dim is 48)")) return 1;
+    p.kv_rotate = 0;
+    if (expect_reason(&p, "kv type q8_0 needs head_dim a multiple of 32 or a divisor of 32"))
+        return 1;
+    p.kv_type = PGD_KV_KIVI2;
+    if (expect_reason(&p, "kv type kivi2 needs head_dim a multiple of 32")) return 1;
+    p = small_params(PGD_KV_Q4_0, 8);
+    p.head_dim = 8;
+    p.page_tokens = 2;
+    if (expect_reason(&p, "kv type q4_0 needs page_tokens x head_dim a multiple of 32 "
+                          "(page_tokens 2, head_dim 8)"))
+        return 1;
+    p = small_params(PGD_KV_F32, 0);
+    p.capacity_bytes = 1;
+    if (expect_reason(&p, "capacity of 0 pages is out of range")) return 1;
+    p = small_params(PGD_KV_F32, 1);
+    p.n_layers = p.n_kv_heads = p.head_dim = 0x80000000u;
+    p.page_tokens = 0x80000000u;
+    if (expect_reason(&p, "page_tokens x head_dim at most 2^31")) return 1;
+    p = small_params(PGD_KV_F32, 8);
+    p.arena_bytes = 4096;
+    if (expect_reason(&p, "without an arena")) return 1;
+    p.arena_bytes = 0;
+    p.arena_device = 1;
+    if (expect_reason(&p, "without an arena")) return 1;
+    /* a short buffer truncates, NUL-terminated */
+    p = small_params(PGD_KV_F32, 8);
+    p.page_tokens = 3;
+    memset(why, 'x', sizeof why);
+    T_EQ(pgd_pool_params_check(&p, why, 8), PGD_EINVAL);
+    T_EQ(strlen(why), 7);
+    return 0;
+}
+
+/* ---- caller-owned arenas ---- */
+
+typedef struct copy_counter {
+    uint64_t n_calls, n_bytes;
+    int fail;   /* return this instead of copying when non-zero */
+    int device; /* do not touch the (PROT_NONE) memory */
+} copy_counter;
+
+static int count_copy(void *ud, void *dst, const void *src, uint64_t n_bytes)
+{
+    copy_counter *cc = ud;
+    if (cc->fail) return cc->fail;
+    cc->n_calls++;
+    cc->n_bytes += n_bytes;
+    if (!cc->device) memcpy(dst, src, n_bytes);
+    return PGD_OK;
+}
+
+static int test_arena_host(void)
+{
+    pgd_pool_params p = small_params(PGD_KV_F32, 0);
+    pgd_pool *pool;
+    pgd_pool_stats st, st2;
+    copy_counter cc = {0, 0, 0, 0};
+    const uint64_t pb = 2ull * 3 * 2 * 80;  /* regions of 4 x 5 floats: 80 bytes */
+    const uint64_t bytes = 5 * pb + pb / 2; /* 5.5 pages */
+    uint8_t *arena = aligned_alloc(64, (size_t)(6 * pb));
+    T_ASSERT(arena);
+    p.arena = arena;
+    p.arena_bytes = bytes;
+    p.capacity_bytes = 1; /* ignored with an arena */
+    p.copy_page = count_copy;
+    p.copy_ud = &cc;
+    T_OK(pgd_pool_create(&p, &pool));
+    T_EQ(pgd_pool_page_bytes(pool), pb);
+    T_EQ(pgd_pool_n_pages(pool), 5);
+    T_EQ(pgd_pool_has_payload(pool), 1);
+    pgd_pool_get_stats(pool, &st);
+    T_EQ(st.arena_bytes, 5 * pb);
+    uint32_t a, b;
+    T_OK(pgd_pool_alloc(pool, &a));
+    T_ASSERT(pgd_pool_page_data(pool, a) == arena + a * pb);
+    T_ASSERT((uint8_t *)pgd_pool_v(pool, a, 2, 1) == arena + a * pb + ((2 * 2 + 1) * 2 + 1) * 80);
+    for (uint64_t i = 0; i < pb; i++)
+        arena[a * pb + i] = (uint8_t)(i * 7 + 3);
+    /* copy-on-write goes through the hook */
+    pgd_pool_ref(pool, a);
+    b = a;
+    T_EQ(pgd_pool_cow(pool, &b), 1);
+    T_EQ(cc.n_calls, 1);
+    T_EQ(cc.n_bytes, pb);
+    T_ASSERT(memcmp(arena + a * pb, arena + b * pb, pb) == 0);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    /* a failing hook: its status comes back, nothing changed */
+    pgd_pool_ref(pool, a);
+    pgd_pool_get_stats(pool, &st);
+    cc.fail = PGD_EIO;
+    uint32_t x = a;
+    T_EQ(pgd_pool_cow(pool, &x), PGD_EIO);
+    T_EQ(x, a);
+    T_EQ(pgd_pool_refcount(pool, a), 2);
+    pgd_pool_get_stats(pool, &st2);
+    T_ASSERT(memcmp(&st, &st2, sizeof st) == 0);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    cc.fail = 1; /* positive: PGD_EIO */
+    T_EQ(pgd_pool_cow(pool, &x), PGD_EIO);
+    cc.fail = 0;
+    T_EQ(pgd_pool_cow(pool, &x), 1);
+    T_EQ(cc.n_calls, 2);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_pool_destroy(pool); /* leaves the arena alone */
+    T_EQ(arena[a * pb + 1], 10);
+
+    /* capacity_pages that fit the arena */
+    p.capacity_pages = 3;
+    T_OK(pgd_pool_create(&p, &pool));
+    T_EQ(pgd_pool_n_pages(pool), 3);
+    pgd_pool_destroy(pool);
+    /* no hook: memcpy */
+    p.copy_page = NULL;
+    T_OK(pgd_pool_create(&p, &pool));
+    T_OK(pgd_pool_alloc(pool, &a));
+    memset(arena + a * pb, 0x5a, pb);
+    pgd_pool_ref(pool, a);
+    b = a;
+    T_EQ(pgd_pool_cow(pool, &b), 1);
+    T_ASSERT(memcmp(arena + a * pb, arena + b * pb, pb) == 0);
+    pgd_pool_destroy(pool);
+    free(arena);
+    return 0;
+}
+
+static int test_arena_too_small(void)
+{
+    pgd_pool_params p = small_params(PGD_KV_F32, 0);
+    const uint64_t pb = 2ull * 3 * 2 * 80;
+    uint8_t *arena = aligned_alloc(64, (size_t)(4 * pb));
+    T_ASSERT(arena);
+    p.arena = arena;
+    p.arena_bytes = pb - 1;
+    if (expect_reason(&p, "below one page")) return 1;
+    p.arena_bytes = 0;
+    if (expect_reason(&p, "below one page")) return 1;
+    p.arena_bytes = 4 * pb;
+    p.capacity_pages = 5;
+    if (expect_reason(&p, "below capacity_pages 5")) return 1;
+    p.capacity_pages = 4; /* exactly fits */
+    T_EQ(pgd_pool_params_check(&p, NULL, 0), PGD_OK);
+    p.arena = arena + 16;
+    p.arena_bytes = 3 * pb;
+    p.capacity_pages = 0;
+    if (expect_reason(&p, "not 64-byte aligned")) return 1;
+    p.arena = arena;
+    p.metadata_only = 1;
+    if (expect_reason(&p, "metadata_only with an arena")) return 1;
+    p.metadata_only = 0;
+    p.arena_device = 1; /* without copy_page */
+    if (expect_reason(&p, "device arena needs copy_page")) return 1;
+    p.copy_page = count_copy;
+    p.key_bounds = 1;
+    if (expect_reason(&p, "key_bounds needs a host arena")) return 1;
+    free(arena);
+    return 0;
+}
+
+/* A device arena stands in as PROT_NONE memory: any host access would crash the test. */
+static int test_arena_device(void)
+{
+    enum { PT = 4, NPAGES = 8 };
+    copy_counter cc = {0, 0, 0, 1};
+    pgd_cache_params cp = pgd_cache_default_params();
+    cp.pool.n_layers = 2;
+    cp.pool.n_kv_heads = 1;
+    cp.pool.head_dim = 8;
+    cp.pool.page_tokens = PT;
+    cp.pool.kv_type = PGD_KV_F16;
+    const uint64_t pb = 2ull * 2 * 1 * PT * 8 * 2;
+    const size_t map = (size_t)(NPAGES * pb + 4096);
+    void *dev = mmap(NULL, map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    T_ASSERT(dev != MAP_FAILED);
+    cp.pool.arena = dev;
+    cp.pool.arena_bytes = NPAGES * pb;
+    cp.pool.arena_device = 1;
+    cp.pool.copy_page = count_copy;
+    cp.pool.copy_ud = &cc;
+    pgd_cache *c;
+    pgd_seq *s, *f;
+    T_OK(pgd_cache_create(&cp, &c));
+    pgd_pool *pool = pgd_cache_pool(c);
+    T_EQ(pgd_pool_n_pages(pool), NPAGES);
+    T_EQ(pgd_pool_page_bytes(pool), pb);
+    T_EQ(pgd_pool_has_payload(pool), 1);
+    T_OK(pgd_seq_create(c, NULL, 0, &s));
+    T_EQ(pgd_seq_grow(c, s, 6), PGD_OK);
+    /* host encoding refuses */
+    float k[2 * 8] = {0}, v[2 * 8] = {0};
+    T_EQ(pgd_seq_write_kv(c, s, 0, 2, 0, k, v), PGD_EINVAL);
+    /* the engine writes rows itself at write_slot's addresses; forking shares the partial
+     * page, and the next write_slot copies it through the hook */
+    uint32_t page, slot, page2;
+    T_OK(pgd_seq_write_slot(c, s, 5, &page, &slot));
+    T_EQ(slot, 1);
+    T_ASSERT((uint8_t *)pgd_pool_k(pool, page, 1, 0) == (uint8_t *)dev + page * pb + pb / 2);
+    static const int32_t toks[4] = {1, 2, 3, 4};
+    T_EQ(pgd_seq_commit(c, s, toks, 4), 1);
+    T_OK(pgd_seq_fork(c, s, &f));
+    T_EQ(cc.n_calls, 0);
+    T_OK(pgd_seq_write_slot(c, f, 5, &page2, &slot));
+    T_ASSERT(page2 != page);
+    T_EQ(cc.n_calls, 1);
+    T_EQ(cc.n_bytes, pb);
+    pgd_cache_stats st;
+    pgd_cache_get_stats(c, &st);
+    T_EQ(st.n_cow_copies, cc.n_calls);
+    /* the library's (host) attention refuses too */
+    pgd_attn *at = (pgd_attn *)(uintptr_t)1;
+    pgd_attn_params ap = pgd_attn_default_params();
+    T_EQ(pgd_attn_create(c, &ap, &at), PGD_EINVAL);
+    T_ASSERT(at == NULL);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    pgd_seq_destroy(c, f);
+    pgd_seq_destroy(c, s);
+    pgd_cache_destroy(c);
+    munmap(dev, map);
     return 0;
 }
 
@@ -503,6 +766,10 @@ int main(void)
 {
     T_RUN(test_defaults);
     T_RUN(test_params_einval);
+    T_RUN(test_params_check_reasons);
+    T_RUN(test_arena_host);
+    T_RUN(test_arena_too_small);
+    T_RUN(test_arena_device);
     T_RUN(test_geometry_f32);
     T_RUN(test_geometry_f16);
     T_RUN(test_geometry_bf16);
