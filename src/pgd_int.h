@@ -13,6 +13,7 @@
 
 #include "pagoda/pagoda.h"
 #include "pagoda/pool.h"
+#include "pagoda/layout.h"
 #include "pagoda/cache.h"
 #include "codec/codec_int.h"
 

@@ -8,12 +8,12 @@
  *                                                       multiple of 16)
  *     arena:  | page 0 | page 1 | ... | page n-1 |    one allocation, 64-byte aligned, or
  *                                                    the caller's (params.arena, host or
- *                                                    device memory)
+ *                                                    device memory: see layout.h)
  *     meta:   ref[n]  next_free[n]                   host arrays, apart from the arena
  *     bounds: [n][n_layers][n_kv_heads][min|max][head_dim] f32 (key_bounds only)
  *
  * Payload bytes are touched here only by copy-on-write (memcpy, or params.copy_page, the
- * only way for a device arena).
+ * only way for a device arena); the published byte layout is include/pagoda/layout.h.
  * Callers: cache.c (under the cache lock) and tests. Not locked itself (see pool.h).
  * Invariant: a page is either free (ref == 0, on the free list exactly once) or live
  * (ref > 0, on no list). n_free counts the free list.
@@ -323,6 +323,46 @@ uint64_t pgd_pool_region_bytes(const pgd_pool *pool)
 {
     return pool->head_bytes;
 }
+void pgd_pool_get_layout(const pgd_pool *pool, pgd_pool_layout *out)
+{
+    const uint64_t pt = pool->page_tokens, hd = pool->head_dim, n = pt * hd;
+    memset(out, 0, sizeof *out);
+    out->arena = pool->arena;
+    out->arena_device = pool->arena_device;
+    out->kv_type = pool->kv_type;
+    out->n_pages = pool->n_pages;
+    out->n_layers = pool->n_layers;
+    out->n_kv_heads = pool->n_kv_heads;
+    out->head_dim = pool->head_dim;
+    out->page_tokens = pool->page_tokens;
+    out->page_bytes = pool->page_bytes;
+    out->page_stride = pool->page_bytes;
+    out->layer_stride = 2 * pool->n_kv_heads * pool->head_bytes;
+    out->kv_stride = pool->n_kv_heads * pool->head_bytes;
+    out->head_stride = pool->head_bytes;
+    out->region_bytes = pool->head_bytes;
+    out->row_stride = hd * pgd_kv_type_size(pool->kv_type); /* 0 for block types */
+    /* The block codecs' sub-layouts (layout.h; the codecs in src/codec/ implement them). */
+    switch (pool->kv_type) {
+    case PGD_KV_Q8_0:
+        out->codes_bytes = n;
+        out->k_scales_offset = out->v_scales_offset = n;
+        break;
+    case PGD_KV_Q4_0:
+        out->codes_bytes = n / 2;
+        out->k_scales_offset = out->v_scales_offset = n / 2;
+        break;
+    case PGD_KV_KIVI2:
+        out->codes_bytes = n / 4;
+        out->k_scales_offset = out->v_scales_offset = n / 4;
+        out->k_mins_offset = n / 4 + 2 * hd;
+        out->v_mins_offset = n / 4 + 2 * pt * (hd / (hd < 32 ? hd : 32));
+        break;
+    default:
+        break;
+    }
+}
+
 const pgd__log *pgd__pool_log(const pgd_pool *pool)
 {
     return &pool->log;

@@ -10,7 +10,9 @@
  * A region holds page_tokens rows of head_dim values in the pool's KV type (codec):
  * for f32 / f16 / bf16 it is page_tokens rows of head_dim contiguous elements (row stride
  * = head_dim), which is what attention wants; block types (q8_0, q4_0, kivi2) store codes
- * and scales in a codec-defined layout that the library's attention kernels read directly.
+ * and scales in a layout that the library's attention kernels read directly. Every byte
+ * offset and every region layout is published in layout.h (pgd_pool_get_layout), so that
+ * code outside the library (a GPU kernel) can read and write pages.
  * pgd_pool_k(pool, page, layer, head) points at a region.
  *
  * The arena: the pool allocates its own host arena, or uses one the caller owns
@@ -49,7 +51,7 @@ extern "C" {
  * R = 32 / head_dim consecutive rows when head_dim divides 32; other head_dims are refused
  * for block types. Rows written one by one into a block across rows may re-scale the
  * block's earlier rows (re-quantized from their decoded values), which bounds the error
- * by R d / 2 (q8_0) and R |d| (q4_0) instead. */
+ * by R d / 2 (q8_0) and R |d| (q4_0) instead. The byte layout of every type: layout.h. */
 typedef enum pgd_kv_type {
     PGD_KV_F32 = 0,
     PGD_KV_F16 = 1,
@@ -106,7 +108,7 @@ typedef struct pgd_pool_params {
                              max of the stored (rotated) keys, for Quest page selection;
                              host arenas only (pgd_seq_write_kv computes them) */
     /* A caller-owned arena. When set, the pool allocates no page memory: page p lives at
-     * arena + p * page bytes. Pages = capacity_pages if non-zero (which must
+     * arena + p * page bytes (layout.h). Pages = capacity_pages if non-zero (which must
      * fit: capacity_pages * page bytes <= arena_bytes), else arena_bytes / page bytes;
      * capacity_bytes is ignored. The caller keeps the memory valid until
      * pgd_pool_destroy returns and frees it after. */
@@ -153,7 +155,7 @@ PGD_API uint64_t pgd_pool_page_bytes(const pgd_pool *pool);  /* payload bytes pe
 PGD_API uint64_t pgd_pool_token_bytes(const pgd_pool *pool); /* K+V bytes per token */
 PGD_API pgd_kv_type pgd_pool_kv_type(const pgd_pool *pool);
 /* Non-zero when the pool has page memory (its own arena or the caller's, host or device);
- * 0 when metadata-only. */
+ * 0 when metadata-only. The full layout, device flag included: pgd_pool_get_layout. */
 PGD_API int pgd_pool_has_payload(const pgd_pool *pool);
 
 /* Takes a page off the free list with refcount 1. O(1).

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bf16.c - the bf16 codec: a region is page_tokens rows of head_dim bf16 values (uint16),
- * rounded to nearest even on write. Error: |x - dec(x)| <= 2^-11 |x| for f16 normal
- * values (f16 subnormals: 2^-25 absolute), 2^-8 |x| for bf16. Row-writable.
- * Callers: registry.c (tables), attention, cache.c.
+ * rounded to nearest even on write (byte layout: include/pagoda/layout.h). Error: |x - dec(x)| <=
+ * 2^-11 |x| for f16 normal values (f16 subnormals: 2^-25 absolute), 2^-8 |x| for bf16.
+ * Row-writable. Callers: registry.c (tables), attention, cache.c.
  */
 #include "codec_impl.h"
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * f32.c - the f32 codec: a region is page_tokens rows of head_dim floats, as written.
+ * f32.c - the f32 codec: a region is page_tokens rows of head_dim floats, as written
+ * (byte layout: include/pagoda/layout.h).
  * Exact (no error). Row-writable. Callers: registry.c (tables), attention, cache.c.
  */
 #include "codec_impl.h"

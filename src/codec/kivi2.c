@@ -5,15 +5,9 @@
  * a region is encoded once from a full page (encode_page); until then the page's rows live
  * in the sequence's f16 residual window (cache.c).
  *
- * Codes (both kinds): 2 bits per value at flat index f = row * head_dim + d, in 32-bit
- * little-endian words: word f / 16, bits 2 (f % 16) .. 2 (f % 16) + 1.
- *
- *   K region:  [0, pt*hd/4)          codes
- *              then f16 scale[hd], then f16 min[hd]          (per channel d)
- *   V region:  [0, pt*hd/4)          codes
- *              then f16 scale[pt][ng], then f16 min[pt][ng]   (per row and group of
- *              G = min(32, head_dim) channels, ng = head_dim / G)
- *   region_bytes = max(K, V) rounded up to 16 (registry.c).
+ * The byte layout of K and V regions (2-bit codes in 32-bit words, then f16 scales and
+ * mins per channel (K) or per row and group of 32 channels (V)) is published in
+ * include/pagoda/layout.h.
  *
  * Quantization of a set S of values (a channel over the rows, or a row's group):
  * mn = min(S) rounded DOWN to f16, s = (max(S) - mn) / 3 rounded UP to f16, code

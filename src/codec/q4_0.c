@@ -1,15 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * q4_0.c - the q4_0 codec (like ggml's q4_0): blocks of 32 values, one f16 scale d and 32
- * 4-bit codes q in [0, 15]; value = (q - 8) * d. Region layout (flat index
- * f = row * head_dim + d, block b = f / 32, i = f % 32):
- *
- *     [0, pt*hd/2)                   codes: byte 16 b + (i % 16), low nibble for i < 16,
- *                                    high nibble for i >= 16 (ggml's order)
- *     [pt*hd/2, pt*hd/2 + pt*hd/16)  f16 scales, scale[b]
- *     (padded to a multiple of 16)
- *
- * Blocks lie along a row (head_dim % 32 == 0) or across 32 / head_dim rows (head_dim | 32).
+ * 4-bit codes q in [0, 15]; value = (q - 8) * d. The region's byte layout (nibbles in
+ * ggml's order, then f16 scales) is published in include/pagoda/layout.h.
  * Quantization (ggml): m = the value of largest magnitude (signed), d = m / -8 rounded to
  * f16 AWAY from zero (so |x / d| <= 8), q = min(15, (int)(x / d + 8.5)).
  * Error bound per value: |x - (q - 8) d| <= |d| (|d| / 2 except where +8 d clamps to

@@ -1,14 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * q8_0.c - the q8_0 codec (like ggml's q8_0): blocks of 32 values, one f16 scale d and 32
- * int8 codes q; value = q * d. Region layout (flat index f = row * head_dim + d):
- *
- *     [0, pt*hd)                   int8 codes, codes[f]
- *     [pt*hd, pt*hd + pt*hd/16)    f16 scales, scale[f / 32]
- *     (padded to a multiple of 16)
- *
- * so blocks lie along a row when head_dim % 32 == 0 and across 32 / head_dim rows when
- * head_dim divides 32 (registry.c refuses other head_dims).
+ * int8 codes q; value = q * d. The region's byte layout (codes, then f16 scales; blocks
+ * along a row or across 32 / head_dim rows) is published in include/pagoda/layout.h.
  *
  * Quantization: d = amax / 127 rounded UP to f16 (so |x / d| <= 127, no clamping), then
  * q = round(x / d). Error bound per value: |x - q d| <= d / 2 for a block written at once

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_pool.c - the page pool (pool.h): params validation and its reasons, geometry,
+ * test_pool.c - the page pool (pool.h): params validation and its reasons, geometry, the
+ * published layout (layout.h) decoded independently and compared with the codecs,
  * alloc/ref/unref, copy-on-write, caller-owned host and device arenas with a copy hook,
  * the metadata-only mode and stats. pgd_pool_check() is called after every mutation.
  */
@@ -9,6 +10,7 @@
 
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
+#include <pagoda/layout.h>
 #include <pagoda/pool.h>
 
 #include "pgd_int.h"
@@ -215,6 +217,163 @@ static int test_params_check_reasons(void)
     return 0;
 }
 
+/* ---- published layout ---- */
+
+static float f16v(const uint8_t *b)
+{
+    return pgd__f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+}
+
+/* Value (r, d) of the region at reg, decoded from layout.h's description alone. */
+static float layout_value(const pgd_pool_layout *L, int kv, const uint8_t *reg, uint32_t r,
+                          uint32_t d)
+{
+    const uint32_t hd = L->head_dim, pt = L->page_tokens;
+    const size_t f = (size_t)r * hd + d, b = f / 32, i = f % 32;
+    const uint8_t *e = reg + r * L->row_stride;
+    uint32_t u;
+    float x;
+    switch (L->kv_type) {
+    case PGD_KV_F32:
+        u = (uint32_t)e[4 * d] | (uint32_t)e[4 * d + 1] << 8 | (uint32_t)e[4 * d + 2] << 16 |
+            (uint32_t)e[4 * d + 3] << 24;
+        memcpy(&x, &u, 4);
+        return x;
+    case PGD_KV_F16:
+        return f16v(e + 2 * d);
+    case PGD_KV_BF16:
+        u = ((uint32_t)e[2 * d] | (uint32_t)e[2 * d + 1] << 8) << 16;
+        memcpy(&x, &u, 4);
+        return x;
+    case PGD_KV_Q8_0:
+        return (float)(int8_t)reg[f] * f16v(reg + L->k_scales_offset + 2 * b);
+    case PGD_KV_Q4_0: {
+        uint8_t byte = reg[16 * b + i % 16];
+        int q = i < 16 ? byte & 15 : byte >> 4;
+        return (float)(q - 8) * f16v(reg + L->k_scales_offset + 2 * b);
+    }
+    case PGD_KV_KIVI2: {
+        const uint8_t *w = reg + 4 * (f / 16);
+        uint32_t word =
+            (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 | (uint32_t)w[3] << 24;
+        float c = (float)((word >> (2 * (f % 16))) & 3);
+        if (kv == 0)
+            return f16v(reg + L->k_mins_offset + 2 * d) +
+                   c * f16v(reg + L->k_scales_offset + 2 * d);
+        uint32_t G = hd < 32 ? hd : 32, ng = hd / G;
+        size_t gi = (size_t)r * ng + d / G;
+        (void)pt;
+        return f16v(reg + L->v_mins_offset + 2 * gi) + c * f16v(reg + L->v_scales_offset + 2 * gi);
+    }
+    }
+    return NAN;
+}
+
+/* Fills every region of a pool through the codec, then checks that the layout's strides
+ * give pgd_pool_k / pgd_pool_v's addresses and that decoding from the layout alone equals
+ * the codec's decode_rows, value for value. */
+static int check_layout(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim)
+{
+    enum { NP = 3 };
+    pgd_pool_params p = small_params(type, NP);
+    pgd_pool *pool;
+    pgd_pool_layout L;
+    uint64_t seed = 0x1234 + type * 977 + head_dim;
+    p.page_tokens = page_tokens;
+    p.head_dim = head_dim;
+    T_OK(pgd_pool_create(&p, &pool));
+    pgd_pool_get_layout(pool, &L);
+    const pgd__codec *codec = pgd__pool_codec(pool);
+    T_EQ(L.kv_type, type);
+    T_EQ(L.n_pages, NP);
+    T_EQ(L.n_layers, 3);
+    T_EQ(L.n_kv_heads, 2);
+    T_EQ(L.head_dim, head_dim);
+    T_EQ(L.page_tokens, page_tokens);
+    T_EQ(L.arena_device, 0);
+    T_EQ(L.page_bytes, pgd_pool_page_bytes(pool));
+    T_EQ(L.page_stride, L.page_bytes);
+    T_EQ(L.region_bytes, pgd_pool_region_bytes(pool));
+    T_EQ(L.head_stride, L.region_bytes);
+    T_EQ(L.kv_stride, 2 * L.head_stride);
+    T_EQ(L.layer_stride, 2 * L.kv_stride);
+    T_EQ(L.page_bytes, 3 * L.layer_stride);
+    T_EQ(L.region_bytes % 16, 0);
+    T_EQ((uintptr_t)L.arena % 64, 0);
+    T_EQ(L.row_stride, (uint64_t)head_dim * pgd_kv_type_size(type));
+    const size_t n = (size_t)page_tokens * head_dim;
+    float *rows = malloc(n * sizeof *rows), *dec = malloc(n * sizeof *dec);
+    T_ASSERT(rows && dec);
+    uint32_t ids[NP];
+    for (uint32_t i = 0; i < NP; i++)
+        T_OK(pgd_pool_alloc(pool, &ids[i]));
+    for (uint32_t i = 0; i < NP; i++)
+        for (uint32_t l = 0; l < 3; l++)
+            for (int kv = 0; kv < 2; kv++)
+                for (uint32_t h = 0; h < 2; h++) {
+                    uint8_t *reg =
+                        kv ? pgd_pool_v(pool, ids[i], l, h) : pgd_pool_k(pool, ids[i], l, h);
+                    const uint8_t *at = (const uint8_t *)L.arena + ids[i] * L.page_stride +
+                                        l * L.layer_stride + kv * L.kv_stride + h * L.head_stride;
+                    if (reg != at) T_FAIL("page %u layer %u kv %d head %u: address", i, l, kv, h);
+                    for (size_t j = 0; j < n; j++)
+                        rows[j] = (float)((int64_t)(t_rand(&seed) % 2001) - 1000) / 64.0f;
+                    codec->encode_page(kv ? PGD__V : PGD__K, reg, page_tokens, head_dim, rows,
+                                       page_tokens);
+                }
+    for (uint32_t i = 0; i < NP; i++)
+        for (uint32_t l = 0; l < 3; l++)
+            for (int kv = 0; kv < 2; kv++)
+                for (uint32_t h = 0; h < 2; h++) {
+                    const uint8_t *at = (const uint8_t *)L.arena + ids[i] * L.page_stride +
+                                        l * L.layer_stride + kv * L.kv_stride + h * L.head_stride;
+                    codec->decode_rows(kv ? PGD__V : PGD__K, at, page_tokens, head_dim, 0,
+                                       page_tokens, dec);
+                    for (uint32_t r = 0; r < page_tokens; r++)
+                        for (uint32_t d = 0; d < head_dim; d++) {
+                            float want = dec[(size_t)r * head_dim + d];
+                            float got = layout_value(&L, kv, at, r, d);
+                            if (!(fabsf(got - want) <= 1e-6f * (1 + fabsf(want))))
+                                T_FAIL("%s pt %u hd %u: page %u layer %u kv %d head %u row %u "
+                                       "d %u: layout %g, codec %g",
+                                       pgd_kv_type_name(type), page_tokens, head_dim, i, l, kv, h,
+                                       r, d, got, want);
+                        }
+                }
+    T_EQ(pgd_pool_check(pool), PGD_OK);
+    free(rows);
+    free(dec);
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
+static int test_layout(void)
+{
+    static const pgd_kv_type plain[] = {PGD_KV_F32, PGD_KV_F16, PGD_KV_BF16};
+    static const pgd_kv_type block[] = {PGD_KV_Q8_0, PGD_KV_Q4_0, PGD_KV_KIVI2};
+    for (int t = 0; t < 3; t++) {
+        if (check_layout(plain[t], 4, 5)) return 1;
+        if (check_layout(plain[t], 16, 64)) return 1;
+    }
+    for (int t = 0; t < 3; t++) {
+        if (check_layout(block[t], 16, 64)) return 1; /* blocks along a row */
+        if (check_layout(block[t], 4, 96)) return 1;
+        if (check_layout(block[t], 16, 8)) return 1; /* blocks across 4 rows */
+        if (check_layout(block[t], 32, 2)) return 1;
+    }
+    /* metadata-only: no arena */
+    pgd_pool_params p = small_params(PGD_KV_F16, 4);
+    pgd_pool *pool;
+    pgd_pool_layout L;
+    p.metadata_only = 1;
+    T_OK(pgd_pool_create(&p, &pool));
+    pgd_pool_get_layout(pool, &L);
+    T_ASSERT(L.arena == NULL);
+    T_EQ(L.page_bytes, pgd_pool_page_bytes(pool));
+    pgd_pool_destroy(pool);
+    return 0;
+}
+
 /* ---- caller-owned arenas ---- */
 
 typedef struct copy_counter {
@@ -364,8 +523,12 @@ static int test_arena_device(void)
     pgd_seq *s, *f;
     T_OK(pgd_cache_create(&cp, &c));
     pgd_pool *pool = pgd_cache_pool(c);
-    T_EQ(pgd_pool_n_pages(pool), NPAGES);
-    T_EQ(pgd_pool_page_bytes(pool), pb);
+    pgd_pool_layout L;
+    pgd_pool_get_layout(pool, &L);
+    T_EQ(L.arena_device, 1);
+    T_ASSERT(L.arena == dev);
+    T_EQ(L.n_pages, NPAGES);
+    T_EQ(L.page_bytes, pb);
     T_EQ(pgd_pool_has_payload(pool), 1);
     T_OK(pgd_seq_create(c, NULL, 0, &s));
     T_EQ(pgd_seq_grow(c, s, 6), PGD_OK);
@@ -377,7 +540,8 @@ static int test_arena_device(void)
     uint32_t page, slot, page2;
     T_OK(pgd_seq_write_slot(c, s, 5, &page, &slot));
     T_EQ(slot, 1);
-    T_ASSERT((uint8_t *)pgd_pool_k(pool, page, 1, 0) == (uint8_t *)dev + page * pb + pb / 2);
+    T_ASSERT((uint8_t *)pgd_pool_k(pool, page, 1, 0) ==
+             (uint8_t *)dev + page * L.page_stride + L.layer_stride);
     static const int32_t toks[4] = {1, 2, 3, 4};
     T_EQ(pgd_seq_commit(c, s, toks, 4), 1);
     T_OK(pgd_seq_fork(c, s, &f));
@@ -767,6 +931,7 @@ int main(void)
     T_RUN(test_defaults);
     T_RUN(test_params_einval);
     T_RUN(test_params_check_reasons);
+    T_RUN(test_layout);
     T_RUN(test_arena_host);
     T_RUN(test_arena_too_small);
     T_RUN(test_arena_device);
