@@ -804,6 +804,11 @@ out:
     return rc;
 }
 
+uint32_t pgd_cache_kv_residual(const pgd_cache *c)
+{
+    return c->window; /* set once by create: no lock */
+}
+
 int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
                       uint64_t *lo)
 {

@@ -79,7 +79,8 @@ typedef struct pgd_cache_params {
     void *log_ud;
     uint32_t kv_residual; /* kivi2 only: tokens of each sequence kept in f16 (the residual
                              window, where the last partial page lives); 0: 128. Rounded up
-                             to a multiple of page_tokens (so >= page_tokens) */
+                             to a multiple of page_tokens (so >= page_tokens); the result:
+                             pgd_cache_kv_residual */
 } pgd_cache_params;       /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
@@ -96,6 +97,9 @@ PGD_API void pgd_cache_destroy(pgd_cache *c);
 /* The cache's pool, for payload access only (see locking). Valid while c lives. */
 PGD_API pgd_pool *pgd_cache_pool(pgd_cache *c);
 PGD_API uint32_t pgd_cache_page_tokens(const pgd_cache *c);
+/* The kivi2 residual window in tokens as the cache uses it (params.kv_residual, 0 -> 128,
+ * rounded up to whole pages), or 0 when the pool's codec keeps none (not kivi2). O(1). */
+PGD_API uint32_t pgd_cache_kv_residual(const pgd_cache *c);
 
 /* ---- sequences ---- */
 

@@ -76,7 +76,7 @@
  *
  *   region_bytes is the larger of the two, rounded up to 16. A kivi2 page is encoded only
  *   once it is full; the last, partial page of a sequence lives in f16 in the cache's
- *   residual window (cache.h: kv_residual), not in its region.
+ *   residual window (cache.h: kv_residual, pgd_cache_kv_residual), not in its region.
  */
 #ifndef PAGODA_LAYOUT_H
 #define PAGODA_LAYOUT_H

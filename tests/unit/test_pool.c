@@ -530,6 +530,7 @@ static int test_arena_device(void)
     T_EQ(L.n_pages, NPAGES);
     T_EQ(L.page_bytes, pb);
     T_EQ(pgd_pool_has_payload(pool), 1);
+    T_EQ(pgd_cache_kv_residual(c), 0);
     T_OK(pgd_seq_create(c, NULL, 0, &s));
     T_EQ(pgd_seq_grow(c, s, 6), PGD_OK);
     /* host encoding refuses */
@@ -564,6 +565,31 @@ static int test_arena_device(void)
     pgd_seq_destroy(c, s);
     pgd_cache_destroy(c);
     munmap(dev, map);
+    return 0;
+}
+
+/* pgd_cache_kv_residual: the window kivi2 keeps in f16, whole pages; 0 for other codecs. */
+static int test_kv_residual(void)
+{
+    static const struct {
+        pgd_kv_type type;
+        uint32_t pt, asked, want;
+    } cases[] = {
+        {PGD_KV_KIVI2, 16, 0, 128},  {PGD_KV_KIVI2, 16, 20, 32}, {PGD_KV_KIVI2, 16, 1, 16},
+        {PGD_KV_KIVI2, 256, 0, 256}, {PGD_KV_KIVI2, 32, 64, 64}, {PGD_KV_F16, 16, 0, 0},
+        {PGD_KV_Q8_0, 16, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pgd_cache_params cp = pgd_cache_default_params();
+        pgd_cache *c;
+        cp.pool.kv_type = cases[i].type;
+        cp.pool.page_tokens = cases[i].pt;
+        cp.pool.capacity_pages = 4;
+        cp.kv_residual = cases[i].asked;
+        T_OK(pgd_cache_create(&cp, &c));
+        T_EQ(pgd_cache_kv_residual(c), cases[i].want);
+        pgd_cache_destroy(c);
+    }
     return 0;
 }
 
@@ -935,6 +961,7 @@ int main(void)
     T_RUN(test_arena_host);
     T_RUN(test_arena_too_small);
     T_RUN(test_arena_device);
+    T_RUN(test_kv_residual);
     T_RUN(test_geometry_f32);
     T_RUN(test_geometry_f16);
     T_RUN(test_geometry_bf16);
