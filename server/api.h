@@ -2,8 +2,8 @@
 /*
  * api.h - the OpenAI-compatible request bodies and error shape: parses and validates a
  * POST /v1/completions or /v1/chat/completions body into a ps_req, and renders errors as
- * {"error":{"message","type","param","code"}}. Callers: server.c, the tests (and a fuzz
- * target could call ps_req_parse on arbitrary bytes: it never trusts its input).
+ * {"error":{"message","type","param","code"}}. Callers: generate.c, routes.c, the tests
+ * and tests/fuzz (ps_req_parse takes arbitrary bytes: it never trusts its input).
  *
  * Fields (anything else is ignored, as OpenAI-compatible servers do):
  *   model                      string; NULL when absent (any model is then accepted)
