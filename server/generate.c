@@ -130,7 +130,7 @@ static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_
     *n = 0;
     if (r->prompt_toks) {
         *toks = malloc(r->n_prompt_toks * sizeof **toks);
-        if (!*toks) return ps_err(e, 500, NULL, NULL, "out of memory");
+        if (!*toks) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
         memcpy(*toks, r->prompt_toks, r->n_prompt_toks * sizeof **toks);
         *n = r->n_prompt_toks;
         return 0;
@@ -138,15 +138,14 @@ static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_
     if (r->kind == PS_CHAT) {
         pe_chat_msg *msgs = calloc(r->n_msgs, sizeof *msgs);
         char err[256];
-        if (!msgs) return ps_err(e, 500, NULL, NULL, "out of memory");
+        if (!msgs) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
         for (size_t i = 0; i < r->n_msgs; i++) {
             msgs[i].role = r->msgs[i].role;
             msgs[i].content = r->msgs[i].content;
         }
         int rc = pe_chat_render(srv->chat, msgs, r->n_msgs, &owned, err, sizeof err);
         free(msgs);
-        if (rc == PGD_EINVAL) return ps_err(e, 400, "messages", NULL, "'messages': %s", err);
-        if (rc) return ps_err(e, 500, NULL, NULL, "out of memory");
+        if (rc) return ps_err_status(e, PS_AT_TEMPLATE, rc, err);
         text = owned;
         len = strlen(owned);
     }
@@ -197,7 +196,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     for (size_t i = 0; k->kind == PS_CHAT && i < srv->n_chat_stops; i++)
         stops[n_stops++] = srv->chat_stops[i];
     if (ps_textout_init(&k->tx, pe_model_vocab(srv->m), stops, n_stops)) {
-        ps_err(&e, 500, NULL, NULL, "out of memory");
+        ps_err_status(&e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
         goto error;
     }
     k->tx_init = 1;
@@ -220,7 +219,7 @@ enum MHD_Result ps__handle_generate(conn *k)
 
     job *j = ps__job_create(srv);
     if (!j) {
-        ps_err(&e, 500, NULL, NULL, "out of memory");
+        ps_err_status(&e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
         goto error;
     }
     j->t_arrival = k->t0;
@@ -231,7 +230,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     if (refused) {
         j->refs = 1;
         ps__job_unref(j);
-        ps_err(&e, 503, NULL, "shutting_down", "the server is shutting down");
+        ps_err_status(&e, PS_AT_SHUTDOWN, PGD_ESTATE, NULL);
         goto error;
     }
     uint64_t id = 0;
@@ -248,13 +247,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     if (rc) {
         j->refs = 1;
         ps__job_unref(j);
-        if (rc == PGD_EBUSY)
-            ps_err(&e, 429, NULL, "queue_full",
-                   "the request queue is full (--max-queued); retry later");
-        else if (rc == PGD_EINVAL)
-            ps_err(&e, 400, NULL, NULL, "the request was refused: %s", pgd_strerror(rc));
-        else
-            ps_err(&e, 500, NULL, NULL, "cannot queue the request: %s", pgd_strerror(rc));
+        ps_err_status(&e, PS_AT_SUBMIT, rc, NULL);
         goto error;
     }
     if (cancel_now) pe_sched_cancel(srv->sched, id);

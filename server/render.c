@@ -66,17 +66,16 @@ ps_outcome ps__outcome_of(const conn *k)
     }
 }
 
-/* The error a generation that did not finish normally reports. */
+/* The error a generation that did not finish normally reports. A request the client
+ * still waits for was cancelled by the shutdown; a failed one carries the scheduler's
+ * status (k->usage.status, from the final callback) unless the server itself ran out of
+ * memory for it. */
 void ps__outcome_error(const conn *k, ps_outcome o, ps_error *e)
 {
     if (o == PS_OUT_CANCELLED)
-        ps_err(e, 503, NULL, "shutting_down", "the server is shutting down");
-    else if (k->job_oom)
-        ps_err(e, 500, NULL, NULL, "out of memory while generating");
+        ps_err_status(e, PS_AT_SHUTDOWN, PGD_ESTATE, NULL);
     else
-        ps_err(e, 500, NULL, NULL,
-               "generation failed: the request does not fit the KV pool, or the forward "
-               "pass failed (see the server log)");
+        ps_err_status(e, PS_AT_GENERATE, k->job_oom ? PGD_ENOMEM : k->usage.status, NULL);
 }
 
 static const char *finish_name(const conn *k)

@@ -187,7 +187,7 @@ static enum MHD_Result dispatch(conn *k, const char *method)
         int down = srv->shutting_down;
         pthread_mutex_unlock(&srv->mu);
         if (down) {
-            ps_err(&e, 503, NULL, "shutting_down", "the server is shutting down");
+            ps_err_status(&e, PS_AT_SHUTDOWN, PGD_ESTATE, NULL);
             return ps__send_error(k, &e, 0);
         }
         static const char ok[] = "{\"status\":\"ok\"}";
