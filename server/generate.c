@@ -228,8 +228,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     if (!refused) srv->n_jobs++;
     pthread_mutex_unlock(&srv->mu);
     if (refused) {
-        j->refs = 1;
-        ps__job_unref(j);
+        ps__job_discard(j);
         ps_err_status(&e, PS_AT_SHUTDOWN, PGD_ESTATE, NULL);
         goto error;
     }
@@ -245,8 +244,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     int cancel_now = srv->cancel_all;
     pthread_mutex_unlock(&srv->mu);
     if (rc) {
-        j->refs = 1;
-        ps__job_unref(j);
+        ps__job_discard(j);
         ps_err_status(&e, PS_AT_SUBMIT, rc, NULL);
         goto error;
     }

@@ -51,6 +51,12 @@ void ps__job_unref(job *j)
     free(j);
 }
 
+void ps__job_discard(job *j)
+{
+    j->refs = 1; /* the scheduler's reference was never handed out */
+    ps__job_unref(j);
+}
+
 int ps__job_done(job *j)
 {
     pthread_mutex_lock(&j->mu);

@@ -181,6 +181,9 @@ uint64_t ps__next_random(ps_server *srv);
 job *ps__job_create(ps_server *srv);
 /* Drops one reference; the last one frees the job. Any thread; takes j->mu. */
 void ps__job_unref(job *j);
+/* Frees a job that was never submitted (or that pe_sched_submit refused): nothing else
+ * holds it, so both references go at once. */
+void ps__job_discard(job *j);
 /* Whether the final callback came. Takes j->mu. */
 int ps__job_done(job *j);
 /* The scheduler's callback (a pe_token_cb, ud = the job), on the stepping thread. */
