@@ -39,8 +39,9 @@
  *    (one step at most) so that usage (cached tokens) is always exact.
  *  - Waits on a job are timed (WAIT_MS) and re-check whether the client socket closed
  *    and whether the server is stopping, so no thread sleeps through either.
- *  - Lock order: srv->mu and j->mu are never held together; the metrics lock is taken
- *    last, alone, inside ps_metrics_* calls.
+ *  - Locks: srv->mu and j->mu are never held together, and neither is held across a
+ *    pe_sched_* call (the scheduler calls back without its own lock, see scheduler.h). The
+ *    metrics mutex is a leaf: ps_metrics_* take it and no other lock while holding it.
  */
 #ifndef PS_SERVER_INT_H
 #define PS_SERVER_INT_H
