@@ -121,7 +121,7 @@ static char *dup_str(const char *s, size_t n)
 
 static int oom(ps_error *e)
 {
-    return ps_err(e, 500, NULL, NULL, "out of memory");
+    return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
 }
 
 /* Looks up an optional field: NULL when absent or null. */
@@ -412,4 +412,54 @@ void ps_req_free(ps_req *r)
         free(r->stop[i]);
     free(r->salt);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- pgd_status -> HTTP (the table api.h shows) ---- */
+
+#define ANY_STATUS 1 /* a row for every status of its stage not listed before it */
+
+static const struct status_row {
+    ps_stage at;
+    int status;        /* a pgd_status, or ANY_STATUS: the stage's last row */
+    int http;          /* HTTP status; the OpenAI error type follows from it */
+    const char *param; /* NULL: none */
+    const char *code;  /* NULL: none */
+    const char *text;  /* the message, or its start */
+    int detail;        /* 1: the message goes on with the detail (or pgd_strerror) */
+} status_rows[] = {
+    {PS_AT_REQUEST, PGD_ENOMEM, 500, NULL, NULL, "out of memory", 0},
+    {PS_AT_REQUEST, ANY_STATUS, 500, NULL, NULL, "cannot read the request: ", 1},
+    {PS_AT_TEMPLATE, PGD_EINVAL, 400, "messages", NULL, "'messages': ", 1},
+    {PS_AT_TEMPLATE, PGD_ENOMEM, 500, NULL, NULL, "out of memory", 0},
+    {PS_AT_TEMPLATE, ANY_STATUS, 500, NULL, NULL, "cannot render the chat template: ", 1},
+    {PS_AT_SUBMIT, PGD_EBUSY, 429, NULL, "queue_full",
+     "the request queue is full (--max-queued); retry later", 0},
+    {PS_AT_SUBMIT, PGD_EINVAL, 400, NULL, NULL, "the request was refused: ", 1},
+    {PS_AT_SUBMIT, ANY_STATUS, 500, NULL, NULL, "cannot queue the request: ", 1},
+    {PS_AT_GENERATE, PGD_ENOSPC, 400, NULL, "context_length_exceeded",
+     "the request does not fit the KV cache even alone (prompt and output together): send a "
+     "shorter prompt or a lower max_tokens",
+     0},
+    {PS_AT_GENERATE, PGD_ENOMEM, 500, NULL, NULL, "out of memory while generating", 0},
+    {PS_AT_GENERATE, PGD_OK, 500, NULL, NULL,
+     "generation failed: the request does not fit the KV pool, or the forward pass failed "
+     "(see the server log)",
+     0},
+    {PS_AT_GENERATE, ANY_STATUS, 500, NULL, NULL, "generation failed (see the server log): ", 1},
+    {PS_AT_SHUTDOWN, ANY_STATUS, 503, NULL, "shutting_down", "the server is shutting down", 0},
+};
+
+int ps_err_status(ps_error *e, ps_stage at, int status, const char *detail)
+{
+    const struct status_row *row = NULL;
+    size_t n = sizeof status_rows / sizeof status_rows[0];
+    for (size_t i = 0; i < n && !row; i++) {
+        if (status_rows[i].at == at &&
+            (status_rows[i].status == status || status_rows[i].status == ANY_STATUS))
+            row = &status_rows[i];
+    }
+    if (!row) /* an unknown stage: a server error all the same */
+        return ps_err(e, 500, NULL, NULL, "internal error: %s", pgd_strerror(status));
+    const char *tail = row->detail ? (detail ? detail : pgd_strerror(status)) : "";
+    return ps_err(e, row->http, row->param, row->code, "%s%s", row->text, tail);
 }

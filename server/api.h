@@ -2,8 +2,8 @@
 /*
  * api.h - the OpenAI-compatible request bodies and error shape: parses and validates a
  * POST /v1/completions or /v1/chat/completions body into a ps_req, and renders errors as
- * {"error":{"message","type","param","code"}}. Callers: server.c, the tests (and a fuzz
- * target could call ps_req_parse on arbitrary bytes: it never trusts its input).
+ * {"error":{"message","type","param","code"}}. Callers: generate.c, routes.c, the tests
+ * and tests/fuzz (ps_req_parse takes arbitrary bytes: it never trusts its input).
  *
  * Fields (anything else is ignored, as OpenAI-compatible servers do):
  *   model                      string; NULL when absent (any model is then accepted)
@@ -27,6 +27,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <pagoda/pagoda.h> /* pgd_status, pgd_strerror */
 
 #include "buf.h"
 
@@ -91,5 +93,43 @@ void ps_req_free(ps_req *r);
 
 /* Appends e as OpenAI's JSON error object to out. Returns 0 or -1 (oom). */
 int ps_error_json(const ps_error *e, ps_buf *out);
+
+/* ---- pgd_status -> HTTP ----
+ *
+ * Every pgd_status the server turns into an HTTP error goes through one table (api.c),
+ * keyed by the stage that returned it, since one status means different things at each:
+ *
+ *   stage           status        HTTP  code                     message
+ *   request         ENOMEM        500   -                        out of memory
+ *   template        EINVAL        400   - (param "messages")     'messages': DETAIL
+ *   submit          EBUSY         429   queue_full               the request queue is full
+ *   submit          EINVAL        400   -                        the request was refused: ...
+ *   submit          other         500   -                        cannot queue the request: ...
+ *   generate        ENOSPC        400   context_length_exceeded  does not fit the KV cache
+ *   generate        ENOMEM        500   -                        out of memory while generating
+ *   generate        OK (unknown)  500   -                        does not fit, or forward failed
+ *   generate        other         500   -                        generation failed: ...
+ *   shutdown        any           503   shutting_down            the server is shutting down
+ *
+ * Why 400 for a request that does not fit the KV pool even alone (PGD_ENOSPC from the
+ * scheduler's final callback): it is a limit of this deployment on the request's size,
+ * like the context length (413 context_length_exceeded, checked before submitting, stays):
+ * retrying cannot help, the client has to send less. OpenAI, vLLM and llama.cpp answer an
+ * oversized request with 400 invalid_request_error, and the OpenAI clients do not retry a
+ * 400; they do retry 503 (and any 5xx), which would only repeat the failure. 507 is
+ * WebDAV's and unknown to those clients. A streamed request has sent 200 already: the
+ * same error object then ends the stream. */
+typedef enum ps_stage {
+    PS_AT_REQUEST = 0, /* reading the request: parsing, the prompt, buffers */
+    PS_AT_TEMPLATE,    /* pe_chat_render on the request's messages */
+    PS_AT_SUBMIT,      /* pe_sched_submit */
+    PS_AT_GENERATE,    /* a PE_FINISH_ERROR final callback: its usage.status (PGD_OK: unknown) */
+    PS_AT_SHUTDOWN     /* the server refuses or cancelled the work: it is stopping */
+} ps_stage;
+
+/* Fills e for status (a pgd_status) returned at stage `at`, from the table above. detail:
+ * what ends the message of rows that take one (NULL: pgd_strerror(status)). Returns -1,
+ * like ps_err. Any thread; no allocation. */
+int ps_err_status(ps_error *e, ps_stage at, int status, const char *detail);
 
 #endif /* PS_API_H */

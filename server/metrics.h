@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * metrics.h - the server's counters and latency histograms, and the Prometheus text page
- * of GET /metrics (names prefixed pagoda_). Callers: server.c (HTTP threads count
- * responses and finishes; the stepping thread's token callback observes latencies).
+ * of GET /metrics (names prefixed pagoda_). Callers: the server's HTTP threads count
+ * responses and finishes (routes.c, generate.c); the stepping thread's token callback
+ * observes latencies (handoff.c).
  *
  * Thread-safety: one mutex guards everything here; each call holds it for O(buckets).
  * Gauges that live elsewhere (KV pages, running/waiting requests, scheduler and prefix

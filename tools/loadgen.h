@@ -12,12 +12,18 @@
  *   lg_summary    mean and p50/p90/p99 of a set of values
  *
  * Nothing here is thread-safe or needs to be: the bench runs its requests from one thread.
+ *
+ * The second part is what the bench's own files share (loadgen.c: the command line and
+ * the runs; loadgen_curl.c: the libcurl driver; loadgen_spawn.c: the spawned servers;
+ * loadgen_report.c: the table and JSON): the options, a run's figures, the servers. It
+ * needs no libcurl header, so the tests can include this file alone.
  */
 #ifndef PGD_TOOLS_LOADGEN_H
 #define PGD_TOOLS_LOADGEN_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* ---- workload ---- */
 
@@ -91,5 +97,106 @@ lg_summary lg_summarize(double *v, size_t n);
 
 /* The p-th percentile (0..100) of sorted v[n]; 0 when n == 0. */
 double lg_percentile(const double *v, size_t n, double p);
+
+/* ==== the bench's own files ==== */
+
+struct curl_slist;
+
+#define LG_MAX_ERR_KINDS 8 /* failure kinds kept per run; the last slot collects the rest */
+
+/* The command line (loadgen.c). */
+typedef struct lg_opts {
+    const char *cmd;
+    const char *url;        /* --url: run once against it */
+    const char *model_path; /* -m: spawn `pagoda serve -m` */
+    const char *model_name; /* --model-name: the request's "model" */
+    const char *api_key;
+    uint64_t groups, prompts, system_tokens, question_tokens, output_tokens;
+    uint64_t concurrency, seed, timeout_s;
+    double rate; /* req/s; 0: fixed concurrency */
+    int json, compare, ignore_eos;
+    const char **serve_args; /* passed through to `pagoda serve` */
+    int n_serve_args;
+} lg_opts;
+
+typedef struct lg_err_kind {
+    char key[32];    /* "connect", "http_429", ... */
+    uint32_t count;  /* requests that failed so */
+    char first[512]; /* the first such failure's message */
+} lg_err_kind;
+
+/* One run of the workload against one server: its figures. */
+typedef struct lg_run_stats {
+    const char *name; /* "prefix_cache", "no_prefix_cache", "url" */
+    int prefix_cache; /* 1, 0; -1: unknown (--url) */
+    uint32_t n_requests, n_ok, n_failed;
+    double duration_s;
+    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    uint32_t n_cached_reported; /* ok requests whose usage had cached_tokens */
+    double *ttft;               /* [n_ok] seconds */
+    size_t n_ttft;
+    double *itl; /* seconds, every gap of every ok request */
+    size_t n_itl, cap_itl;
+    lg_summary ttft_s, itl_s;
+    int have_kv; /* the server exposed a KV usage */
+    double kv_usage_peak;
+    double kv_pages_peak; /* pages used at the sampled peak; -1: unknown */
+    int have_computed;    /* the server exposed its computed prompt tokens */
+    double prompt_computed;
+    lg_err_kind errs[LG_MAX_ERR_KINDS];
+    uint32_t n_errs;
+} lg_run_stats;
+
+/* What GET /v1/models said. */
+typedef struct lg_server_info {
+    char model_id[256]; /* "" when unknown */
+    uint32_t n_vocab;   /* 0: unknown */
+    uint32_t n_ctx;     /* 0: unknown */
+} lg_server_info;
+
+/* What every request of a bench needs. */
+typedef struct lg_bench {
+    const lg_opts *o;
+    lg_server_info info;
+    lg_workload w;
+    struct curl_slist *hdrs; /* Content-Type, Authorization, no Expect */
+} lg_bench;
+
+/* A spawned `pagoda serve`. */
+typedef struct lg_server {
+    pid_t pid;     /* 0: none */
+    int log_fd;    /* its stdout and stderr (an unlinked temporary file) */
+    char url[256]; /* http://HOST:PORT from its ready line */
+} lg_server;
+
+/* ---- loadgen_curl.c ---- */
+
+/* Reads the first model of GET /v1/models: its id and, from pagoda's extension
+ * "pagoda": {"n_vocab", "n_ctx"} (or vLLM's "max_model_len"), the vocabulary and context
+ * sizes. Returns 0, or -1 after a message when the server cannot be reached at all. A
+ * server without the route (or with another shape) leaves the fields unknown. */
+int lg_probe_models(lg_bench *b, const char *base, lg_server_info *info);
+/* Runs the workload against the server at base; fills rs. Returns 0, or -1 when the
+ * client itself ran out of memory before it could start. */
+int lg_run_workload(lg_bench *b, const char *base, lg_run_stats *rs);
+/* Frees what a run allocated (zeroed or filled rs). */
+void lg_run_stats_deinit(lg_run_stats *rs);
+
+/* ---- loadgen_spawn.c ---- */
+
+/* Starts `pagoda serve -m MODEL --host 127.0.0.1 --port 0 [passed flags]
+ * [--no-prefix-cache]` and waits for its ready line. Returns 0, or -1 after printing why
+ * (with the server's last output lines). */
+int lg_server_start(const lg_opts *o, int prefix_cache, lg_server *sv);
+/* Stops the server (SIGTERM, then SIGKILL after 20 s) and closes its log. Returns 0 when
+ * it was running and exited with status 0, -1 (after a message and its last output)
+ * otherwise. */
+int lg_server_stop(const lg_opts *o, lg_server *sv);
+
+/* ---- loadgen_report.c ---- */
+
+/* Prints the n (1 or 2) runs rs as the table / as one JSON object on stdout. */
+void lg_print_table(const lg_opts *o, const lg_bench *b, const lg_run_stats *rs, int n);
+void lg_print_json(const lg_opts *o, const lg_bench *b, const lg_run_stats *rs, int n);
 
 #endif /* PGD_TOOLS_LOADGEN_H */

@@ -6,7 +6,10 @@
  *   - each bad field gives 400 with param set to the field and named in the message;
  *   - malformed JSON, and 20,000 random mutations of valid bodies: never a crash or a
  *     leak (ASan), always 0 or 400;
- *   - ps_error_json writes {"error":{"message","type","param","code"}}.
+ *   - ps_error_json writes {"error":{"message","type","param","code"}};
+ *   - ps_err_status: every row of the pgd_status -> HTTP table (status, type, code, param,
+ *     message), the stage defaults for statuses no row names, and that the old messages
+ *     (which the HTTP tests match) are kept byte for byte.
  */
 #include <stdio.h>
 #include <string.h>
@@ -215,6 +218,83 @@ static int test_error_json(void)
     return 0;
 }
 
+/* One row of the table: e's status, type, code (NULL: none), param ("" none), message. */
+static int check_status(ps_stage at, int status, const char *detail, int http, const char *type,
+                        const char *code, const char *param, const char *message)
+{
+    ps_error e;
+    memset(&e, 0x55, sizeof e);
+    T_EQ(ps_err_status(&e, at, status, detail), -1);
+    T_EQ(e.status, http);
+    T_ASSERT(strcmp(e.type, type) == 0);
+    T_ASSERT(code ? e.code && strcmp(e.code, code) == 0 : e.code == NULL);
+    T_ASSERT(strcmp(e.param, param) == 0);
+    if (strcmp(e.message, message) != 0) T_FAIL("message '%s', want '%s'", e.message, message);
+    return 0;
+}
+
+static int test_status_table(void)
+{
+    const char *ise = "server_error", *bad = "invalid_request_error";
+    /* Reading the request. */
+    T_EQ(check_status(PS_AT_REQUEST, PGD_ENOMEM, NULL, 500, ise, NULL, "", "out of memory"), 0);
+    T_EQ(check_status(PS_AT_REQUEST, PGD_EIO, NULL, 500, ise, NULL, "",
+                      "cannot read the request: i/o error"),
+         0);
+    /* The chat template: its own words for bad messages. */
+    T_EQ(check_status(PS_AT_TEMPLATE, PGD_EINVAL, "unknown role 'x'", 400, bad, NULL, "messages",
+                      "'messages': unknown role 'x'"),
+         0);
+    T_EQ(check_status(PS_AT_TEMPLATE, PGD_ENOMEM, "ignored", 500, ise, NULL, "", "out of memory"),
+         0);
+    /* Submitting. */
+    T_EQ(check_status(PS_AT_SUBMIT, PGD_EBUSY, NULL, 429, "rate_limit_error", "queue_full", "",
+                      "the request queue is full (--max-queued); retry later"),
+         0);
+    T_EQ(check_status(PS_AT_SUBMIT, PGD_EINVAL, NULL, 400, bad, NULL, "",
+                      "the request was refused: invalid argument"),
+         0);
+    T_EQ(check_status(PS_AT_SUBMIT, PGD_ENOMEM, NULL, 500, ise, NULL, "",
+                      "cannot queue the request: out of memory"),
+         0);
+    /* A request that failed while generating (the final callback's usage.status). */
+    T_EQ(check_status(PS_AT_GENERATE, PGD_ENOSPC, NULL, 400, bad, "context_length_exceeded", "",
+                      "the request does not fit the KV cache even alone (prompt and output "
+                      "together): send a shorter prompt or a lower max_tokens"),
+         0);
+    T_EQ(check_status(PS_AT_GENERATE, PGD_ENOMEM, NULL, 500, ise, NULL, "",
+                      "out of memory while generating"),
+         0);
+    T_EQ(check_status(PS_AT_GENERATE, PGD_OK, NULL, 500, ise, NULL, "",
+                      "generation failed: the request does not fit the KV pool, or the forward "
+                      "pass failed (see the server log)"),
+         0);
+    T_EQ(check_status(PS_AT_GENERATE, PGD_EIO, NULL, 500, ise, NULL, "",
+                      "generation failed (see the server log): i/o error"),
+         0);
+    /* Shutting down: whatever the status. */
+    T_EQ(check_status(PS_AT_SHUTDOWN, PGD_ESTATE, NULL, 503, "service_unavailable_error",
+                      "shutting_down", "", "the server is shutting down"),
+         0);
+    T_EQ(check_status(PS_AT_SHUTDOWN, PGD_OK, NULL, 503, "service_unavailable_error",
+                      "shutting_down", "", "the server is shutting down"),
+         0);
+    /* A stage outside the enum still gives a well-formed server error. */
+    T_EQ(check_status((ps_stage)99, PGD_EIO, NULL, 500, ise, NULL, "", "internal error: i/o error"),
+         0);
+    /* The parser's out-of-memory path uses the same row: its rendering is OpenAI's shape. */
+    ps_error e;
+    ps_buf b;
+    ps_buf_init(&b);
+    ps_err_status(&e, PS_AT_GENERATE, PGD_ENOSPC, NULL);
+    T_OK(ps_error_json(&e, &b));
+    T_ASSERT(strstr(b.data, "\"type\":\"invalid_request_error\"") != NULL);
+    T_ASSERT(strstr(b.data, "\"code\":\"context_length_exceeded\"") != NULL);
+    T_ASSERT(strstr(b.data, "\"param\":null") != NULL);
+    ps_buf_deinit(&b);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_full_completion);
@@ -222,5 +302,6 @@ int main(void)
     T_RUN(test_errors);
     T_RUN(test_mutations);
     T_RUN(test_error_json);
+    T_RUN(test_status_table);
     T_DONE();
 }

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * generate.c - POST /v1/completions and /v1/chat/completions: tokenizes the prompt
+ * (chat: renders the template first), submits it to the scheduler with a job (handoff.c),
+ * then either waits for the whole answer or streams it, as render.c renders it. Caller:
+ * routes.c's dispatch, on the request's connection thread.
+ *
+ * Invariants:
+ *  - A request is submitted only after it counted itself in srv->n_jobs while
+ *    srv->shutting_down was clear (under srv->mu); after submitting it re-reads cancel_all,
+ *    so ps_server_destroy's pe_sched_cancel_all never misses one.
+ *  - Every wait is timed (WAIT_MS) and re-checks whether the client closed its socket and
+ *    whether the server is stopping; either ends the response (the request-completed
+ *    callback then cancels the job).
+ *  - Stop strings cancel the request; the answer still waits for the final callback (one
+ *    step at most), so usage (cached tokens) is exact.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include "server_int.h"
+
+/* ---- outcome ---- */
+
+/* Counts the outcome in the metrics, once per request (the completed callback records
+ * PS_OUT_CANCELLED for a request that had none). */
+void ps__record_outcome(conn *k, ps_outcome o)
+{
+    if (k->outcome_recorded) return;
+    k->outcome_recorded = 1;
+    uint32_t c = k->stopped ? k->tx.n_tokens : k->usage.completion_tokens;
+    ps_metrics_finish(&k->srv->metrics, o, now_s() - k->t0, k->usage.prompt_tokens, c);
+}
+
+/* Whether the client closed its end of the connection. */
+static int client_gone(conn *k)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(k->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    char b;
+    ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return 1;
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
+    return 0;
+}
+
+static int stopping(ps_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    int s = srv->stopping;
+    pthread_mutex_unlock(&srv->mu);
+    return s;
+}
+
+/* ---- answers ---- */
+
+/* Waits for the whole answer of k and queues it (or its error). */
+static enum MHD_Result respond_whole(conn *k)
+{
+    for (;;) {
+        int got;
+        if (ps__job_drain(k, &got)) break;
+        if (got) continue;
+        if (client_gone(k) || stopping(k->srv)) return MHD_NO; /* completed: cancels */
+        ps__job_wait(k->j);
+    }
+    ps_outcome o = ps__outcome_of(k);
+    ps__record_outcome(k, o);
+    if (o == PS_OUT_CANCELLED || o == PS_OUT_ERROR) {
+        ps_error e;
+        ps__outcome_error(k, o, &e);
+        return ps__send_error(k, &e, 0);
+    }
+    return ps__send_obj(k, 200, ps__whole_json(k));
+}
+
+/* MHD's content reader of a streamed answer: hands out k->out, refilling it from the job
+ * until the stream is done. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    conn *k = cls;
+    (void)pos;
+    for (;;) {
+        if (k->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (k->out.len > k->out_off) {
+            size_t n = k->out.len - k->out_off;
+            if (n > max) n = max;
+            memcpy(buf, k->out.data + k->out_off, n);
+            k->out_off += n;
+            if (k->out_off == k->out.len) {
+                ps_buf_reset(&k->out);
+                k->out_off = 0;
+            }
+            return (ssize_t)n;
+        }
+        if (k->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        int got;
+        if (ps__job_drain(k, &got)) {
+            ps_outcome o = ps__outcome_of(k);
+            ps__record_outcome(k, o);
+            ps__sse_finish(k, o);
+            continue;
+        }
+        const char *text;
+        size_t n = ps_textout_take(&k->tx, &text);
+        if (n) {
+            ps__sse_chunk(k, text, n, NULL, 0, 0);
+            continue;
+        }
+        if (got) continue;
+        if (client_gone(k) || stopping(k->srv)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        ps__job_wait(k->j);
+    }
+}
+
+/* ---- the request ---- */
+
+/* Tokenizes the request's prompt (chat: renders the template first) into *toks. */
+static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_error *e)
+{
+    ps_server *srv = k->srv;
+    const pe_vocab *v = pe_model_vocab(srv->m);
+    const char *param = r->kind == PS_CHAT ? "messages" : "prompt";
+    char *owned = NULL;
+    const char *text = r->prompt;
+    size_t len = r->prompt_len;
+    *toks = NULL;
+    *n = 0;
+    if (r->prompt_toks) {
+        *toks = malloc(r->n_prompt_toks * sizeof **toks);
+        if (!*toks) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
+        memcpy(*toks, r->prompt_toks, r->n_prompt_toks * sizeof **toks);
+        *n = r->n_prompt_toks;
+        return 0;
+    }
+    if (r->kind == PS_CHAT) {
+        pe_chat_msg *msgs = calloc(r->n_msgs, sizeof *msgs);
+        char err[256];
+        if (!msgs) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
+        for (size_t i = 0; i < r->n_msgs; i++) {
+            msgs[i].role = r->msgs[i].role;
+            msgs[i].content = r->msgs[i].content;
+        }
+        int rc = pe_chat_render(srv->chat, msgs, r->n_msgs, &owned, err, sizeof err);
+        free(msgs);
+        if (rc) return ps_err_status(e, PS_AT_TEMPLATE, rc, err);
+        text = owned;
+        len = strlen(owned);
+    }
+    int add_bos = pe_vocab_add_bos(v);
+    int64_t cnt = pe_tokenize(v, text, len, add_bos, 1, NULL, 0);
+    if (cnt > 0) {
+        *toks = malloc((size_t)cnt * sizeof **toks);
+        if (*toks) pe_tokenize(v, text, len, add_bos, 1, *toks, (size_t)cnt);
+    }
+    free(owned);
+    if (cnt < 0 || (cnt > 0 && !*toks))
+        return ps_err(e, 400, param, NULL, "cannot tokenize '%s'", param);
+    if (cnt == 0) return ps_err(e, 400, param, NULL, "'%s' is empty", param);
+    *n = (size_t)cnt;
+    return 0;
+}
+
+enum MHD_Result ps__handle_generate(conn *k)
+{
+    ps_server *srv = k->srv;
+    ps_req r;
+    ps_error e;
+    int32_t *toks = NULL;
+    size_t n = 0;
+    enum MHD_Result ret;
+
+    k->kind = k->rt == R_CHAT ? PS_CHAT : PS_COMPLETION;
+    if (ps_req_parse(k->kind, k->body.data ? k->body.data : "", k->body.len,
+                     pe_model_hparams(srv->m)->n_vocab, &r, &e))
+        return ps__send_error(k, &e, 0);
+    if (r.model && !model_ok(srv, r.model)) {
+        ps_err(&e, 404, "model", "model_not_found",
+               "the model '%s' does not exist; this server serves '%s'", r.model, srv->model_id);
+        goto error;
+    }
+    if (build_prompt(k, &r, &toks, &n, &e)) goto error;
+    if (n >= srv->info.n_ctx) {
+        ps_err(&e, 413, k->kind == PS_CHAT ? "messages" : "prompt", "context_length_exceeded",
+               "the prompt has %zu tokens; the context holds %u (prompt and output together)", n,
+               srv->info.n_ctx);
+        goto error;
+    }
+
+    const char *stops[PS_MAX_STOPS];
+    size_t n_stops = 0;
+    for (size_t i = 0; i < r.n_stop; i++)
+        stops[n_stops++] = r.stop[i];
+    for (size_t i = 0; k->kind == PS_CHAT && i < srv->n_chat_stops; i++)
+        stops[n_stops++] = srv->chat_stops[i];
+    if (ps_textout_init(&k->tx, pe_model_vocab(srv->m), stops, n_stops)) {
+        ps_err_status(&e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
+        goto error;
+    }
+    k->tx_init = 1;
+    k->stream = r.stream;
+    k->include_usage = r.stream && r.include_usage;
+
+    pe_request_params rp = pe_request_default_params();
+    rp.max_tokens = (uint32_t)r.max_tokens;
+    if (!r.max_tokens) rp.max_tokens = k->kind == PS_CHAT ? 0 : DEFAULT_COMPLETION_TOKENS;
+    rp.sampler = pe_sampler_default_params();
+    rp.sampler.temp = (float)r.temperature;
+    rp.sampler.top_p = (float)r.top_p;
+    rp.sampler.top_k = (int32_t)r.top_k;
+    rp.sampler.min_p = (float)r.min_p;
+    rp.sampler.repeat_penalty = 1.0f;
+    rp.sampler.seed = r.has_seed ? r.seed : ps__next_random(srv);
+    rp.salt = r.salt;
+    rp.salt_len = r.salt_len;
+    rp.stop_on_eog = !r.ignore_eos;
+
+    job *j = ps__job_create(srv);
+    if (!j) {
+        ps_err_status(&e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
+        goto error;
+    }
+    j->t_arrival = k->t0;
+    pthread_mutex_lock(&srv->mu);
+    int refused = srv->shutting_down;
+    if (!refused) srv->n_jobs++;
+    pthread_mutex_unlock(&srv->mu);
+    if (refused) {
+        ps__job_discard(j);
+        ps_err_status(&e, PS_AT_SHUTDOWN, PGD_ESTATE, NULL);
+        goto error;
+    }
+    uint64_t id = 0;
+    int rc = pe_sched_submit(srv->sched, &rp, toks, n, ps__job_on_token, j, &id);
+    pthread_mutex_lock(&srv->mu);
+    if (rc) {
+        srv->n_jobs--;
+        pthread_cond_broadcast(&srv->idle_cv);
+    } else {
+        pthread_cond_signal(&srv->work_cv);
+    }
+    int cancel_now = srv->cancel_all;
+    pthread_mutex_unlock(&srv->mu);
+    if (rc) {
+        ps__job_discard(j);
+        ps_err_status(&e, PS_AT_SUBMIT, rc, NULL);
+        goto error;
+    }
+    if (cancel_now) pe_sched_cancel(srv->sched, id);
+    k->j = j;
+    k->id = id;
+    free(toks);
+    ps_req_free(&r);
+
+    if (!k->stream) return respond_whole(k);
+
+    if (k->kind == PS_CHAT) ps__sse_chunk(k, "", 0, NULL, 1, 0);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, k, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    ret = MHD_queue_response(k->c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    ps_metrics_http(&srv->metrics, 200);
+    return ret;
+
+error:
+    free(toks);
+    ps_req_free(&r);
+    return ps__send_error(k, &e, 0);
+}
