@@ -44,28 +44,9 @@ typedef struct pe_hparams {
     float rms_eps;     /* attention.layer_norm_rms_epsilon */
 } pe_hparams;
 
-typedef struct pe_layer {
-    const float *attn_norm; /* [n_embd] */
-    const float *ffn_norm;  /* [n_embd] */
-    pe_mat wq, wk, wv, wo;  /* q: n_embd -> n_head*hd; k,v: n_embd -> n_head_kv*hd */
-    pe_mat w_gate, w_up;    /* n_embd -> n_ff */
-    pe_mat w_down;          /* n_ff -> n_embd */
-} pe_layer;
-
-typedef struct pe_model {
-    pe_gguf_file *gf;
-    pe_hparams hp;
-    char name[128];
-    pe_mat tok_embd;          /* n_vocab rows of n_embd */
-    pe_mat output;            /* n_vocab rows of n_embd (tied: = tok_embd) */
-    const float *output_norm; /* [n_embd] */
-    const float *rope_freqs;  /* [n_rot/2] or NULL (llama3-style frequency factors) */
-    pe_layer *layers;         /* [n_layer] */
-    float *owned;             /* norms converted to f32 when stored otherwise */
-    pe_vocab *vocab;
-    pgd_hash fingerprint; /* of metadata + tensor table: seeds prefix-cache hashes */
-    uint64_t weight_bytes;
-} pe_model;
+/* A loaded model: immutable after pe_model_load, so any number of threads may read it.
+ * Opaque: read it through the accessors below. */
+typedef struct pe_model pe_model;
 
 /* Progress callback for loading large models: done/total bytes. */
 typedef void (*pe_progress_fn)(void *ud, uint64_t done, uint64_t total);
@@ -76,8 +57,9 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
                   size_t errlen);
 void pe_model_destroy(pe_model *m);
 
-/* Accessors: what a client of the engine reads of a loaded model. Each returns a pointer
- * valid until pe_model_destroy (the struct's layout is the engine's own). */
+/* Accessors: what a client of the engine reads of a loaded model (the struct itself is
+ * private to engine/runtime, in model_int.h). Pointers stay valid until pe_model_destroy.
+ * Any thread; O(1). */
 const pe_hparams *pe_model_hparams(const pe_model *m);
 const pe_vocab *pe_model_vocab(const pe_model *m);
 const pe_gguf_file *pe_model_gguf(const pe_model *m); /* the file's metadata and tensors */

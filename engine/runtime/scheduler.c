@@ -151,7 +151,7 @@ int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
     s->model = p.model;
     s->p = p;
     s->n_ctx = cp->n_ctx;
-    s->n_vocab = p.model->hp.n_vocab;
+    s->n_vocab = pe_model_hparams(p.model)->n_vocab;
     s->pt = pgd_cache_page_tokens(s->cache);
     s->next_id = 1;
     s->waiting = calloc((size_t)p.max_queued + p.max_running, sizeof *s->waiting);
@@ -482,7 +482,7 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
 static void sample_one(pe_sched *s, req *r)
 {
     int32_t tok = pe_sampler_sample(r->smp, r->logits);
-    if (r->stop_eog && pe_vocab_is_eog(s->model->vocab, tok)) {
+    if (r->stop_eog && pe_vocab_is_eog(pe_model_vocab(s->model), tok)) {
         r->finish = PE_FINISH_EOG;
         return;
     }

@@ -76,7 +76,7 @@ static pe_ctx *make_ctx(uint32_t n_batch, uint32_t page_tokens, pgd_kv_type kv, 
 static int run_all(pe_ctx *c, const int32_t *toks, uint32_t n, uint32_t chunk, float *out)
 {
     pgd_seq *s;
-    uint32_t V = g_model->hp.n_vocab;
+    uint32_t V = pe_model_hparams(g_model)->n_vocab;
     T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
     for (uint32_t i = 0; i < n; i += chunk) {
         uint32_t k = n - i < chunk ? n - i : chunk;
@@ -101,7 +101,7 @@ static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
 {
     t[0] = 1;
     for (uint32_t i = 1; i < n; i++)
-        t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
+        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
 }
 
 /* Fraction of the n rows of [n][V] logits whose argmax agrees. */
@@ -123,7 +123,7 @@ static double top1_agree(const float *a, const float *b, uint32_t n, uint32_t V)
 static int test_paged_equals_contiguous(void)
 {
     uint64_t seed = 42;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     static const uint32_t pts[] = {1, 4, 16};
     static const pgd_kv_type kvs[] = {PGD_KV_F32, PGD_KV_F16};
     for (int trial = 0; trial < 6; trial++) {
@@ -156,7 +156,7 @@ static int test_paged_equals_contiguous(void)
 static int test_chunking_invariant(void)
 {
     uint64_t seed = 7;
-    const uint32_t V = g_model->hp.n_vocab, n = 70;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab, n = 70;
     int32_t toks[70];
     float *a = malloc((size_t)n * V * sizeof *a), *b = malloc((size_t)n * V * sizeof *b);
     T_ASSERT(a && b);
@@ -180,7 +180,7 @@ static int test_chunking_invariant(void)
 static int test_prefix_hit_is_exact(void)
 {
     uint64_t seed = 99;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t p1[80], p2[90];
     random_tokens(&seed, p1, 80);
     memcpy(p2, p1, 50 * sizeof *p2); /* 3 full pages of 16 shared, then divergence */
@@ -226,7 +226,7 @@ static int test_prefix_hit_is_exact(void)
 static int test_batch_equals_sequential(void)
 {
     uint64_t seed = 1234;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     enum { S = 3 };
     static const uint32_t lens[S] = {5, 40, 17};
     int32_t toks[S][48];
@@ -321,7 +321,7 @@ static int test_bad_input_refused(void)
     pgd_seq *s;
     T_ASSERT(c);
     T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
-    int32_t bad[2] = {1, (int32_t)g_model->hp.n_vocab};
+    int32_t bad[2] = {1, (int32_t)pe_model_hparams(g_model)->n_vocab};
     T_EQ(pe_forward(c, s, bad, 2, NULL, 0), PGD_EINVAL);
     int32_t neg[1] = {-3};
     T_EQ(pe_forward(c, s, neg, 1, NULL, 0), PGD_EINVAL);
@@ -349,7 +349,7 @@ static const char story[] =
  * K/V statistics are the ones that matter. Returns the count (at most max). */
 static uint32_t story_tokens(int32_t *t, uint32_t max)
 {
-    int64_t n = pe_tokenize(g_model->vocab, story, strlen(story), 1, 0, t, max);
+    int64_t n = pe_tokenize(pe_model_vocab(g_model), story, strlen(story), 1, 0, t, max);
     return n < 0 ? 0 : (uint32_t)(n < (int64_t)max ? n : max);
 }
 
@@ -359,7 +359,7 @@ static int run_mixed(pe_ctx *c, const int32_t *toks, uint32_t n, uint32_t n_pref
                      float *out)
 {
     pgd_seq *s;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
     for (uint32_t i = 0; i < n;) {
         uint32_t k = i < n_prefill ? (n_prefill - i < chunk ? n_prefill - i : chunk) : 1;
@@ -411,7 +411,7 @@ static pe_ctx_params codec_params(const codec_case *cc, uint32_t n_batch)
 
 static int test_codecs_vs_f32_reference(void)
 {
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t toks[256];
     uint32_t n = story_tokens(toks, 220);
     T_ASSERT(n >= 180);
@@ -471,7 +471,7 @@ static int test_codecs_vs_f32_reference(void)
  * write rows; kivi2 reads hit pages encoded where a cold run still has them in f16). */
 static int test_codecs_fork_batch_prefix(void)
 {
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t toks[256];
     uint32_t n = story_tokens(toks, 120);
     T_ASSERT(n >= 100);
@@ -545,7 +545,7 @@ static int test_codecs_fork_batch_prefix(void)
 /* Quest: a budget that covers every page is dense attention; a small one still runs. */
 static int test_quest(void)
 {
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t toks[256];
     uint32_t n = story_tokens(toks, 200);
     T_ASSERT(n >= 180);
@@ -592,7 +592,7 @@ static int test_greedy_golden(void)
         pgd_kv_type kv;
         int attn_ref;
     } cases[] = {{PGD_KV_F32, 0}, {PGD_KV_F16, 0}, {PGD_KV_F32, 1}, {PGD_KV_F16, 1}};
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     float *logits = malloc(V * sizeof *logits);
     T_ASSERT(logits);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -602,7 +602,7 @@ static int test_greedy_golden(void)
         T_ASSERT(c);
         int32_t toks[80];
         const char *prompt = "Once upon a time";
-        int64_t np = pe_tokenize(g_model->vocab, prompt, strlen(prompt), 1, 1, toks, 80);
+        int64_t np = pe_tokenize(pe_model_vocab(g_model), prompt, strlen(prompt), 1, 1, toks, 80);
         T_EQ(np, 5);
         pgd_seq *s;
         T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
@@ -611,7 +611,7 @@ static int test_greedy_golden(void)
         size_t len = strlen(prompt);
         memcpy(text, prompt, len);
         pe_detok dt;
-        pe_detok_init(&dt, g_model->vocab);
+        pe_detok_init(&dt, pe_model_vocab(g_model));
         for (int k = 0; k < 5; k++)
             pe_detok_push(&dt, toks[k], piece, sizeof piece);
         for (int k = 0; k < 64; k++) {

@@ -101,7 +101,7 @@ static pe_request_params greedy(uint32_t max_tokens)
 static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
-        t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
+        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
 }
 
 /* Runs one request alone on a fresh context; its tokens into *o. */
