@@ -64,8 +64,15 @@ const pe_hparams *pe_model_hparams(const pe_model *m);
 const pe_vocab *pe_model_vocab(const pe_model *m);
 const pe_gguf_file *pe_model_gguf(const pe_model *m); /* the file's metadata and tensors */
 const char *pe_model_name(const pe_model *m);         /* general.name, or the file name */
-pgd_hash pe_model_fingerprint(const pe_model *m);     /* seeds the prefix-cache hashes */
-uint64_t pe_model_weight_bytes(const pe_model *m);    /* bytes of all weight tensors */
+/* The model's identity, the seed of every prefix-cache block hash (cache.h
+ * model_fingerprint): XXH3-128 of the file's header bytes as stored (all metadata keys and
+ * values in file order, every array element, the tensor table: names, dims, types,
+ * offsets) and of a sample of each tensor's data (all of a tensor up to 72 KiB, else the
+ * first and last 4 KiB and 16 evenly spaced 4 KiB blocks between them). Files equal in
+ * those bytes get equal fingerprints; a weight changed outside the sampled blocks does
+ * not change it. */
+pgd_hash pe_model_fingerprint(const pe_model *m);
+uint64_t pe_model_weight_bytes(const pe_model *m); /* bytes of all weight tensors */
 
 typedef struct pe_ctx_params {
     uint32_t n_ctx;           /* max tokens of one sequence; 0: the model's n_ctx_train */

@@ -29,7 +29,7 @@ struct pe_model {
     pe_layer *layers;         /* [n_layer] */
     float *owned;             /* norms converted to f32 when stored otherwise */
     pe_vocab *vocab;
-    pgd_hash fingerprint; /* of metadata + tensor table: seeds prefix-cache hashes */
+    pgd_hash fingerprint; /* see pe_model_fingerprint */
     uint64_t weight_bytes;
 };
 

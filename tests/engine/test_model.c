@@ -18,7 +18,9 @@
  *   - prefix hits, forks and batches with every codec; Quest with a budget covering every
  *     page is dense attention;
  *   - greedy generation from "Once upon a time" prints llama.cpp's text with f32 and f16
- *     KV (../shared/models/README.md), on the fast path and on the scalar reference.
+ *     KV (../shared/models/README.md), on the fast path and on the scalar reference;
+ *   - the model fingerprint changes with any metadata array element and any byte of the
+ *     sampled tensor data, not with a byte outside the sample.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) with a message when none is found.
  */
@@ -26,11 +28,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "t.h"
 
 static pe_model *g_model;
+static const char *g_model_path;
 
 static const char *model_path(int argc, char **argv, char *buf, size_t n)
 {
@@ -636,6 +640,111 @@ static int test_greedy_golden(void)
     return 0;
 }
 
+/* ---- fingerprint ---- */
+
+/* Reads the whole file at path into a malloc'ed buffer; NULL on failure. */
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *b = NULL;
+    long len;
+    if (!f) return NULL;
+    len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        b = malloc((size_t)len);
+        if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+            free(b);
+            b = NULL;
+        }
+        *n = (size_t)len;
+    }
+    fclose(f);
+    return b;
+}
+
+/* Writes buf with byte `at` xor-ed by `flip` (0: unchanged) to path, loads it and
+ * returns its fingerprint in *h. */
+static int fingerprint_of(const char *path, const uint8_t *buf, size_t n, size_t at, uint8_t flip,
+                          pgd_hash *h)
+{
+    char err[512];
+    pe_model *m;
+    FILE *f = fopen(path, "wb");
+    T_ASSERT(f != NULL && at < n);
+    T_EQ(fwrite(buf, 1, at, f), at);
+    T_EQ(fputc(buf[at] ^ flip, f), buf[at] ^ flip);
+    T_EQ(fwrite(buf + at + 1, 1, n - at - 1, f), n - at - 1);
+    T_EQ(fclose(f), 0);
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err)) T_FAIL("%s", err);
+    *h = pe_model_fingerprint(m);
+    pe_model_destroy(m);
+    remove(path);
+    return 0;
+}
+
+/* The fingerprint covers every metadata array element and the sampled tensor blocks:
+ * stories260K with one byte changed in tokenizer.ggml.scores[100] (far beyond the 8
+ * elements `inspect` shows), or inside the 6th sampled 4 KiB block of token_embd
+ * (128 KiB, so sampled rather than hashed whole), or in a small tensor (hashed whole),
+ * gets another fingerprint; the same bytes get the same one; a byte of token_embd
+ * between the first and the second sampled block is outside the sample (documented). */
+static int test_fingerprint_coverage(void)
+{
+    const pe_gguf_file *gf = pe_model_gguf(g_model);
+    const pe_gguf_tensor *t0 = pe_gguf_tensor_at(gf, 0);
+    const uint8_t *file = (const uint8_t *)t0->data - t0->offset - pe_gguf_data_offset(gf);
+    const pe_gguf_kv *scores;
+    const pe_gguf_tensor *emb = pe_gguf_find_tensor(gf, "token_embd.weight");
+    const pe_gguf_tensor *wk = pe_gguf_find_tensor(gf, "blk.2.attn_k.weight");
+    char path[512];
+    size_t n = 0;
+    pgd_hash h0, h1, h;
+
+    T_EQ(pe_gguf_get_arr(gf, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, &scores), 0);
+    T_ASSERT(scores->n > 100 && emb && wk);
+    T_ASSERT(emb->n_bytes == 131072 && wk->n_bytes <= 72 * 1024);
+    uint8_t *buf = slurp(g_model_path, &n);
+    T_ASSERT(buf != NULL && n == pe_gguf_file_size(gf));
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_model_fp.%ld.gguf", tmp && *tmp ? tmp : "/tmp",
+             (long)getpid());
+
+    size_t at_score = (size_t)(scores->data - file) + 100 * 4 + 1;
+    size_t sampled = 5 * (emb->n_bytes - 4096) / 17 + 10; /* block 5 of 0..17 */
+    size_t at_emb = (size_t)((const uint8_t *)emb->data - file) + sampled;
+    size_t at_gap = (size_t)((const uint8_t *)emb->data - file) + 4096 + 100;
+    size_t at_wk = (size_t)((const uint8_t *)wk->data - file) + wk->n_bytes / 2;
+
+    int rc = 1;
+    if (fingerprint_of(path, buf, n, 0, 0, &h0) || fingerprint_of(path, buf, n, 0, 0, &h1))
+        goto out;
+    if (!pgd_hash_eq(h0, h1) || !pgd_hash_eq(h0, pe_model_fingerprint(g_model))) {
+        fprintf(stderr, "identical files, different fingerprints\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_score, 0x40, &h) || pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "tokenizer.ggml.scores[100] is not covered\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_emb, 0x01, &h) || pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "a sampled block of token_embd is not covered\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_wk, 0x01, &h) || pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "a small tensor is not covered whole\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_gap, 0x01, &h) || !pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "a byte outside the documented sample changed the fingerprint\n");
+        goto out;
+    }
+    rc = 0;
+out:
+    remove(path);
+    free(buf);
+    return rc;
+}
+
 static int test_load_errors(void)
 {
     pe_model *m;
@@ -654,6 +763,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
     }
+    g_model_path = path;
     T_RUN(test_paged_equals_contiguous);
     T_RUN(test_chunking_invariant);
     T_RUN(test_prefix_hit_is_exact);
@@ -665,6 +775,7 @@ int main(int argc, char **argv)
     T_RUN(test_quest);
     T_RUN(test_greedy_golden);
     T_RUN(test_load_errors);
+    T_RUN(test_fingerprint_coverage);
     pe_model_destroy(g_model);
     T_DONE();
 }
