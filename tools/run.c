@@ -123,6 +123,7 @@ int cmd_run(int argc, char **argv)
     int64_t n_predict = 128;
     uint64_t v;
     int display_prompt = 1;
+    /* log: pe_log_stderr, so libpagoda's warnings show as "libpagoda: ..." lines. */
     pe_ctx_params cp = pe_ctx_default_params();
     pe_sampler_params sp = pe_sampler_default_params();
     sp.seed = 3735928559u;

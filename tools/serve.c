@@ -215,6 +215,7 @@ int cmd_serve(int argc, char **argv)
     const char *model_path = NULL, *model_id = NULL;
     uint64_t v, kv_memory = 0, grace_s = 5;
     int have_ctx = 0;
+    /* log: pe_log_stderr, so libpagoda's warnings show as "libpagoda: ..." lines. */
     pe_ctx_params cp = pe_ctx_default_params();
     pe_sched_params sp = pe_sched_default_params();
     ps_server_params pp = ps_server_default_params();

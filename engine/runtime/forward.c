@@ -66,7 +66,17 @@ pe_ctx_params pe_ctx_default_params(void)
     p.page_tokens = 16;
     p.kv_type = PGD_KV_F16;
     p.policy = PGD_POLICY_LRU;
+    p.log = pe_log_stderr;
     return p;
+}
+
+void pe_log_stderr(void *ud, int level, const char *msg)
+{
+    char line[640];
+    if (level != PGD_LOG_ERROR && level != PGD_LOG_WARN) return;
+    snprintf(line, sizeof line, "libpagoda: %s: %s\n", level == PGD_LOG_ERROR ? "error" : "warning",
+             msg);
+    fputs(line, stderr);
 }
 
 pgd_cache *pe_ctx_cache(pe_ctx *ctx)
@@ -195,6 +205,8 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.pool.capacity_pages = (uint32_t)((c->p.kv_tokens + c->p.page_tokens - 1) / c->p.page_tokens);
     cp.policy = c->p.policy;
     cp.model_fingerprint = m->fingerprint;
+    cp.log = c->p.log; /* the cache hands it to its pool */
+    cp.log_ud = c->p.log_ud;
     int rc = pgd_cache_create(&cp, &c->cache);
     if (rc != PGD_OK) {
         pe__errf(err, errlen, "KV cache of %llu tokens (%s): %s",

@@ -89,9 +89,20 @@ typedef struct pe_ctx_params {
     uint32_t kv_residual;     /* kivi2: newest tokens kept in f16; 0: the cache's default */
     uint32_t kv_select_pages; /* Quest: at most this many pages per decode row; 0: dense */
     int attn_ref;             /* attend with pgd_attn_run_ref, the scalar spec (tests) */
+    pgd_log_fn log;           /* libpagoda's diagnostics (cache and pool); default
+                                 pe_log_stderr; NULL: silent */
+    void *log_ud;             /* passed to log */
 } pe_ctx_params;
 
+/* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,
+ * every other field 0. */
 pe_ctx_params pe_ctx_default_params(void);
+
+/* A pgd_log_fn that prints libpagoda's errors and warnings on stderr, one line each:
+ * "libpagoda: error: MSG" or "libpagoda: warning: MSG"; info and debug messages are
+ * dropped. ud is unused. Any thread (one write per line); it may run with the cache lock
+ * held, and calls nothing of libpagoda. */
+void pe_log_stderr(void *ud, int level, const char *msg);
 
 typedef struct pe_ctx pe_ctx;
 

@@ -20,7 +20,8 @@
  *   - greedy generation from "Once upon a time" prints llama.cpp's text with f32 and f16
  *     KV (../shared/models/README.md), on the fast path and on the scalar reference;
  *   - the model fingerprint changes with any metadata array element and any byte of the
- *     sampled tensor data, not with a byte outside the sample.
+ *     sampled tensor data, not with a byte outside the sample;
+ *   - libpagoda's warnings reach stderr with a "libpagoda: " prefix, or the caller's hook.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) with a message when none is found.
  */
@@ -745,6 +746,85 @@ out:
     return rc;
 }
 
+/* ---- the library's log hook ---- */
+
+typedef struct log_capture {
+    int n_warn;
+    char last[256];
+} log_capture;
+
+static void capture_log(void *ud, int level, const char *msg)
+{
+    log_capture *lc = ud;
+    if (level != PGD_LOG_WARN) return;
+    lc->n_warn++;
+    snprintf(lc->last, sizeof lc->last, "%s", msg);
+}
+
+/* Makes libpagoda warn through the cache of a context made with p: a block hash that a
+ * first sequence registered at page 1 is committed again at page 0 of a second one
+ * ("cache: block hash reused at another position"). */
+static int provoke_cache_warning(pe_ctx_params p)
+{
+    pe_ctx *c = make_ctx_p(p);
+    T_ASSERT(c != NULL);
+    pgd_cache *cache = pe_ctx_cache(c);
+    const pgd_hash h[2] = {{1, 2}, {3, 4}};
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(cache, NULL, 0, &a));
+    T_OK(pgd_seq_create(cache, NULL, 0, &b));
+    T_OK(pgd_seq_grow(cache, a, 2 * p.page_tokens));
+    T_EQ(pgd_seq_commit_hashes(cache, a, h, 2), 2);
+    T_OK(pgd_seq_grow(cache, b, p.page_tokens));
+    T_EQ(pgd_seq_commit_hashes(cache, b, &h[1], 1), 0); /* kept private, with a warning */
+    pgd_seq_destroy(cache, a);
+    pgd_seq_destroy(cache, b);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
+/* The context installs libpagoda's log hook: by default warnings reach stderr as
+ * "libpagoda: warning: ..." lines (what `pagoda run` and `pagoda serve` show); a caller's
+ * hook gets them instead when set; NULL is silent. */
+static int test_library_log(void)
+{
+    pe_ctx_params p = ctx_params(64, 16, PGD_KV_F16, 0);
+    log_capture lc = {0, ""};
+    T_ASSERT(p.log == pe_log_stderr);
+
+    char path[512], out[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_model_log.%ld", tmp && *tmp ? tmp : "/tmp",
+             (long)getpid());
+    FILE *f = fopen(path, "w+");
+    T_ASSERT(f != NULL);
+    fflush(stderr);
+    int saved = dup(2);
+    T_ASSERT(saved >= 0 && dup2(fileno(f), 2) == 2);
+    int rc = provoke_cache_warning(p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    remove(path);
+    T_EQ(rc, 0);
+    if (!strstr(out, "libpagoda: warning: cache: block hash reused at another position\n"))
+        T_FAIL("stderr was '%s'", out);
+
+    p.log = capture_log;
+    p.log_ud = &lc;
+    T_EQ(provoke_cache_warning(p), 0);
+    T_EQ(lc.n_warn, 1);
+    T_ASSERT(strcmp(lc.last, "cache: block hash reused at another position") == 0);
+    p.log = NULL;
+    T_EQ(provoke_cache_warning(p), 0);
+    T_EQ(lc.n_warn, 1);
+    return 0;
+}
+
 static int test_load_errors(void)
 {
     pe_model *m;
@@ -776,6 +856,7 @@ int main(int argc, char **argv)
     T_RUN(test_greedy_golden);
     T_RUN(test_load_errors);
     T_RUN(test_fingerprint_coverage);
+    T_RUN(test_library_log);
     pe_model_destroy(g_model);
     T_DONE();
 }
