@@ -44,11 +44,61 @@ int cli_usage_error(const char *cmd)
     return CLI_EXIT_USAGE;
 }
 
+int cli_unexpected_arg(const char *cmd, const char *arg)
+{
+    fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, arg);
+    return cli_usage_error(cmd);
+}
+
 double cli_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    if (buf) buf[n] = '\0';
+    if (buf && len) *len = n;
+    return buf;
+}
+
+void cli_load_progress(void *ud, uint64_t done, uint64_t total)
+{
+    cli_progress *p = ud;
+    int step = p->step_pct > 0 ? p->step_pct : 1;
+    int pct = total ? (int)(done * 100 / total) : 100;
+    if (pct / step != p->last_pct / step || pct == 100) {
+        if (pct != p->last_pct)
+            fprintf(stderr, "\rloading model: %3d%%%s", pct, pct == 100 ? "\n" : "");
+        p->last_pct = pct;
+    }
 }
 
 int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)

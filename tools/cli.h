@@ -7,6 +7,7 @@
 #ifndef PGD_TOOLS_CLI_H
 #define PGD_TOOLS_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -35,6 +36,10 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min,
 
 /* Prints "Try '<cmd> --help'." on stderr and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd);
+
+/* Prints "<cmd>: unexpected argument '<arg>'" and the usage hint on stderr; returns
+ * CLI_EXIT_USAGE. For an operand left after the options: argv[optind]. */
+int cli_unexpected_arg(const char *cmd, const char *arg);
 
 /*
  * The KV-cache options every engine command takes (run, eval, serve): --kv-type,
@@ -66,5 +71,19 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp);
 
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
+
+/* Reads the whole file at path. Returns a malloc'ed buffer (caller frees) holding its
+ * bytes plus a terminating NUL, with the byte count in *len (len may be NULL); NULL when
+ * the file cannot be opened or read, or on out of memory. */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Model-loading progress on stderr for pe_model_load (a pe_progress_fn; ud is a
+ * cli_progress): "\rloading model: NN%" whenever the percentage reaches a new multiple of
+ * step_pct, and at 100% followed by a newline. Start with last_pct = -1. */
+typedef struct cli_progress {
+    int step_pct; /* 1: every percent (run); 10: every 10% (serve) */
+    int last_pct; /* -1 before the first call */
+} cli_progress;
+void cli_load_progress(void *ud, uint64_t done, uint64_t total);
 
 #endif /* PGD_TOOLS_CLI_H */

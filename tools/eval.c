@@ -59,38 +59,6 @@ static void usage(FILE *out)
           out);
 }
 
-static char *read_text(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    if (buf) buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* ---- scoring ---- */
 
 typedef struct eval_sums {
@@ -282,10 +250,7 @@ int cmd_eval(int argc, char **argv)
             return cli_usage_error(cmd);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return cli_usage_error(cmd);
-    }
+    if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
     if (!model_path || !text_path) {
         fprintf(stderr, "%s: -m MODEL and -f TEXT are required\n", cmd);
         return cli_usage_error(cmd);
@@ -295,7 +260,7 @@ int cmd_eval(int argc, char **argv)
     int rc = CLI_EXIT_FAIL;
     char err[512];
     size_t text_len = 0;
-    char *text = read_text(text_path, &text_len);
+    char *text = cli_read_file(text_path, &text_len);
     pe_model *m = NULL;
     eval_run r;
     memset(&r, 0, sizeof r);

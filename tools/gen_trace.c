@@ -178,10 +178,7 @@ int cmd_gen_trace(int argc, char **argv)
             return cli_usage_error(cmd);
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return cli_usage_error(cmd);
-    }
+    if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
     why = gen_check_params(&p);
     if (why) {
         fprintf(stderr, "%s: %s\n", cmd, why);

@@ -47,43 +47,6 @@ static void usage(FILE *out)
           out);
 }
 
-static void load_progress(void *ud, uint64_t done, uint64_t total)
-{
-    int *last = ud;
-    int pct = total ? (int)(done * 100 / total) : 100;
-    if (pct != *last) {
-        fprintf(stderr, "\rloading model: %3d%%", pct);
-        if (pct == 100) fputc('\n', stderr);
-        *last = pct;
-    }
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    return buf;
-}
-
 static int parse_float(const char *opt, const char *s, float *out)
 {
     char *end;
@@ -123,6 +86,7 @@ int cmd_run(int argc, char **argv)
     int64_t n_predict = 128;
     uint64_t v;
     int display_prompt = 1;
+    /* log: pe_log_stderr, so libpagoda's warnings show as "libpagoda: ..." lines. */
     pe_ctx_params cp = pe_ctx_default_params();
     pe_sampler_params sp = pe_sampler_default_params();
     sp.seed = 3735928559u;
@@ -204,10 +168,7 @@ int cmd_run(int argc, char **argv)
             return cli_usage_error(cmd);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return cli_usage_error(cmd);
-    }
+    if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
     if (!model_path) {
         fprintf(stderr, "%s: -m MODEL is required\n", cmd);
         return cli_usage_error(cmd);
@@ -218,7 +179,7 @@ int cmd_run(int argc, char **argv)
     }
     char *owned_prompt = NULL;
     if (prompt_file) {
-        owned_prompt = read_file(prompt_file);
+        owned_prompt = cli_read_file(prompt_file, NULL);
         if (!owned_prompt) {
             fprintf(stderr, "%s: cannot read %s\n", cmd, prompt_file);
             return CLI_EXIT_FAIL;
@@ -234,11 +195,11 @@ int cmd_run(int argc, char **argv)
     pe_sampler *smp = NULL;
     int32_t *toks = NULL;
     float *logits = NULL;
-    int last_pct = -1;
+    cli_progress prog = {1, -1};
     pgd_seq *seq = NULL;
     char *piece = NULL;
     int show = isatty(2);
-    if (pe_model_load(model_path, show ? load_progress : NULL, &last_pct, &m, err, sizeof err)) {
+    if (pe_model_load(model_path, show ? cli_load_progress : NULL, &prog, &m, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
     }

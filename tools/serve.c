@@ -128,16 +128,6 @@ bad:
     return -1;
 }
 
-static void load_progress(void *ud, uint64_t done, uint64_t total)
-{
-    int *last = ud;
-    int pct = total ? (int)(done * 100 / total) : 100;
-    if (pct / 10 != *last / 10 || pct == 100) {
-        if (pct != *last) fprintf(stderr, "\rloading model: %3d%%%s", pct, pct == 100 ? "\n" : "");
-        *last = pct;
-    }
-}
-
 /* The shutdown watchdog (see the file comment). */
 typedef struct watchdog {
     sigset_t sigs;
@@ -215,6 +205,7 @@ int cmd_serve(int argc, char **argv)
     const char *model_path = NULL, *model_id = NULL;
     uint64_t v, kv_memory = 0, grace_s = 5;
     int have_ctx = 0;
+    /* log: pe_log_stderr, so libpagoda's warnings show as "libpagoda: ..." lines. */
     pe_ctx_params cp = pe_ctx_default_params();
     pe_sched_params sp = pe_sched_default_params();
     ps_server_params pp = ps_server_default_params();
@@ -321,10 +312,7 @@ int cmd_serve(int argc, char **argv)
             return cli_usage_error(cmd);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return cli_usage_error(cmd);
-    }
+    if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
     if (!model_path) {
         fprintf(stderr, "%s: -m MODEL is required\n", cmd);
         return cli_usage_error(cmd);
@@ -339,13 +327,14 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int rc = CLI_EXIT_FAIL, last_pct = -1;
+    int rc = CLI_EXIT_FAIL;
+    cli_progress prog = {10, -1};
     char err[512], id_buf[256];
     pe_model *m = NULL;
     pe_ctx *ctx = NULL;
     pe_sched *sched = NULL;
     ps_server *srv = NULL;
-    if (pe_model_load(model_path, isatty(2) ? load_progress : NULL, &last_pct, &m, err,
+    if (pe_model_load(model_path, isatty(2) ? cli_load_progress : NULL, &prog, &m, err,
                       sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;

@@ -431,10 +431,7 @@ int cmd_synth_model(int argc, char **argv)
             return cli_usage_error(cmd);
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return cli_usage_error(cmd);
-    }
+    if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
     if (!out_path) {
         fprintf(stderr, "%s: -o FILE is required\n", cmd);
         return cli_usage_error(cmd);

@@ -2,7 +2,7 @@
 /*
  * ops.c - the front of the kernels (ops.h): ISA detection and dispatch, the threading of
  * pe_matmul over the pool, and the portable scalar kernels used on CPUs without AVX2.
- * Callers: the forward pass (model.c), tests and benches.
+ * Callers: the forward pass (forward.c), tests and benches.
  *
  * pe_matmul cuts Y[n_tok][n_out] into tasks of rows x tokens:
  *   - n_tok < pe__gemm_min_tok() (decode): one task per thread, which claims chunks of rows

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * threadpool.c - persistent worker threads for the engine's data-parallel kernels
- * (pe_matmul, attention). Callers: ops.c, model.c.
+ * (pe_matmul, attention). Callers: ops.c, forward.c.
  *
  * A run publishes {fn, ctx, n_tasks}, resets the task counter and bumps the generation
  * word; workers wake on the new generation, claim tasks with atomic_fetch_add on the

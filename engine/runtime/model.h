@@ -44,28 +44,9 @@ typedef struct pe_hparams {
     float rms_eps;     /* attention.layer_norm_rms_epsilon */
 } pe_hparams;
 
-typedef struct pe_layer {
-    const float *attn_norm; /* [n_embd] */
-    const float *ffn_norm;  /* [n_embd] */
-    pe_mat wq, wk, wv, wo;  /* q: n_embd -> n_head*hd; k,v: n_embd -> n_head_kv*hd */
-    pe_mat w_gate, w_up;    /* n_embd -> n_ff */
-    pe_mat w_down;          /* n_ff -> n_embd */
-} pe_layer;
-
-typedef struct pe_model {
-    pe_gguf_file *gf;
-    pe_hparams hp;
-    char name[128];
-    pe_mat tok_embd;          /* n_vocab rows of n_embd */
-    pe_mat output;            /* n_vocab rows of n_embd (tied: = tok_embd) */
-    const float *output_norm; /* [n_embd] */
-    const float *rope_freqs;  /* [n_rot/2] or NULL (llama3-style frequency factors) */
-    pe_layer *layers;         /* [n_layer] */
-    float *owned;             /* norms converted to f32 when stored otherwise */
-    pe_vocab *vocab;
-    pgd_hash fingerprint; /* of metadata + tensor table: seeds prefix-cache hashes */
-    uint64_t weight_bytes;
-} pe_model;
+/* A loaded model: immutable after pe_model_load, so any number of threads may read it.
+ * Opaque: read it through the accessors below. */
+typedef struct pe_model pe_model;
 
 /* Progress callback for loading large models: done/total bytes. */
 typedef void (*pe_progress_fn)(void *ud, uint64_t done, uint64_t total);
@@ -76,14 +57,22 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
                   size_t errlen);
 void pe_model_destroy(pe_model *m);
 
-/* Accessors: what a client of the engine reads of a loaded model. Each returns a pointer
- * valid until pe_model_destroy (the struct's layout is the engine's own). */
+/* Accessors: what a client of the engine reads of a loaded model (the struct itself is
+ * private to engine/runtime, in model_int.h). Pointers stay valid until pe_model_destroy.
+ * Any thread; O(1). */
 const pe_hparams *pe_model_hparams(const pe_model *m);
 const pe_vocab *pe_model_vocab(const pe_model *m);
 const pe_gguf_file *pe_model_gguf(const pe_model *m); /* the file's metadata and tensors */
 const char *pe_model_name(const pe_model *m);         /* general.name, or the file name */
-pgd_hash pe_model_fingerprint(const pe_model *m);     /* seeds the prefix-cache hashes */
-uint64_t pe_model_weight_bytes(const pe_model *m);    /* bytes of all weight tensors */
+/* The model's identity, the seed of every prefix-cache block hash (cache.h
+ * model_fingerprint): XXH3-128 of the file's header bytes as stored (all metadata keys and
+ * values in file order, every array element, the tensor table: names, dims, types,
+ * offsets) and of a sample of each tensor's data (all of a tensor up to 72 KiB, else the
+ * first and last 4 KiB and 16 evenly spaced 4 KiB blocks between them). Files equal in
+ * those bytes get equal fingerprints; a weight changed outside the sampled blocks does
+ * not change it. */
+pgd_hash pe_model_fingerprint(const pe_model *m);
+uint64_t pe_model_weight_bytes(const pe_model *m); /* bytes of all weight tensors */
 
 typedef struct pe_ctx_params {
     uint32_t n_ctx;           /* max tokens of one sequence; 0: the model's n_ctx_train */
@@ -100,9 +89,20 @@ typedef struct pe_ctx_params {
     uint32_t kv_residual;     /* kivi2: newest tokens kept in f16; 0: the cache's default */
     uint32_t kv_select_pages; /* Quest: at most this many pages per decode row; 0: dense */
     int attn_ref;             /* attend with pgd_attn_run_ref, the scalar spec (tests) */
+    pgd_log_fn log;           /* libpagoda's diagnostics (cache and pool); default
+                                 pe_log_stderr; NULL: silent */
+    void *log_ud;             /* passed to log */
 } pe_ctx_params;
 
+/* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,
+ * every other field 0. */
 pe_ctx_params pe_ctx_default_params(void);
+
+/* A pgd_log_fn that prints libpagoda's errors and warnings on stderr, one line each:
+ * "libpagoda: error: MSG" or "libpagoda: warning: MSG"; info and debug messages are
+ * dropped. ud is unused. Any thread (one write per line); it may run with the cache lock
+ * held, and calls nothing of libpagoda. */
+void pe_log_stderr(void *ud, int level, const char *msg);
 
 typedef struct pe_ctx pe_ctx;
 

@@ -49,6 +49,7 @@ typedef struct req {
     int cancelled;   /* flagged by cancel while a step was in flight */
     int32_t out_tok; /* token to pass to the callback this step, -1 none */
     pe_finish finish;
+    int status;       /* pgd_status of a PE_FINISH_ERROR finish; PGD_OK otherwise */
     struct req *next; /* done list */
 } req;
 
@@ -151,7 +152,7 @@ int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
     s->model = p.model;
     s->p = p;
     s->n_ctx = cp->n_ctx;
-    s->n_vocab = p.model->hp.n_vocab;
+    s->n_vocab = pe_model_hparams(p.model)->n_vocab;
     s->pt = pgd_cache_page_tokens(s->cache);
     s->next_id = 1;
     s->waiting = calloc((size_t)p.max_queued + p.max_running, sizeof *s->waiting);
@@ -482,7 +483,7 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
 static void sample_one(pe_sched *s, req *r)
 {
     int32_t tok = pe_sampler_sample(r->smp, r->logits);
-    if (r->stop_eog && pe_vocab_is_eog(s->model->vocab, tok)) {
+    if (r->stop_eog && pe_vocab_is_eog(pe_model_vocab(s->model), tok)) {
         r->finish = PE_FINISH_EOG;
         return;
     }
@@ -504,7 +505,7 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
     while (done) {
         req *r = done;
         done = r->next;
-        pe_usage u = {r->n_prompt, r->n_cached, r->n_gen, PGD_OK};
+        pe_usage u = {r->n_prompt, r->n_cached, r->n_gen, r->status};
         r->cb(r->ud, r->id, -1, r->finish, &u);
         req_free(s, r);
     }
@@ -532,7 +533,8 @@ int pe_sched_step(pe_sched *s)
         if (s->n_running > 1) {
             preempt_newest(s);
         } else if (s->n_running == 1) {
-            retire(s, 0, PE_FINISH_ERROR); /* does not fit the pool alone */
+            s->running[0]->status = PGD_ENOSPC; /* does not fit the pool alone */
+            retire(s, 0, PE_FINISH_ERROR);
         }
     }
     if (n_items && rc == 0) {
@@ -576,10 +578,12 @@ int pe_sched_step(pe_sched *s)
             int in_batch = 0;
             for (uint32_t j = 0; j < n_items; j++)
                 in_batch |= s->item_req[j] == s->running[i];
-            if (s->running[i]->cancelled)
+            if (s->running[i]->cancelled) {
                 retire(s, i, PE_FINISH_CANCELLED);
-            else if (in_batch)
+            } else if (in_batch) {
+                s->running[i]->status = rc;
                 retire(s, i, PE_FINISH_ERROR);
+            }
         }
         n_items = 0;
     }

@@ -21,7 +21,7 @@
  * the newest running request is released (its sequence destroyed; its pages stay cached
  * until evicted) and requeued at the front with prompt + generated tokens as its new
  * prompt; the step is retried. A request that does not fit even alone finishes with
- * PE_FINISH_ERROR.
+ * PE_FINISH_ERROR and status PGD_ENOSPC.
  *
  * Threads: submit, cancel and stats may be called from any thread while one thread calls
  * step (and only that one: step, run_until_idle and destroy must not overlap). One mutex
@@ -71,7 +71,8 @@ typedef enum pe_finish {
     PE_FINISH_LENGTH = 1,    /* max_tokens reached or the context full */
     PE_FINISH_EOG = 2,       /* end-of-generation token */
     PE_FINISH_CANCELLED = 3, /* pe_sched_cancel */
-    PE_FINISH_ERROR = 4      /* does not fit the pool alone, or the forward pass failed */
+    PE_FINISH_ERROR = 4      /* does not fit the pool alone, or the forward pass failed:
+                                pe_usage.status says which */
 } pe_finish;
 
 const char *pe_finish_name(pe_finish f);
@@ -80,8 +81,13 @@ typedef struct pe_usage {
     uint32_t prompt_tokens;     /* the submitted prompt */
     uint32_t cached_tokens;     /* of those, matched from the cache at first admission */
     uint32_t completion_tokens; /* tokens passed to the callback */
-    int status;                 /* pgd_status: PGD_OK, or why a PE_FINISH_ERROR request failed */
+    int status;                 /* pgd_status: PGD_OK unless the finish is PE_FINISH_ERROR */
 } pe_usage;
+/* pe_usage.status of a PE_FINISH_ERROR request: PGD_ENOSPC when its tokens (prompt plus
+ * those generated so far) do not fit the pool even with no other request running;
+ * otherwise the negative status pe_forward_batch returned for its batch (PGD_ENOMEM,
+ * PGD_EINVAL, ...), which that pe_sched_step call also returns. Every other finish
+ * reports PGD_OK. */
 
 /* Called on the stepping thread, without the scheduler lock: once per generated token
  * (reason PE_FINISH_NONE, usage NULL), then exactly once with the finish reason, token -1

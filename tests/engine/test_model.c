@@ -18,7 +18,10 @@
  *   - prefix hits, forks and batches with every codec; Quest with a budget covering every
  *     page is dense attention;
  *   - greedy generation from "Once upon a time" prints llama.cpp's text with f32 and f16
- *     KV (../shared/models/README.md), on the fast path and on the scalar reference.
+ *     KV (../shared/models/README.md), on the fast path and on the scalar reference;
+ *   - the model fingerprint changes with any metadata array element and any byte of the
+ *     sampled tensor data, not with a byte outside the sample;
+ *   - libpagoda's warnings reach stderr with a "libpagoda: " prefix, or the caller's hook.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) with a message when none is found.
  */
@@ -26,11 +29,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "t.h"
 
 static pe_model *g_model;
+static const char *g_model_path;
 
 static const char *model_path(int argc, char **argv, char *buf, size_t n)
 {
@@ -76,7 +81,7 @@ static pe_ctx *make_ctx(uint32_t n_batch, uint32_t page_tokens, pgd_kv_type kv, 
 static int run_all(pe_ctx *c, const int32_t *toks, uint32_t n, uint32_t chunk, float *out)
 {
     pgd_seq *s;
-    uint32_t V = g_model->hp.n_vocab;
+    uint32_t V = pe_model_hparams(g_model)->n_vocab;
     T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
     for (uint32_t i = 0; i < n; i += chunk) {
         uint32_t k = n - i < chunk ? n - i : chunk;
@@ -101,7 +106,7 @@ static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
 {
     t[0] = 1;
     for (uint32_t i = 1; i < n; i++)
-        t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
+        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
 }
 
 /* Fraction of the n rows of [n][V] logits whose argmax agrees. */
@@ -123,7 +128,7 @@ static double top1_agree(const float *a, const float *b, uint32_t n, uint32_t V)
 static int test_paged_equals_contiguous(void)
 {
     uint64_t seed = 42;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     static const uint32_t pts[] = {1, 4, 16};
     static const pgd_kv_type kvs[] = {PGD_KV_F32, PGD_KV_F16};
     for (int trial = 0; trial < 6; trial++) {
@@ -156,7 +161,7 @@ static int test_paged_equals_contiguous(void)
 static int test_chunking_invariant(void)
 {
     uint64_t seed = 7;
-    const uint32_t V = g_model->hp.n_vocab, n = 70;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab, n = 70;
     int32_t toks[70];
     float *a = malloc((size_t)n * V * sizeof *a), *b = malloc((size_t)n * V * sizeof *b);
     T_ASSERT(a && b);
@@ -180,7 +185,7 @@ static int test_chunking_invariant(void)
 static int test_prefix_hit_is_exact(void)
 {
     uint64_t seed = 99;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t p1[80], p2[90];
     random_tokens(&seed, p1, 80);
     memcpy(p2, p1, 50 * sizeof *p2); /* 3 full pages of 16 shared, then divergence */
@@ -226,7 +231,7 @@ static int test_prefix_hit_is_exact(void)
 static int test_batch_equals_sequential(void)
 {
     uint64_t seed = 1234;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     enum { S = 3 };
     static const uint32_t lens[S] = {5, 40, 17};
     int32_t toks[S][48];
@@ -321,7 +326,7 @@ static int test_bad_input_refused(void)
     pgd_seq *s;
     T_ASSERT(c);
     T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
-    int32_t bad[2] = {1, (int32_t)g_model->hp.n_vocab};
+    int32_t bad[2] = {1, (int32_t)pe_model_hparams(g_model)->n_vocab};
     T_EQ(pe_forward(c, s, bad, 2, NULL, 0), PGD_EINVAL);
     int32_t neg[1] = {-3};
     T_EQ(pe_forward(c, s, neg, 1, NULL, 0), PGD_EINVAL);
@@ -349,7 +354,7 @@ static const char story[] =
  * K/V statistics are the ones that matter. Returns the count (at most max). */
 static uint32_t story_tokens(int32_t *t, uint32_t max)
 {
-    int64_t n = pe_tokenize(g_model->vocab, story, strlen(story), 1, 0, t, max);
+    int64_t n = pe_tokenize(pe_model_vocab(g_model), story, strlen(story), 1, 0, t, max);
     return n < 0 ? 0 : (uint32_t)(n < (int64_t)max ? n : max);
 }
 
@@ -359,7 +364,7 @@ static int run_mixed(pe_ctx *c, const int32_t *toks, uint32_t n, uint32_t n_pref
                      float *out)
 {
     pgd_seq *s;
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
     for (uint32_t i = 0; i < n;) {
         uint32_t k = i < n_prefill ? (n_prefill - i < chunk ? n_prefill - i : chunk) : 1;
@@ -411,7 +416,7 @@ static pe_ctx_params codec_params(const codec_case *cc, uint32_t n_batch)
 
 static int test_codecs_vs_f32_reference(void)
 {
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t toks[256];
     uint32_t n = story_tokens(toks, 220);
     T_ASSERT(n >= 180);
@@ -471,7 +476,7 @@ static int test_codecs_vs_f32_reference(void)
  * write rows; kivi2 reads hit pages encoded where a cold run still has them in f16). */
 static int test_codecs_fork_batch_prefix(void)
 {
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t toks[256];
     uint32_t n = story_tokens(toks, 120);
     T_ASSERT(n >= 100);
@@ -545,7 +550,7 @@ static int test_codecs_fork_batch_prefix(void)
 /* Quest: a budget that covers every page is dense attention; a small one still runs. */
 static int test_quest(void)
 {
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     int32_t toks[256];
     uint32_t n = story_tokens(toks, 200);
     T_ASSERT(n >= 180);
@@ -592,7 +597,7 @@ static int test_greedy_golden(void)
         pgd_kv_type kv;
         int attn_ref;
     } cases[] = {{PGD_KV_F32, 0}, {PGD_KV_F16, 0}, {PGD_KV_F32, 1}, {PGD_KV_F16, 1}};
-    const uint32_t V = g_model->hp.n_vocab;
+    const uint32_t V = pe_model_hparams(g_model)->n_vocab;
     float *logits = malloc(V * sizeof *logits);
     T_ASSERT(logits);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -602,7 +607,7 @@ static int test_greedy_golden(void)
         T_ASSERT(c);
         int32_t toks[80];
         const char *prompt = "Once upon a time";
-        int64_t np = pe_tokenize(g_model->vocab, prompt, strlen(prompt), 1, 1, toks, 80);
+        int64_t np = pe_tokenize(pe_model_vocab(g_model), prompt, strlen(prompt), 1, 1, toks, 80);
         T_EQ(np, 5);
         pgd_seq *s;
         T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
@@ -611,7 +616,7 @@ static int test_greedy_golden(void)
         size_t len = strlen(prompt);
         memcpy(text, prompt, len);
         pe_detok dt;
-        pe_detok_init(&dt, g_model->vocab);
+        pe_detok_init(&dt, pe_model_vocab(g_model));
         for (int k = 0; k < 5; k++)
             pe_detok_push(&dt, toks[k], piece, sizeof piece);
         for (int k = 0; k < 64; k++) {
@@ -636,6 +641,190 @@ static int test_greedy_golden(void)
     return 0;
 }
 
+/* ---- fingerprint ---- */
+
+/* Reads the whole file at path into a malloc'ed buffer; NULL on failure. */
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *b = NULL;
+    long len;
+    if (!f) return NULL;
+    len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        b = malloc((size_t)len);
+        if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+            free(b);
+            b = NULL;
+        }
+        *n = (size_t)len;
+    }
+    fclose(f);
+    return b;
+}
+
+/* Writes buf with byte `at` xor-ed by `flip` (0: unchanged) to path, loads it and
+ * returns its fingerprint in *h. */
+static int fingerprint_of(const char *path, const uint8_t *buf, size_t n, size_t at, uint8_t flip,
+                          pgd_hash *h)
+{
+    char err[512];
+    pe_model *m;
+    FILE *f = fopen(path, "wb");
+    T_ASSERT(f != NULL && at < n);
+    T_EQ(fwrite(buf, 1, at, f), at);
+    T_EQ(fputc(buf[at] ^ flip, f), buf[at] ^ flip);
+    T_EQ(fwrite(buf + at + 1, 1, n - at - 1, f), n - at - 1);
+    T_EQ(fclose(f), 0);
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err)) T_FAIL("%s", err);
+    *h = pe_model_fingerprint(m);
+    pe_model_destroy(m);
+    remove(path);
+    return 0;
+}
+
+/* The fingerprint covers every metadata array element and the sampled tensor blocks:
+ * stories260K with one byte changed in tokenizer.ggml.scores[100] (far beyond the 8
+ * elements `inspect` shows), or inside the 6th sampled 4 KiB block of token_embd
+ * (128 KiB, so sampled rather than hashed whole), or in a small tensor (hashed whole),
+ * gets another fingerprint; the same bytes get the same one; a byte of token_embd
+ * between the first and the second sampled block is outside the sample (documented). */
+static int test_fingerprint_coverage(void)
+{
+    const pe_gguf_file *gf = pe_model_gguf(g_model);
+    const pe_gguf_tensor *t0 = pe_gguf_tensor_at(gf, 0);
+    const uint8_t *file = (const uint8_t *)t0->data - t0->offset - pe_gguf_data_offset(gf);
+    const pe_gguf_kv *scores;
+    const pe_gguf_tensor *emb = pe_gguf_find_tensor(gf, "token_embd.weight");
+    const pe_gguf_tensor *wk = pe_gguf_find_tensor(gf, "blk.2.attn_k.weight");
+    char path[512];
+    size_t n = 0;
+    pgd_hash h0, h1, h;
+
+    T_EQ(pe_gguf_get_arr(gf, "tokenizer.ggml.scores", PE_GGUF_TYPE_FLOAT32, &scores), 0);
+    T_ASSERT(scores->n > 100 && emb && wk);
+    T_ASSERT(emb->n_bytes == 131072 && wk->n_bytes <= 72 * 1024);
+    uint8_t *buf = slurp(g_model_path, &n);
+    T_ASSERT(buf != NULL && n == pe_gguf_file_size(gf));
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_model_fp.%ld.gguf", tmp && *tmp ? tmp : "/tmp",
+             (long)getpid());
+
+    size_t at_score = (size_t)(scores->data - file) + 100 * 4 + 1;
+    size_t sampled = 5 * (emb->n_bytes - 4096) / 17 + 10; /* block 5 of 0..17 */
+    size_t at_emb = (size_t)((const uint8_t *)emb->data - file) + sampled;
+    size_t at_gap = (size_t)((const uint8_t *)emb->data - file) + 4096 + 100;
+    size_t at_wk = (size_t)((const uint8_t *)wk->data - file) + wk->n_bytes / 2;
+
+    int rc = 1;
+    if (fingerprint_of(path, buf, n, 0, 0, &h0) || fingerprint_of(path, buf, n, 0, 0, &h1))
+        goto out;
+    if (!pgd_hash_eq(h0, h1) || !pgd_hash_eq(h0, pe_model_fingerprint(g_model))) {
+        fprintf(stderr, "identical files, different fingerprints\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_score, 0x40, &h) || pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "tokenizer.ggml.scores[100] is not covered\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_emb, 0x01, &h) || pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "a sampled block of token_embd is not covered\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_wk, 0x01, &h) || pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "a small tensor is not covered whole\n");
+        goto out;
+    }
+    if (fingerprint_of(path, buf, n, at_gap, 0x01, &h) || !pgd_hash_eq(h, h0)) {
+        fprintf(stderr, "a byte outside the documented sample changed the fingerprint\n");
+        goto out;
+    }
+    rc = 0;
+out:
+    remove(path);
+    free(buf);
+    return rc;
+}
+
+/* ---- the library's log hook ---- */
+
+typedef struct log_capture {
+    int n_warn;
+    char last[256];
+} log_capture;
+
+static void capture_log(void *ud, int level, const char *msg)
+{
+    log_capture *lc = ud;
+    if (level != PGD_LOG_WARN) return;
+    lc->n_warn++;
+    snprintf(lc->last, sizeof lc->last, "%s", msg);
+}
+
+/* Makes libpagoda warn through the cache of a context made with p: a block hash that a
+ * first sequence registered at page 1 is committed again at page 0 of a second one
+ * ("cache: block hash reused at another position"). */
+static int provoke_cache_warning(pe_ctx_params p)
+{
+    pe_ctx *c = make_ctx_p(p);
+    T_ASSERT(c != NULL);
+    pgd_cache *cache = pe_ctx_cache(c);
+    const pgd_hash h[2] = {{1, 2}, {3, 4}};
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(cache, NULL, 0, &a));
+    T_OK(pgd_seq_create(cache, NULL, 0, &b));
+    T_OK(pgd_seq_grow(cache, a, 2 * p.page_tokens));
+    T_EQ(pgd_seq_commit_hashes(cache, a, h, 2), 2);
+    T_OK(pgd_seq_grow(cache, b, p.page_tokens));
+    T_EQ(pgd_seq_commit_hashes(cache, b, &h[1], 1), 0); /* kept private, with a warning */
+    pgd_seq_destroy(cache, a);
+    pgd_seq_destroy(cache, b);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
+/* The context installs libpagoda's log hook: by default warnings reach stderr as
+ * "libpagoda: warning: ..." lines (what `pagoda run` and `pagoda serve` show); a caller's
+ * hook gets them instead when set; NULL is silent. */
+static int test_library_log(void)
+{
+    pe_ctx_params p = ctx_params(64, 16, PGD_KV_F16, 0);
+    log_capture lc = {0, ""};
+    T_ASSERT(p.log == pe_log_stderr);
+
+    char path[512], out[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_model_log.%ld", tmp && *tmp ? tmp : "/tmp",
+             (long)getpid());
+    FILE *f = fopen(path, "w+");
+    T_ASSERT(f != NULL);
+    fflush(stderr);
+    int saved = dup(2);
+    T_ASSERT(saved >= 0 && dup2(fileno(f), 2) == 2);
+    int rc = provoke_cache_warning(p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    remove(path);
+    T_EQ(rc, 0);
+    if (!strstr(out, "libpagoda: warning: cache: block hash reused at another position\n"))
+        T_FAIL("stderr was '%s'", out);
+
+    p.log = capture_log;
+    p.log_ud = &lc;
+    T_EQ(provoke_cache_warning(p), 0);
+    T_EQ(lc.n_warn, 1);
+    T_ASSERT(strcmp(lc.last, "cache: block hash reused at another position") == 0);
+    p.log = NULL;
+    T_EQ(provoke_cache_warning(p), 0);
+    T_EQ(lc.n_warn, 1);
+    return 0;
+}
+
 static int test_load_errors(void)
 {
     pe_model *m;
@@ -654,6 +843,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
     }
+    g_model_path = path;
     T_RUN(test_paged_equals_contiguous);
     T_RUN(test_chunking_invariant);
     T_RUN(test_prefix_hit_is_exact);
@@ -665,6 +855,8 @@ int main(int argc, char **argv)
     T_RUN(test_quest);
     T_RUN(test_greedy_golden);
     T_RUN(test_load_errors);
+    T_RUN(test_fingerprint_coverage);
+    T_RUN(test_library_log);
     pe_model_destroy(g_model);
     T_DONE();
 }

@@ -11,7 +11,8 @@
  *   - a full queue refuses with PGD_EBUSY; different salts never share cache;
  *   - no_prefix_cache: identical prompts are computed in full each time, same output,
  *     and share no page (each holds its own, none is deduplicated);
- *   - cancel_all ends every queued and running request and frees their pages at once.
+ *   - cancel_all ends every queued and running request and frees their pages at once;
+ *   - a request too large for the pool alone finishes with PE_FINISH_ERROR, PGD_ENOSPC.
  * The KV cache is f32, so batched and solo logits differ only in summation order.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) when none is found.
@@ -101,7 +102,7 @@ static pe_request_params greedy(uint32_t max_tokens)
 static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
-        t[i] = 3 + (int32_t)(t_rand(seed) % (g_model->hp.n_vocab - 3));
+        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
 }
 
 /* Runs one request alone on a fresh context; its tokens into *o. */
@@ -403,6 +404,48 @@ static int test_cancel_all(void)
     return 0;
 }
 
+/* A request that does not fit the pool alone finishes with PE_FINISH_ERROR and status
+ * PGD_ENOSPC: a prompt longer than the whole pool (64 tokens) fails at once, one that
+ * outgrows it while generating fails with the tokens it produced; the next request, which
+ * fits, still runs and reports PGD_OK. */
+static int test_too_large_for_pool(void)
+{
+    uint64_t seed = 71, id;
+    int32_t prompt[80];
+    out o[3];
+    random_tokens(&seed, prompt, 80);
+    memset(o, 0, sizeof o);
+    pe_ctx *c = make_ctx(64);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 4, 4, 0);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(60);
+    T_OK(pe_sched_submit(s, &rp, prompt, 80, on_token, &o[0], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    prompt[0] = 4; /* no sharing with the first */
+    T_OK(pe_sched_submit(s, &rp, prompt, 40, on_token, &o[1], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    rp = greedy(10);
+    T_OK(pe_sched_submit(s, &rp, prompt, 20, on_token, &o[2], &id));
+    T_OK(pe_sched_run_until_idle(s));
+    T_EQ(o[0].n_final, 1);
+    T_EQ(o[0].finish, PE_FINISH_ERROR);
+    T_EQ(o[0].u.status, PGD_ENOSPC);
+    T_EQ(o[0].u.completion_tokens, 0);
+    T_EQ(o[1].n_final, 1);
+    T_EQ(o[1].finish, PE_FINISH_ERROR);
+    T_EQ(o[1].u.status, PGD_ENOSPC);
+    T_EQ(o[1].u.completion_tokens, 64 - 40 + 1); /* the last sampled from position 63 */
+    T_EQ(o[2].n_final, 1);
+    T_EQ(o[2].finish, PE_FINISH_LENGTH);
+    T_EQ(o[2].u.status, PGD_OK);
+    T_EQ(o[2].n, 10);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char buf[1024], err[512];
@@ -418,6 +461,7 @@ int main(int argc, char **argv)
     T_RUN(test_queue_full_and_salts);
     T_RUN(test_no_prefix_cache);
     T_RUN(test_cancel_all);
+    T_RUN(test_too_large_for_pool);
     pe_model_destroy(g_model);
     T_DONE();
 }

@@ -53,7 +53,7 @@ static void *client(void *arg)
         int rc;
         prompt[0] = 1;
         for (int k = 1; k < 12; k++)
-            prompt[k] = 3 + (int32_t)(t_rand(&seed) % (g_model->hp.n_vocab - 3));
+            prompt[k] = 3 + (int32_t)(t_rand(&seed) % (pe_model_hparams(g_model)->n_vocab - 3));
         do {
             rc = pe_sched_submit(g_sched, &rp, prompt, 12, on_token, NULL, &id);
             if (rc == PGD_EBUSY) sched_yield();

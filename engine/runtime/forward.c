@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * model.c - Llama-family forward pass on the paged KV cache.
+ * forward.c - the context (pe_ctx: cache manager, thread pool, activations) and the
+ * Llama-family forward pass on the paged KV cache.
  *
  * Per step (a batch of chunks, each of n tokens at positions pos0..pos0+n-1 of one sequence):
  *
@@ -23,328 +24,17 @@
  *
  * Callers: tools/run.c, tools/eval.c, the scheduler, tests. Uses include/pagoda only.
  */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model_int.h"
 
 #include <pagoda/attn.h>
 
 /* Seed of the Hadamard rotation's signs (kv_rotate): fixed, so runs are reproducible. */
 #define PE_ROTATE_SEED 0x9e3779b97f4a7c15ull
-
-/* ---- loading ---- */
-
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#include <stdarg.h>
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static int get_u32(const pe_gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
-                   int required, char *err, size_t errlen)
-{
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = pe_gguf_get_u32(f, key, out);
-    if (rc == -1 && !required) return 0;
-    if (rc == -1) return errf(err, errlen, "missing hyper-parameter %s", key);
-    if (rc != 0) return errf(err, errlen, "hyper-parameter %s has the wrong type", key);
-    return 0;
-}
-
-static int get_f32(const pe_gguf_file *f, const char *arch, const char *suffix, float *out,
-                   char *err, size_t errlen)
-{
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = pe_gguf_get_f32(f, key, out);
-    if (rc == -1) return 0; /* optional: caller set the default */
-    if (rc != 0) return errf(err, errlen, "hyper-parameter %s has the wrong type", key);
-    return 0;
-}
-
-/* Finds a tensor and checks its shape {ne0, ne1} (ne1 == 0: a vector). */
-static const pe_gguf_tensor *find_checked(const pe_gguf_file *f, const char *name, uint64_t ne0,
-                                          uint64_t ne1, int required, char *err, size_t errlen)
-{
-    const pe_gguf_tensor *t = pe_gguf_find_tensor(f, name);
-    if (!t) {
-        if (required) errf(err, errlen, "missing tensor '%s'", name);
-        return NULL;
-    }
-    uint64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
-    int extra = t->n_dims > 2 && (t->ne[2] != 1 || (t->n_dims > 3 && t->ne[3] != 1));
-    if (t->ne[0] != ne0 || n1 != (ne1 ? ne1 : 1) || extra || t->n_dims > 4) {
-        char want[64];
-        if (ne1)
-            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)ne0,
-                     (unsigned long long)ne1);
-        else
-            snprintf(want, sizeof want, "[%llu]", (unsigned long long)ne0);
-        errf(err, errlen, "tensor '%s' has shape [%llu, %llu] (%u-d), expected %s", name,
-             (unsigned long long)t->ne[0], (unsigned long long)n1, t->n_dims, want);
-        return NULL;
-    }
-    const pe_ggml_type_traits *tr = pe_ggml_get_traits(t->type);
-    if (!tr || !tr->supported) {
-        errf(err, errlen,
-             "tensor '%s' has type %s, which the engine does not support "
-             "(supported: f32, f16, bf16, q8_0, q4_0)",
-             name, pe_ggml_type_name(t->type));
-        return NULL;
-    }
-    return t;
-}
-
-static int load_mat(const pe_gguf_file *f, const char *name, uint32_t n_in, uint32_t n_out,
-                    int required, pe_mat *out, char *err, size_t errlen)
-{
-    const pe_gguf_tensor *t = find_checked(f, name, n_in, n_out, required, err, errlen);
-    memset(out, 0, sizeof *out);
-    if (!t) return required ? -1 : (err && err[0] ? -1 : 0);
-    out->type = t->type;
-    out->n_in = n_in;
-    out->n_out = n_out;
-    out->data = t->data;
-    out->row_bytes = pe_ggml_row_size(t->type, n_in);
-    if (!out->row_bytes)
-        return errf(err, errlen, "tensor '%s': row of %u values does not fit type %s", name, n_in,
-                    pe_ggml_type_name(t->type));
-    return 0;
-}
-
-/* Loads a norm vector as f32: in place when stored as f32, else converted into *owned. */
-static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float **owned_cursor,
-                    const float **out, char *err, size_t errlen)
-{
-    const pe_gguf_tensor *t = find_checked(f, name, n, 0, 1, err, errlen);
-    if (!t) return -1;
-    if (t->type == PE_GGML_TYPE_F32) {
-        *out = t->data;
-        return 0;
-    }
-    if (pe_ggml_get_traits(t->type)->blck_size != 1 && n % 32)
-        return errf(err, errlen, "tensor '%s': length %u does not fit type %s", name, n,
-                    pe_ggml_type_name(t->type));
-    pe_dequant_row(t->type, t->data, *owned_cursor, n);
-    *out = *owned_cursor;
-    *owned_cursor += n;
-    return 0;
-}
-
-const pe_hparams *pe_model_hparams(const pe_model *m)
-{
-    return &m->hp;
-}
-
-const pe_vocab *pe_model_vocab(const pe_model *m)
-{
-    return m->vocab;
-}
-
-const pe_gguf_file *pe_model_gguf(const pe_model *m)
-{
-    return m->gf;
-}
-
-const char *pe_model_name(const pe_model *m)
-{
-    return m->name;
-}
-
-pgd_hash pe_model_fingerprint(const pe_model *m)
-{
-    return m->fingerprint;
-}
-
-uint64_t pe_model_weight_bytes(const pe_model *m)
-{
-    return m->weight_bytes;
-}
-
-void pe_model_destroy(pe_model *m)
-{
-    if (!m) return;
-    pe_vocab_destroy(m->vocab);
-    free(m->layers);
-    free(m->owned);
-    pe_gguf_close(m->gf);
-    free(m);
-}
-
-static pgd_hash fingerprint(const pe_gguf_file *f)
-{
-    XXH3_state_t st;
-    XXH3_128bits_reset(&st);
-    uint64_t n = pe_gguf_n_tensors(f);
-    for (uint64_t i = 0; i < n; i++) {
-        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
-        XXH3_128bits_update(&st, t->name.ptr, t->name.len);
-        XXH3_128bits_update(&st, &t->type, sizeof t->type);
-        XXH3_128bits_update(&st, t->ne, sizeof t->ne);
-        XXH3_128bits_update(&st, t->data, t->n_bytes < 256 ? t->n_bytes : 256);
-    }
-    uint64_t nkv = pe_gguf_n_kv(f);
-    for (uint64_t i = 0; i < nkv; i++) {
-        char buf[256];
-        const pe_gguf_kv *kv = pe_gguf_kv_at(f, i);
-        XXH3_128bits_update(&st, kv->key.ptr, kv->key.len);
-        pe_gguf_kv_to_string(kv, buf, sizeof buf);
-        XXH3_128bits_update(&st, buf, strlen(buf));
-    }
-    XXH128_hash_t h = XXH3_128bits_digest(&st);
-    pgd_hash r = {h.low64, h.high64};
-    return r;
-}
-
-int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out, char *err,
-                  size_t errlen)
-{
-    pe_model *m = calloc(1, sizeof *m);
-    char msg[512];
-    *out = NULL;
-    if (err && errlen) err[0] = '\0';
-    if (!m) return errf(err, errlen, "out of memory");
-    if (pe_gguf_open(path, &m->gf, msg, sizeof msg) != 0) {
-        errf(err, errlen, "%s: %s", path, msg);
-        goto fail;
-    }
-    const pe_gguf_file *f = m->gf;
-    pe_gguf_str arch;
-    if (pe_gguf_get_str(f, "general.architecture", &arch) != 0) {
-        errf(err, errlen, "%s: missing general.architecture", path);
-        goto fail;
-    }
-    if (arch.len != 5 || memcmp(arch.ptr, "llama", 5) != 0) {
-        errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama)", path,
-             (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
-        goto fail;
-    }
-    pe_gguf_str name;
-    if (pe_gguf_get_str(f, "general.name", &name) == 0)
-        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 100 ? 100 : name.len), name.ptr);
-
-    pe_hparams *hp = &m->hp;
-    hp->rope_theta = 10000.0f;
-    hp->rms_eps = 1e-5f;
-    hp->rope_scale = 1.0f;
-    if (get_u32(f, "llama", "context_length", &hp->n_ctx_train, 1, err, errlen) ||
-        get_u32(f, "llama", "embedding_length", &hp->n_embd, 1, err, errlen) ||
-        get_u32(f, "llama", "block_count", &hp->n_layer, 1, err, errlen) ||
-        get_u32(f, "llama", "feed_forward_length", &hp->n_ff, 1, err, errlen) ||
-        get_u32(f, "llama", "attention.head_count", &hp->n_head, 1, err, errlen) ||
-        get_f32(f, "llama", "rope.freq_base", &hp->rope_theta, err, errlen) ||
-        get_f32(f, "llama", "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen))
-        goto fail;
-    hp->n_head_kv = hp->n_head;
-    if (get_u32(f, "llama", "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) goto fail;
-    if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_head_kv || !hp->n_ff ||
-        hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv || hp->n_layer > 4096 ||
-        hp->n_embd > (1u << 20) || hp->n_ff > (1u << 22)) {
-        errf(err, errlen,
-             "%s: inconsistent hyper-parameters (embedding %u, layers %u, heads %u, kv heads "
-             "%u, ffn %u)",
-             path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
-        goto fail;
-    }
-    hp->head_dim = hp->n_embd / hp->n_head;
-    if (get_u32(f, "llama", "attention.key_length", &hp->head_dim, 0, err, errlen)) goto fail;
-    hp->n_rot = hp->head_dim;
-    if (get_u32(f, "llama", "rope.dimension_count", &hp->n_rot, 0, err, errlen)) goto fail;
-    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim > 1024 || !hp->head_dim) {
-        errf(err, errlen, "%s: rope.dimension_count %u does not fit head_dim %u", path, hp->n_rot,
-             hp->head_dim);
-        goto fail;
-    }
-    pe_gguf_str stype;
-    if (pe_gguf_get_str(f, "llama.rope.scaling.type", &stype) == 0 && stype.len == 6 &&
-        memcmp(stype.ptr, "linear", 6) == 0) {
-        float factor = 1.0f;
-        if (pe_gguf_get_f32(f, "llama.rope.scaling.factor", &factor) == 0 && factor > 0)
-            hp->rope_scale = 1.0f / factor;
-    }
-
-    if (pe_vocab_load(f, &m->vocab, msg, sizeof msg) != 0) {
-        errf(err, errlen, "%s: tokenizer: %s", path, msg);
-        goto fail;
-    }
-    hp->n_vocab = pe_vocab_n_tokens(m->vocab);
-
-    const uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim;
-    const uint32_t KV = hp->n_head_kv * hp->head_dim;
-    m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    m->owned = malloc(((size_t)2 * hp->n_layer + 1) * E * sizeof(float));
-    if (!m->layers || !m->owned) {
-        errf(err, errlen, "out of memory");
-        goto fail;
-    }
-    float *cursor = m->owned;
-    if (load_mat(f, "token_embd.weight", E, hp->n_vocab, 1, &m->tok_embd, err, errlen) ||
-        load_vec(f, "output_norm.weight", E, &cursor, &m->output_norm, err, errlen) ||
-        load_mat(f, "output.weight", E, hp->n_vocab, 0, &m->output, err, errlen))
-        goto fail;
-    if (!m->output.data) m->output = m->tok_embd; /* tied */
-    const pe_gguf_tensor *rf = pe_gguf_find_tensor(f, "rope_freqs.weight");
-    if (rf) {
-        if (rf->type != PE_GGML_TYPE_F32 || rf->ne[0] != hp->n_rot / 2) {
-            errf(err, errlen, "tensor 'rope_freqs.weight' must be f32 [%u]", hp->n_rot / 2);
-            goto fail;
-        }
-        m->rope_freqs = rf->data;
-    }
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        pe_layer *L = &m->layers[l];
-        char nm[96];
-#define NAME(s) (snprintf(nm, sizeof nm, "blk.%u." s ".weight", l), nm)
-        if (load_vec(f, NAME("attn_norm"), E, &cursor, &L->attn_norm, err, errlen) ||
-            load_vec(f, NAME("ffn_norm"), E, &cursor, &L->ffn_norm, err, errlen) ||
-            load_mat(f, NAME("attn_q"), E, Q, 1, &L->wq, err, errlen) ||
-            load_mat(f, NAME("attn_k"), E, KV, 1, &L->wk, err, errlen) ||
-            load_mat(f, NAME("attn_v"), E, KV, 1, &L->wv, err, errlen) ||
-            load_mat(f, NAME("attn_output"), Q, E, 1, &L->wo, err, errlen) ||
-            load_mat(f, NAME("ffn_gate"), E, hp->n_ff, 1, &L->w_gate, err, errlen) ||
-            load_mat(f, NAME("ffn_up"), E, hp->n_ff, 1, &L->w_up, err, errlen) ||
-            load_mat(f, NAME("ffn_down"), hp->n_ff, E, 1, &L->w_down, err, errlen))
-            goto fail;
-#undef NAME
-    }
-    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++)
-        m->weight_bytes += pe_gguf_tensor_at(f, i)->n_bytes;
-    /* Touch the weights once, so that the first token does not pay for page faults, and
-     * so that a large model shows progress while it comes off the disk. */
-    if (progress) {
-        uint64_t total = m->weight_bytes, done = 0;
-        volatile uint8_t sink = 0;
-        for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
-            const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
-            const uint8_t *p = t->data;
-            for (uint64_t o = 0; o < t->n_bytes; o += 4096)
-                sink ^= p[o];
-            done += t->n_bytes;
-            progress(ud, done, total);
-        }
-        (void)sink;
-    }
-    m->fingerprint = fingerprint(f);
-    *out = m;
-    return 0;
-fail:
-    pe_model_destroy(m);
-    return -1;
-}
 
 /* ---- context ---- */
 
@@ -376,7 +66,17 @@ pe_ctx_params pe_ctx_default_params(void)
     p.page_tokens = 16;
     p.kv_type = PGD_KV_F16;
     p.policy = PGD_POLICY_LRU;
+    p.log = pe_log_stderr;
     return p;
+}
+
+void pe_log_stderr(void *ud, int level, const char *msg)
+{
+    char line[640];
+    if (level != PGD_LOG_ERROR && level != PGD_LOG_WARN) return;
+    snprintf(line, sizeof line, "libpagoda: %s: %s\n", level == PGD_LOG_ERROR ? "error" : "warning",
+             msg);
+    fputs(line, stderr);
 }
 
 pgd_cache *pe_ctx_cache(pe_ctx *ctx)
@@ -464,7 +164,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     const pe_hparams *hp = &m->hp;
     pe_ctx *c = calloc(1, sizeof *c);
     *out = NULL;
-    if (!c) return errf(err, errlen, "out of memory");
+    if (!c) return pe__errf(err, errlen, "out of memory");
     c->m = m;
     c->p = pp ? *pp : pe_ctx_default_params();
     if (!c->p.n_ctx) c->p.n_ctx = hp->n_ctx_train;
@@ -473,21 +173,21 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     if (!c->p.page_tokens) c->p.page_tokens = 16;
     if (!c->p.kv_tokens) c->p.kv_tokens = c->p.n_ctx;
     if (c->p.n_ctx > (1u << 22)) {
-        errf(err, errlen, "context of %u tokens is too large", c->p.n_ctx);
+        pe__errf(err, errlen, "context of %u tokens is too large", c->p.n_ctx);
         goto fail;
     }
     if (c->p.kv_select_pages == 1) {
-        errf(err, errlen, "--kv-select-pages must be 0 (dense) or at least 2");
+        pe__errf(err, errlen, "--kv-select-pages must be 0 (dense) or at least 2");
         goto fail;
     }
     char why[160];
     if (kv_refusal(hp, &c->p, why, sizeof why)) {
-        errf(err, errlen, "%s", why);
+        pe__errf(err, errlen, "%s", why);
         goto fail;
     }
     c->tp = pe_tp_create(c->p.n_threads);
     if (!c->tp) {
-        errf(err, errlen, "cannot start threads");
+        pe__errf(err, errlen, "cannot start threads");
         goto fail;
     }
     c->n_threads = pe_tp_n_threads(c->tp);
@@ -505,10 +205,13 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.pool.capacity_pages = (uint32_t)((c->p.kv_tokens + c->p.page_tokens - 1) / c->p.page_tokens);
     cp.policy = c->p.policy;
     cp.model_fingerprint = m->fingerprint;
+    cp.log = c->p.log; /* the cache hands it to its pool */
+    cp.log_ud = c->p.log_ud;
     int rc = pgd_cache_create(&cp, &c->cache);
     if (rc != PGD_OK) {
-        errf(err, errlen, "KV cache of %llu tokens (%s): %s", (unsigned long long)c->p.kv_tokens,
-             pgd_kv_type_name(c->p.kv_type), pgd_strerror(rc));
+        pe__errf(err, errlen, "KV cache of %llu tokens (%s): %s",
+                 (unsigned long long)c->p.kv_tokens, pgd_kv_type_name(c->p.kv_type),
+                 pgd_strerror(rc));
         goto fail;
     }
     c->pool = pgd_cache_pool(c->cache);
@@ -526,8 +229,8 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     ap.select_pages = c->p.kv_select_pages;
     rc = pgd_attn_create(c->cache, &ap, &c->attn);
     if (rc != PGD_OK) {
-        errf(err, errlen, "paged attention (%u heads, %s): %s", hp->n_head,
-             pgd_kv_type_name(c->p.kv_type), pgd_strerror(rc));
+        pe__errf(err, errlen, "paged attention (%u heads, %s): %s", hp->n_head,
+                 pgd_kv_type_name(c->p.kv_type), pgd_strerror(rc));
         goto fail;
     }
 
@@ -547,7 +250,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->scratch = malloc(max_scratch(m, (uint32_t)n) + 64);
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->ao || !c->hb || !c->hb2 || !c->rope ||
         !c->inv_freq || !c->row_pos || !c->scratch) {
-        errf(err, errlen, "out of memory for activations of %zu tokens", n);
+        pe__errf(err, errlen, "out of memory for activations of %zu tokens", n);
         goto fail;
     }
     if (c->p.contiguous_ref) {
@@ -555,7 +258,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         c->vc = calloc((size_t)hp->n_layer * c->p.n_ctx * KV, sizeof(float));
         c->att = malloc((size_t)c->n_threads * G * c->p.n_ctx * sizeof(float));
         if (!c->kc || !c->vc || !c->att) {
-            errf(err, errlen, "out of memory for the contiguous reference cache");
+            pe__errf(err, errlen, "out of memory for the contiguous reference cache");
             goto fail;
         }
     }

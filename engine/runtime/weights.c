@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weights.c - loading a Llama-family model from GGUF: hyper-parameters, every weight
+ * tensor checked for type and shape, the vocabulary, and the model fingerprint.
+ *
+ *   pe_model_load(path)   mmap the file (pe_gguf_open), read llama.* hyper-parameters,
+ *                         point each pe_mat at its tensor in the mapping (no copy; norms
+ *                         stored as f16/bf16 are converted to f32 into one owned array),
+ *                         load the tokenizer, compute the fingerprint
+ *
+ * Invariant: a loaded pe_model is immutable; forward passes on any number of contexts
+ * may read it at once. Callers: tools, the server (through pe_model_load), forward.c and
+ * the scheduler (through model_int.h and the accessors). Uses include/pagoda only.
+ */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_int.h"
+
+/* ---- loading ---- */
+
+int pe__errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int get_u32(const pe_gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
+                   int required, char *err, size_t errlen)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = pe_gguf_get_u32(f, key, out);
+    if (rc == -1 && !required) return 0;
+    if (rc == -1) return pe__errf(err, errlen, "missing hyper-parameter %s", key);
+    if (rc != 0) return pe__errf(err, errlen, "hyper-parameter %s has the wrong type", key);
+    return 0;
+}
+
+static int get_f32(const pe_gguf_file *f, const char *arch, const char *suffix, float *out,
+                   char *err, size_t errlen)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = pe_gguf_get_f32(f, key, out);
+    if (rc == -1) return 0; /* optional: caller set the default */
+    if (rc != 0) return pe__errf(err, errlen, "hyper-parameter %s has the wrong type", key);
+    return 0;
+}
+
+/* Finds a tensor and checks its shape {ne0, ne1} (ne1 == 0: a vector). */
+static const pe_gguf_tensor *find_checked(const pe_gguf_file *f, const char *name, uint64_t ne0,
+                                          uint64_t ne1, int required, char *err, size_t errlen)
+{
+    const pe_gguf_tensor *t = pe_gguf_find_tensor(f, name);
+    if (!t) {
+        if (required) pe__errf(err, errlen, "missing tensor '%s'", name);
+        return NULL;
+    }
+    uint64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
+    int extra = t->n_dims > 2 && (t->ne[2] != 1 || (t->n_dims > 3 && t->ne[3] != 1));
+    if (t->ne[0] != ne0 || n1 != (ne1 ? ne1 : 1) || extra || t->n_dims > 4) {
+        char want[64];
+        if (ne1)
+            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)ne0,
+                     (unsigned long long)ne1);
+        else
+            snprintf(want, sizeof want, "[%llu]", (unsigned long long)ne0);
+        pe__errf(err, errlen, "tensor '%s' has shape [%llu, %llu] (%u-d), expected %s", name,
+                 (unsigned long long)t->ne[0], (unsigned long long)n1, t->n_dims, want);
+        return NULL;
+    }
+    const pe_ggml_type_traits *tr = pe_ggml_get_traits(t->type);
+    if (!tr || !tr->supported) {
+        pe__errf(err, errlen,
+                 "tensor '%s' has type %s, which the engine does not support "
+                 "(supported: f32, f16, bf16, q8_0, q4_0)",
+                 name, pe_ggml_type_name(t->type));
+        return NULL;
+    }
+    return t;
+}
+
+static int load_mat(const pe_gguf_file *f, const char *name, uint32_t n_in, uint32_t n_out,
+                    int required, pe_mat *out, char *err, size_t errlen)
+{
+    const pe_gguf_tensor *t = find_checked(f, name, n_in, n_out, required, err, errlen);
+    memset(out, 0, sizeof *out);
+    if (!t) return required ? -1 : (err && err[0] ? -1 : 0);
+    out->type = t->type;
+    out->n_in = n_in;
+    out->n_out = n_out;
+    out->data = t->data;
+    out->row_bytes = pe_ggml_row_size(t->type, n_in);
+    if (!out->row_bytes)
+        return pe__errf(err, errlen, "tensor '%s': row of %u values does not fit type %s", name,
+                        n_in, pe_ggml_type_name(t->type));
+    return 0;
+}
+
+/* Loads a norm vector as f32: in place when stored as f32, else converted into *owned. */
+static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float **owned_cursor,
+                    const float **out, char *err, size_t errlen)
+{
+    const pe_gguf_tensor *t = find_checked(f, name, n, 0, 1, err, errlen);
+    if (!t) return -1;
+    if (t->type == PE_GGML_TYPE_F32) {
+        *out = t->data;
+        return 0;
+    }
+    if (pe_ggml_get_traits(t->type)->blck_size != 1 && n % 32)
+        return pe__errf(err, errlen, "tensor '%s': length %u does not fit type %s", name, n,
+                        pe_ggml_type_name(t->type));
+    pe_dequant_row(t->type, t->data, *owned_cursor, n);
+    *out = *owned_cursor;
+    *owned_cursor += n;
+    return 0;
+}
+
+const pe_hparams *pe_model_hparams(const pe_model *m)
+{
+    return &m->hp;
+}
+
+const pe_vocab *pe_model_vocab(const pe_model *m)
+{
+    return m->vocab;
+}
+
+const pe_gguf_file *pe_model_gguf(const pe_model *m)
+{
+    return m->gf;
+}
+
+const char *pe_model_name(const pe_model *m)
+{
+    return m->name;
+}
+
+pgd_hash pe_model_fingerprint(const pe_model *m)
+{
+    return m->fingerprint;
+}
+
+uint64_t pe_model_weight_bytes(const pe_model *m)
+{
+    return m->weight_bytes;
+}
+
+void pe_model_destroy(pe_model *m)
+{
+    if (!m) return;
+    pe_vocab_destroy(m->vocab);
+    free(m->layers);
+    free(m->owned);
+    pe_gguf_close(m->gf);
+    free(m);
+}
+
+/* ---- fingerprint ---- */
+
+/* Tensor data sample: blocks of this many bytes... */
+#define FP_BLOCK_BYTES 4096u
+/* ...this many per tensor: the first, the last, and 16 evenly spaced between them. */
+#define FP_N_BLOCKS 18u
+
+/* Returns the model fingerprint (XXH3-128), which seeds every prefix-cache block hash, so
+ * that two models share cached K/V only when the fingerprint says they are the same. It
+ * covers, in this order:
+ *   1. the file's header bytes [0, data offset) exactly as stored: magic, version, counts,
+ *      every metadata key and value in file order (arrays in full, every element, nested
+ *      arrays too), the tensor table (names, n_dims, dims, types, offsets) and the
+ *      padding before the data section;
+ *   2. a sample of every tensor's data, in table order: the whole tensor when it holds at
+ *      most FP_N_BLOCKS * FP_BLOCK_BYTES (72 KiB), else FP_N_BLOCKS blocks of 4 KiB at
+ *      offsets k * (n_bytes - 4096) / 17 for k = 0..17 (the first and last 4 KiB and 16
+ *      evenly spaced blocks between them).
+ * Weights that differ only outside the sampled blocks get the same fingerprint: the
+ * sample catches a re-quantization or a fine-tune (they change every block), not a
+ * single edited weight deep in a large tensor. Cost: the header plus at most 72 KiB per
+ * tensor; on a 1B q8_0 model (147 tensors, ~10 MiB sampled) pe_model_load went from 4 to
+ * 11 ms, mostly page faults of the sampled blocks.
+ * The header is located through the reader's invariant data = file + data offset +
+ * offset (gguf.h), taken from the first tensor; a loaded model has at least one. */
+static pgd_hash fingerprint(const pe_gguf_file *f)
+{
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    uint64_t n = pe_gguf_n_tensors(f);
+    if (n) {
+        const pe_gguf_tensor *t0 = pe_gguf_tensor_at(f, 0);
+        const uint8_t *file = (const uint8_t *)t0->data - t0->offset - pe_gguf_data_offset(f);
+        XXH3_128bits_update(&st, file, pe_gguf_data_offset(f));
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
+        const uint8_t *d = t->data;
+        if (t->n_bytes <= (uint64_t)FP_N_BLOCKS * FP_BLOCK_BYTES) {
+            XXH3_128bits_update(&st, d, t->n_bytes);
+            continue;
+        }
+        for (uint64_t k = 0; k < FP_N_BLOCKS; k++)
+            XXH3_128bits_update(&st, d + k * (t->n_bytes - FP_BLOCK_BYTES) / (FP_N_BLOCKS - 1),
+                                FP_BLOCK_BYTES);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    pgd_hash r = {h.low64, h.high64};
+    return r;
+}
+
+int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out, char *err,
+                  size_t errlen)
+{
+    pe_model *m = calloc(1, sizeof *m);
+    char msg[512];
+    *out = NULL;
+    if (err && errlen) err[0] = '\0';
+    if (!m) return pe__errf(err, errlen, "out of memory");
+    if (pe_gguf_open(path, &m->gf, msg, sizeof msg) != 0) {
+        pe__errf(err, errlen, "%s: %s", path, msg);
+        goto fail;
+    }
+    const pe_gguf_file *f = m->gf;
+    pe_gguf_str arch;
+    if (pe_gguf_get_str(f, "general.architecture", &arch) != 0) {
+        pe__errf(err, errlen, "%s: missing general.architecture", path);
+        goto fail;
+    }
+    if (arch.len != 5 || memcmp(arch.ptr, "llama", 5) != 0) {
+        pe__errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama)", path,
+                 (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+        goto fail;
+    }
+    pe_gguf_str name;
+    if (pe_gguf_get_str(f, "general.name", &name) == 0)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 100 ? 100 : name.len), name.ptr);
+
+    pe_hparams *hp = &m->hp;
+    hp->rope_theta = 10000.0f;
+    hp->rms_eps = 1e-5f;
+    hp->rope_scale = 1.0f;
+    if (get_u32(f, "llama", "context_length", &hp->n_ctx_train, 1, err, errlen) ||
+        get_u32(f, "llama", "embedding_length", &hp->n_embd, 1, err, errlen) ||
+        get_u32(f, "llama", "block_count", &hp->n_layer, 1, err, errlen) ||
+        get_u32(f, "llama", "feed_forward_length", &hp->n_ff, 1, err, errlen) ||
+        get_u32(f, "llama", "attention.head_count", &hp->n_head, 1, err, errlen) ||
+        get_f32(f, "llama", "rope.freq_base", &hp->rope_theta, err, errlen) ||
+        get_f32(f, "llama", "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen))
+        goto fail;
+    hp->n_head_kv = hp->n_head;
+    if (get_u32(f, "llama", "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) goto fail;
+    if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_head_kv || !hp->n_ff ||
+        hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv || hp->n_layer > 4096 ||
+        hp->n_embd > (1u << 20) || hp->n_ff > (1u << 22)) {
+        pe__errf(err, errlen,
+                 "%s: inconsistent hyper-parameters (embedding %u, layers %u, heads %u, kv heads "
+                 "%u, ffn %u)",
+                 path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+        goto fail;
+    }
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if (get_u32(f, "llama", "attention.key_length", &hp->head_dim, 0, err, errlen)) goto fail;
+    hp->n_rot = hp->head_dim;
+    if (get_u32(f, "llama", "rope.dimension_count", &hp->n_rot, 0, err, errlen)) goto fail;
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim > 1024 || !hp->head_dim) {
+        pe__errf(err, errlen, "%s: rope.dimension_count %u does not fit head_dim %u", path,
+                 hp->n_rot, hp->head_dim);
+        goto fail;
+    }
+    pe_gguf_str stype;
+    if (pe_gguf_get_str(f, "llama.rope.scaling.type", &stype) == 0 && stype.len == 6 &&
+        memcmp(stype.ptr, "linear", 6) == 0) {
+        float factor = 1.0f;
+        if (pe_gguf_get_f32(f, "llama.rope.scaling.factor", &factor) == 0 && factor > 0)
+            hp->rope_scale = 1.0f / factor;
+    }
+
+    if (pe_vocab_load(f, &m->vocab, msg, sizeof msg) != 0) {
+        pe__errf(err, errlen, "%s: tokenizer: %s", path, msg);
+        goto fail;
+    }
+    hp->n_vocab = pe_vocab_n_tokens(m->vocab);
+
+    const uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim;
+    const uint32_t KV = hp->n_head_kv * hp->head_dim;
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    m->owned = malloc(((size_t)2 * hp->n_layer + 1) * E * sizeof(float));
+    if (!m->layers || !m->owned) {
+        pe__errf(err, errlen, "out of memory");
+        goto fail;
+    }
+    float *cursor = m->owned;
+    if (load_mat(f, "token_embd.weight", E, hp->n_vocab, 1, &m->tok_embd, err, errlen) ||
+        load_vec(f, "output_norm.weight", E, &cursor, &m->output_norm, err, errlen) ||
+        load_mat(f, "output.weight", E, hp->n_vocab, 0, &m->output, err, errlen))
+        goto fail;
+    if (!m->output.data) m->output = m->tok_embd; /* tied */
+    const pe_gguf_tensor *rf = pe_gguf_find_tensor(f, "rope_freqs.weight");
+    if (rf) {
+        if (rf->type != PE_GGML_TYPE_F32 || rf->ne[0] != hp->n_rot / 2) {
+            pe__errf(err, errlen, "tensor 'rope_freqs.weight' must be f32 [%u]", hp->n_rot / 2);
+            goto fail;
+        }
+        m->rope_freqs = rf->data;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        pe_layer *L = &m->layers[l];
+        char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%u." s ".weight", l), nm)
+        if (load_vec(f, NAME("attn_norm"), E, &cursor, &L->attn_norm, err, errlen) ||
+            load_vec(f, NAME("ffn_norm"), E, &cursor, &L->ffn_norm, err, errlen) ||
+            load_mat(f, NAME("attn_q"), E, Q, 1, &L->wq, err, errlen) ||
+            load_mat(f, NAME("attn_k"), E, KV, 1, &L->wk, err, errlen) ||
+            load_mat(f, NAME("attn_v"), E, KV, 1, &L->wv, err, errlen) ||
+            load_mat(f, NAME("attn_output"), Q, E, 1, &L->wo, err, errlen) ||
+            load_mat(f, NAME("ffn_gate"), E, hp->n_ff, 1, &L->w_gate, err, errlen) ||
+            load_mat(f, NAME("ffn_up"), E, hp->n_ff, 1, &L->w_up, err, errlen) ||
+            load_mat(f, NAME("ffn_down"), hp->n_ff, E, 1, &L->w_down, err, errlen))
+            goto fail;
+#undef NAME
+    }
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++)
+        m->weight_bytes += pe_gguf_tensor_at(f, i)->n_bytes;
+    /* Touch the weights once, so that the first token does not pay for page faults, and
+     * so that a large model shows progress while it comes off the disk. */
+    if (progress) {
+        uint64_t total = m->weight_bytes, done = 0;
+        volatile uint8_t sink = 0;
+        for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+            const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
+            const uint8_t *p = t->data;
+            for (uint64_t o = 0; o < t->n_bytes; o += 4096)
+                sink ^= p[o];
+            done += t->n_bytes;
+            progress(ud, done, total);
+        }
+        (void)sink;
+    }
+    m->fingerprint = fingerprint(f);
+    *out = m;
+    return 0;
+fail:
+    pe_model_destroy(m);
+    return -1;
+}
