@@ -129,10 +129,15 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
         return 1;
     case CLI_OPT_PAGE_TOKENS:
         if (cli_parse_u64(cmd, "--page-tokens", arg, 1, 1u << 16, &v)) return -1;
-        if (v & (v - 1)) {
-            fprintf(stderr, "%s: --page-tokens: %llu is not a power of two\n", cmd,
-                    (unsigned long long)v);
-            return -1;
+        { /* the library's rule, before the model loads */
+            pgd_pool_params pp = pgd_pool_default_params();
+            char why[128];
+            pp.n_layers = pp.n_kv_heads = pp.head_dim = 1;
+            pp.page_tokens = (uint32_t)v;
+            if (pgd_pool_params_check(&pp, why, sizeof why) != PGD_OK) {
+                fprintf(stderr, "%s: --page-tokens: %s\n", cmd, why);
+                return -1;
+            }
         }
         cp->page_tokens = (uint32_t)v;
         return 1;

@@ -343,7 +343,7 @@ int cmd_serve(int argc, char **argv)
         cp.n_ctx = pe_model_hparams(m)->n_ctx_train < DEFAULT_CTX_CAP
                        ? pe_model_hparams(m)->n_ctx_train
                        : DEFAULT_CTX_CAP;
-    if (!cp.page_tokens) cp.page_tokens = 16;
+    if (!cp.page_tokens) cp.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
     double bpt =
         pgd_kv_bytes_per_token(cp.kv_type, cp.page_tokens, pe_model_hparams(m)->n_layer,
                                pe_model_hparams(m)->n_head_kv, pe_model_hparams(m)->head_dim);

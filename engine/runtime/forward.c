@@ -63,7 +63,7 @@ pe_ctx_params pe_ctx_default_params(void)
     pe_ctx_params p;
     memset(&p, 0, sizeof p);
     p.n_batch = 512;
-    p.page_tokens = 16;
+    p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
     p.kv_type = PGD_KV_F16;
     p.policy = PGD_POLICY_LRU;
     p.log = pe_log_stderr;
@@ -134,31 +134,6 @@ static void tp_parallel(void *exec_ud, pgd_task_fn fn, void *fn_ud, uint32_t n_t
     pe_tp_run(exec_ud, fn, fn_ud, n_tasks);
 }
 
-/* Explains why the cache refuses a KV configuration, or returns NULL when it is unclear. */
-static const char *kv_refusal(const pe_hparams *hp, const pe_ctx_params *p, char *buf, size_t n)
-{
-    const uint32_t hd = hp->head_dim;
-    int block =
-        p->kv_type == PGD_KV_Q8_0 || p->kv_type == PGD_KV_Q4_0 || p->kv_type == PGD_KV_KIVI2;
-    if (p->kv_rotate && (hd & (hd - 1))) {
-        snprintf(buf, n, "--kv-rotate needs head_dim a power of two (this model's is %u)", hd);
-        return buf;
-    }
-    if (block && hd % 32 && 32 % hd) {
-        snprintf(buf, n,
-                 "kv type %s needs head_dim a multiple of 32 or a divisor of 32 (this model's is "
-                 "%u)",
-                 pgd_kv_type_name(p->kv_type), hd);
-        return buf;
-    }
-    if (block && hd < 32 && (uint64_t)p->page_tokens * hd % 32) {
-        snprintf(buf, n, "kv type %s needs page_tokens x head_dim a multiple of 32 (%u x %u)",
-                 pgd_kv_type_name(p->kv_type), p->page_tokens, hd);
-        return buf;
-    }
-    return NULL;
-}
-
 int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err, size_t errlen)
 {
     const pe_hparams *hp = &m->hp;
@@ -170,7 +145,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     if (!c->p.n_ctx) c->p.n_ctx = hp->n_ctx_train;
     if (!c->p.n_batch) c->p.n_batch = 512;
     if (c->p.n_batch > c->p.n_ctx) c->p.n_batch = c->p.n_ctx;
-    if (!c->p.page_tokens) c->p.page_tokens = 16;
+    if (!c->p.page_tokens) c->p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
     if (!c->p.kv_tokens) c->p.kv_tokens = c->p.n_ctx;
     if (c->p.n_ctx > (1u << 22)) {
         pe__errf(err, errlen, "context of %u tokens is too large", c->p.n_ctx);
@@ -180,18 +155,6 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         pe__errf(err, errlen, "--kv-select-pages must be 0 (dense) or at least 2");
         goto fail;
     }
-    char why[160];
-    if (kv_refusal(hp, &c->p, why, sizeof why)) {
-        pe__errf(err, errlen, "%s", why);
-        goto fail;
-    }
-    c->tp = pe_tp_create(c->p.n_threads);
-    if (!c->tp) {
-        pe__errf(err, errlen, "cannot start threads");
-        goto fail;
-    }
-    c->n_threads = pe_tp_n_threads(c->tp);
-
     pgd_cache_params cp = pgd_cache_default_params();
     cp.pool.n_layers = hp->n_layer;
     cp.pool.n_kv_heads = hp->n_head_kv;
@@ -207,6 +170,18 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.model_fingerprint = m->fingerprint;
     cp.log = c->p.log; /* the cache hands it to its pool */
     cp.log_ud = c->p.log_ud;
+    /* The library's own rules (codec geometry, rotation), explained in one line. */
+    char why[160];
+    if (pgd_pool_params_check(&cp.pool, why, sizeof why) != PGD_OK) {
+        pe__errf(err, errlen, "%s", why);
+        goto fail;
+    }
+    c->tp = pe_tp_create(c->p.n_threads);
+    if (!c->tp) {
+        pe__errf(err, errlen, "cannot start threads");
+        goto fail;
+    }
+    c->n_threads = pe_tp_n_threads(c->tp);
     int rc = pgd_cache_create(&cp, &c->cache);
     if (rc != PGD_OK) {
         pe__errf(err, errlen, "KV cache of %llu tokens (%s): %s",
@@ -215,10 +190,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         goto fail;
     }
     c->pool = pgd_cache_pool(c->cache);
-    if (c->p.kv_type == PGD_KV_KIVI2) { /* what the cache uses (cache.h: kv_residual) */
-        uint32_t w = c->p.kv_residual ? c->p.kv_residual : 128, pt = c->p.page_tokens;
-        c->p.kv_residual = (w + pt - 1) / pt * pt;
-    }
+    c->p.kv_residual = pgd_cache_kv_residual(c->cache); /* what the cache uses */
 
     pgd_attn_params ap = pgd_attn_default_params();
     ap.n_head = hp->n_head;
