@@ -1,45 +1,94 @@
 #!/usr/bin/env bash
-# test.sh - builds and runs the whole test suite: source checks, the normal build's ctest,
-# then (unless --quick) an ASan+UBSan pass over unit/fault/integration/fuzz tests and a
-# TSan pass over the threaded tests.
+# test.sh - builds and runs the whole test suite:
+#   - source checks (checksrc, clang-format);
+#   - the normal build's ctest (build/);
+#   - libpagoda alone (build-lib/: PGD_BUILD_ENGINE/SERVER/TOOLS=OFF, so libxxhash is the only
+#     package looked for, which the script checks): its own tests, then installed, and every
+#     examples/*.c built against the installed library through pkg-config and run;
+#   - unless --quick: an ASan+UBSan pass (build-asan/) over everything but the threaded tests
+#     (-LE thread), plus the server's HTTP tests (-L http), and a TSan pass (build-tsan/) over
+#     the threaded tests (-L thread, the HTTP tests among them).
+# A failing test does not stop the run: every pass runs, the closing line counts them all,
+# "all passes: N passed, N failed, N skipped", and the script exits 1 when any test failed.
+# A build or check error stops it at once.
 # Usage: scripts/test.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-rm -f build/ctest.log build-asan/ctest.log build-tsan/ctest.log
+logs=(build/ctest.log build-lib/ctest.log build-asan/ctest.log build-tsan/ctest.log)
+rm -f "${logs[@]}"
+failed=0
+
+# run_ctest DIR [ctest args...]: runs ctest in DIR, appending to DIR/ctest.log; a failure is
+# remembered and the script goes on.
+run_ctest() {
+    local dir=$1
+    shift
+    (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee -a "$dir/ctest.log" || failed=1
+}
+
 scripts/setup.sh
 scripts/checksrc
 echo "== clang-format =="
 clang-format --dry-run --Werror $(git ls-files '*.c' '*.h' 2>/dev/null || find src include tools tests bench examples -name '*.[ch]')
 echo "clang-format: ok"
-(cd build && ctest --output-on-failure -j2) 2>&1 | tee build/ctest.log
+run_ctest build -j2
 
-echo "== install + pkg-config client =="
-rm -rf build/_install
-cmake --install build --prefix "$PWD/build/_install" >/dev/null
-PKG_CONFIG_PATH="$PWD/build/_install/lib/pkgconfig:$PWD/build/_install/lib/x86_64-linux-gnu/pkgconfig" \
-    sh -c 'cc -std=c11 -Wall -Wextra -Werror examples/prefix_share.c \
-           $(pkg-config --cflags pagoda) $(pkg-config --libs --static pagoda) -o build/prefix_share'
-build/prefix_share
+echo "== libpagoda alone (build-lib: engine, server, tools OFF) =="
+rm -f build-lib/CMakeCache.txt # a fresh configure, so the lookup check below sees only it
+PGD_BUILD_DIR=build-lib scripts/setup.sh -DPGD_BUILD_ENGINE=OFF -DPGD_BUILD_SERVER=OFF \
+    -DPGD_BUILD_TOOLS=OFF -DPGD_BUILD_BENCH=OFF
+# Every pkg-config lookup leaves __pkg_config_checked_<PREFIX> in the cache.
+looked=$(sed -n 's/^__pkg_config_checked_\([A-Za-z0-9_]*\):.*/\1/p' build-lib/CMakeCache.txt |
+    sort | tr '\n' ' ')
+if [ "$looked" != "XXHASH " ]; then
+    echo "build-lib: the library alone looked for more than libxxhash: $looked" >&2
+    exit 1
+fi
+echo "build-lib: only libxxhash looked for"
+run_ctest build-lib -j2
+
+echo "== install + pkg-config clients (examples/*.c) =="
+rm -rf build-lib/_install build-lib/examples
+cmake --install build-lib --prefix "$PWD/build-lib/_install" >/dev/null
+if [ -e build-lib/_install/bin/pagoda ]; then
+    echo "build-lib: pagoda installed although the tools are OFF" >&2
+    exit 1
+fi
+mkdir -p build-lib/examples
+(
+    export PKG_CONFIG_PATH="$PWD/build-lib/_install/lib/pkgconfig:$PWD/build-lib/_install/lib/x86_64-linux-gnu/pkgconfig"
+    for src in examples/*.c; do # each example runs without arguments and exits 0
+        exe=build-lib/examples/$(basename "$src" .c)
+        echo "-- $src"
+        cc -std=c11 -Wall -Wextra -Werror "$src" $(pkg-config --cflags pagoda) \
+            $(pkg-config --libs --static pagoda) -o "$exe"
+        "$exe"
+    done
+)
 
 if [ $quick -eq 0 ]; then
     echo "== ASan + UBSan =="
     PGD_BUILD_DIR=build-asan scripts/setup.sh -DPGD_SANITIZE=address,undefined \
         -DPGD_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
-    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j2 -LE thread) \
-        2>&1 | tee build-asan/ctest.log
+    ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -j2 -LE thread
+    # The HTTP tests are labelled thread too (TSan runs them); ASan runs them here.
+    ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -L http
     echo "== TSan =="
     PGD_BUILD_DIR=build-tsan scripts/setup.sh -DPGD_SANITIZE=thread \
         -DPGD_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
-    (cd build-tsan && ctest --output-on-failure -L thread) 2>&1 | tee build-tsan/ctest.log
+    run_ctest build-tsan -L thread
 fi
-# One closing line over every pass: "N passed, N failed".
-cat build/ctest.log build-asan/ctest.log build-tsan/ctest.log 2>/dev/null |
-    awk '/tests passed, [0-9]+ tests failed out of/ {
+# One closing line over every pass. ctest counts a skipped test as not failed, so
+# passed = total - failed - skipped; the skipped ones are listed as "NN - name (Skipped)".
+cat "${logs[@]}" 2>/dev/null |
+    awk '/tests passed, [0-9]+ tests? failed out of/ {
              for (i = 1; i <= NF; i++) if ($i == "out") total += $(i + 2)
              for (i = 1; i <= NF; i++) if ($i == "failed") failed += $(i - 2)
          }
-         END { printf "all passes: %d passed, %d failed\n", total - failed, failed }'
-
+         /^[ \t]*[0-9]+ - .* \(Skipped\)$/ { skipped++ }
+         END { printf "all passes: %d passed, %d failed, %d skipped\n",
+                      total - failed - skipped, failed, skipped }'
+exit $failed

@@ -2,7 +2,7 @@
 /*
  * t.h - the whole test harness (Redis testhelp.h style). A test program is a main()
  * that calls T_RUN(fn) for each static int fn(void); a test returns 0 on success.
- * Exit 77 means skipped (ctest SKIP_RETURN_CODE).
+ * Exit 77 means skipped (ctest SKIP_RETURN_CODE): T_SKIP says why on stderr.
  */
 #ifndef PGD_T_H
 #define PGD_T_H
@@ -58,7 +58,7 @@ static int t_failed, t_run;
 
 #define T_SKIP(why)                                                                                \
     do {                                                                                           \
-        printf("skipped: %s\n", why);                                                              \
+        fprintf(stderr, "skipped: %s\n", why);                                                     \
         return 77;                                                                                 \
     } while (0)
 

@@ -171,7 +171,7 @@ static int test_detect_templates(void)
     snprintf(dir, sizeof dir, "%s/chat-templates", models_dir());
     DIR *d = opendir(dir);
     if (!d) {
-        printf("     (%s not found; set PGD_MODELS_DIR)\n", dir);
+        fprintf(stderr, "     (%s not found; set PGD_MODELS_DIR)\n", dir);
         g_missing = 1;
         return 0;
     }

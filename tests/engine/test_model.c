@@ -32,20 +32,17 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "proc.h"
 #include "t.h"
 
 static pe_model *g_model;
 static const char *g_model_path;
 
+/* argv[1], else stories260K.gguf in the models directory (tests/proc.h); NULL if absent. */
 static const char *model_path(int argc, char **argv, char *buf, size_t n)
 {
     if (argc > 1) return argv[1];
-    const char *dir = getenv("PGD_MODELS_DIR");
-    snprintf(buf, n, "%s/stories260K.gguf", dir ? dir : PGD_SOURCE_DIR "/../shared/models");
-    FILE *f = fopen(buf, "rb");
-    if (!f) return NULL;
-    fclose(f);
-    return buf;
+    return t_model_file(buf, n, "stories260K.gguf") ? buf : NULL;
 }
 
 static pe_ctx *make_ctx_p(pe_ctx_params p)

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "scheduler.h"
+#include "proc.h"
 #include "t.h"
 
 #define MAX_OUT 256
@@ -49,15 +50,11 @@ static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe
     o->n_final++;
 }
 
+/* argv[1], else stories260K.gguf in the models directory (tests/proc.h); NULL if absent. */
 static const char *model_path(int argc, char **argv, char *buf, size_t n)
 {
     if (argc > 1) return argv[1];
-    const char *dir = getenv("PGD_MODELS_DIR");
-    snprintf(buf, n, "%s/stories260K.gguf", dir ? dir : PGD_SOURCE_DIR "/../shared/models");
-    FILE *f = fopen(buf, "rb");
-    if (!f) return NULL;
-    fclose(f);
-    return buf;
+    return t_model_file(buf, n, "stories260K.gguf") ? buf : NULL;
 }
 
 static pe_ctx *make_ctx(uint64_t kv_tokens)

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "scheduler.h"
+#include "proc.h"
 #include "t.h"
 
 #define N_THREADS 2
@@ -115,15 +116,11 @@ static int test_submit_cancel_while_stepping(void)
     return 0;
 }
 
+/* argv[1], else stories260K.gguf in the models directory (tests/proc.h); NULL if absent. */
 static const char *model_path(int argc, char **argv, char *buf, size_t n)
 {
     if (argc > 1) return argv[1];
-    const char *dir = getenv("PGD_MODELS_DIR");
-    snprintf(buf, n, "%s/stories260K.gguf", dir ? dir : PGD_SOURCE_DIR "/../shared/models");
-    FILE *f = fopen(buf, "rb");
-    if (!f) return NULL;
-    fclose(f);
-    return buf;
+    return t_model_file(buf, n, "stories260K.gguf") ? buf : NULL;
 }
 
 int main(int argc, char **argv)

@@ -66,7 +66,7 @@ static pe_vocab *load_vocab(const char *rel)
     pe_vocab *v = NULL;
     snprintf(path, sizeof path, "%s/%s", models_dir(), rel);
     if (access(path, R_OK) != 0) {
-        printf("     (%s not found; set PGD_MODELS_DIR)\n", path);
+        fprintf(stderr, "     (%s not found; set PGD_MODELS_DIR)\n", path);
         g_missing = 1;
         return NULL;
     }
@@ -905,7 +905,8 @@ int main(void)
     T_RUN(test_big_inputs);
     rmdir(g_tmp);
     if (!t_failed && g_missing) {
-        printf("%d passed; model files missing, so conformance was skipped\n", t_run);
+        fprintf(stderr, "skipped: %d passed; model files missing, so conformance was skipped\n",
+                t_run);
         return 77;
     }
     T_DONE();

@@ -2,8 +2,8 @@
 /*
  * test_bench_cli.c - end-to-end tests of `pagoda bench`, run as the real binary (argv[1])
  * with scratch files in a directory (argv[2]); the model is stories260K ($PGD_MODELS_DIR
- * or ../shared/models beside the source tree) or else the build's synthetic tiny model
- * (argv[3]); skipped (77) when neither exists.
+ * or ../shared/models beside the source tree, tests/proc.h) or else the build's synthetic
+ * tiny model (argv[3]); skipped (77) when neither exists.
  *
  * Checks: `bench -m MODEL --json` spawns `pagoda serve` twice (with and without the prefix
  * cache), every request succeeds, the JSON has every documented key, the prefix hit
@@ -14,11 +14,10 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <jansson.h>
 
+#include "proc.h"
 #include "t.h"
 
 static const char *bin;   /* the pagoda executable */
@@ -27,40 +26,10 @@ static char model[1024];  /* the model the spawned servers load */
 static char out[1 << 16]; /* stdout of the last run */
 static char err[1 << 16]; /* stderr of the last run */
 
-static void slurp(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = 0;
-    if (f) {
-        n = fread(buf, 1, len - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-}
-
 /* Runs `pagoda ARGS` through sh; fills out and err; returns the exit status (-1 on error). */
 static int run(const char *args)
 {
-    char cmd[8192], errpath[1024];
-    FILE *p;
-    size_t n;
-    int st;
-
-    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", bin, args, errpath);
-    p = popen(cmd, "r");
-    if (!p) return -1;
-    n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    st = pclose(p);
-    slurp(errpath, err, sizeof err);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return t_run_bin(bin, dir, args, out, sizeof out, err, sizeof err);
 }
 
 static double num(json_t *o, const char *key)
@@ -237,11 +206,8 @@ static int test_bad_flags(void)
 /* stories260K from $PGD_MODELS_DIR or ../shared/models, else the synthetic model. */
 static int find_model(const char *synthetic)
 {
-    const char *md = getenv("PGD_MODELS_DIR");
-    snprintf(model, sizeof model, "%s/stories260K.gguf",
-             md ? md : PGD_SOURCE_DIR "/../shared/models");
-    if (exists(model)) return 1;
-    if (synthetic && exists(synthetic)) {
+    if (t_model_file(model, sizeof model, "stories260K.gguf")) return 1;
+    if (synthetic && t_is_file(synthetic)) {
         snprintf(model, sizeof model, "%s", synthetic);
         return 1;
     }
@@ -250,18 +216,13 @@ static int find_model(const char *synthetic)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s PAGODA_BINARY SCRATCH_DIR [SYNTHETIC_MODEL]\n", argv[0]);
-        return 2;
-    }
-    bin = argv[1];
-    dir = argv[2];
-    mkdir(dir, 0755);
+    int rc = t_cli_args(argc, argv, "SYNTHETIC_MODEL", &bin, &dir);
+    if (rc != 0) return rc;
     T_RUN(test_bad_flags);
     T_RUN(test_bad_url);
     if (!find_model(argc > 3 ? argv[3] : NULL)) {
-        printf("skipped: no stories260K.gguf and no synthetic model\n");
-        return t_failed ? 1 : 77;
+        if (t_failed) T_DONE();
+        T_SKIP("no stories260K.gguf and no synthetic model");
     }
     printf("model: %s\n", model);
     T_RUN(test_server_fails);

@@ -10,15 +10,13 @@
  * and skipped, or stop the replay under --strict; bad command lines exit 2, unreadable
  * input exits 1. JSON output is parsed with jansson.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <jansson.h>
 
 #include "pagoda/pagoda.h"
+#include "proc.h"
 #include "t.h"
 
 static const char *bin;   /* the pagoda executable */
@@ -31,45 +29,17 @@ static void path_of(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s/%s", dir, name);
 }
 
-static void slurp(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = 0;
-    if (f) {
-        n = fread(buf, 1, len - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-}
-
 /* Runs `pagoda ARGS` through sh; fills out and err; returns the exit status (-1 on error). */
 static int run(const char *args)
 {
-    char cmd[8192], errpath[1024];
-    FILE *p;
-    size_t n;
-    int st;
-
-    path_of(errpath, sizeof errpath, "stderr.txt");
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", bin, args, errpath);
-    p = popen(cmd, "r");
-    if (!p) return -1;
-    n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    st = pclose(p);
-    slurp(errpath, err, sizeof err);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return t_run_bin(bin, dir, args, out, sizeof out, err, sizeof err);
 }
 
 static int write_file(const char *name, const char *text)
 {
     char path[1024];
-    FILE *f;
     path_of(path, sizeof path, name);
-    f = fopen(path, "wb");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
+    return t_write_all(path, text, strlen(text));
 }
 
 static long long get_int(json_t *o, const char *key)
@@ -125,8 +95,8 @@ static int test_gen_trace(void)
     path_of(p2, sizeof p2, "trace2.jsonl");
     snprintf(args, sizeof args, "gen-trace --seed 7 --requests 3000 > '%s'", p2);
     T_EQ(run(args), 0);
-    slurp(p1, a, sizeof a);
-    slurp(p2, b, sizeof b);
+    t_slurp(p1, a, sizeof a);
+    t_slurp(p2, b, sizeof b);
     T_ASSERT(strlen(a) > 1000 && strcmp(a, b) == 0);
     return 0;
 }
@@ -425,16 +395,8 @@ static int test_usage_errors(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s PAGODA_BINARY SCRATCH_DIR\n", argv[0]);
-        return 2;
-    }
-    bin = argv[1];
-    dir = argv[2];
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "cannot create %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
+    int rc = t_cli_args(argc, argv, NULL, &bin, &dir);
+    if (rc != 0) return rc;
     T_RUN(test_gen_trace);
     T_RUN(test_belady_at_least_lru);
     T_RUN(test_unlimited_is_exact);

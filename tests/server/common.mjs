@@ -34,7 +34,7 @@ export function requireSetup() {
   }
   const m = findModel();
   if (!m) {
-    console.log('skipped: no model (stories260K.gguf via PGD_MODELS_DIR, or PGD_SYNTH_MODEL)');
+    console.error('skipped: no model (stories260K.gguf via PGD_MODELS_DIR, or PGD_SYNTH_MODEL)');
     process.exit(77);
   }
   return m;

@@ -13,7 +13,7 @@ import { requireSetup, startServer } from './common.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 if (!existsSync(path.join(here, 'node_modules', 'openai'))) {
-  console.log('skipped: tests/server/node_modules/openai is missing (run `npm ci` in tests/server)');
+  console.error('skipped: tests/server/node_modules/openai is missing (run `npm ci` in tests/server)');
   process.exit(77);
 }
 const model = requireSetup();
