@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "unicode.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c reads and writes little-endian GGUF with plain memcpy: little-endian hosts only"
@@ -881,34 +882,6 @@ static void sb_fmt(sbuf *b, const char *fmt, ...)
     if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* Length of a valid UTF-8 sequence at p (at most n bytes), or 0 if it is not one. */
-static size_t utf8_len(const unsigned char *p, uint64_t n)
-{
-    uint32_t cp;
-    size_t len;
-    if (p[0] < 0x80) return 1;
-    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
-        len = 2;
-        cp = p[0] & 0x1f;
-    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
-        len = 3;
-        cp = p[0] & 0x0f;
-    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
-        len = 4;
-        cp = p[0] & 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
-    if (cp >= 0xd800 && cp <= 0xdfff) return 0;
-    return len;
-}
-
 /* Appends s quoted, with control characters and invalid UTF-8 escaped; at most max_bytes
  * of the string are shown. */
 static void sb_quoted(sbuf *b, pe_gguf_str s, uint64_t max_bytes)
@@ -917,7 +890,7 @@ static void sb_quoted(sbuf *b, pe_gguf_str s, uint64_t max_bytes)
     uint64_t i = 0;
     sb_put(b, "\"", 1);
     while (i < s.len && !b->full) {
-        size_t n = utf8_len(p + i, s.len - i);
+        size_t n = pe_utf8_valid_len(p + i, s.len - i);
         if (i >= max_bytes) {
             sb_str(b, "...");
             break;
