@@ -6,7 +6,7 @@
  * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), both incremental
  * for streaming output and over whole sequences and strings.
  *
- * Callers: the tokenizer (tokenizer*.c), the GGUF value renderer (gguf.c), the
+ * Callers: the tokenizer (tokenizer*.c), the GGUF value renderer (gguf_render.c), the
  * server's error-message sanitizer (server/api.c) and the tokenizer fuzz target
  * (engine-internal; not part of any public API).
  *

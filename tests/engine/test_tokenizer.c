@@ -681,7 +681,7 @@ static int test_invalid_utf8(void)
 /* ---- strict UTF-8 validation ---- */
 
 /* The reference: decode the code point, then refuse overlong forms, surrogates and values
- * above U+10FFFF (what gguf.c's renderer and server/api.c each had before unicode.h). */
+ * above U+10FFFF (what the GGUF renderer and server/api.c each had before unicode.h). */
 static size_t ref_valid_len(const uint8_t *s, size_t n)
 {
     size_t len;
