@@ -6,9 +6,9 @@
  * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), both incremental
  * for streaming output and over whole sequences and strings.
  *
- * Callers: the tokenizer (tokenizer*.c), the GGUF value renderer (gguf_render.c), the
- * server's error-message sanitizer (server/api.c) and the tokenizer fuzz target
- * (engine-internal; not part of any public API).
+ * Callers: the tokenizer (vocab.c, tokenize.c, detok.c, tokenizer_pre.c), the GGUF value
+ * renderer (gguf_render.c), the server's error-message sanitizer (server/api.c) and the
+ * tokenizer fuzz target (engine-internal; not part of any public API).
  *
  * Invariants: nothing here allocates or keeps state; every function is thread-safe.
  */

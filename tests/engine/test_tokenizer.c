@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_tokenizer.c - the tokenizer (engine/text/tokenizer.c, tokenizer_pre.c, unicode.c):
+ * test_tokenizer.c - the tokenizer (engine/text/vocab*.c, tokenize.c, detok.c,
+ * tokenizer_pre.c, unicode.c):
  *   - conformance: every string of ../shared/models/vocab/<vocab>.gguf.inp must tokenize
  *     (no BOS/EOS, no special parsing: llama.cpp's tests/test-tokenizer-0.cpp) to exactly
  *     its line of .out, for ggml-vocab-llama-spm, ggml-vocab-phi-3 and ggml-vocab-gpt-2;

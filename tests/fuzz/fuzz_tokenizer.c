@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_tokenizer.c - fuzz target for the tokenizer (engine/text/tokenizer.c, tokenizer_pre.c,
- * unicode.c): arbitrary bytes, which the chat server will pass straight from clients.
+ * fuzz_tokenizer.c - fuzz target for the tokenizer (engine/text/vocab*.c, tokenize.c,
+ * detok.c, tokenizer_pre.c, unicode.c): arbitrary bytes, which the chat server will pass
+ * straight from clients.
  *
  * Input: byte 0 selects the vocabulary (a SentencePiece one, or byte-level BPE with one
  * of five pre-tokenizers) and the flags add_special / parse_special; the rest is the text.
