@@ -202,42 +202,6 @@ static void spm_try_pair(const pe_vocab *v, session *ss, const char *t, int32_t 
     heap_push(&ss->h, p);
 }
 
-/* llm_tokenizer_spm_session::tokenize on the escaped text t[0..n) (n > 0). */
-static int spm_tokenize(const pe_vocab *v, session *ss, const char *t, uint32_t n, tokvec *out)
-{
-    int32_t i;
-    if (split_chars(ss, t, n)) return -1;
-    ss->h.n = 0;
-    ss->h.by_rank = 0;
-    for (i = 1; i < (int32_t)ss->n; i++)
-        spm_try_pair(v, ss, t, i - 1, i);
-    while (ss->h.n > 0 && !ss->h.oom) {
-        pair p = heap_pop(&ss->h);
-        sym *l = &ss->s[p.left], *r = &ss->s[p.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
-        merge_syms(ss, p.left, p.right);
-        spm_try_pair(v, ss, t, ss->s[p.left].prev, p.left);
-        spm_try_pair(v, ss, t, p.left, ss->s[p.left].next);
-    }
-    if (ss->h.oom) return -1;
-    for (i = 0; i != -1; i = ss->s[i].next) {
-        const sym *y = &ss->s[i];
-        int32_t id = tok_find(v, t + y->off, y->n);
-        uint32_t k;
-        if (id >= 0) {
-            tv_push(out, id);
-            continue;
-        }
-        /* Byte fallback. llama.cpp throws when a byte has no token; we use UNK then. */
-        for (k = 0; k < y->n; k++) {
-            int32_t b = v->byte_tok[(uint8_t)t[y->off + k]];
-            if (b < 0) b = v->unk;
-            if (b >= 0) tv_push(out, b);
-        }
-    }
-    return 0;
-}
-
 /* ---- byte-level BPE ---- */
 
 static void bpe_try_pair(const pe_vocab *v, session *ss, const char *t, int32_t l, int32_t r)
@@ -270,29 +234,41 @@ static void bpe_try_pair(const pe_vocab *v, session *ss, const char *t, int32_t 
     heap_push(&ss->h, p);
 }
 
-/* llm_tokenizer_bpe_session::tokenize for one pre-tokenized word t[0..n) (n > 0). */
-static int bpe_word(const pe_vocab *v, session *ss, const char *t, uint32_t n, tokvec *out)
+/* ---- the merge loop (shared by both tokenizers) ---- */
+
+/* Pushes the pair (l, r) of adjacent symbols as a candidate if it can merge. */
+static void try_pair(const pe_vocab *v, session *ss, const char *t, int32_t l, int32_t r)
+{
+    if (ss->h.by_rank) {
+        bpe_try_pair(v, ss, t, l, r);
+    } else {
+        spm_try_pair(v, ss, t, l, r);
+    }
+}
+
+/* Splits t[0..n) (n > 0) into UTF-8 characters, then merges the best adjacent pair (by_rank:
+ * lowest BPE merge rank, else highest SentencePiece score; ties: leftmost) until no pair
+ * merges: llm_tokenizer_spm_session / llm_tokenizer_bpe_session::tokenize. Then appends
+ * the id of each symbol; one that is not a token falls back to byte tokens: SentencePiece
+ * <0xNN> (llama.cpp throws when a byte has no token; we use UNK then), BPE each byte of
+ * the (encoded) text looked up on its own, misses dropped (as llama.cpp does). Returns 0
+ * or -1 (ENOMEM). */
+static int merge_word(const pe_vocab *v, session *ss, const char *t, uint32_t n, int by_rank,
+                      tokvec *out)
 {
     int32_t i;
-    if (v->ignore_merges) {
-        int32_t id = tok_find(v, t, n);
-        if (id >= 0) {
-            tv_push(out, id);
-            return 0;
-        }
-    }
     if (split_chars(ss, t, n)) return -1;
     ss->h.n = 0;
-    ss->h.by_rank = 1;
+    ss->h.by_rank = by_rank;
     for (i = 1; i < (int32_t)ss->n; i++)
-        bpe_try_pair(v, ss, t, i - 1, i);
+        try_pair(v, ss, t, i - 1, i);
     while (ss->h.n > 0 && !ss->h.oom) {
         pair p = heap_pop(&ss->h);
         sym *l = &ss->s[p.left], *r = &ss->s[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
         merge_syms(ss, p.left, p.right);
-        bpe_try_pair(v, ss, t, ss->s[p.left].prev, p.left);
-        bpe_try_pair(v, ss, t, p.left, ss->s[p.left].next);
+        try_pair(v, ss, t, ss->s[p.left].prev, p.left);
+        try_pair(v, ss, t, p.left, ss->s[p.left].next);
     }
     if (ss->h.oom) return -1;
     for (i = 0; i != -1; i = ss->s[i].next) {
@@ -303,13 +279,31 @@ static int bpe_word(const pe_vocab *v, session *ss, const char *t, uint32_t n, t
             tv_push(out, id);
             continue;
         }
-        /* llama.cpp looks each byte of the (encoded) text up on its own and drops misses. */
         for (k = 0; k < y->n; k++) {
-            int32_t b = tok_find(v, t + y->off + k, 1);
+            int32_t b;
+            if (by_rank) {
+                b = tok_find(v, t + y->off + k, 1);
+            } else {
+                b = v->byte_tok[(uint8_t)t[y->off + k]];
+                if (b < 0) b = v->unk;
+            }
             if (b >= 0) tv_push(out, b);
         }
     }
     return 0;
+}
+
+/* llm_tokenizer_bpe_session::tokenize for one pre-tokenized word t[0..n) (n > 0). */
+static int bpe_word(const pe_vocab *v, session *ss, const char *t, uint32_t n, tokvec *out)
+{
+    if (v->ignore_merges) {
+        int32_t id = tok_find(v, t, n);
+        if (id >= 0) {
+            tv_push(out, id);
+            return 0;
+        }
+    }
+    return merge_word(v, ss, t, n, 1, out);
 }
 
 /* ---- special-token partition (llama.cpp tokenizer_st_partition) ---- */
@@ -451,7 +445,7 @@ int64_t pe_tokenize(const pe_vocab *v, const char *text, size_t len, int add_spe
                     buf[n++] = c;
                 }
             }
-            if (spm_tokenize(v, &ss, buf, (uint32_t)n, &tv)) goto out;
+            if (merge_word(v, &ss, buf, (uint32_t)n, 0, &tv)) goto out;
         } else {
             size_t w, start = 0;
             int src = pe_pretok_split(v->pre, text + f->off, f->len, &ss.words);
