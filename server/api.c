@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 
+#include "unicode.h"
+
 /* ---- errors ---- */
 
 static const char *type_of(int status)
@@ -33,35 +35,6 @@ static const char *type_of(int status)
     }
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1), or 0 when it is not one. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    size_t k;
-    uint32_t cp;
-    if (s[0] < 0x80) return 1;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
-        k = 2;
-        cp = s[0] & 0x1F;
-    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-        k = 3;
-        cp = s[0] & 0x0F;
-    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-        k = 4;
-        cp = s[0] & 0x07;
-    } else {
-        return 0;
-    }
-    if (n < k) return 0;
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return k;
-}
-
 /* Replaces every byte of the NUL-terminated s that is not part of valid UTF-8 with '?', so
  * that the message renders as JSON: messages may quote outside bytes (jansson's parse
  * errors do) and truncation may cut a character. */
@@ -70,7 +43,7 @@ static void utf8_sanitize(char *s)
     unsigned char *p = (unsigned char *)s;
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_len(p + i, n - i);
+        size_t k = pe_utf8_valid_len(p + i, n - i);
         if (k) {
             i += k;
         } else {

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gguf.c - the GGUF v2/v3 reader and the streaming GGUF writer declared in gguf.h.
+ * gguf.c - the GGUF v2/v3 reader declared in gguf.h: open (mmap or memory), lookups,
+ * typed getters. The module's other two files: gguf_render.c (values as text) and
+ * gguf_write.c (the writer); gguf_int.h holds what the three share.
  *
- * Callers: the model loader and the tokenizer (reader), `pagoda inspect` (reader),
- * `pagoda synth-model` and the tests (writer), the fuzz target (reader over memory).
+ * Callers: the model loader and the tokenizer, `pagoda inspect`, the tests, the fuzz
+ * target (reader over memory).
  *
  * Reader: one pass over the header, the key/value pairs and the tensor infos, through a
  * cursor that checks every read against the end of the buffer first, so no length, count
@@ -20,10 +22,6 @@
  * O(1) through open-addressing hash tables; tensor data is aligned to pe_gguf_alignment(),
  * inside the file, and no two tensors overlap.
  *
- * Writer: metadata is kept encoded in memory (it is small, even a 150k-token vocabulary);
- * tensor data is requested from a callback tensor by tensor, in pieces, and written
- * straight to PATH.tmp, which is renamed to PATH once complete.
- *
  * Byte order: GGUF is little-endian and so is every host this builds for (checked below).
  */
 #include <errno.h>
@@ -39,27 +37,19 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_int.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "gguf.c reads and writes little-endian GGUF with plain memcpy: little-endian hosts only"
+#error "gguf.c reads little-endian GGUF with plain memcpy: little-endian hosts only"
 #endif
 
-#define PE_GGUF_DEFAULT_ALIGNMENT 32
-#define PE_GGUF_MAX_DEPTH 8             /* arrays of arrays nested deeper are refused */
-#define PE_GGUF_CHUNK_BYTES (64u << 20) /* largest piece of tensor data asked of a fill_chunk */
+#define PE_GGUF_MAX_DEPTH 8 /* arrays of arrays nested deeper are refused */
 
 /* Smallest possible records, used to bound counts before anything is allocated. */
 #define MIN_KV_BYTES 13     /* u64 key length + u32 type + a 1-byte value */
 #define MIN_TENSOR_BYTES 32 /* u64 name length + u32 n_dims + u64 ne[0] + u32 type + u64 */
 
-/* Bytes of a scalar value; 0 for string, array and unknown types. */
-static uint64_t scalar_size(uint32_t t)
-{
-    static const uint8_t sz[PE_GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return t < PE_GGUF_TYPE_COUNT ? sz[t] : 0;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+void pe__gguf_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     if (!err || errlen == 0) return;
@@ -188,7 +178,7 @@ static int fail(rd *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    set_err(r->err, r->errlen, "%s%s%s", r->ctx, r->ctx[0] ? ": " : "", msg);
+    pe__gguf_set_err(r->err, r->errlen, "%s%s%s", r->ctx, r->ctx[0] ? ": " : "", msg);
     return -1;
 }
 
@@ -253,7 +243,7 @@ static int parse_value(rd *r, uint32_t type, int depth)
 
     if (type >= PE_GGUF_TYPE_COUNT) return fail(r, "unknown value type %" PRIu32, type);
     if (type == PE_GGUF_TYPE_STRING) return rd_str(r, "string", &s);
-    if (type != PE_GGUF_TYPE_ARRAY) return rd_bytes(r, scalar_size(type), "value", &p);
+    if (type != PE_GGUF_TYPE_ARRAY) return rd_bytes(r, pe__gguf_scalar_size(type), "value", &p);
     if (depth >= PE_GGUF_MAX_DEPTH)
         return fail(r, "arrays nested deeper than %d", PE_GGUF_MAX_DEPTH);
     if (rd_u32(r, "nested array element type", &elem_type) != 0) return -1;
@@ -265,7 +255,7 @@ static int parse_value(rd *r, uint32_t type, int depth)
  * strs is not NULL. */
 static int parse_array_body(rd *r, uint32_t elem_type, uint64_t n, int depth, pe_gguf_str *strs)
 {
-    uint64_t esz = scalar_size(elem_type);
+    uint64_t esz = pe__gguf_scalar_size(elem_type);
     if (elem_type >= PE_GGUF_TYPE_COUNT)
         return fail(r, "unknown array element type %" PRIu32, elem_type);
     if (esz) {
@@ -508,12 +498,12 @@ int pe_gguf_open_memory(const void *data, size_t size, pe_gguf_file **out, char 
     pe_gguf_file *f;
     *out = NULL;
     if (!data && size) {
-        set_err(err, errlen, "no buffer");
+        pe__gguf_set_err(err, errlen, "no buffer");
         return -1;
     }
     f = calloc(1, sizeof *f);
     if (!f) {
-        set_err(err, errlen, "out of memory");
+        pe__gguf_set_err(err, errlen, "out of memory");
         return -1;
     }
     f->base = data;
@@ -535,24 +525,24 @@ int pe_gguf_open(const char *path, pe_gguf_file **out, char *err, size_t errlen)
     *out = NULL;
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "cannot open: %s", strerror(errno));
+        pe__gguf_set_err(err, errlen, "cannot open: %s", strerror(errno));
         return -1;
     }
     if (fstat(fd, &st) != 0) {
-        set_err(err, errlen, "cannot stat: %s", strerror(errno));
+        pe__gguf_set_err(err, errlen, "cannot stat: %s", strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "not a regular file");
+        pe__gguf_set_err(err, errlen, "not a regular file");
         close(fd);
         return -1;
     }
     if (st.st_size > 0) {
         map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
-            set_err(err, errlen, "cannot mmap %lld bytes: %s", (long long)st.st_size,
-                    strerror(errno));
+            pe__gguf_set_err(err, errlen, "cannot mmap %lld bytes: %s", (long long)st.st_size,
+                             strerror(errno));
             close(fd);
             return -1;
         }
@@ -641,9 +631,7 @@ int pe_gguf_str_eq(pe_gguf_str s, const char *c)
 
 /* ---- typed getters ---- */
 
-/* Reads a scalar integer kv: *neg is set when the value is negative (then *mag is its
- * magnitude, as an unsigned). Returns 0, or -2 if the kv is not an integer. */
-static int int_value(uint32_t type, const uint8_t *p, uint64_t *mag, int *neg)
+int pe__gguf_int_value(uint32_t type, const uint8_t *p, uint64_t *mag, int *neg)
 {
     int64_t s;
     *neg = 0;
@@ -697,7 +685,7 @@ static int get_int(const pe_gguf_file *f, const char *key, uint64_t *mag, int *n
 {
     const pe_gguf_kv *kv = pe_gguf_find_kv(f, key);
     if (!kv) return -1;
-    return int_value(kv->type, kv->data, mag, neg);
+    return pe__gguf_int_value(kv->type, kv->data, mag, neg);
 }
 
 int pe_gguf_get_u32(const pe_gguf_file *f, const char *key, uint32_t *out)
@@ -789,8 +777,9 @@ double pe_gguf_arr_f64(const pe_gguf_kv *kv, uint64_t i)
     const uint8_t *p = NULL;
     uint64_t mag;
     int neg;
-    if (kv->type != PE_GGUF_TYPE_ARRAY || i >= kv->n || scalar_size(kv->arr_type) == 0) return 0;
-    p = kv->data + i * scalar_size(kv->arr_type);
+    if (kv->type != PE_GGUF_TYPE_ARRAY || i >= kv->n || pe__gguf_scalar_size(kv->arr_type) == 0)
+        return 0;
+    p = kv->data + i * pe__gguf_scalar_size(kv->arr_type);
     if (kv->arr_type == PE_GGUF_TYPE_FLOAT32) {
         float v;
         memcpy(&v, p, 4);
@@ -802,7 +791,7 @@ double pe_gguf_arr_f64(const pe_gguf_kv *kv, uint64_t i)
         return v;
     }
     if (kv->arr_type == PE_GGUF_TYPE_BOOL) return p[0] != 0;
-    if (int_value(kv->arr_type, p, &mag, &neg) != 0) return 0;
+    if (pe__gguf_int_value(kv->arr_type, p, &mag, &neg) != 0) return 0;
     return neg ? -(double)mag : (double)mag;
 }
 
@@ -813,8 +802,9 @@ int64_t pe_gguf_arr_i64(const pe_gguf_kv *kv, uint64_t i)
     const uint8_t *p = NULL;
     uint64_t mag;
     int neg;
-    if (kv->type != PE_GGUF_TYPE_ARRAY || i >= kv->n || scalar_size(kv->arr_type) == 0) return 0;
-    p = kv->data + i * scalar_size(kv->arr_type);
+    if (kv->type != PE_GGUF_TYPE_ARRAY || i >= kv->n || pe__gguf_scalar_size(kv->arr_type) == 0)
+        return 0;
+    p = kv->data + i * pe__gguf_scalar_size(kv->arr_type);
     if (kv->arr_type == PE_GGUF_TYPE_FLOAT32 || kv->arr_type == PE_GGUF_TYPE_FLOAT64) {
         double d = pe_gguf_arr_f64(kv, i);
         if (!(d == d)) return 0; /* NaN */
@@ -823,7 +813,7 @@ int64_t pe_gguf_arr_i64(const pe_gguf_kv *kv, uint64_t i)
         return (int64_t)d;
     }
     if (kv->arr_type == PE_GGUF_TYPE_BOOL) return p[0] != 0;
-    if (int_value(kv->arr_type, p, &mag, &neg) != 0) return 0;
+    if (pe__gguf_int_value(kv->arr_type, p, &mag, &neg) != 0) return 0;
     if (neg) return mag > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)mag;
     return mag > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)mag;
 }
@@ -837,123 +827,18 @@ const char *pe_gguf_type_name(uint32_t t)
     return t < PE_GGUF_TYPE_COUNT ? names[t] : "unknown";
 }
 
-/* ---- rendering values as text ---- */
+/* ---- value spans (for the renderer and the writer) ---- */
 
-/* A bounded output buffer: once text no longer fits, "..." ends it and the rest is
- * dropped; multi-byte UTF-8 sequences are never cut. */
-typedef struct sbuf {
-    char *buf;
-    size_t cap; /* bytes of buf, NUL included */
-    size_t len;
-    int full;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->full || b->cap == 0) return;
-    if (b->len + n + 3 >= b->cap) { /* keep room for "..." and the NUL */
-        if (b->len + 3 < b->cap) {
-            memcpy(b->buf + b->len, "...", 3);
-            b->len += 3;
-        }
-        b->buf[b->len] = '\0';
-        b->full = 1;
-        return;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
-static void sb_fmt(sbuf *b, const char *fmt, ...)
-{
-    char tmp[64];
-    va_list ap;
-    int n;
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* Length of a valid UTF-8 sequence at p (at most n bytes), or 0 if it is not one. */
-static size_t utf8_len(const unsigned char *p, uint64_t n)
-{
-    uint32_t cp;
-    size_t len;
-    if (p[0] < 0x80) return 1;
-    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
-        len = 2;
-        cp = p[0] & 0x1f;
-    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
-        len = 3;
-        cp = p[0] & 0x0f;
-    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
-        len = 4;
-        cp = p[0] & 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
-    if (cp >= 0xd800 && cp <= 0xdfff) return 0;
-    return len;
-}
-
-/* Appends s quoted, with control characters and invalid UTF-8 escaped; at most max_bytes
- * of the string are shown. */
-static void sb_quoted(sbuf *b, pe_gguf_str s, uint64_t max_bytes)
-{
-    const unsigned char *p = (const unsigned char *)s.ptr;
-    uint64_t i = 0;
-    sb_put(b, "\"", 1);
-    while (i < s.len && !b->full) {
-        size_t n = utf8_len(p + i, s.len - i);
-        if (i >= max_bytes) {
-            sb_str(b, "...");
-            break;
-        }
-        if (n == 1 && p[i] >= 0x20 && p[i] != 0x7f && p[i] != '"' && p[i] != '\\') {
-            sb_put(b, (const char *)p + i, 1);
-        } else if (n > 1) {
-            sb_put(b, (const char *)p + i, n);
-        } else if (p[i] == '"' || p[i] == '\\') {
-            char e[2] = {'\\', (char)p[i]};
-            sb_put(b, e, 2);
-        } else if (p[i] == '\n') {
-            sb_str(b, "\\n");
-        } else if (p[i] == '\t') {
-            sb_str(b, "\\t");
-        } else {
-            sb_fmt(b, "\\x%02x", p[i]);
-        }
-        i += n ? n : 1;
-    }
-    sb_put(b, "\"", 1);
-}
-
-/* Bytes of the value of type at p (validated by the reader, or encoded by the writer). */
-static uint64_t value_span(uint32_t type, const uint8_t *p);
-
-static uint64_t array_body_span(uint32_t elem_type, uint64_t n, const uint8_t *p)
+uint64_t pe__gguf_array_body_span(uint32_t elem_type, uint64_t n, const uint8_t *p)
 {
     uint64_t off = 0;
-    if (scalar_size(elem_type)) return n * scalar_size(elem_type);
+    if (pe__gguf_scalar_size(elem_type)) return n * pe__gguf_scalar_size(elem_type);
     for (uint64_t i = 0; i < n; i++)
-        off += value_span(elem_type, p + off);
+        off += pe__gguf_value_span(elem_type, p + off);
     return off;
 }
 
-static uint64_t value_span(uint32_t type, const uint8_t *p)
+uint64_t pe__gguf_value_span(uint32_t type, const uint8_t *p)
 {
     uint64_t n;
     uint32_t et;
@@ -961,556 +846,8 @@ static uint64_t value_span(uint32_t type, const uint8_t *p)
         memcpy(&n, p, 8);
         return 8 + n;
     }
-    if (type != PE_GGUF_TYPE_ARRAY) return scalar_size(type);
+    if (type != PE_GGUF_TYPE_ARRAY) return pe__gguf_scalar_size(type);
     memcpy(&et, p, 4);
     memcpy(&n, p + 4, 8);
-    return 12 + array_body_span(et, n, p + 12);
-}
-
-static void render_scalar(sbuf *b, uint32_t type, const uint8_t *p)
-{
-    uint64_t mag;
-    int neg;
-    if (type == PE_GGUF_TYPE_FLOAT32) {
-        float v;
-        memcpy(&v, p, 4);
-        sb_fmt(b, "%.7g", (double)v);
-    } else if (type == PE_GGUF_TYPE_FLOAT64) {
-        double v;
-        memcpy(&v, p, 8);
-        sb_fmt(b, "%.15g", v);
-    } else if (type == PE_GGUF_TYPE_BOOL) {
-        sb_str(b, p[0] ? "true" : "false");
-    } else if (type == PE_GGUF_TYPE_STRING) {
-        pe_gguf_str s;
-        memcpy(&s.len, p, 8);
-        s.ptr = (const char *)p + 8;
-        sb_quoted(b, s, 200);
-    } else if (int_value(type, p, &mag, &neg) == 0) {
-        sb_fmt(b, "%s%" PRIu64, neg ? "-" : "", mag);
-    }
-}
-
-/* Appends "[n x type] [e0, e1, ...]" for an array body at p, showing at most max_elems. */
-static void render_array(sbuf *b, uint32_t elem_type, uint64_t n, const uint8_t *p,
-                         uint64_t max_elems, int depth)
-{
-    uint64_t off = 0;
-    sb_fmt(b, "[%" PRIu64 " x %s]", n, pe_gguf_type_name(elem_type));
-    if (depth > 1) return; /* inner arrays of nested arrays: type and length only */
-    sb_str(b, " [");
-    for (uint64_t i = 0; i < n && !b->full; i++) {
-        if (i) sb_str(b, ", ");
-        if (i == max_elems) {
-            sb_str(b, "...");
-            break;
-        }
-        if (elem_type == PE_GGUF_TYPE_ARRAY) {
-            uint32_t et;
-            uint64_t m;
-            memcpy(&et, p + off, 4);
-            memcpy(&m, p + off + 4, 8);
-            render_array(b, et, m, p + off + 12, max_elems, depth + 1);
-        } else if (elem_type == PE_GGUF_TYPE_STRING) {
-            pe_gguf_str s;
-            memcpy(&s.len, p + off, 8);
-            s.ptr = (const char *)p + off + 8;
-            sb_quoted(b, s, 40);
-        } else {
-            render_scalar(b, elem_type, p + off);
-        }
-        off += value_span(elem_type, p + off);
-    }
-    sb_str(b, "]");
-}
-
-void pe_gguf_kv_to_string(const pe_gguf_kv *kv, char *buf, size_t buflen)
-{
-    sbuf b = {buf, buflen, 0, 0};
-    if (buflen == 0) return;
-    buf[0] = '\0';
-    if (kv->type == PE_GGUF_TYPE_ARRAY) {
-        render_array(&b, kv->arr_type, kv->n, kv->data, 8, 1);
-    } else {
-        render_scalar(&b, kv->type, kv->data);
-    }
-}
-
-/* ---- writer ---- */
-
-typedef struct wkv {
-    char *key;
-    uint32_t type;
-    uint8_t *val; /* the value as encoded in the file (arrays: elem type, n, elements) */
-    uint64_t val_len;
-} wkv;
-
-typedef struct wtensor {
-    char *name;
-    uint32_t type, n_dims;
-    uint64_t ne[4];
-    uint64_t n_bytes, row_bytes, offset;
-} wtensor;
-
-struct pe_gguf_writer {
-    uint32_t version;
-    uint64_t alignment;
-    wkv *kvs;
-    uint64_t n_kv, cap_kv;
-    wtensor *ts;
-    uint64_t n_t, cap_t;
-};
-
-pe_gguf_writer *pe_gguf_writer_create(uint32_t version, uint64_t alignment)
-{
-    pe_gguf_writer *w;
-    if (alignment == 0) alignment = PE_GGUF_DEFAULT_ALIGNMENT;
-    if ((version != 2 && version != 3) || (alignment & (alignment - 1)) != 0 ||
-        alignment > UINT32_MAX) {
-        return NULL;
-    }
-    w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    w->version = version;
-    w->alignment = PE_GGUF_DEFAULT_ALIGNMENT;
-    if (alignment != PE_GGUF_DEFAULT_ALIGNMENT &&
-        pe_gguf_writer_set_u32(w, "general.alignment", (uint32_t)alignment) != 0) {
-        pe_gguf_writer_destroy(w);
-        return NULL;
-    }
-    return w;
-}
-
-void pe_gguf_writer_destroy(pe_gguf_writer *w)
-{
-    if (!w) return;
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        free(w->kvs[i].key);
-        free(w->kvs[i].val);
-    }
-    for (uint64_t i = 0; i < w->n_t; i++)
-        free(w->ts[i].name);
-    free(w->kvs);
-    free(w->ts);
-    free(w);
-}
-
-static char *dup_str(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = '\0';
-    return d;
-}
-
-/* Adds or replaces key with an encoded value; takes ownership of val (freed on failure). */
-static int put_kv(pe_gguf_writer *w, const char *key, uint32_t type, uint8_t *val, uint64_t val_len)
-{
-    wkv *kv = NULL;
-    if (!key) {
-        free(val);
-        return -1;
-    }
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        if (strcmp(w->kvs[i].key, key) == 0) kv = &w->kvs[i];
-    }
-    if (!kv) {
-        char *k;
-        if (w->n_kv == w->cap_kv) {
-            uint64_t cap = w->cap_kv ? 2 * w->cap_kv : 16;
-            wkv *nk = realloc(w->kvs, cap * sizeof *nk);
-            if (!nk) {
-                free(val);
-                return -1;
-            }
-            w->kvs = nk;
-            w->cap_kv = cap;
-        }
-        k = dup_str(key, strlen(key));
-        if (!k) {
-            free(val);
-            return -1;
-        }
-        kv = &w->kvs[w->n_kv];
-        w->n_kv++;
-        kv->key = k;
-        kv->val = NULL;
-    }
-    free(kv->val);
-    kv->type = type;
-    kv->val = val;
-    kv->val_len = val_len;
-    /* The writer pads to the alignment the file declares. */
-    if (strcmp(key, "general.alignment") == 0 && type == PE_GGUF_TYPE_UINT32) {
-        uint32_t a;
-        memcpy(&a, val, 4);
-        if (a != 0 && (a & (a - 1)) == 0) w->alignment = a;
-    }
-    return 0;
-}
-
-static int put_bytes(pe_gguf_writer *w, const char *key, uint32_t type, const void *v, uint64_t n)
-{
-    uint8_t *val = malloc(n ? n : 1);
-    if (!val) return -1;
-    if (n) memcpy(val, v, n);
-    return put_kv(w, key, type, val, n);
-}
-
-int pe_gguf_writer_set_val(pe_gguf_writer *w, const char *key, uint32_t type, const void *v)
-{
-    if (scalar_size(type) == 0) return -1;
-    return put_bytes(w, key, type, v, scalar_size(type));
-}
-
-int pe_gguf_writer_set_u32(pe_gguf_writer *w, const char *key, uint32_t v)
-{
-    return put_bytes(w, key, PE_GGUF_TYPE_UINT32, &v, 4);
-}
-
-int pe_gguf_writer_set_i32(pe_gguf_writer *w, const char *key, int32_t v)
-{
-    return put_bytes(w, key, PE_GGUF_TYPE_INT32, &v, 4);
-}
-
-int pe_gguf_writer_set_u64(pe_gguf_writer *w, const char *key, uint64_t v)
-{
-    return put_bytes(w, key, PE_GGUF_TYPE_UINT64, &v, 8);
-}
-
-int pe_gguf_writer_set_f32(pe_gguf_writer *w, const char *key, float v)
-{
-    return put_bytes(w, key, PE_GGUF_TYPE_FLOAT32, &v, 4);
-}
-
-int pe_gguf_writer_set_bool(pe_gguf_writer *w, const char *key, int v)
-{
-    uint8_t b = v != 0;
-    return put_bytes(w, key, PE_GGUF_TYPE_BOOL, &b, 1);
-}
-
-int pe_gguf_writer_set_str(pe_gguf_writer *w, const char *key, const char *v)
-{
-    uint64_t n = strlen(v);
-    uint8_t *val = malloc(8 + n);
-    if (!val) return -1;
-    memcpy(val, &n, 8);
-    memcpy(val + 8, v, n);
-    return put_kv(w, key, PE_GGUF_TYPE_STRING, val, 8 + n);
-}
-
-int pe_gguf_writer_set_arr(pe_gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
-                           uint64_t n)
-{
-    uint64_t esz = scalar_size(elem_type);
-    uint8_t *val;
-    if (esz == 0 || n > (UINT64_MAX - 12) / esz || (n && !data)) return -1;
-    val = malloc(12 + n * esz);
-    if (!val) return -1;
-    memcpy(val, &elem_type, 4);
-    memcpy(val + 4, &n, 8);
-    if (n) memcpy(val + 12, data, n * esz);
-    return put_kv(w, key, PE_GGUF_TYPE_ARRAY, val, 12 + n * esz);
-}
-
-int pe_gguf_writer_set_arr_str(pe_gguf_writer *w, const char *key, const pe_gguf_str *strs,
-                               uint64_t n)
-{
-    uint64_t len = 12;
-    uint32_t et = PE_GGUF_TYPE_STRING;
-    uint8_t *val, *p;
-    for (uint64_t i = 0; i < n; i++)
-        len += 8 + strs[i].len;
-    val = malloc(len);
-    if (!val) return -1;
-    memcpy(val, &et, 4);
-    memcpy(val + 4, &n, 8);
-    p = val + 12;
-    for (uint64_t i = 0; i < n; i++) {
-        memcpy(p, &strs[i].len, 8);
-        if (strs[i].len) memcpy(p + 8, strs[i].ptr, strs[i].len);
-        p += 8 + strs[i].len;
-    }
-    return put_kv(w, key, PE_GGUF_TYPE_ARRAY, val, len);
-}
-
-int pe_gguf_writer_copy_kv(pe_gguf_writer *w, const pe_gguf_kv *kv)
-{
-    char *key;
-    int rc;
-    if (kv->type >= PE_GGUF_TYPE_COUNT) return -1;
-    key = dup_str(kv->key.ptr, kv->key.len);
-    if (!key) return -1;
-    if (kv->type == PE_GGUF_TYPE_ARRAY) {
-        uint64_t body = array_body_span(kv->arr_type, kv->n, kv->data);
-        uint8_t *val = malloc(12 + body);
-        if (!val) {
-            free(key);
-            return -1;
-        }
-        memcpy(val, &kv->arr_type, 4);
-        memcpy(val + 4, &kv->n, 8);
-        if (body) memcpy(val + 12, kv->data, body);
-        rc = put_kv(w, key, PE_GGUF_TYPE_ARRAY, val, 12 + body);
-    } else {
-        rc = put_bytes(w, key, kv->type, kv->data, value_span(kv->type, kv->data));
-    }
-    free(key);
-    return rc;
-}
-
-int pe_gguf_writer_add_tensor(pe_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                              const uint64_t *ne)
-{
-    wtensor *t;
-    uint64_t n_rows = 1, row;
-    if (!name || n_dims < 1 || n_dims > 4) return -1;
-    row = pe_ggml_row_size(type, ne[0]);
-    if (row == 0) return -1;
-    for (uint32_t d = 1; d < n_dims; d++) {
-        if (ne[d] == 0 || n_rows > UINT64_MAX / ne[d]) return -1;
-        n_rows *= ne[d];
-    }
-    if (row > UINT64_MAX / n_rows) return -1;
-    for (uint64_t i = 0; i < w->n_t; i++) {
-        if (strcmp(w->ts[i].name, name) == 0) return -1;
-    }
-    if (w->n_t == w->cap_t) {
-        uint64_t cap = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *nt = realloc(w->ts, cap * sizeof *nt);
-        if (!nt) return -1;
-        w->ts = nt;
-        w->cap_t = cap;
-    }
-    t = &w->ts[w->n_t];
-    memset(t, 0, sizeof *t);
-    t->name = dup_str(name, strlen(name));
-    if (!t->name) return -1;
-    t->type = type;
-    t->n_dims = n_dims;
-    for (uint32_t d = 0; d < 4; d++)
-        t->ne[d] = d < n_dims ? ne[d] : 1;
-    t->row_bytes = row;
-    t->n_bytes = row * n_rows;
-    w->n_t++;
-    return 0;
-}
-
-uint64_t pe_gguf_writer_data_bytes(const pe_gguf_writer *w)
-{
-    uint64_t off = 0;
-    for (uint64_t i = 0; i < w->n_t; i++) {
-        off += (w->ts[i].n_bytes + w->alignment - 1) / w->alignment * w->alignment;
-    }
-    return off;
-}
-
-/* A growable byte buffer for the metadata. */
-typedef struct bbuf {
-    uint8_t *p;
-    uint64_t len, cap;
-    int oom;
-} bbuf;
-
-static void bb_put(bbuf *b, const void *src, uint64_t n)
-{
-    if (b->oom) return;
-    if (b->len + n > b->cap) {
-        uint64_t cap = b->cap ? b->cap : 4096;
-        uint8_t *np;
-        while (cap < b->len + n)
-            cap *= 2;
-        np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, src, n);
-    b->len += n;
-}
-
-static void bb_u32(bbuf *b, uint32_t v)
-{
-    bb_put(b, &v, 4);
-}
-
-static void bb_u64(bbuf *b, uint64_t v)
-{
-    bb_put(b, &v, 8);
-}
-
-static void bb_str(bbuf *b, const char *s)
-{
-    uint64_t n = strlen(s);
-    bb_u64(b, n);
-    bb_put(b, s, n);
-}
-
-static int write_all(int fd, const void *p, uint64_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t k = write(fd, c, n > (1u << 30) ? (1u << 30) : (size_t)n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            if (k == 0) errno = EIO;
-            return -1;
-        }
-        c += k;
-        n -= (uint64_t)k;
-    }
-    return 0;
-}
-
-typedef struct whole_ctx {
-    pe_gguf_fill_fn fill;
-    void *ud;
-} whole_ctx;
-
-static int fill_whole(void *ud, uint64_t tensor_index, uint64_t offset, void *dst, uint64_t n_bytes)
-{
-    const whole_ctx *c = ud;
-    (void)offset; /* always 0: the whole tensor in one piece */
-    return c->fill(c->ud, tensor_index, dst, n_bytes);
-}
-
-/* The bytes of tensor t asked for at once: all of it, or the most whole rows that fit in
- * max_piece (at least one). */
-static uint64_t piece_bytes(const wtensor *t, uint64_t max_piece)
-{
-    uint64_t rows = max_piece / t->row_bytes;
-    if (t->n_bytes <= max_piece) return t->n_bytes;
-    return t->row_bytes * (rows ? rows : 1);
-}
-
-/* Writes the file; tensors are requested in pieces of at most max_piece bytes (whole rows,
- * or one row when a row is larger). */
-static int writer_write(pe_gguf_writer *w, const char *path, pe_gguf_fill_chunk_fn fill, void *ud,
-                        uint64_t max_piece, char *err, size_t errlen)
-{
-    static const uint8_t zeros[256];
-    bbuf b = {0};
-    char *tmp = NULL;
-    uint8_t *buf = NULL;
-    uint64_t off = 0, buf_bytes = 0;
-    int fd = -1, rc = -1;
-
-    /* Offsets, and the largest piece the callback will be asked for. */
-    for (uint64_t i = 0; i < w->n_t; i++) {
-        wtensor *t = &w->ts[i];
-        uint64_t piece = piece_bytes(t, max_piece);
-        if (piece > buf_bytes) buf_bytes = piece;
-        t->offset = off;
-        off += (t->n_bytes + w->alignment - 1) / w->alignment * w->alignment;
-    }
-
-    bb_put(&b, "GGUF", 4);
-    bb_u32(&b, w->version);
-    bb_u64(&b, w->n_t);
-    bb_u64(&b, w->n_kv);
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        bb_str(&b, w->kvs[i].key);
-        bb_u32(&b, w->kvs[i].type);
-        bb_put(&b, w->kvs[i].val, w->kvs[i].val_len);
-    }
-    for (uint64_t i = 0; i < w->n_t; i++) {
-        const wtensor *t = &w->ts[i];
-        bb_str(&b, t->name);
-        bb_u32(&b, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            bb_u64(&b, t->ne[d]);
-        bb_u32(&b, t->type);
-        bb_u64(&b, t->offset);
-    }
-    bb_put(&b, zeros, (w->alignment - b.len % w->alignment) % w->alignment);
-    if (b.oom) {
-        set_err(err, errlen, "out of memory for the metadata");
-        goto out;
-    }
-    if (buf_bytes) {
-        buf = malloc(buf_bytes);
-        if (!buf) {
-            set_err(err, errlen, "out of memory for a %" PRIu64 "-byte tensor buffer", buf_bytes);
-            goto out;
-        }
-    }
-
-    tmp = malloc(strlen(path) + 5);
-    if (!tmp) {
-        set_err(err, errlen, "out of memory");
-        goto out;
-    }
-    memcpy(tmp, path, strlen(path));
-    memcpy(tmp + strlen(path), ".tmp", 5);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        set_err(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
-        goto out;
-    }
-    if (write_all(fd, b.p, b.len) != 0) {
-        set_err(err, errlen, "write '%s': %s", tmp, strerror(errno));
-        goto out;
-    }
-    for (uint64_t i = 0; i < w->n_t; i++) {
-        const wtensor *t = &w->ts[i];
-        uint64_t pad = (w->alignment - t->n_bytes % w->alignment) % w->alignment;
-        uint64_t piece = piece_bytes(t, max_piece);
-        for (uint64_t pos = 0; pos < t->n_bytes;) {
-            uint64_t n = t->n_bytes - pos < piece ? t->n_bytes - pos : piece;
-            if (!fill) {
-                memset(buf, 0, n);
-            } else if (fill(ud, i, pos, buf, n) != 0) {
-                set_err(err, errlen, "tensor '%s': the data callback failed", t->name);
-                goto out;
-            }
-            if (write_all(fd, buf, n) != 0) {
-                set_err(err, errlen, "write '%s': tensor '%s': %s", tmp, t->name, strerror(errno));
-                goto out;
-            }
-            pos += n;
-        }
-        while (pad) {
-            uint64_t n = pad < sizeof zeros ? pad : sizeof zeros;
-            if (write_all(fd, zeros, n) != 0) {
-                set_err(err, errlen, "write '%s': %s", tmp, strerror(errno));
-                goto out;
-            }
-            pad -= n;
-        }
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        set_err(err, errlen, "close '%s': %s", tmp, strerror(errno));
-        goto out;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        goto out;
-    }
-    rc = 0;
-out:
-    if (fd >= 0) close(fd);
-    if (rc != 0 && tmp) unlink(tmp);
-    free(tmp);
-    free(buf);
-    free(b.p);
-    return rc;
-}
-
-int pe_gguf_writer_write(pe_gguf_writer *w, const char *path, pe_gguf_fill_fn fill, void *ud,
-                         char *err, size_t errlen)
-{
-    whole_ctx c = {fill, ud};
-    return writer_write(w, path, fill ? fill_whole : NULL, &c, UINT64_MAX, err, errlen);
-}
-
-int pe_gguf_writer_write_chunks(pe_gguf_writer *w, const char *path, pe_gguf_fill_chunk_fn fill,
-                                void *ud, char *err, size_t errlen)
-{
-    return writer_write(w, path, fill, ud, PE_GGUF_CHUNK_BYTES, err, errlen);
+    return 12 + pe__gguf_array_body_span(et, n, p + 12);
 }

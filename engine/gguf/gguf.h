@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gguf.h - GGUF v2/v3 reader (mmap'd, read-only, every size and offset bounds-checked)
- * and a streaming GGUF writer (used by `pagoda synth-model` and by tests that make
- * malformed files).
+ * gguf.h - GGUF v2/v3 reader (mmap'd, read-only, every size and offset bounds-checked;
+ * gguf.c), values rendered as text (gguf_render.c) and a streaming GGUF writer (used by
+ * `pagoda synth-model` and by tests that make malformed files; gguf_write.c).
  *
  * File layout (little-endian):
  *   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -100,8 +100,7 @@ int pe_gguf_get_arr(const pe_gguf_file *f, const char *key, uint32_t elem_type,
 /* Scalar value of element i of a numeric array as double / int64 (bounds-checked). */
 double pe_gguf_arr_f64(const pe_gguf_kv *kv, uint64_t i);
 int64_t pe_gguf_arr_i64(const pe_gguf_kv *kv, uint64_t i);
-/* A value rendered as text for `inspect` (arrays summarised); writes at most buflen. */
-void pe_gguf_kv_to_string(const pe_gguf_kv *kv, char *buf, size_t buflen);
+/* Returns the short name of a pe_gguf_type ("u32", "string", ...), "unknown" past the end. */
 const char *pe_gguf_type_name(uint32_t t);
 /* String i of a string array (kv->strs[i]); an empty string when out of range or when kv
  * is not a string array. O(1). */
@@ -113,6 +112,12 @@ uint64_t pe_gguf_n_tensors(const pe_gguf_file *f);
 const pe_gguf_tensor *pe_gguf_tensor_at(const pe_gguf_file *f, uint64_t i);
 /* Returns the tensor with this name, or NULL. O(1) expected. */
 const pe_gguf_tensor *pe_gguf_find_tensor(const pe_gguf_file *f, const char *name);
+
+/* ---- values as text ---- */
+
+/* A value rendered as text for `inspect` (arrays summarised); writes at most buflen. The
+ * model fingerprint hashes this text: it must stay stable. */
+void pe_gguf_kv_to_string(const pe_gguf_kv *kv, char *buf, size_t buflen);
 
 /* ---- writer ---- */
 

@@ -257,6 +257,18 @@ static void quant_act_scalar(const float *x, uint32_t n, int32_t off, int8_t *q,
     }
 }
 
+static float dot_f32_scalar(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (; i < n; i++)
+        acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
 {
     const uint32_t n_in = m->w->n_in;
@@ -289,16 +301,8 @@ static float row_dot_scalar(const pe_mm *m, const uint8_t *row, uint32_t t)
         }
         return s;
     }
-    case PE_GGML_TYPE_F32: {
-        const float *wr = (const float *)row;
-        uint32_t i = 0;
-        for (; i + 8 <= n_in; i += 8)
-            for (int j = 0; j < 8; j++)
-                acc[j] += wr[i + j] * x[i + j];
-        for (; i < n_in; i++)
-            acc[0] += wr[i] * x[i];
-        break;
-    }
+    case PE_GGML_TYPE_F32:
+        return dot_f32_scalar((const float *)row, x, n_in); /* the same 8-lane order */
     case PE_GGML_TYPE_F16:
     case PE_GGML_TYPE_BF16: {
         const uint16_t *wr = (const uint16_t *)row;
@@ -323,18 +327,6 @@ static void rows_scalar(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, u
         for (uint32_t t = t0; t < t1; t++)
             m->y[(size_t)t * w->n_out + r] = row_dot_scalar(m, row, t);
     }
-}
-
-static float dot_f32_scalar(const float *a, const float *b, uint32_t n)
-{
-    float acc[8] = {0};
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
-    for (; i < n; i++)
-        acc[0] += a[i] * b[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 static void axpy_f32_scalar(float *y, float a, const float *x, uint32_t n)

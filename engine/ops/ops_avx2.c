@@ -282,94 +282,9 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 
 /* ---- tile drivers ---- */
 
-/* Each (type, R, T) tile is a function of its own: inlined into one big driver they
- * shared a register allocation that parked pointers in vector registers, adding uops to
- * the hot loops. R is 4 (then 1 for the last rows), T 1..2: of 2x3, 3x3, 4x2 and 4x3 tiles,
- * 4x2 was fastest (q8_0 prefill 45 GFLOP/s vs 33-43; decode also best with 4 rows). */
-typedef void (*tile_fn)(const pe_mm *m, const uint8_t *row, size_t rs, uint32_t r, uint32_t rstep,
-                        uint32_t t);
-
-#define TILE_FN(name, call)                                                                        \
-    TGT __attribute__((noinline)) static void name(const pe_mm *m, const uint8_t *row, size_t rs,  \
-                                                   uint32_t r, uint32_t rstep, uint32_t t)         \
-    {                                                                                              \
-        call;                                                                                      \
-    }
-
-#define Q8_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 0, R, T)
-#define Q4_TILE(R, T) q_tile(m, row, rs, r, rstep, t, 1, R, T)
-#define F32_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_F32, R, T)
-#define F16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_F16, R, T)
-#define BF16_TILE(R, T) f_tile(m, row, rs, r, rstep, t, PE_GGML_TYPE_BF16, R, T)
-
-TILE_FN(q8_4_1, Q8_TILE(4, 1))
-TILE_FN(q8_4_2, Q8_TILE(4, 2))
-TILE_FN(q8_1_1, Q8_TILE(1, 1))
-TILE_FN(q8_1_2, Q8_TILE(1, 2))
-static const tile_fn q8_tiles[2][2] = {{q8_4_1, q8_4_2}, {q8_1_1, q8_1_2}};
-TILE_FN(q4_4_1, Q4_TILE(4, 1))
-TILE_FN(q4_4_2, Q4_TILE(4, 2))
-TILE_FN(q4_1_1, Q4_TILE(1, 1))
-TILE_FN(q4_1_2, Q4_TILE(1, 2))
-static const tile_fn q4_tiles[2][2] = {{q4_4_1, q4_4_2}, {q4_1_1, q4_1_2}};
-TILE_FN(f32_4_1, F32_TILE(4, 1))
-TILE_FN(f32_4_2, F32_TILE(4, 2))
-TILE_FN(f32_1_1, F32_TILE(1, 1))
-TILE_FN(f32_1_2, F32_TILE(1, 2))
-static const tile_fn f32_tiles[2][2] = {{f32_4_1, f32_4_2}, {f32_1_1, f32_1_2}};
-TILE_FN(f16_4_1, F16_TILE(4, 1))
-TILE_FN(f16_4_2, F16_TILE(4, 2))
-TILE_FN(f16_1_1, F16_TILE(1, 1))
-TILE_FN(f16_1_2, F16_TILE(1, 2))
-static const tile_fn f16_tiles[2][2] = {{f16_4_1, f16_4_2}, {f16_1_1, f16_1_2}};
-TILE_FN(bf16_4_1, BF16_TILE(4, 1))
-TILE_FN(bf16_4_2, BF16_TILE(4, 2))
-TILE_FN(bf16_1_1, BF16_TILE(1, 1))
-TILE_FN(bf16_1_2, BF16_TILE(1, 2))
-static const tile_fn bf16_tiles[2][2] = {{bf16_4_1, bf16_4_2}, {bf16_1_1, bf16_1_2}};
-
-/* Rows 4 at a time, tokens 2 at a time (then the rest). The 4 rows of a tile are a
- * quarter of the task apart, so that each of the 4 streams reads a contiguous quarter of
- * the task front to back and the prefetcher (and pf_range, PF_AHEAD bytes ahead in each
- * stream) sees 4 long sequential streams instead of short rows that jump every 4 rows. */
-TGT static void walk(const pe_mm *m, const tile_fn tiles[2][2], uint32_t r0, uint32_t r1,
-                     uint32_t t0, uint32_t t1)
-{
-    const size_t rb = m->w->row_bytes;
-    const uint32_t q = (r1 - r0) / 4;
-    for (uint32_t r = r0; r < r1; r++) {
-        const int big = r < r0 + q;
-        if (!big && r < r0 + 4 * q) continue; /* done as rows 2..4 of a tile */
-        const uint8_t *row = (const uint8_t *)m->w->data + (size_t)r * rb;
-        for (uint32_t t = t0; t < t1; t += 2) {
-            const uint32_t nt = t1 - t < 2 ? t1 - t : 2;
-            tiles[big ? 0 : 1][nt - 1](m, row, (size_t)q * rb, r, q, t);
-        }
-    }
-}
-
-TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
-{
-    switch (m->w->type) {
-    case PE_GGML_TYPE_Q8_0:
-        walk(m, q8_tiles, r0, r1, t0, t1);
-        break;
-    case PE_GGML_TYPE_Q4_0:
-        walk(m, q4_tiles, r0, r1, t0, t1);
-        break;
-    case PE_GGML_TYPE_F32:
-        walk(m, f32_tiles, r0, r1, t0, t1);
-        break;
-    case PE_GGML_TYPE_F16:
-        walk(m, f16_tiles, r0, r1, t0, t1);
-        break;
-    case PE_GGML_TYPE_BF16:
-        walk(m, bf16_tiles, r0, r1, t0, t1);
-        break;
-    default:
-        PE_UNREACHABLE_TYPE(m->w->type);
-    }
-}
+/* The GEMV tile tables, walk() and gemv(): shared with the other ISA (ops_gemv.h). */
+#define GEMV_TILE_T 2
+#include "ops_gemv.h"
 
 /* ---- vector helpers ---- */
 
@@ -498,7 +413,7 @@ TGT static void swiglu(float *g, const float *u, size_t n)
 }
 
 const pe_kernels pe__kernels_avx2 = {
-    quant_act, rows_avx2, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 #endif /* x86 */

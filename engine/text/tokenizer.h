@@ -8,6 +8,9 @@
  * Callers: the model loader (pe_vocab_load), `pagoda run` and the server (pe_tokenize,
  * pe_detok_*), tests and the fuzz target (pe_vocab_create).
  *
+ * Implemented in vocab.c (building, accessors), vocab_load.c (from GGUF), tokenize.c
+ * (text -> ids) and detok.c (ids -> text); tokenizer_int.h is their shared pe_vocab.
+ *
  * Thread-safety: a pe_vocab is immutable once built; any number of threads may tokenize
  * and decode with it at once. A pe_detok belongs to one thread.
  *

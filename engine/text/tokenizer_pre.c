@@ -26,7 +26,7 @@
  * words keep their real bytes. A value above U+10FFFF (lead bytes F5..F7) becomes U+FFFD
  * (llama.cpp throws there).
  *
- * Callers: tokenizer.c. Invariants: see tokenizer_pre.h.
+ * Callers: tokenize.c and vocab.c. Invariants: see tokenizer_pre.h.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 

@@ -4,7 +4,7 @@
  * words with the regex list that llama.cpp uses for the vocabulary's tokenizer.ggml.pre,
  * then maps each word's bytes to the GPT-2 byte alphabet, ready for BPE merges.
  *
- * Callers: tokenizer.c (engine-internal).
+ * Callers: tokenize.c (engine-internal; vocab.c creates and destroys the pre-tokenizer).
  *
  * Invariants: a pe_pretok is immutable after pe_pretok_create and may be shared by any
  * number of threads; all per-call state lives in the caller's pe_words.

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unicode.c - UTF-8 decoding/encoding with llama.cpp's exact leniency, the GPT-2 byte
- * alphabet and incremental UTF-8 validation (see unicode.h).
+ * alphabet and the strict UTF-8 validator (see unicode.h).
  *
- * Callers: tokenizer.c and tokenizer_pre.c.
+ * Callers: see unicode.h.
  * Invariants: pure functions, no state.
  */
 #include "unicode.h"
@@ -90,7 +90,7 @@ int pe_gpt2_cp_to_byte(uint32_t cp)
     return -1;
 }
 
-/* ---- incremental validation ---- */
+/* ---- validation ---- */
 
 size_t pe_utf8_seq_len(uint8_t lead)
 {
@@ -113,4 +113,28 @@ int pe_utf8_continues(const uint8_t *p, size_t n, uint8_t b)
         if (p[0] == 0xf4) hi = 0x8f;
     }
     return b >= lo && b <= hi;
+}
+
+size_t pe_utf8_valid_len(const uint8_t *s, size_t n)
+{
+    size_t len;
+    if (n == 0) return 0;
+    len = pe_utf8_seq_len(s[0]);
+    if (len == 0 || len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if (!pe_utf8_continues(s, i, s[i])) return 0;
+    }
+    return len;
+}
+
+int pe_utf8_valid(const char *s, size_t n)
+{
+    const uint8_t *p = (const uint8_t *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t len = pe_utf8_valid_len(p + i, n - i);
+        if (len == 0) return 0;
+        i += len;
+    }
+    return 1;
 }

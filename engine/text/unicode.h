@@ -2,10 +2,13 @@
 /*
  * unicode.h - the UTF-8 and byte-level helpers the tokenizer needs: llama.cpp's lenient
  * UTF-8 decoding (so that invalid input splits exactly as it does there), encoding, the
- * GPT-2 byte-to-unicode alphabet of byte-level BPE, and an incremental UTF-8 validator
- * for streaming output.
+ * GPT-2 byte-to-unicode alphabet of byte-level BPE, and the one strict UTF-8 validator
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), both incremental
+ * for streaming output and over whole sequences and strings.
  *
- * Callers: tokenizer.c, tokenizer_pre.c (engine-internal; not part of any public API).
+ * Callers: the tokenizer (vocab.c, tokenize.c, detok.c, tokenizer_pre.c), the GGUF value
+ * renderer (gguf_render.c), the server's error-message sanitizer (server/api.c) and the
+ * tokenizer fuzz target (engine-internal; not part of any public API).
  *
  * Invariants: nothing here allocates or keeps state; every function is thread-safe.
  */
@@ -46,7 +49,9 @@ uint32_t pe_gpt2_byte_to_cp(uint8_t b);
 /* Returns the byte that code point cp stands for, or -1 if cp is not in the alphabet. */
 int pe_gpt2_cp_to_byte(uint32_t cp);
 
-/* ---- incremental validation ---- */
+/* ---- validation (strict: RFC 3629) ----
+ * One rule set, stated by the two incremental functions; the whole-sequence and
+ * whole-string forms below are built on them. */
 
 /* Returns how many bytes a valid UTF-8 sequence starting with lead has (1..4), or 0 if
  * lead can never start one (0x80-0xC1, 0xF5-0xFF). */
@@ -54,5 +59,11 @@ size_t pe_utf8_seq_len(uint8_t lead);
 /* Returns 1 if byte b may follow the prefix p[0..n) (1 <= n < its sequence length) in a
  * valid sequence (no overlong forms, surrogates or values above 0x10FFFF), else 0. */
 int pe_utf8_continues(const uint8_t *p, size_t n, uint8_t b);
+/* Returns the length (1..4) of the valid UTF-8 sequence at the start of s[0..n), or 0 when
+ * s does not start with one (a stray continuation byte, an overlong form, a surrogate, a
+ * value above U+10FFFF, a sequence cut short by n, or n == 0). Cost: O(1). */
+size_t pe_utf8_valid_len(const uint8_t *s, size_t n);
+/* Returns 1 if s[0..n) is valid UTF-8 as a whole (n == 0 is), else 0. Cost: O(n). */
+int pe_utf8_valid(const char *s, size_t n);
 
 #endif /* PE_UNICODE_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_gguf.c - the GGUF reader and writer (engine/gguf/gguf.c):
+ * test_gguf.c - the GGUF reader, renderer and writer (engine/gguf/gguf*.c):
  *   - writer -> reader round trip of every value type, arrays, nested arrays, tensors of
  *     each supported type, v2 and v3, alignments 32 and 64, chunked tensor data;
  *   - typed getters: width conversions, absent keys, wrong types;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_tokenizer.c - the tokenizer (engine/text/tokenizer.c, tokenizer_pre.c, unicode.c):
+ * test_tokenizer.c - the tokenizer (engine/text/vocab*.c, tokenize.c, detok.c,
+ * tokenizer_pre.c, unicode.c):
  *   - conformance: every string of ../shared/models/vocab/<vocab>.gguf.inp must tokenize
  *     (no BOS/EOS, no special parsing: llama.cpp's tests/test-tokenizer-0.cpp) to exactly
  *     its line of .out, for ggml-vocab-llama-spm, ggml-vocab-phi-3 and ggml-vocab-gpt-2;
@@ -11,7 +12,10 @@
  *   - in-memory vocabularies (no files): SentencePiece score order and leftmost ties,
  *     byte fallback, BPE rank order, special-token partitioning, streaming decode of
  *     characters split across byte tokens, invalid UTF-8, empty input, the max_out
- *     contract, load errors naming their key, and 1 MB inputs in O(n log n).
+ *     contract, load errors naming their key, and 1 MB inputs in O(n log n);
+ *   - the strict UTF-8 validator of unicode.h (pe_utf8_valid_len, pe_utf8_valid) against
+ *     an independent code-point reference, on every 1- and 2-byte input and every lead and
+ *     second byte of 3- and 4-byte inputs (the other bytes at their boundary values).
  * Model files come from $PGD_MODELS_DIR, else PGD_SOURCE_DIR/../shared/models; when they
  * are absent the in-memory tests still run and the program exits 77 (skipped) with a
  * message, unless something failed.
@@ -26,6 +30,7 @@
 #include "t.h"
 #include "tokenizer.h"
 #include "tokenizer_pre.h"
+#include "unicode.h"
 
 static int g_missing; /* model files not found */
 static char g_tmp[256];
@@ -674,6 +679,104 @@ static int test_invalid_utf8(void)
     return 0;
 }
 
+/* ---- strict UTF-8 validation ---- */
+
+/* The reference: decode the code point, then refuse overlong forms, surrogates and values
+ * above U+10FFFF (what the GGUF renderer and server/api.c each had before unicode.h). */
+static size_t ref_valid_len(const uint8_t *s, size_t n)
+{
+    size_t len;
+    uint32_t cp;
+    if (n == 0) return 0;
+    if (s[0] < 0x80) return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        len = 2;
+        cp = s[0] & 0x1f;
+    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        len = 3;
+        cp = s[0] & 0x0f;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        len = 4;
+        cp = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
+    if (cp >= 0xd800 && cp <= 0xdfff) return 0;
+    return len;
+}
+
+/* Checks pe_utf8_valid_len against the reference on s[0..n) and on every prefix. */
+static int check_valid_len(const uint8_t *s, size_t n)
+{
+    for (size_t k = 0; k <= n; k++) {
+        if (pe_utf8_valid_len(s, k) != ref_valid_len(s, k)) {
+            T_FAIL("pe_utf8_valid_len(%02x %02x %02x %02x, %zu) = %zu, reference %zu", s[0],
+                   n > 1 ? s[1] : 0, n > 2 ? s[2] : 0, n > 3 ? s[3] : 0, k, pe_utf8_valid_len(s, k),
+                   ref_valid_len(s, k));
+        }
+    }
+    return 0;
+}
+
+static int test_utf8_validator(void)
+{
+    static const uint8_t edge[] = {0x00, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f,
+                                   0xa0, 0xbf, 0xc0, 0xc2, 0xe0, 0xf4, 0xff};
+    static const struct {
+        const char *s;
+        int valid;
+    } strs[] = {
+        {"", 1},
+        {"plain ascii", 1},
+        {"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80", 1},
+        {"\xef\xbf\xbf", 1},     /* U+FFFF */
+        {"\xf4\x8f\xbf\xbf", 1}, /* U+10FFFF */
+        {"\xed\x9f\xbf", 1},     /* U+D7FF */
+        {"\xee\x80\x80", 1},     /* U+E000 */
+        {"\xc0\x80", 0},         /* overlong NUL */
+        {"\xc1\xbf", 0},         /* overlong */
+        {"\xe0\x9f\xbf", 0},     /* overlong 3-byte */
+        {"\xf0\x8f\xbf\xbf", 0}, /* overlong 4-byte */
+        {"\xed\xa0\x80", 0},     /* U+D800 */
+        {"\xed\xbf\xbf", 0},     /* U+DFFF */
+        {"\xf4\x90\x80\x80", 0}, /* U+110000 */
+        {"\xf5\x80\x80\x80", 0}, /* lead above F4 */
+        {"a\x80", 0},            /* stray continuation */
+        {"\xe2\x96", 0},         /* cut short */
+        {"\xc3\xa9\xff", 0},     /* 0xFF */
+    };
+    uint8_t s[4];
+    for (unsigned a = 0; a < 256; a++) {
+        s[0] = (uint8_t)a;
+        if (check_valid_len(s, 1)) return 1;
+        for (unsigned b = 0; b < 256; b++) {
+            s[1] = (uint8_t)b;
+            if (check_valid_len(s, 2)) return 1;
+            for (size_t c = 0; c < sizeof edge; c++) {
+                s[2] = edge[c];
+                if (check_valid_len(s, 3)) return 1;
+                for (size_t d = 0; d < sizeof edge; d++) {
+                    s[3] = edge[d];
+                    if (check_valid_len(s, 4)) return 1;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        if (pe_utf8_valid(strs[i].s, strlen(strs[i].s)) != strs[i].valid)
+            T_FAIL("pe_utf8_valid(case %zu) != %d", i, strs[i].valid);
+    }
+    T_EQ(pe_utf8_valid("\xc3\xa9", 1), 0); /* n cuts the sequence */
+    T_EQ(pe_utf8_valid(NULL, 0), 1);
+    return 0;
+}
+
 static int test_max_out(void)
 {
     mem_vocab m;
@@ -896,6 +999,7 @@ int main(void)
     T_RUN(test_bpe);
     T_RUN(test_pre_splits);
     T_RUN(test_invalid_utf8);
+    T_RUN(test_utf8_validator);
     T_RUN(test_max_out);
     T_RUN(test_load_errors);
     T_RUN(test_conformance_llama_spm);

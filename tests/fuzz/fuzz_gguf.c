@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_gguf.c - fuzz target for the GGUF reader (engine/gguf/gguf.c), the parser of outside
- * input behind `pagoda run` and `pagoda inspect`. The input is a whole file, opened with
- * pe_gguf_open_memory. A refused file must come with a one-line message; an accepted one is
- * walked completely: every kv rendered (pe_gguf_kv_to_string, with a roomy and a tiny buffer)
- * and read through the typed getters and array accessors, every tensor looked up by name
- * and its first and last data bytes read. Any broken invariant aborts; ASan catches reads
- * outside the input. Built as a libFuzzer target with -DPGD_FUZZ=ON (clang), and always
- * as a corpus replayer (replay_main.c) that ctest runs over corpus/gguf/.
+ * fuzz_gguf.c - fuzz target for the GGUF reader (engine/gguf/gguf.c) and value renderer
+ * (gguf_render.c), the parsers of outside input behind `pagoda run` and `pagoda inspect`.
+ * The input is a whole file, opened with pe_gguf_open_memory. A refused file must come with
+ * a one-line message; an accepted one is walked completely: every kv rendered
+ * (pe_gguf_kv_to_string, with a roomy and a tiny buffer) and read through the typed getters
+ * and array accessors, every tensor looked up by name and its first and last data bytes
+ * read. Any broken invariant aborts; ASan catches reads outside the input. Built as a
+ * libFuzzer target with -DPGD_FUZZ=ON (clang), and always as a corpus replayer
+ * (replay_main.c) that ctest runs over corpus/gguf/.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_tokenizer.c - fuzz target for the tokenizer (engine/text/tokenizer.c, tokenizer_pre.c,
- * unicode.c): arbitrary bytes, which the chat server will pass straight from clients.
+ * fuzz_tokenizer.c - fuzz target for the tokenizer (engine/text/vocab*.c, tokenize.c,
+ * detok.c, tokenizer_pre.c, unicode.c): arbitrary bytes, which the chat server will pass
+ * straight from clients.
  *
  * Input: byte 0 selects the vocabulary (a SentencePiece one, or byte-level BPE with one
  * of five pre-tokenizers) and the flags add_special / parse_special; the rest is the text.
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "tokenizer.h"
+#include "unicode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -158,43 +160,6 @@ static pe_vocab *build_bpe(const char *pre)
     return v;
 }
 
-/* Returns 1 if s[0..n) is valid UTF-8 (no overlongs, surrogates or values > 0x10FFFF). */
-static int valid_utf8(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t len, k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + len > n) return 0;
-        for (k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *pres[N_VOCABS] = {NULL,    "gpt-2",        "llama-bpe",
@@ -245,12 +210,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pos += k;
     }
     pos += pe_detok_flush(&d, out + pos, 3);
-    if (!valid_utf8((const uint8_t *)out, pos)) abort();
+    if (!pe_utf8_valid(out, pos)) abort();
     n2 = pe_detokenize(v, ids, (size_t)n, out2, cap * ((size_t)n + 1) + 3);
     if (n2 != pos || memcmp(out, out2, pos) != 0) abort();
     /* SentencePiece keeps every byte: plain valid text decodes back to itself */
-    if (pe_vocab_is_spm(v) && !add_special && valid_utf8((const uint8_t *)text, len) &&
-        !memchr(text, '<', len) && !memchr(text, '\xe2', len)) {
+    if (pe_vocab_is_spm(v) && !add_special && pe_utf8_valid(text, len) && !memchr(text, '<', len) &&
+        !memchr(text, '\xe2', len)) {
         if (pos != len || memcmp(out, text, len) != 0) abort();
     }
     free(ids);
