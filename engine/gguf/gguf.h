@@ -115,8 +115,8 @@ const pe_gguf_tensor *pe_gguf_find_tensor(const pe_gguf_file *f, const char *nam
 
 /* ---- values as text ---- */
 
-/* A value rendered as text for `inspect` (arrays summarised); writes at most buflen. The
- * model fingerprint hashes this text: it must stay stable. */
+/* A value rendered as text for `inspect` (arrays summarised); writes at most buflen
+ * (gguf_render.c). */
 void pe_gguf_kv_to_string(const pe_gguf_kv *kv, char *buf, size_t buflen);
 
 /* ---- writer ---- */

@@ -4,9 +4,10 @@
  * with control characters and invalid UTF-8 escaped, arrays summarised ("[n x type] [e0,
  * e1, ...]", the first 8 elements).
  *
- * Callers: `pagoda inspect` (tools/inspect.c) prints it; the model loader hashes it into
- * the model fingerprint (engine/runtime/model.c), so the text of a value must not change
- * (it would change every model's identity); test_gguf and fuzz_gguf.
+ * Callers: `pagoda inspect` (tools/inspect.c) prints it; test_gguf and fuzz_gguf. (The
+ * model fingerprint hashes the raw header bytes, not this text: engine/runtime/weights.c.)
+ * It lives beside the reader, not in tools/, because it walks the reader's internal value
+ * encoding (gguf_int.h).
  *
  * Invariants: the output is NUL-terminated, at most buflen bytes, and ends with "..." when
  * cut; a multi-byte UTF-8 character is never cut. The kv was validated by the reader, so

@@ -3,7 +3,7 @@
  * vocab_load.c - pe_vocab_load: the tokenizer.ggml.* keys of a GGUF file checked (types,
  * array lengths, ids) and handed to pe_vocab_create, which copies what it keeps.
  *
- * Callers: the model loader (engine/runtime/model.c), tests. Uses only the public API of
+ * Callers: the model loader (engine/runtime/weights.c), tests. Uses only the public API of
  * tokenizer.h and gguf.h.
  */
 #include <stdio.h>
