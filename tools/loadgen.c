@@ -196,8 +196,7 @@ static int parse_args(int argc, char **argv, lg_opts *o)
             }
             continue;
         }
-        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, a);
-        return cli_usage_error(cmd);
+        return cli_unexpected_arg(cmd, a);
     }
 
     if (!o->url == !o->model_path) {
