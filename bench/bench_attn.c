@@ -44,8 +44,7 @@
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
 
-/* src/attn/attn_int.h's benchmark hook (that header needs src/ on the include path). */
-void pgd__attn_set_wide(pgd_attn *a, uint32_t n);
+#include "attn/attn_int.h" /* pgd__attn_set_wide, the --wide hook */
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/codec/codec_impl.h"
+#include "codec/codec_impl.h"
 
 static const pgd_kv_type types[] = {PGD_KV_F16,  PGD_KV_F32,  PGD_KV_BF16,
                                     PGD_KV_Q8_0, PGD_KV_Q4_0, PGD_KV_KIVI2};
