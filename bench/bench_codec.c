@@ -177,9 +177,9 @@ int main(int argc, char **argv)
         if (opt == -1) break;
         switch (opt) {
         case 'i':
-            if (parse_u64(optarg, &v) != 0 || v > PGD__ISA_VNNI || (int)v > pgd__codec_isa()) {
+            if (parse_u64(optarg, &v) != 0 || v > PGD__ISA_VNNI || (int)v > pgd__cpu_isa()) {
                 fprintf(stderr, "bench_codec: --isa '%s': not a level this CPU has (0..%d)\n",
-                        optarg, pgd__codec_isa());
+                        optarg, pgd__cpu_isa());
                 return 2;
             }
             isa_level = (int)v;
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
     printf("bench_codec: ctx %" PRIu64 " tokens, %" PRIu64 " tokens per page, %" PRIu64
            " KV heads, "
            "median of %" PRIu64 ", seed %" PRIu64 ", kernels %s\n",
-           ctx, pt, heads, reps, seed, isa_names[isa_level >= 0 ? isa_level : pgd__codec_isa()]);
+           ctx, pt, heads, reps, seed, isa_names[isa_level >= 0 ? isa_level : pgd__cpu_isa()]);
     printf("%-6s %4s %3s %9s %11s %9s %8s %11s %9s %7s %7s %9s\n", "codec", "hd", "nq", "B/token",
            "enc tok/s", "attn ms", "GB/s", "attn tok/s", "x f16", "K x f16", "V x f16",
            "enc x f16");
