@@ -158,6 +158,10 @@ const pgd__policy_ops *pgd__policy_lookup(pgd_policy_kind kind);
 int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
                       uint64_t *lo);
 
+/* The cache's allocator (params alloc, else pool.alloc, else libc), for allocations made
+ * on the cache's behalf (pgd_attn_run_ref's scratch). Valid while the cache lives. */
+const pgd__alloc *pgd__cache_alloc(const pgd_cache *c);
+
 /* ---- pool internals used by cache.c ---- */
 
 /* Logs through the pool's hook. */

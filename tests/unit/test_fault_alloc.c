@@ -6,7 +6,7 @@
  * object unchanged (stats, check) and usable: the same call then succeeds.
  * Covered: pool and cache create, the sequence calls (create, match, grow, fork, commit,
  * write_slot, write_kv into the kivi2 residual window, truncate), evict / clear, attention
- * create (dense and Quest).
+ * create (dense and Quest) and the scalar attention reference.
  */
 #include <stdalign.h>
 
@@ -566,6 +566,44 @@ static int test_attn_create(void)
     return attn_create_loop(0) || attn_create_loop(2);
 }
 
+/* pgd_attn_run_ref allocates its scratch per call through the cache's allocator: each
+ * failure gives PGD_ENOMEM, writes nothing and leaks nothing (kivi2: the pages that the
+ * residual window holds are read from it). */
+static int ref_loop(pgd_kv_type type)
+{
+    afx f;
+    if (afx_init(&f, type)) T_FAIL("attention fixture failed");
+    for (long n = 1;; n++) {
+        pgd_attn_item it = {f.s, 1, f.q, f.out};
+        const long live0 = A.n_live;
+        memset(f.out, 0xff, sizeof f.out);
+        arm(n);
+        int rc = pgd_attn_run_ref(f.c, AT_HEADS, 1, &it, 1, 0);
+        disarm();
+        if (A.fired) {
+            if (rc != PGD_ENOMEM) T_FAIL("alloc %ld failed but attn_run_ref returned %d", n, rc);
+            T_EQ(A.n_live, live0);
+            for (size_t i = 0; i < sizeof f.out; i++)
+                T_EQ(((unsigned char *)f.out)[i], 0xff);
+            continue;
+        }
+        T_EQ(rc, PGD_OK);
+        T_ASSERT(n > 1); /* the scratch came from the counting allocator */
+        T_EQ(A.n_live, live0);
+        T_ASSERT(f.out[0] == f.out[0]); /* written: no longer the 0xff NaN pattern */
+        printf("     attn_run_ref (%s): %ld allocations\n", pgd_kv_type_name(type), n - 1);
+        break;
+    }
+    afx_deinit(&f);
+    T_EQ(A.n_live, 0);
+    return 0;
+}
+
+static int test_attn_run_ref(void)
+{
+    return ref_loop(PGD_KV_F16) || ref_loop(PGD_KV_Q8_0) || ref_loop(PGD_KV_KIVI2);
+}
+
 int main(void)
 {
     T_RUN(test_pool_create);
@@ -584,5 +622,6 @@ int main(void)
     T_RUN(test_seq_fork_kivi2);
     T_RUN(test_seq_truncate);
     T_RUN(test_attn_create);
+    T_RUN(test_attn_run_ref);
     T_DONE();
 }
