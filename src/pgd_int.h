@@ -31,10 +31,6 @@ void pgd__check_fail(const char *file, int line, const char *expr);
 #define pgd_assert(x) PGD_CHECK(x)
 #endif
 
-/* Defensive branches that should be unreachable (SQLite ALWAYS/NEVER). */
-#define PGD_ALWAYS(x) (x)
-#define PGD_NEVER(x) (x)
-
 /* ---- allocation (through the user's allocator) ---- */
 
 typedef struct pgd__alloc {

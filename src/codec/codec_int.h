@@ -43,7 +43,8 @@ typedef struct pgd__codec {
      * Rows of a page are written in increasing slot order, each once (slots of a page
      * already written are never rewritten except by a copy-on-write copy of the region);
      * for head_dim < 32 a q8_0/q4_0 block spans 32/head_dim rows and a new row may
-     * re-scale the block's earlier rows (documented in codec.h). */
+     * re-scale the block's earlier rows (see pgd_kv_type in include/pagoda/pool.h; the
+     * rule and its error bound in q8_0.c, q4_0.c). */
     void (*write_row)(pgd__kv_kind kind, void *region, uint32_t page_tokens, uint32_t head_dim,
                       uint32_t slot, const float *row);
 
