@@ -30,22 +30,17 @@
  * Threads: a persistent pthread pool (libpagoda has none), tasks claimed in order from an
  * atomic counter, workers spinning briefly between runs then sleeping.
  */
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
 
-/* src/attn/attn_int.h's benchmark hook (that header needs src/ on the include path). */
-void pgd__attn_set_wide(pgd_attn *a, uint32_t n);
+#include "attn/attn_int.h" /* pgd__attn_set_wide, the --wide hook */
+#include "bench.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -58,12 +53,13 @@ typedef struct opts {
     pgd_kv_type types[8];
     uint32_t n_types;
     uint32_t n_kv, hd, pt, threads, min_reps, prefill, prefill_depth, wide;
-    uint64_t max_tokens, seed;
+    uint64_t max_tokens;
     double min_ms;
-    int json, smoke, layouts; /* layouts: 1 paged only, 3 both */
-    int hugepages;            /* madvise the pool arenas MADV_HUGEPAGE before filling */
-    int small_probe;          /* leave the probe buffer on 4 KiB pages */
-    int cpu_time;             /* time on the thread's CPU clock (--threads 1 only) */
+    bench_args b;    /* --seed, --json, --smoke */
+    int layouts;     /* 1 paged only, 3 both */
+    int hugepages;   /* madvise the pool arenas MADV_HUGEPAGE before filling */
+    int small_probe; /* leave the probe buffer on 4 KiB pages */
+    int cpu_time;    /* time on the thread's CPU clock (--threads 1 only) */
 } opts;
 
 static void usage(FILE *f)
@@ -101,67 +97,26 @@ static void usage(FILE *f)
                "  --help             show this help\n");
 }
 
-static int parse_list(const char *s, uint32_t *out, uint32_t max)
+/* A list option: at most max numbers, each >= 1. */
+static int parse_list(const char *s, uint32_t *out, int max)
 {
-    uint32_t n = 0;
-    while (*s && n < max) {
-        char *end;
-        unsigned long v = strtoul(s, &end, 10);
-        if (end == s || v == 0 || v > (1ul << 24)) return -1;
-        out[n++] = (uint32_t)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n ? (int)n : -1;
+    return bench_parse_u32_list(s, out, max, 1);
 }
 
-static int parse_types(const char *s, opts *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    o->n_types = 0;
-    for (char *p = buf; *p && o->n_types < 8;) {
-        char *comma = strchr(p, ',');
-        if (comma) *comma = 0;
-        if (pgd_kv_type_parse(p, &o->types[o->n_types]) != PGD_OK) {
-            fprintf(stderr, "bench_attn: unknown kv type '%s'\n", p);
-            return -1;
-        }
-        o->n_types++;
-        if (!comma) break;
-        p = comma + 1;
-    }
-    return o->n_types ? 0 : -1;
-}
+/* ---- time ---- */
 
-/* ---- time, rng ---- */
-
-static clockid_t bench_clock = CLOCK_MONOTONIC;
+static clockid_t bench_clock = CLOCK_MONOTONIC; /* --cpu-time: the thread's CPU clock */
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(bench_clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return bench_clock_s(bench_clock);
 }
 
-static uint64_t rng_next(uint64_t *s)
+/* Whether a timing loop that started at t_start and has k repetitions runs another one:
+ * at least --min-reps and --min-ms, at most 4096. */
+static int more_reps(int k, double t_start, const opts *o)
 {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-static float rng_f(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return k < 4096 && (k < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3);
 }
 
 /* ---- the thread pool (the bench's pgd_parallel_fn) ---- */
@@ -349,13 +304,12 @@ static double probe_time(bpool *bp, probe *pr, size_t bytes, const opts *o)
     int n = 0;
     bpool_run(bp, probe_task, pr, n_tasks); /* warm-up */
     double t_start = now_s();
-    while (n < 4096 && (n < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3)) {
+    while (more_reps(n, t_start, o)) {
         double t0 = now_s();
         bpool_run(bp, probe_task, pr, n_tasks);
         t[n++] = now_s() - t0;
     }
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
+    return bench_median(t, (size_t)n);
 }
 
 /* ---- K/V fill ---- */
@@ -411,7 +365,7 @@ static int scatter_pages(pgd_cache *c, uint32_t n_pages, uint64_t *rng, uint32_t
         }
     }
     for (uint32_t i = n; i > 1; i--) {
-        uint32_t j = (uint32_t)(rng_next(rng) % i);
+        uint32_t j = (uint32_t)(bench_rng(rng) % i);
         pgd_seq *t = s[i - 1];
         s[i - 1] = s[j];
         s[j] = t;
@@ -431,7 +385,7 @@ static int fill_seqs(fill *f, uint32_t n_seq, uint32_t len, const opts *o)
     float *k = malloc(chunk * row * sizeof *k), *v = malloc(chunk * row * sizeof *v);
     int rc = k && v ? 0 : -1;
     for (uint32_t i = 0; i < n_seq && !rc; i++) {
-        uint64_t rng = o->seed * 1000003u + i + 1;
+        uint64_t rng = o->b.seed * 1000003u + i + 1;
         if (pgd_seq_create(f->c, NULL, 0, &f->seq[i]) != PGD_OK ||
             pgd_seq_grow(f->c, f->seq[i], len) != PGD_OK) {
             rc = -1;
@@ -441,8 +395,8 @@ static int fill_seqs(fill *f, uint32_t n_seq, uint32_t len, const opts *o)
         for (uint32_t p0 = 0; p0 < len && !rc; p0 += chunk) {
             uint32_t n = len - p0 < chunk ? len - p0 : chunk;
             for (size_t j = 0; j < (size_t)n * row; j++) {
-                k[j] = rng_f(&rng) + 0.2f * (float)((j % o->hd) % 7) - 0.6f;
-                v[j] = rng_f(&rng);
+                k[j] = bench_randf(&rng) + 0.2f * (float)((j % o->hd) % 7) - 0.6f;
+                v[j] = bench_randf(&rng);
             }
             if (pgd_seq_write_kv(f->c, f->seq[i], p0, n, 0, k, v) != PGD_OK) rc = -1;
         }
@@ -494,7 +448,7 @@ static int time_decode(pgd_attn *a[2], pgd_attn_item *it[2], uint32_t n, bpool *
     bpool_run(bp, probe_task, pr, n_tasks);
     int k = 0;
     double t_start = now_s();
-    while (k < 4096 && (k < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3)) {
+    while (more_reps(k, t_start, o)) {
         for (int l = 0; l < 3; l++) {
             if (l < 2 && !a[l]) continue;
             double t0 = now_s();
@@ -509,8 +463,7 @@ static int time_decode(pgd_attn *a[2], pgd_attn_item *it[2], uint32_t n, bpool *
     for (int l = 0; l < 3; l++) {
         t[l] = 0;
         if (l < 2 && !a[l]) continue;
-        qsort(s[l], (size_t)k, sizeof *s[l], cmp_double);
-        t[l] = s[l][k / 2];
+        t[l] = bench_median(s[l], (size_t)k);
     }
     return 0;
 }
@@ -522,13 +475,12 @@ static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *
     int k = 0;
     if (pgd_attn_run(a, 0, it, n) != PGD_OK) return -1; /* warm-up */
     double t_start = now_s();
-    while (k < 4096 && (k < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3)) {
+    while (more_reps(k, t_start, o)) {
         double t0 = now_s();
         pgd_attn_run(a, 0, it, n);
         t[k++] = now_s() - t0;
     }
-    qsort(t, (size_t)k, sizeof *t, cmp_double);
-    return t[k / 2];
+    return bench_median(t, (size_t)k);
 }
 
 static void print_header(void)
@@ -554,7 +506,6 @@ int main(int argc, char **argv)
     o.min_ms = 150;
     o.prefill = 512;
     o.prefill_depth = 2048;
-    o.seed = 1;
     o.layouts = 3;
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
@@ -574,22 +525,25 @@ int main(int argc, char **argv)
                                        {"prefill-depth", 1, 0, 'D'},
                                        {"paged-only", 0, 0, 'O'},
                                        {"hugepages", 0, 0, 'H'},
-                                       {"seed", 1, 0, 'S'},
                                        {"small-probe", 0, 0, 'B'},
                                        {"cpu-time", 0, 0, 'C'},
-                                       {"json", 0, 0, 'j'},
-                                       {"smoke", 0, 0, 's'},
-                                       {"help", 0, 0, 'h'},
                                        {"wide", 1, 0, 'W'},
                                        {0, 0, 0, 0}};
+    bench_cli cli = {.prog = "bench_attn",
+                     .usage = usage,
+                     .own = lo,
+                     .common = BENCH_SEED | BENCH_JSON | BENCH_SMOKE,
+                     .a = {.seed = 1}};
     for (;;) {
-        int c = getopt_long(argc, argv, "", lo, NULL);
+        int c = bench_cli_next(&cli, argc, argv);
         if (c == -1) break;
         int bad = 0, n;
         uint32_t one[1];
         switch (c) {
         case 't':
-            bad = parse_types(optarg, &o) < 0;
+            n = bench_parse_kv_types(optarg, o.types, 8);
+            bad = n <= 0;
+            o.n_types = bad ? o.n_types : (uint32_t)n;
             break;
         case 'c':
             n = parse_list(optarg, o.ctx, 16);
@@ -614,7 +568,6 @@ int main(int argc, char **argv)
         case 'm':
         case 'T':
         case 'r':
-        case 'S':
         case 'D':
         case 'W':
             bad = parse_list(optarg, one, 1) != 1;
@@ -624,7 +577,6 @@ int main(int argc, char **argv)
             if (c == 'm') o.max_tokens = one[0];
             if (c == 'T') o.threads = one[0] > 256 ? 256 : one[0];
             if (c == 'r') o.min_reps = one[0];
-            if (c == 'S') o.seed = one[0];
             if (c == 'D') o.prefill_depth = one[0];
             if (c == 'W') o.wide = one[0];
             break;
@@ -647,18 +599,6 @@ int main(int argc, char **argv)
         case 'C':
             o.cpu_time = 1;
             break;
-        case 'j':
-            o.json = 1;
-            break;
-        case 's':
-            o.smoke = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
         }
         if (bad) {
             fprintf(stderr, "bench_attn: bad option value '%s' (see --help)\n",
@@ -666,7 +606,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (o.smoke) {
+    if (cli.status >= 0) return cli.status;
+    o.b = cli.a;
+    if (o.b.smoke) {
         o.n_ctx = (uint32_t)parse_list("256,1024", o.ctx, 16);
         o.n_batch = (uint32_t)parse_list("1,3", o.batch, 16);
         o.n_kv = 2;
@@ -689,7 +631,7 @@ int main(int argc, char **argv)
         return 1;
     }
     /* The DRAM line: a buffer far beyond the caches (smaller for --smoke). */
-    size_t big = o.smoke ? (size_t)16 << 20 : (size_t)1 << 30;
+    size_t big = o.b.smoke ? (size_t)16 << 20 : (size_t)1 << 30;
     uint64_t max_bytes = 0;
     for (uint32_t ci = 0; ci < o.n_ctx; ci++)
         for (uint32_t bi = 0; bi < o.n_batch; bi++)
@@ -719,7 +661,7 @@ int main(int argc, char **argv)
     }
     pr->buf = buf;
     const double dram_gbs = (double)big / probe_time(&bp, pr, big, &o) * 1e-9;
-    if (!o.json) {
+    if (!o.b.json) {
         printf("bench_attn: %u threads, %u KV heads, head_dim %u, %u tokens/page, probe on %s "
                "pages, %s clock\n",
                o.threads, o.n_kv, o.hd, o.pt, o.small_probe ? "4 KiB" : "huge",
@@ -750,7 +692,7 @@ int main(int argc, char **argv)
             const uint64_t tokens = (uint64_t)ctx * nb;
             fill f[2];
             memset(f, 0, sizeof f);
-            uint64_t rng = o.seed;
+            uint64_t rng = o.b.seed;
             for (int l = 0; l < 2 && !rc; l++) {
                 if (l == 1 && o.layouts == 1) break;
                 /* l = 0 paged (shuffled page ids), 1 contiguous (fresh pool). */
@@ -780,9 +722,9 @@ int main(int argc, char **argv)
                 pgd_attn_item it[2][64];
                 float *q = malloc((size_t)max_batch * n_head * o.hd * sizeof *q);
                 float *out = malloc((size_t)max_batch * n_head * o.hd * sizeof *out);
-                uint64_t qr = o.seed + 17;
+                uint64_t qr = o.b.seed + 17;
                 for (size_t i = 0; q && i < (size_t)max_batch * n_head * o.hd; i++)
-                    q[i] = rng_f(&qr);
+                    q[i] = bench_randf(&qr);
                 for (uint32_t bi = 0; bi < o.n_batch && q && out && !rc; bi++) {
                     const uint32_t batch = o.batch[bi];
                     if ((uint64_t)ctx * batch > o.max_tokens) continue;
@@ -819,7 +761,7 @@ int main(int argc, char **argv)
                         batch == o.batch[0])
                         f16_bw_gqa1 = gbs / pgbs;
                     if (ci == o.n_ctx - 1 && bi == 0 && gi == 0) t_long[ti] = t[0];
-                    if (o.json)
+                    if (o.b.json)
                         printf("{\"type\": \"%s\", \"gqa\": %u, \"ctx\": %u, \"batch\": %u, "
                                "\"kv_bytes\": %.0f, \"time_us\": %.2f, \"gbs\": %.2f, "
                                "\"probe_gbs\": %.2f, \"bw_ratio\": %.3f, "
@@ -860,9 +802,9 @@ int main(int argc, char **argv)
             ap.max_rows = o.prefill;
             float *q = malloc((size_t)o.prefill * n_head * o.hd * sizeof *q);
             float *out = malloc((size_t)o.prefill * n_head * o.hd * sizeof *out);
-            uint64_t qr = o.seed + 5;
+            uint64_t qr = o.b.seed + 5;
             for (size_t i = 0; q && i < (size_t)o.prefill * n_head * o.hd; i++)
-                q[i] = rng_f(&qr);
+                q[i] = bench_randf(&qr);
             pgd_attn *a = NULL;
             if (!q || !out || pgd_attn_create(f.c, &ap, &a) != PGD_OK) {
                 rc = 1;
@@ -874,7 +816,7 @@ int main(int argc, char **argv)
                 double pairs =
                     (double)o.prefill * o.prefill_depth + (double)o.prefill * (o.prefill + 1) / 2;
                 double gflops = pairs * n_head * 4.0 * o.hd / t * 1e-9;
-                if (o.json)
+                if (o.b.json)
                     printf("{\"prefill_type\": \"%s\", \"rows\": %u, \"depth\": %u, \"gqa\": %u, "
                            "\"time_us\": %.1f, \"gflops\": %.2f, \"rows_per_s\": %.0f}\n",
                            pgd_kv_type_name(type), o.prefill, o.prefill_depth, o.gqa[o.n_gqa - 1],
@@ -892,7 +834,7 @@ int main(int argc, char **argv)
         }
     }
 
-    if (!rc && !o.json) {
+    if (!rc && !o.b.json) {
         printf("summary: f16 gqa 1 at ctx %u: %.0f%% of the read probe (target >= 85%%)\n",
                o.ctx[o.n_ctx - 1], 100.0 * f16_bw_gqa1);
         if (worst_pc < 10)
@@ -905,10 +847,7 @@ int main(int argc, char **argv)
                    pgd_kv_type_name(o.types[ti]), o.ctx[o.n_ctx - 1], o.batch[0], o.gqa[0],
                    t_long[ti] > 0 ? tf16 / t_long[ti] : 0);
     }
-    if (o.json)
-        printf("{\"checksum\": \"%016llx\"}\n", (unsigned long long)checksum);
-    else
-        printf("checksum %016llx\n", (unsigned long long)checksum);
+    bench_print_checksum(checksum, o.b.json);
     bpool_stop(&bp);
     free(buf);
     free(pr);

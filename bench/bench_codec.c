@@ -12,15 +12,10 @@
  * fastest kernels of this CPU (pgd__codec_get). The checksum folds every output, so a
  * change that is fast but wrong shows up. Internal API (src/codec), like the unit tests.
  */
-#include <getopt.h>
-#include <inttypes.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "../src/codec/codec_impl.h"
+#include "bench.h"
+#include "codec/codec_impl.h"
 
 static const pgd_kv_type types[] = {PGD_KV_F16,  PGD_KV_F32,  PGD_KV_BF16,
                                     PGD_KV_Q8_0, PGD_KV_Q4_0, PGD_KV_KIVI2};
@@ -41,38 +36,11 @@ static void usage(FILE *f)
                "  --help           show this help\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    if (!s || !*s || *s == '-') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end) return -1;
-    *out = v;
-    return 0;
-}
-
+/* Uniform in [-1, 1), from 24 random bits of the shared generator. */
 static uint64_t rng_state;
 static float frand(void)
 {
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return (float)(((x * 2685821657736338717ULL) >> 40) * 0x1p-24 * 2.0 - 1.0);
+    return (float)((bench_rng(&rng_state) >> 40) * 0x1p-24 * 2.0 - 1.0);
 }
 
 typedef struct result {
@@ -96,7 +64,7 @@ static int run(pgd_kv_type type, uint32_t hd, uint32_t nq, uint32_t ctx, uint32_
     int rc = 1;
     if (!arena || !rows || !q || !out || !sc || !t) goto done;
     /* Encode: every page's K and V region from random rows (row by row when writable). */
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (uint32_t p = 0; p < 2 * n_pages; p++) {
         for (size_t i = 0; i < (size_t)pt * hd; i++)
             rows[i] = frand();
@@ -108,7 +76,7 @@ static int run(pgd_kv_type type, uint32_t hd, uint32_t nq, uint32_t ctx, uint32_
         else
             cd->encode_page(kind, reg, pt, hd, rows, pt);
     }
-    double t_enc = now_s() - t0; /* includes the random numbers: a lower bound of speed */
+    double t_enc = bench_now_s() - t0; /* includes the random numbers: a lower bound of speed */
     for (size_t i = 0; i < (size_t)nq * hd; i++)
         q[i] = frand();
     const float scale = 1.0f / sqrtf((float)hd);
@@ -120,16 +88,16 @@ static int run(pgd_kv_type type, uint32_t hd, uint32_t nq, uint32_t ctx, uint32_
         for (uint32_t h = 0; h < heads; h++) {
             uint32_t p0 = h * (ctx / pt), p1 = p0 + ctx / pt;
             float *sh = sc + (size_t)h * nq * ctx;
-            t0 = now_s();
+            t0 = bench_now_s();
             for (uint32_t p = p0; p < p1; p++)
                 cd->k_scores(arena + 2 * (size_t)p * rb, pt, hd, 0, pt, q, nq, scale,
                              sh + (size_t)(p - p0) * pt, ctx);
-            double t1 = now_s();
+            double t1 = bench_now_s();
             for (uint32_t p = p0; p < p1; p++)
                 cd->v_accum(arena + (2 * (size_t)p + 1) * rb, pt, hd, 0, pt,
                             sh + (size_t)(p - p0) * pt, ctx, nq, out);
             dk += t1 - t0;
-            dv += now_s() - t1;
+            dv += bench_now_s() - t1;
         }
         if (r >= 0) {
             t[r] = dk + dv;
@@ -137,14 +105,11 @@ static int run(pgd_kv_type type, uint32_t hd, uint32_t nq, uint32_t ctx, uint32_
             tv[r] = dv;
         }
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    qsort(tk, (size_t)reps, sizeof *t, cmp_double);
-    qsort(tv, (size_t)reps, sizeof *t, cmp_double);
-    res->k_s = tk[reps / 2];
-    res->v_s = tv[reps / 2];
+    res->k_s = bench_median(tk, (size_t)reps);
+    res->v_s = bench_median(tv, (size_t)reps);
     res->bytes_per_token = 2.0 * (double)rb / pt;
     res->encode_tok_s = (double)n_pages * pt / t_enc;
-    res->attn_s = t[reps / 2];
+    res->attn_s = bench_median(t, (size_t)reps);
     for (size_t i = 0; i < (size_t)nq * hd; i++)
         *checksum += out[i];
     rc = 0;
@@ -161,61 +126,46 @@ done:
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"ctx", required_argument, NULL, 'c'},
-        {"page-tokens", required_argument, NULL, 'p'},
-        {"heads", required_argument, NULL, 'n'},
-        {"reps", required_argument, NULL, 'r'},
-        {"seed", required_argument, NULL, 's'},
-        {"isa", required_argument, NULL, 'i'},
-        {"smoke", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"ctx", required_argument, NULL, 'c'},   {"page-tokens", required_argument, NULL, 'p'},
+        {"heads", required_argument, NULL, 'n'}, {"reps", required_argument, NULL, 'r'},
+        {"isa", required_argument, NULL, 'i'},   {NULL, 0, NULL, 0},
     };
-    uint64_t ctx = 8192, pt = 16, reps = 9, seed = 1, heads = 1, v;
+    bench_cli cli = {.prog = "bench_codec",
+                     .usage = usage,
+                     .own = opts,
+                     .common = BENCH_SEED | BENCH_SMOKE,
+                     .a = {.seed = 1}};
+    uint64_t ctx = 8192, pt = 16, reps = 9, heads = 1, v;
     for (;;) {
-        int opt = getopt_long(argc, argv, "", opts, NULL);
+        int opt = bench_cli_next(&cli, argc, argv);
         if (opt == -1) break;
-        switch (opt) {
-        case 'i':
-            if (parse_u64(optarg, &v) != 0 || v > PGD__ISA_VNNI || (int)v > pgd__codec_isa()) {
+        if (bench_parse_u64(optarg, &v) != 0) {
+            fprintf(stderr, "bench_codec: bad number '%s'\n", optarg);
+            return 2;
+        }
+        if (opt == 'i') {
+            if (v > PGD__ISA_VNNI || (int)v > pgd__cpu_isa()) {
                 fprintf(stderr, "bench_codec: --isa '%s': not a level this CPU has (0..%d)\n",
-                        optarg, pgd__codec_isa());
+                        optarg, pgd__cpu_isa());
                 return 2;
             }
             isa_level = (int)v;
-            break;
-        case 'c':
-        case 'n':
-        case 'p':
-        case 'r':
-        case 's':
-            if (parse_u64(optarg, &v) != 0) {
-                fprintf(stderr, "bench_codec: bad number '%s'\n", optarg);
-                return 2;
-            }
-            if (opt == 'c')
-                ctx = v;
-            else if (opt == 'p')
-                pt = v;
-            else if (opt == 'n')
-                heads = v;
-            else if (opt == 'r')
-                reps = v;
-            else
-                seed = v;
-            break;
-        case 'k':
-            ctx = 512;
-            reps = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
+        } else if (opt == 'c') {
+            ctx = v;
+        } else if (opt == 'p') {
+            pt = v;
+        } else if (opt == 'n') {
+            heads = v;
+        } else {
+            reps = v;
         }
     }
+    if (cli.status >= 0) return cli.status;
+    if (cli.a.smoke) {
+        ctx = 512;
+        reps = 1;
+    }
+    const uint64_t seed = cli.a.seed;
     if (optind < argc || pt < 2 || (pt & (pt - 1)) || pt > 4096 || reps == 0 || reps > 10000 ||
         ctx < pt || ctx > (1u << 24) || heads == 0 || heads * ctx > (1u << 24)) {
         usage(stderr);
@@ -225,7 +175,7 @@ int main(int argc, char **argv)
     printf("bench_codec: ctx %" PRIu64 " tokens, %" PRIu64 " tokens per page, %" PRIu64
            " KV heads, "
            "median of %" PRIu64 ", seed %" PRIu64 ", kernels %s\n",
-           ctx, pt, heads, reps, seed, isa_names[isa_level >= 0 ? isa_level : pgd__codec_isa()]);
+           ctx, pt, heads, reps, seed, isa_names[isa_level >= 0 ? isa_level : pgd__cpu_isa()]);
     printf("%-6s %4s %3s %9s %11s %9s %8s %11s %9s %7s %7s %9s\n", "codec", "hd", "nq", "B/token",
            "enc tok/s", "attn ms", "GB/s", "attn tok/s", "x f16", "K x f16", "V x f16",
            "enc x f16");

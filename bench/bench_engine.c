@@ -14,58 +14,40 @@
  *
  * Make a 1B-shape model with `pagoda synth-model --shape 1b --type q8_0 -o 1b-q8_0.gguf`.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
+#include "bench.h"
 #include "model.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* CPU seconds of the whole process (every thread): on a machine shared with other work,
  * tokens per CPU-second compare implementations more stably than wall time. */
 static double cpu_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    puts("usage: bench_engine --model FILE [options]\n"
-         "  --model FILE     GGUF model (llama architecture)\n"
-         "  --pp N           prompt tokens per pp test (default 512; 0: no pp test)\n"
-         "  --tg N           generated tokens per tg test (default 32; 0: no tg test)\n"
-         "  --depth LIST     comma-separated context depths (default 0,2048)\n"
-         "  -t N             threads (default 2)\n"
-         "  --batch N        prompt chunk size (default 512)\n"
-         "  --kv-type LIST   comma-separated KV codecs: f32, f16, bf16, q8_0, q4_0, kivi2\n"
-         "                   (default f16)\n"
-         "  --kv-rotate      Hadamard-rotate K and V (every kv type)\n"
-         "  --kv-select-pages N  Quest page budget for decode (default 0 = dense)\n"
-         "  --seed S         prompt token seed (default 1)\n"
-         "  --reps N         repetitions per test; the median is printed (default 3)\n"
-         "  --json           one JSON object per result line\n"
-         "  --smoke          tiny run on stories260K (skips when absent)\n"
-         "  --help");
+    fputs("usage: bench_engine --model FILE [options]\n"
+          "  --model FILE     GGUF model (llama architecture)\n"
+          "  --pp N           prompt tokens per pp test (default 512; 0: no pp test)\n"
+          "  --tg N           generated tokens per tg test (default 32; 0: no tg test)\n"
+          "  --depth LIST     comma-separated context depths (default 0,2048)\n"
+          "  -t N             threads (default 2)\n"
+          "  --batch N        prompt chunk size (default 512)\n"
+          "  --kv-type LIST   comma-separated KV codecs: f32, f16, bf16, q8_0, q4_0, kivi2\n"
+          "                   (default f16)\n"
+          "  --kv-rotate      Hadamard-rotate K and V (every kv type)\n"
+          "  --kv-select-pages N  Quest page budget for decode (default 0 = dense)\n"
+          "  --seed S         prompt token seed (default 1)\n"
+          "  --reps N         repetitions per test; the median is printed (default 3)\n"
+          "  --json           one JSON object per result line\n"
+          "  --smoke          tiny run on stories260K (skips when absent)\n"
+          "  --help\n",
+          f);
 }
 
 static void touch(void *ud, uint64_t done, uint64_t total)
 {
     (void)ud, (void)done, (void)total; /* loading with a progress hook prefaults weights */
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static uint64_t rng(uint64_t *s)
@@ -76,43 +58,6 @@ static uint64_t rng(uint64_t *s)
     return *s;
 }
 
-/* Parses a comma-separated list of unsigned integers into out (at most max). Returns the
- * count, or -1 on a bad number. */
-static int parse_u32_list(const char *v, uint32_t *out, int max)
-{
-    int n = 0;
-    const char *p = v;
-    while (*p) {
-        char *end;
-        unsigned long x = strtoul(p, &end, 10);
-        if (end == p || n == max || x > (1u << 24)) return -1;
-        out[n++] = (uint32_t)x;
-        p = end;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return -1;
-    }
-    return n;
-}
-
-/* Parses a comma-separated list of kv type names. Returns the count, or -1. */
-static int parse_kv_list(const char *v, pgd_kv_type *out, int max)
-{
-    char buf[256];
-    int n = 0;
-    snprintf(buf, sizeof buf, "%s", v);
-    char *p = buf;
-    while (p && *p) {
-        char *comma = strchr(p, ',');
-        if (comma) *comma = '\0';
-        if (n == max || pgd_kv_type_parse(p, &out[n]) != PGD_OK) return -1;
-        n++;
-        p = comma ? comma + 1 : NULL;
-    }
-    return n;
-}
-
 typedef struct result {
     double pp, tg;         /* tokens/s; 0 when not measured */
     double pp_cpu, tg_cpu; /* tokens per CPU-second */
@@ -120,69 +65,76 @@ typedef struct result {
 
 int main(int argc, char **argv)
 {
+    static const struct option lo[] = {
+        {"model", required_argument, NULL, 'M'}, {"pp", required_argument, NULL, 'p'},
+        {"tg", required_argument, NULL, 'g'},    {"depth", required_argument, NULL, 'd'},
+        {"batch", required_argument, NULL, 'b'}, {"kv-type", required_argument, NULL, 'k'},
+        {"kv-rotate", no_argument, NULL, 'R'},   {"kv-select-pages", required_argument, NULL, 'S'},
+        {"reps", required_argument, NULL, 'r'},  {NULL, 0, NULL, 0},
+    };
     const char *model_path = NULL;
     uint32_t pp = 512, tg = 32, threads = 2, batch = 512, depths[16], select_pages = 0;
     int n_depth = 0, n_kv = 1, kv_rotate = 0;
-    uint64_t seed0 = 1;
     uint32_t reps = 3;
-    int json = 0, smoke = 0;
+    bench_cli cli = {.prog = "bench_engine",
+                     .usage = usage,
+                     .own = lo,
+                     .optstring = "t:",
+                     .common = BENCH_SEED | BENCH_JSON | BENCH_SMOKE,
+                     .a = {.seed = 1}};
     pgd_kv_type kvs[8] = {PGD_KV_F16};
     char smoke_path[1024];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else if (!strcmp(a, "--smoke")) {
-            smoke = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--kv-rotate")) {
+    for (;;) {
+        int c = bench_cli_next(&cli, argc, argv);
+        if (c == -1) break;
+        const uint32_t n = (uint32_t)strtoul(optarg ? optarg : "0", NULL, 10);
+        switch (c) {
+        case 'M':
+            model_path = optarg;
+            break;
+        case 'p':
+            pp = n;
+            break;
+        case 'g':
+            tg = n;
+            break;
+        case 't':
+            threads = n;
+            break;
+        case 'b':
+            batch = n;
+            break;
+        case 'r':
+            reps = n >= 1 && n <= 99 ? n : 3;
+            break;
+        case 'S':
+            select_pages = n;
+            break;
+        case 'R':
             kv_rotate = 1;
-        } else if (v && !strcmp(a, "--model")) {
-            model_path = v;
-            i++;
-        } else if (v && !strcmp(a, "--pp")) {
-            pp = (uint32_t)strtoul(v, NULL, 10);
-            i++;
-        } else if (v && !strcmp(a, "--tg")) {
-            tg = (uint32_t)strtoul(v, NULL, 10);
-            i++;
-        } else if (v && !strcmp(a, "-t")) {
-            threads = (uint32_t)strtoul(v, NULL, 10);
-            i++;
-        } else if (v && !strcmp(a, "--batch")) {
-            batch = (uint32_t)strtoul(v, NULL, 10);
-            i++;
-        } else if (v && !strcmp(a, "--reps")) {
-            reps = (uint32_t)strtoul(v, NULL, 10);
-            if (reps < 1 || reps > 99) reps = 3;
-            i++;
-        } else if (v && !strcmp(a, "--seed")) {
-            seed0 = strtoull(v, NULL, 10);
-            i++;
-        } else if (v && !strcmp(a, "--kv-select-pages")) {
-            select_pages = (uint32_t)strtoul(v, NULL, 10);
-            i++;
-        } else if (v && !strcmp(a, "--kv-type")) {
-            n_kv = parse_kv_list(v, kvs, 8);
+            break;
+        case 'k':
+            n_kv = bench_parse_kv_types(optarg, kvs, 8);
             if (n_kv < 1) {
-                fprintf(stderr, "bench_engine: --kv-type: bad list '%s'\n", v);
+                fprintf(stderr, "bench_engine: --kv-type: bad list '%s'\n", optarg);
                 return 2;
             }
-            i++;
-        } else if (v && !strcmp(a, "--depth")) {
-            n_depth = parse_u32_list(v, depths, 16);
+            break;
+        case 'd':
+            n_depth = bench_parse_u32_list(optarg, depths, 16, 0);
             if (n_depth < 1) {
-                fprintf(stderr, "bench_engine: --depth: bad list '%s'\n", v);
+                fprintf(stderr, "bench_engine: --depth: bad list '%s'\n", optarg);
                 return 2;
             }
-            i++;
-        } else {
-            fprintf(stderr, "bench_engine: unknown option %s (see --help)\n", a);
-            return 2;
+            break;
         }
     }
+    if (cli.status >= 0) return cli.status;
+    if (optind != argc) {
+        fprintf(stderr, "bench_engine: unexpected argument %s (see --help)\n", argv[optind]);
+        return 2;
+    }
+    const int json = cli.a.json, smoke = cli.a.smoke;
     if (!n_depth) {
         depths[0] = 0;
         depths[1] = 2048;
@@ -211,7 +163,7 @@ int main(int argc, char **argv)
         n_kv = 3;
     }
     if (!model_path || (!pp && !tg) || !threads || !batch) {
-        usage();
+        usage(stderr);
         return 2;
     }
     /* Depths ascending: one fill per kv type grows from one depth to the next. */
@@ -233,7 +185,7 @@ int main(int argc, char **argv)
     float *logits = malloc((size_t)pe_model_hparams(m)->n_vocab * sizeof *logits);
     result *res = calloc((size_t)n_kv * n_depth, sizeof *res);
     if (!toks || !logits || !res) return 1;
-    uint64_t seed = seed0;
+    uint64_t seed = cli.a.seed;
     toks[0] = 1;
     for (uint32_t i = 1; i < n_tok; i++)
         toks[i] = 3 + (int32_t)(rng(&seed) % (pe_model_hparams(m)->n_vocab - 3));
@@ -287,14 +239,14 @@ int main(int argc, char **argv)
                 /* pp: a fork of the depth context prefills pp tokens */
                 if (pp) {
                     if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
-                    double t0 = now_s(), c0 = cpu_s();
+                    double t0 = bench_now_s(), c0 = cpu_s();
                     for (uint32_t i = 0; i < pp; i += batch) {
                         uint32_t n = pp - i < batch ? pp - i : batch;
                         if (pe_forward(c, s, toks + depths[d] + i, n, i + n == pp ? logits : NULL,
                                        0))
                             return 1;
                     }
-                    tpps[rr] = now_s() - t0;
+                    tpps[rr] = bench_now_s() - t0;
                     cpps[rr] = cpu_s() - c0;
                     pgd_seq_destroy(cache, s);
                 }
@@ -302,7 +254,7 @@ int main(int argc, char **argv)
                 if (tg) {
                     if (pgd_seq_fork(cache, base, &s) != PGD_OK) return 1;
                     int32_t tok = toks[depths[d]];
-                    double t0 = now_s(), c0 = cpu_s();
+                    double t0 = bench_now_s(), c0 = cpu_s();
                     for (uint32_t i = 0; i < tg; i++) {
                         if (pe_forward(c, s, &tok, 1, logits, 0)) return 1;
                         uint32_t best = 0;
@@ -311,7 +263,7 @@ int main(int argc, char **argv)
                         tok = (int32_t)best;
                         if (rr == 0) checksum = checksum * 31 + best;
                     }
-                    ttgs[rr] = now_s() - t0;
+                    ttgs[rr] = bench_now_s() - t0;
                     ctgs[rr] = cpu_s() - c0;
                     pgd_seq_destroy(cache, s);
                 }
@@ -323,9 +275,8 @@ int main(int argc, char **argv)
                 uint32_t ntok = t ? tg : pp;
                 if (!ntok) continue;
                 double *times = t ? ttgs : tpps, *cpus = t ? ctgs : cpps;
-                qsort(times, reps, sizeof *times, cmp_double);
-                qsort(cpus, reps, sizeof *cpus, cmp_double);
-                double secs = times[reps / 2], tps = ntok / secs, cps = ntok / cpus[reps / 2];
+                double secs = bench_median(times, reps), tps = ntok / secs;
+                double cps = ntok / bench_median(cpus, reps);
                 if (t) {
                     r->tg = tps;
                     r->tg_cpu = cps;
@@ -364,7 +315,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    if (!json) printf("checksum %016llx\n", (unsigned long long)checksum);
+    if (!json) bench_print_checksum(checksum, 0);
     free(res);
     free(toks);
     free(logits);

@@ -14,15 +14,10 @@
  * difference to the scalar path's outputs relative to the largest output; the checksum
  * folds every output, so a change that is fast but wrong shows up.
  */
-#include <getopt.h>
 #include <sys/mman.h>
-#include <inttypes.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
+#include "bench.h"
 #include "ops.h"
 #include "threadpool.h"
 
@@ -42,8 +37,8 @@ static const uint32_t all_types[] = {PE_GGML_TYPE_F16, PE_GGML_TYPE_Q8_0, PE_GGM
 enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 
 typedef struct opts {
-    uint64_t seed;
-    int json, smoke, reps, thp;
+    bench_args b; /* --seed, --json, --smoke */
+    int reps, thp;
     uint32_t ws_mib, probe_mib, gemm_tok;
     uint32_t type_mask, shape_mask, thread_mask, isa_mask, tok_mask;
 } opts;
@@ -67,26 +62,6 @@ static void usage(FILE *f)
                "  --json          one JSON object per line instead of the table\n"
                "  --smoke         tiny and fast (for ctest)\n"
                "  --help          show this help\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-static float frand(uint64_t *s)
-{
-    return (float)((double)(rng(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
 /* Parses "a,b,c" against names (or numbers when names is NULL) into a bit mask. */
@@ -149,9 +124,9 @@ static double probe(uint32_t n_threads, uint32_t mib, int reps, uint64_t *check)
     probe_ctx p = {buf, bytes / 8, (bytes / 8 + n_threads - 1) / n_threads, {0}};
     double best = 1e30;
     for (int r = 0; r <= reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         pe_tp_run(tp, probe_task, &p, n_threads);
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         if (r > 0 && dt < best) best = dt;
     }
     for (uint32_t i = 0; i < n_threads; i++)
@@ -182,7 +157,7 @@ static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t
     }
     for (uint32_t o = 0; o < n_out; o++) {
         for (uint32_t i = 0; i < n_in; i++)
-            row[i] = frand(seed) * 0.05f;
+            row[i] = bench_randf(seed) * 0.05f;
         pe_quant_row(type, row, w + o * *row_bytes, n_in);
     }
     free(row);
@@ -199,7 +174,15 @@ static double max_abs(const float *y, size_t n)
 
 int main(int argc, char **argv)
 {
-    opts o = {1, 0, 0, 3, 0, 512, 256, 512, 0x1f, 0xf, 0x3, 0x7, 0x3};
+    opts o = {.reps = 3,
+              .ws_mib = 512,
+              .probe_mib = 256,
+              .gemm_tok = 512,
+              .type_mask = 0x1f,
+              .shape_mask = 0xf,
+              .thread_mask = 0x3,
+              .isa_mask = 0x7,
+              .tok_mask = 0x3};
     static const char *const type_names[] = {"f16", "q8_0", "q4_0", "bf16", "f32"};
     static const char *const shape_names[] = {"0", "1", "2", "3"};
     static const char *const thread_names[] = {"1", "2"};
@@ -215,16 +198,17 @@ int main(int argc, char **argv)
         {"reps", required_argument, 0, 'r'},
         {"ws-mib", required_argument, 0, 'w'},
         {"probe-mib", required_argument, 0, 'p'},
-        {"seed", required_argument, 0, 's'},
         {"thp", no_argument, 0, 'H'},
-        {"json", no_argument, 0, 'j'},
-        {"smoke", no_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    bench_cli cli = {.prog = "bench_matmul",
+                     .usage = usage,
+                     .own = lo,
+                     .common = BENCH_SEED | BENCH_JSON | BENCH_SMOKE,
+                     .a = {.seed = 1}};
     int bad = 0;
     for (;;) {
-        int c = getopt_long(argc, argv, "", lo, NULL);
+        int c = bench_cli_next(&cli, argc, argv);
         if (c == -1) break;
         switch (c) {
         case 'T':
@@ -243,37 +227,24 @@ int main(int argc, char **argv)
             bad |= parse_list(optarg, tok_names, 2, &o.tok_mask);
             break;
         case 'g':
-            o.gemm_tok = (uint32_t)strtoul(optarg, NULL, 10);
-            break;
         case 'r':
-            o.reps = (int)strtol(optarg, NULL, 10);
-            break;
         case 'w':
-            o.ws_mib = (uint32_t)strtoul(optarg, NULL, 10);
+        case 'p': {
+            uint64_t v = 0;
+            bad |= bench_parse_u64(optarg, &v) != 0 || v > (1u << 24);
+            if (c == 'g') o.gemm_tok = (uint32_t)v;
+            if (c == 'r') o.reps = (int)v;
+            if (c == 'w') o.ws_mib = (uint32_t)v;
+            if (c == 'p') o.probe_mib = (uint32_t)v;
             break;
-        case 'p':
-            o.probe_mib = (uint32_t)strtoul(optarg, NULL, 10);
-            break;
-        case 's':
-            o.seed = strtoull(optarg, NULL, 10);
-            break;
+        }
         case 'H':
             o.thp = 1;
             break;
-        case 'j':
-            o.json = 1;
-            break;
-        case 'm':
-            o.smoke = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
         }
     }
+    if (cli.status >= 0) return cli.status;
+    o.b = cli.a;
     if (bad || optind != argc || o.reps < 1 || o.gemm_tok < 1 || o.probe_mib < 1) {
         usage(stderr);
         return 2;
@@ -283,7 +254,7 @@ int main(int argc, char **argv)
         shapes_in[i] = all_shapes[i].n_in;
         shapes_out[i] = all_shapes[i].n_out;
     }
-    if (o.smoke) { /* tiny: exercise every path once */
+    if (o.b.smoke) { /* tiny: exercise every path once */
         for (int i = 0; i < N_SHAPES; i++) {
             shapes_in[i] = 256 + 32 * (uint32_t)i;
             shapes_out[i] = 64 + 3 * (uint32_t)i;
@@ -300,7 +271,7 @@ int main(int argc, char **argv)
     double bw[3] = {0};
     for (uint32_t nt = 1; nt <= 2; nt++)
         if (o.thread_mask & (1u << (nt - 1))) bw[nt] = probe(nt, o.probe_mib, o.reps, &check);
-    if (o.json) {
+    if (o.b.json) {
         printf(
             "{\"probe_mib\": %u, \"read_gbs_1t\": %.2f, \"read_gbs_2t\": %.2f, \"isa\": \"%s\"}\n",
             o.probe_mib, bw[1], bw[2], pe_isa_name(best_isa));
@@ -313,7 +284,7 @@ int main(int argc, char **argv)
     }
 
     pe_threadpool *pools[3] = {NULL, pe_tp_create(1), pe_tp_create(2)};
-    uint64_t seed = o.seed;
+    uint64_t seed = o.b.seed;
     int rc = 0;
     for (int si = 0; si < N_SHAPES && rc == 0; si++) {
         if (!(o.shape_mask & (1u << si))) continue;
@@ -342,7 +313,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; rc == 0 && i < n_copies; i++)
                 memcpy(copies + i * mat_bytes, w0, mat_bytes);
             for (size_t i = 0; rc == 0 && i < (size_t)o.gemm_tok * n_in; i++)
-                x[i] = frand(&seed);
+                x[i] = bench_randf(&seed);
             for (int ki = 0; ki < 2 && rc == 0; ki++) {
                 if (!(o.tok_mask & (1u << ki))) continue;
                 const uint32_t n_tok = ki == 0 ? 1 : o.gemm_tok;
@@ -355,24 +326,24 @@ int main(int argc, char **argv)
                         if (isa != 0 && !(o.isa_mask & (1u << isa))) continue;
                         pe_isa_force((pe_isa)isa);
                         pe_mat m = wm;
-                        if (isa == 0 && n_tok > 1 && !o.smoke) /* scaled-up estimate */
+                        if (isa == 0 && n_tok > 1 && !o.b.smoke) /* scaled-up estimate */
                             m.n_out = scalar_rows = n_out < 128 ? n_out : 128;
                         double best = 1e30;
                         size_t copy = 0;
                         for (int r = 0; r <= o.reps; r++) {
                             m.data = n_tok == 1 ? copies + copy * mat_bytes : w0;
                             copy = (copy + 1) % n_copies;
-                            double t0 = now_s(), dt;
+                            double t0 = bench_now_s(), dt;
                             if (n_tok == 1) { /* sweep the working set: one pass per rep */
                                 size_t passes = n_copies;
                                 for (size_t p = 0; p < passes; p++) {
                                     m.data = copies + ((copy + p) % n_copies) * mat_bytes;
                                     pe_matmul(pools[nt], &m, x, n_tok, y, scratch);
                                 }
-                                dt = (now_s() - t0) / (double)passes;
+                                dt = (bench_now_s() - t0) / (double)passes;
                             } else {
                                 pe_matmul(pools[nt], &m, x, n_tok, y, scratch);
-                                dt = now_s() - t0;
+                                dt = bench_now_s() - t0;
                             }
                             if (r > 0 && dt < best) best = dt;
                         }
@@ -415,7 +386,7 @@ int main(int argc, char **argv)
                         double xa = ms_isa[1] > 0 ? ms_isa[1] / res.ms : 0.0;
                         char shape[32];
                         snprintf(shape, sizeof shape, "%ux%u", n_in, n_out);
-                        if (o.json) {
+                        if (o.b.json) {
                             printf("{\"shape\": \"%s\", \"type\": \"%s\", \"n_tok\": %u, "
                                    "\"threads\": %u, \"isa\": \"%s\", \"ms\": %.4f, "
                                    "\"gflops\": %.2f, \"gbs\": %.2f, \"bw_frac\": %.3f, "
@@ -450,9 +421,6 @@ int main(int argc, char **argv)
     pe_isa_force(best_isa);
     pe_tp_destroy(pools[1]);
     pe_tp_destroy(pools[2]);
-    if (o.json)
-        printf("{\"checksum\": \"%016" PRIx64 "\"}\n", check);
-    else
-        printf("checksum %016" PRIx64 "\n", check);
+    bench_print_checksum(check, o.b.json);
     return rc;
 }

@@ -11,14 +11,9 @@
  * unlimited run's, the best time of --repeat runs (one untimed warm-up run first) and,
  * for Belady, its time as a ratio of LRU's at the same capacity.
  */
-#include <errno.h>
-#include <getopt.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include <jansson.h>
 
+#include "bench.h"
 #include "gen.h"
 #include "sim.h"
 #include "trace.h"
@@ -56,24 +51,11 @@ static int add_request(void *ud, const gen_request *r)
     return trace_set_add(ud, r->input_length, r->ids, r->n_ids);
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end = NULL;
-    if (s[0] < '0' || s[0] > '9') return -1;
-    errno = 0;
-    *out = strtoull(s, &end, 10);
-    return *end == '\0' && errno == 0 ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"seed", required_argument, NULL, 's'},
         {"requests", required_argument, NULL, 'r'},
         {"repeat", required_argument, NULL, 'n'},
-        {"json", no_argument, NULL, 'j'},
-        {"smoke", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     gen_params gp = gen_default_params();
@@ -81,46 +63,36 @@ int main(int argc, char **argv)
     trace_set ts = {0};
     sim_result res[N_SPECS];
     uint64_t repeat = 3, checksum = 0, v;
-    int json = 0, smoke = 0, opt;
+    int opt;
     const char *why = NULL;
     char err[256];
     json_t *out = NULL, *runs = NULL;
 
+    bench_cli cli = {.prog = "bench_replay",
+                     .usage = usage,
+                     .own = opts,
+                     .optstring = "h",
+                     .common = BENCH_SEED | BENCH_JSON | BENCH_SMOKE,
+                     .a = {.seed = gp.seed}};
     gp.n_requests = 200000;
     for (;;) {
-        opt = getopt_long(argc, argv, "h", opts, NULL);
+        opt = bench_cli_next(&cli, argc, argv);
         if (opt == -1) break;
-        switch (opt) {
-        case 's':
-        case 'r':
-        case 'n':
-            if (parse_u64(optarg, &v) != 0 || (opt == 'n' && (v == 0 || v > 1000))) {
-                fprintf(stderr, "bench_replay: bad value '%s'\n", optarg);
-                return 2;
-            }
-            if (opt == 's') gp.seed = v;
-            if (opt == 'r') gp.n_requests = v;
-            if (opt == 'n') repeat = v;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'k':
-            smoke = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
+        if (bench_parse_u64(optarg, &v) != 0 || (opt == 'n' && (v == 0 || v > 1000))) {
+            fprintf(stderr, "bench_replay: bad value '%s'\n", optarg);
             return 2;
         }
+        if (opt == 'r') gp.n_requests = v;
+        if (opt == 'n') repeat = v;
     }
+    if (cli.status >= 0) return cli.status;
+    const int json = cli.a.json;
+    gp.seed = cli.a.seed;
     if (optind != argc) {
         usage(stderr);
         return 2;
     }
-    if (smoke) {
+    if (cli.a.smoke) {
         gp.n_requests = 2000;
         repeat = 1;
     }

@@ -835,6 +835,11 @@ out:
 
 /* ---- accessors ---- */
 
+const pgd__alloc *pgd__cache_alloc(const pgd_cache *c)
+{
+    return &c->al; /* set at create, never changed: no lock */
+}
+
 uint64_t pgd_seq_length(pgd_cache *c, const pgd_seq *s)
 {
     lock(c);

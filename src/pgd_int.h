@@ -32,10 +32,6 @@ void pgd__check_fail(const char *file, int line, const char *expr);
 #define pgd_assert(x) PGD_CHECK(x)
 #endif
 
-/* Defensive branches that should be unreachable (SQLite ALWAYS/NEVER). */
-#define PGD_ALWAYS(x) (x)
-#define PGD_NEVER(x) (x)
-
 /* ---- allocation (through the user's allocator) ---- */
 
 typedef struct pgd__alloc {
@@ -158,6 +154,10 @@ const pgd__policy_ops *pgd__policy_lookup(pgd_policy_kind kind);
  * Returns PGD_OK, PGD_EINVAL (not a kivi2 pool) or PGD_ENOMEM. Takes the cache lock. */
 int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
                       uint64_t *lo);
+
+/* The cache's allocator (params alloc, else pool.alloc, else libc), for allocations made
+ * on the cache's behalf (pgd_attn_run_ref's scratch). Valid while the cache lives. */
+const pgd__alloc *pgd__cache_alloc(const pgd_cache *c);
 
 /* ---- pool internals used by cache.c ---- */
 

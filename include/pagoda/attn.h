@@ -92,7 +92,7 @@ PGD_API int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items
 
 /* The scalar reference: same contract, single thread, codec decode_rows + careful softmax
  * (the spec; tests and the engine's --attn-ref use it). Allocates its scratch per call
- * (libc). Returns 0, PGD_EINVAL (as above, plus n_head or select_pages as in
+ * through the cache's allocator. Returns 0, PGD_EINVAL (as above, plus n_head or select_pages as in
  * pgd_attn_create) or PGD_ENOMEM. */
 PGD_API int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer,
                              const pgd_attn_item *items, uint32_t n, uint32_t select_pages);

@@ -51,10 +51,8 @@
  * Quest: a first pass (one task per decode item and KV head) selects the pages of every
  * decode row over budget (common.c); the tasks of those rows then run over the selection.
  *
- * Measured (one thread, f16, head_dim 128, 8 KV heads, against the engine's attn_tile_task
- * of the previous commit on the same pages, a harness outside the tree): decode at 8k
- * context 2.7x (GQA 1) and 1.9x (GQA 4) faster; prefill of 512 rows after 2048 2.0x and
- * 1.2x; with the codec kernels built at -O3, 3.8x / 4.0x and 4.8x / 3.0x.
+ * Figures: bench/bench_attn (decode GB/s against a read-bandwidth probe of the same bytes,
+ * paged against contiguous page tables, prefill rows/s; --help lists the options).
  *
  * Invariants: run never allocates (plan arrays and per-thread scratch are sized at
  * create from max_rows, n_threads, the pool geometry and select_pages); thread t touches

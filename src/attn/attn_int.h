@@ -3,7 +3,7 @@
  * attn_int.h - what the files of src/attn/ share: the pool geometry as attention sees it,
  * one item's view of its sequence (page table, kivi2 residual ring), the source of a
  * page's K/V rows, Quest page selection, and the softmax step kernels. Internal to
- * libpagoda (tests include it to reach the ISA levels).
+ * libpagoda (tests include it to reach the ISA levels, bench_attn for its --wide hook).
  *
  *   ref.c      pgd_attn_run_ref: the scalar reference, the spec
  *   attn.c     pgd_attn_create/run: the planner, the work-item kernel, the merge

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ref.c - the scalar reference of paged attention (pgd_attn_run_ref): the spec that the
- * fast path (attn.c) is tested against. Plain loops, one thread, allocation per call.
+ * fast path (attn.c) is tested against. Plain loops, one thread, allocation per call
+ * (through the cache's allocator, pgd__cache_alloc).
  *
  * For every item, every query row t (position pos = len - n_rows + t) and KV head g:
  *
@@ -19,7 +20,6 @@
  * rotated pools give the same attention as unrotated ones up to rounding.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attn_int.h"
@@ -37,9 +37,10 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
     int rc = pgd__attn_geom_init(&g, c, n_head, select_pages, 1);
     if (rc != PGD_OK) return rc;
     if (layer >= g.n_layers || (n && !items)) return PGD_EINVAL;
+    const pgd__alloc *al = pgd__cache_alloc(c);
 
     rc = PGD_ENOMEM;
-    views = calloc(n ? n : 1, sizeof *views);
+    views = pgd__calloc(al, n ? n : 1, sizeof *views);
     if (!views) goto done;
     for (uint32_t i = 0; i < n; i++) {
         if (items[i].n_rows == 0) continue;
@@ -50,14 +51,14 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
     rc = PGD_ENOMEM;
     const uint32_t hd = g.head_dim, pt = g.page_tokens, G = g.group;
     const uint64_t max_pages = (max_len + pt - 1) / pt;
-    kv = malloc((size_t)pt * hd * sizeof *kv);
-    qr = malloc((size_t)G * hd * sizeof *qr);
-    o = malloc((size_t)hd * sizeof *o);
-    sc = malloc((size_t)G * (max_len ? max_len : 1) * sizeof *sc);
-    acc = malloc((size_t)G * hd * sizeof *acc);
-    list = malloc((size_t)(max_pages ? max_pages : 1) * sizeof *list);
-    heap_page = malloc((size_t)(select_pages ? select_pages : 1) * sizeof *heap_page);
-    heap_score = malloc((size_t)(select_pages ? select_pages : 1) * sizeof *heap_score);
+    kv = pgd__malloc(al, (size_t)pt * hd * sizeof *kv);
+    qr = pgd__malloc(al, (size_t)G * hd * sizeof *qr);
+    o = pgd__malloc(al, (size_t)hd * sizeof *o);
+    sc = pgd__malloc(al, (size_t)G * (max_len ? max_len : 1) * sizeof *sc);
+    acc = pgd__malloc(al, (size_t)G * hd * sizeof *acc);
+    list = pgd__malloc(al, (size_t)(max_pages ? max_pages : 1) * sizeof *list);
+    heap_page = pgd__malloc(al, (size_t)(select_pages ? select_pages : 1) * sizeof *heap_page);
+    heap_score = pgd__malloc(al, (size_t)(select_pages ? select_pages : 1) * sizeof *heap_score);
     if (!kv || !qr || !o || !sc || !acc || !list || !heap_page || !heap_score) goto done;
 
     const double scale = 1.0 / sqrt((double)hd);
@@ -136,14 +137,14 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
     }
     rc = PGD_OK;
 done:
-    free(views);
-    free(kv);
-    free(qr);
-    free(o);
-    free(sc);
-    free(acc);
-    free(list);
-    free(heap_page);
-    free(heap_score);
+    pgd__free(al, views);
+    pgd__free(al, kv);
+    pgd__free(al, qr);
+    pgd__free(al, o);
+    pgd__free(al, sc);
+    pgd__free(al, acc);
+    pgd__free(al, list);
+    pgd__free(al, heap_page);
+    pgd__free(al, heap_score);
     return rc;
 }

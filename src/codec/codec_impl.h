@@ -3,9 +3,9 @@
  * codec_impl.h - what the codec files of src/codec/ share with each other and with
  * tests/unit/test_codec.c (never with src/attn/: attention uses codec_int.h only).
  *
- *   ISA levels   0 scalar reference, 1 AVX2+FMA+F16C, 2 AVX-512 (F, BW, VL, DQ),
- *                3 AVX-512 + VNNI + VBMI (integer k_scores / v_accum of q8_0, q4_0, kivi2;
- *                the other codecs use their AVX-512 table there).
+ *   ISA levels   util/cpu.h: 0 scalar reference, 1 AVX2+FMA+F16C, 2 AVX-512 (F, BW, VL,
+ *                DQ), 3 AVX-512 + VNNI + VBMI (integer k_scores / v_accum of q8_0, q4_0,
+ *                kivi2; the other codecs use their AVX-512 table there).
  *   Tables       every codec file defines pgd__codec_<name>_ref and, on x86,
  *                pgd__codec_<name>_avx2 and pgd__codec_<name>_avx512 (the SIMD tables
  *                share the reference's encoders where encoding is not hot).
@@ -21,11 +21,8 @@
 #include <string.h>
 
 #include "codec_int.h"
+#include "util/cpu.h" /* ISA levels, pgd__cpu_isa */
 
-enum { PGD__ISA_SCALAR = 0, PGD__ISA_AVX2 = 1, PGD__ISA_AVX512 = 2, PGD__ISA_VNNI = 3 };
-
-/* The best ISA level of this CPU (cpuid, detected once; thread-safe). */
-int pgd__codec_isa(void);
 /* The table of a type at an ISA level, or NULL when the type is unknown or this CPU or
  * build lacks the level. For tests and benchmarks. */
 const pgd__codec *pgd__codec_at(pgd_kv_type type, int isa);
@@ -35,11 +32,6 @@ static inline size_t pgd__round16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
 }
-
-/* f16 of f, rounded away from zero instead of to nearest: |result| >= |f| (so that a
- * scale computed as amax / qmax never makes a value overflow its code range), clamped to
- * the largest finite f16. */
-uint16_t pgd__f32_to_f16_up(float f);
 
 extern const pgd__codec pgd__codec_f32_ref, pgd__codec_f16_ref, pgd__codec_bf16_ref,
     pgd__codec_q8_0_ref, pgd__codec_q4_0_ref, pgd__codec_kivi2_ref;

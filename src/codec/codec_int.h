@@ -11,7 +11,7 @@
  *
  * Rows are token slots of the page, 0 .. page_tokens-1; a row is head_dim values.
  * Rotation (--kv-rotate) is NOT a codec concern: callers rotate K and V before encoding
- * and rotate queries/outputs themselves (see pgd__hadamard below).
+ * and rotate queries/outputs themselves (see pgd__hadamard below, codec/rotate.c).
  *
  * Kernels never dequantise a whole region into a temporary: k_scores and v_accum read
  * the encoded bytes in their inner loop. Every kernel has a scalar reference
@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "pagoda/pool.h"
+#include "util/fp16.h" /* f16 / bf16 conversions, shared by codecs and attention */
 
 typedef enum pgd__kv_kind { PGD__K = 0, PGD__V = 1 } pgd__kv_kind;
 
@@ -42,7 +43,8 @@ typedef struct pgd__codec {
      * Rows of a page are written in increasing slot order, each once (slots of a page
      * already written are never rewritten except by a copy-on-write copy of the region);
      * for head_dim < 32 a q8_0/q4_0 block spans 32/head_dim rows and a new row may
-     * re-scale the block's earlier rows (documented in codec.h). */
+     * re-scale the block's earlier rows (see pgd_kv_type in include/pagoda/pool.h; the
+     * rule and its error bound in q8_0.c, q4_0.c). */
     void (*write_row)(pgd__kv_kind kind, void *region, uint32_t page_tokens, uint32_t head_dim,
                       uint32_t slot, const float *row);
 
@@ -99,15 +101,6 @@ size_t pgd__codec_region_bytes(pgd_kv_type type, uint32_t page_tokens, uint32_t 
  * signs drawn from `seed`. Forward then inverse is the identity (up to rounding);
  * dot(fwd(q), fwd(k)) == dot(q, k). Returns PGD_EINVAL when head_dim is not a power of two. */
 int pgd__hadamard(float *x, uint32_t head_dim, uint64_t seed, int inverse);
-
-/* f16 / bf16 conversions (round to nearest even), shared by codecs and attention. */
-uint16_t pgd__f32_to_f16(float f);
-float pgd__f16_to_f32(uint16_t h);
-uint16_t pgd__f32_to_bf16(float f);
-float pgd__bf16_to_f32(uint16_t h);
-/* Whole rows of the same (F16C when the CPU has it; bit-identical to the scalar ones). */
-void pgd__f32_to_f16_n(const float *x, uint16_t *h, size_t n);
-void pgd__f16_to_f32_n(const uint16_t *h, float *x, size_t n);
 
 /* NULL when a pool of this type may have this geometry, else why not (static text, to
  * follow "kv type <name> " in pgd_pool_params_check's reason):

@@ -3,7 +3,8 @@
  * registry.c - the table of codecs: maps a pgd_kv_type to its ops table at the best ISA
  * level of this CPU (pgd__codec_get), to its scalar reference (pgd__codec_ref) or to a
  * given level (pgd__codec_at, tests and benchmarks), and checks a pool's geometry against
- * a codec. Callers: pool.c, cache.c, src/attn/, tests. Stateless but for util.c's ISA level.
+ * a codec. Callers: pool.c, cache.c, src/attn/, tests. Stateless but for the ISA level
+ * (util/cpu.c).
  */
 #include "codec_impl.h"
 
@@ -29,7 +30,7 @@ static const pgd__codec *const vnni_tables[] = {
 
 const pgd__codec *pgd__codec_at(pgd_kv_type type, int isa)
 {
-    if ((unsigned)type >= N_TYPES || isa < 0 || isa > pgd__codec_isa()) return NULL;
+    if ((unsigned)type >= N_TYPES || isa < 0 || isa > pgd__cpu_isa()) return NULL;
 #ifdef PGD__CODEC_X86
     if (isa == PGD__ISA_VNNI) return vnni_tables[type];
     if (isa == PGD__ISA_AVX512) return avx512_tables[type];
@@ -40,7 +41,7 @@ const pgd__codec *pgd__codec_at(pgd_kv_type type, int isa)
 
 const pgd__codec *pgd__codec_get(pgd_kv_type type)
 {
-    return pgd__codec_at(type, pgd__codec_isa());
+    return pgd__codec_at(type, pgd__cpu_isa());
 }
 
 const pgd__codec *pgd__codec_ref(pgd_kv_type type)

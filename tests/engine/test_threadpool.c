@@ -4,6 +4,7 @@
  * pools of 1..4 threads, with exact per-task counts, thread ids in range, runs separated
  * by pauses longer than the workers' spin (so the futex sleep/wake paths run too), and
  * create/destroy cycles. Label "thread": the TSan pass of scripts/test.sh runs it.
+ * The cost of a run is measured by bench/bench_threadpool.c.
  */
 #include <stdatomic.h>
 #include <time.h>
@@ -34,13 +35,6 @@ static void sleep_us(long us)
 {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int stress(uint32_t n_threads, uint32_t n_runs, int with_pauses)
@@ -107,36 +101,10 @@ static int test_create_destroy(void)
     return 0;
 }
 
-static void noop_task(void *ctx, uint32_t task, uint32_t thread)
-{
-    (void)ctx;
-    (void)task;
-    (void)thread;
-}
-
-/* Prints the cost of a run of 2 trivial tasks (informational: decode issues ~130 runs per
- * token, so this should be a few microseconds). */
-static int test_dispatch_latency(void)
-{
-    pe_threadpool *tp = pe_tp_create(2);
-    T_ASSERT(tp);
-    enum { N = 20000 };
-    for (int i = 0; i < 1000; i++)
-        pe_tp_run(tp, noop_task, NULL, 2);
-    double t0 = now_s();
-    for (int i = 0; i < N; i++)
-        pe_tp_run(tp, noop_task, NULL, 2);
-    double dt = now_s() - t0;
-    printf("  pe_tp_run (2 threads, 2 tasks): %.2f us per run\n", dt / N * 1e6);
-    pe_tp_destroy(tp);
-    return 0;
-}
-
 int main(void)
 {
     T_RUN(test_many_tiny_runs);
     T_RUN(test_runs_after_sleep);
     T_RUN(test_create_destroy);
-    T_RUN(test_dispatch_latency);
     T_DONE();
 }

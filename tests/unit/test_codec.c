@@ -280,7 +280,7 @@ static int test_kernels_vs_ref(void)
                     if (pgd__codec_geometry_error(all_types[t], pts[j], hds[i])) continue;
                     if (check_kernels(all_types[t], isa, hds[i], pts[j])) return 1;
                 }
-    printf("     isa level of this CPU: %d\n", pgd__codec_isa());
+    printf("     isa level of this CPU: %d\n", pgd__cpu_isa());
     return 0;
 }
 

@@ -4,9 +4,13 @@
  * allocation (malloc or realloc) for N = 1, 2, ... until the call under test succeeds
  * without a failure. Each failed call must return PGD_ENOMEM, leak nothing, leave the
  * object unchanged (stats, check) and usable: the same call then succeeds.
+ * Covered: pool and cache create, the sequence calls (create, match, grow, fork, commit,
+ * write_slot, write_kv into the kivi2 residual window, truncate), evict / clear, attention
+ * create (dense and Quest) and the scalar attention reference.
  */
 #include <stdalign.h>
 
+#include <pagoda/attn.h>
 #include <pagoda/cache.h>
 
 #include "t.h"
@@ -234,6 +238,66 @@ static int setup_fresh(fx *f)
     return pgd_seq_create(f->c, "u", 1, &f->s) != PGD_OK;
 }
 
+/* A kivi2 cache of 64 pages (residual window 8 pages) and a sequence of KIVI_TOKENS
+ * positions, none written yet: its residual window is not allocated. */
+enum { KIVI_TOKENS = 9 * PT };
+
+static int setup_kivi2(fx *f)
+{
+    pgd_cache_params p = cparams(64);
+    p.pool.kv_type = PGD_KV_KIVI2;
+    p.kv_residual = 8 * PT;
+    memset(f, 0, sizeof *f);
+    if (pgd_cache_create(&p, &f->c) != PGD_OK) return 1;
+    if (pgd_seq_create(f->c, "k", 1, &f->s) != PGD_OK) return 1;
+    return pgd_seq_grow(f->c, f->s, KIVI_TOKENS) != PGD_OK;
+}
+
+/* K and V rows of KIVI_TOKENS positions, one KV head of head_dim 8. */
+static float kv_rows[KIVI_TOKENS * 8];
+
+static int64_t call_write_kv(fx *f)
+{
+    for (size_t i = 0; i < sizeof kv_rows / sizeof kv_rows[0]; i++)
+        kv_rows[i] = (float)(i % 13) * 0.25f - 1.5f;
+    /* Both layers: each of the first 8 pages is encoded from the window as it fills, the
+     * last 4 positions overwrite the window slots of page 0. */
+    for (uint32_t l = 0; l < 2; l++) {
+        int rc = pgd_seq_write_kv(f->c, f->s, 0, KIVI_TOKENS, l, kv_rows, kv_rows);
+        if (rc != PGD_OK) return rc;
+    }
+    return 0;
+}
+
+/* The kivi2 sequence with its window written. */
+static int setup_kivi2_written(fx *f)
+{
+    return setup_kivi2(f) || call_write_kv(f) != 0;
+}
+
+/* ... and committed, so that it can be forked (a fork copies the window). */
+static int setup_kivi2_committed(fx *f)
+{
+    if (setup_kivi2_written(f)) return 1;
+    return pgd_seq_commit(f->c, f->s, f->toks, KIVI_TOKENS) != KIVI_TOKENS / PT;
+}
+
+static long truncate_allocs = -1; /* allocations the last pgd_seq_truncate made */
+
+static int64_t call_truncate(fx *f)
+{
+    int rc = pgd_seq_truncate(f->c, f->s, LONG_TOKENS); /* drops the 3-token page */
+    truncate_allocs = A.n_calls;
+    return rc;
+}
+
+static int64_t call_truncate_kivi2(fx *f)
+{
+    int rc = pgd_seq_truncate(f->c, f->s, 8 * PT + 2); /* keeps a partial page */
+    truncate_allocs = A.n_calls;
+    return rc;
+}
+
 static int64_t call_seq_create(fx *f)
 {
     return pgd_seq_create(f->c, "x", 1, &f->out);
@@ -343,6 +407,7 @@ static int fault_loop(const char *name, setup_fn setup, call_fn call)
             rc = call(&f);
             if (rc < 0) T_FAIL("%s: after failure %ld, retry returned %" PRId64, name, n, rc);
         }
+        if (!fired && rc < 0) T_FAIL("%s: call returned %" PRId64 " without a failure", name, rc);
         T_EQ(pgd_cache_check(f.c), PGD_OK);
         teardown(&f);
         if (A.n_live != 0) T_FAIL("%s: %ld blocks leaked after teardown", name, A.n_live);
@@ -398,6 +463,147 @@ static int test_evict_clear(void)
     return fault_loop("cache_evict/clear", setup_base, call_evict_clear);
 }
 
+static int test_seq_write_kv_kivi2(void)
+{
+    return fault_loop("seq_write_kv (kivi2 window)", setup_kivi2, call_write_kv);
+}
+
+static int test_seq_fork_kivi2(void)
+{
+    return fault_loop("seq_fork (kivi2 window)", setup_kivi2_committed, call_fork);
+}
+
+/* Truncation only releases: it must succeed without allocating. */
+static int test_seq_truncate(void)
+{
+    if (fault_loop("seq_truncate", setup_matched, call_truncate)) return 1;
+    T_EQ(truncate_allocs, 0);
+    truncate_allocs = -1;
+    if (fault_loop("seq_truncate (kivi2)", setup_kivi2_written, call_truncate_kivi2)) return 1;
+    T_EQ(truncate_allocs, 0);
+    return 0;
+}
+
+/* ---- attention ---- */
+
+/* An f16 cache with key bounds (2 layers, 2 KV heads of head_dim 8) and one sequence of 10
+ * written positions; n_head 4 query heads. */
+enum { AT_KV = 2, AT_HD = 8, AT_HEADS = 4, AT_LEN = 10 };
+
+typedef struct afx {
+    pgd_cache *c;
+    pgd_seq *s;
+    float q[AT_HEADS * AT_HD], out[AT_HEADS * AT_HD];
+} afx;
+
+static int afx_init(afx *f, pgd_kv_type type)
+{
+    pgd_cache_params p = cparams(16);
+    static float kv[AT_LEN * AT_KV * AT_HD];
+    memset(f, 0, sizeof *f);
+    p.pool.n_kv_heads = AT_KV;
+    p.pool.kv_type = type;
+    p.pool.key_bounds = 1;
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        kv[i] = (float)((i * 7) % 11) * 0.2f - 1.0f;
+    for (size_t i = 0; i < AT_HEADS * AT_HD; i++)
+        f->q[i] = (float)(i % 5) * 0.3f - 0.6f;
+    if (pgd_cache_create(&p, &f->c) != PGD_OK || pgd_seq_create(f->c, "a", 1, &f->s) != PGD_OK ||
+        pgd_seq_grow(f->c, f->s, AT_LEN) != PGD_OK)
+        return 1;
+    for (uint32_t l = 0; l < 2; l++)
+        if (pgd_seq_write_kv(f->c, f->s, 0, AT_LEN, l, kv, kv) != PGD_OK) return 1;
+    return 0;
+}
+
+static void afx_deinit(afx *f)
+{
+    pgd_seq_destroy(f->c, f->s);
+    pgd_cache_destroy(f->c);
+}
+
+/* pgd_attn_create under failures, dense (select_pages 0) or Quest; the context made by the
+ * successful call must run. */
+static int attn_create_loop(uint32_t select_pages)
+{
+    afx f;
+    if (afx_init(&f, PGD_KV_F16)) T_FAIL("attention fixture failed");
+    pgd_attn_params ap = pgd_attn_default_params();
+    ap.n_head = AT_HEADS;
+    ap.n_threads = 2;
+    ap.max_rows = 8;
+    ap.select_pages = select_pages;
+    ap.alloc = &alloc;
+    const long live0 = A.n_live;
+    const size_t bytes0 = A.n_bytes;
+    for (long n = 1;; n++) {
+        pgd_attn *a = (pgd_attn *)(uintptr_t)1;
+        arm(n);
+        int rc = pgd_attn_create(f.c, &ap, &a);
+        disarm();
+        if (A.fired) {
+            if (rc != PGD_ENOMEM) T_FAIL("alloc %ld failed but attn_create returned %d", n, rc);
+            T_ASSERT(a == NULL);
+            T_EQ(A.n_live, live0);
+            T_EQ(A.n_bytes, bytes0);
+            continue;
+        }
+        T_EQ(rc, PGD_OK);
+        pgd_attn_item it = {f.s, 1, f.q, f.out};
+        T_EQ(pgd_attn_run(a, 1, &it, 1), PGD_OK);
+        pgd_attn_destroy(a);
+        T_EQ(A.n_live, live0);
+        printf("     attn_create (select_pages %u): %ld allocations\n", select_pages, n - 1);
+        break;
+    }
+    afx_deinit(&f);
+    T_EQ(A.n_live, 0);
+    return 0;
+}
+
+static int test_attn_create(void)
+{
+    return attn_create_loop(0) || attn_create_loop(2);
+}
+
+/* pgd_attn_run_ref allocates its scratch per call through the cache's allocator: each
+ * failure gives PGD_ENOMEM, writes nothing and leaks nothing (kivi2: the pages that the
+ * residual window holds are read from it). */
+static int ref_loop(pgd_kv_type type)
+{
+    afx f;
+    if (afx_init(&f, type)) T_FAIL("attention fixture failed");
+    for (long n = 1;; n++) {
+        pgd_attn_item it = {f.s, 1, f.q, f.out};
+        const long live0 = A.n_live;
+        memset(f.out, 0xff, sizeof f.out);
+        arm(n);
+        int rc = pgd_attn_run_ref(f.c, AT_HEADS, 1, &it, 1, 0);
+        disarm();
+        if (A.fired) {
+            if (rc != PGD_ENOMEM) T_FAIL("alloc %ld failed but attn_run_ref returned %d", n, rc);
+            T_EQ(A.n_live, live0);
+            for (size_t i = 0; i < sizeof f.out; i++)
+                T_EQ(((unsigned char *)f.out)[i], 0xff);
+            continue;
+        }
+        T_EQ(rc, PGD_OK);
+        T_ASSERT(n > 1); /* the scratch came from the counting allocator */
+        T_EQ(A.n_live, live0);
+        T_ASSERT(f.out[0] == f.out[0]); /* written: no longer the 0xff NaN pattern */
+        printf("     attn_run_ref (%s): %ld allocations\n", pgd_kv_type_name(type), n - 1);
+        break;
+    }
+    afx_deinit(&f);
+    T_EQ(A.n_live, 0);
+    return 0;
+}
+
+static int test_attn_run_ref(void)
+{
+    return ref_loop(PGD_KV_F16) || ref_loop(PGD_KV_Q8_0) || ref_loop(PGD_KV_KIVI2);
+}
+
 int main(void)
 {
     T_RUN(test_pool_create);
@@ -412,5 +618,10 @@ int main(void)
     T_RUN(test_seq_commit_hashes);
     T_RUN(test_seq_write_slot);
     T_RUN(test_evict_clear);
+    T_RUN(test_seq_write_kv_kivi2);
+    T_RUN(test_seq_fork_kivi2);
+    T_RUN(test_seq_truncate);
+    T_RUN(test_attn_create);
+    T_RUN(test_attn_run_ref);
     T_DONE();
 }

@@ -1,21 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util.c - what every codec and the attention kernels share: f16 / bf16 conversions
- * (scalar, round to nearest even; F16C for whole rows when the CPU has it), the
- * randomized Hadamard rotation (pgd__hadamard) and the ISA detection behind
- * pgd__codec_get. Callers: the codecs, the attention kernels, cache.c.
- * No state but the detected ISA level (an atomic, set once).
+ * fp16.c - f16 / bf16 conversions (see fp16.h): scalar, round to nearest even, and whole
+ * rows through F16C when the CPU has it (util/cpu.c). Callers: the codecs, the attention
+ * kernels, cache.c. No state.
  */
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
-#include "codec_impl.h"
-#include "pgd_int.h"
+#include "util/cpu.h"
+#include "util/fp16.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
+#define FP16_X86 1
 #endif
 
 /* ---- f16 / bf16 ---- */
@@ -84,7 +81,7 @@ float pgd__bf16_to_f32(uint16_t h)
     return f;
 }
 
-#ifdef PGD__CODEC_X86
+#ifdef FP16_X86
 __attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(const float *x, uint16_t *h,
                                                                  size_t n)
 {
@@ -109,8 +106,8 @@ __attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(const uint16_t 
 
 void pgd__f32_to_f16_n(const float *x, uint16_t *h, size_t n)
 {
-#ifdef PGD__CODEC_X86
-    if (pgd__codec_isa() >= PGD__ISA_AVX2) {
+#ifdef FP16_X86
+    if (pgd__cpu_isa() >= PGD__ISA_AVX2) {
         f32_to_f16_f16c(x, h, n);
         return;
     }
@@ -121,84 +118,12 @@ void pgd__f32_to_f16_n(const float *x, uint16_t *h, size_t n)
 
 void pgd__f16_to_f32_n(const uint16_t *h, float *x, size_t n)
 {
-#ifdef PGD__CODEC_X86
-    if (pgd__codec_isa() >= PGD__ISA_AVX2) {
+#ifdef FP16_X86
+    if (pgd__cpu_isa() >= PGD__ISA_AVX2) {
         f16_to_f32_f16c(h, x, n);
         return;
     }
 #endif
     for (size_t i = 0; i < n; i++)
         x[i] = pgd__f16_to_f32(h[i]);
-}
-
-/* ---- Hadamard rotation ---- */
-
-static uint64_t splitmix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Sign i of D is negative when bit (i % 64) of splitmix64(seed + i / 64) is set. */
-static void apply_signs(float *x, uint32_t n, uint64_t seed)
-{
-    for (uint32_t i0 = 0; i0 < n; i0 += 64) {
-        uint64_t bits = splitmix64(seed + i0 / 64);
-        for (uint32_t i = i0; i < n && i < i0 + 64; i++)
-            if ((bits >> (i - i0)) & 1u) x[i] = -x[i];
-    }
-}
-
-int pgd__hadamard(float *x, uint32_t head_dim, uint64_t seed, int inverse)
-{
-    uint32_t n = head_dim;
-    if (n == 0 || (n & (n - 1))) return PGD_EINVAL;
-    if (!inverse) apply_signs(x, n, seed);
-    for (uint32_t len = 1; len < n; len <<= 1)
-        for (uint32_t i = 0; i < n; i += len << 1)
-            for (uint32_t j = i; j < i + len; j++) {
-                float a = x[j], b = x[j + len];
-                x[j] = a + b;
-                x[j + len] = a - b;
-            }
-    float norm = 1.0f / sqrtf((float)n);
-    for (uint32_t i = 0; i < n; i++)
-        x[i] *= norm;
-    if (inverse) apply_signs(x, n, seed);
-    return PGD_OK;
-}
-
-/* ---- ISA detection ---- */
-
-static atomic_int isa_level = -1;
-
-static int detect(void)
-{
-#ifdef PGD__CODEC_X86
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    /* F16C by CPUID (leaf 1, ECX bit 29): older compilers' __builtin_cpu_supports lacks it. */
-    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    int vnni =
-        avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
-    if (vnni) return PGD__ISA_VNNI;
-    if (avx512) return PGD__ISA_AVX512;
-    if (avx2) return PGD__ISA_AVX2;
-#endif
-    return PGD__ISA_SCALAR;
-}
-
-int pgd__codec_isa(void)
-{
-    int v = atomic_load_explicit(&isa_level, memory_order_relaxed);
-    if (v < 0) {
-        v = detect();
-        atomic_store_explicit(&isa_level, v, memory_order_relaxed);
-    }
-    return v;
 }
