@@ -12,6 +12,9 @@
  *   seq B: [p0][p1][q2]              B shares A's prefix p0,p1 (matched), q2 its own
  *   index: h0->p0, h1->p1 (parent h0), h2->p2 (parent h1), h2'->q2 (parent h1)
  *
+ * Hashing: a token-mode sequence hashes each full page once: under the lock in match and
+ * commit, unless the caller passes the hashes (match_hashed / commit_hashed), computed
+ * before the lock is taken (the scheduler hashes each prompt once at submit).
  * Invariants (checked by pgd_cache_check):
  *   refcount(p) == #tables holding p + (page_entry[p] != NONE)
  *   policy contains p  <=>  page_entry[p] != NONE && refcount(p) == 1
@@ -53,6 +56,7 @@ struct pgd_seq {
     int unregistrable;    /* a hash conflict broke the chain: register nothing more */
     uint32_t last_entry;  /* index entry of page n_full-1, PGD__NONE if none */
     pgd_hash last;        /* hash of page n_full-1, or the seed */
+    pgd_hash seed;        /* the chain seed h_{-1}; immutable after create (read unlocked) */
     int32_t *partial;     /* [page_tokens] tokens of the page being filled */
     uint16_t *ring;       /* kivi2 residual ring (see the header), NULL until first needed */
     uint64_t ring_lo;     /* kivi2: lowest position with a valid ring copy; page start */
@@ -330,7 +334,7 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
     lock(c);
     int rc = seq_alloc(c, &s);
     if (rc == PGD_OK) {
-        s->last = seed;
+        s->last = s->seed = seed;
         seq_link(c, s);
         *out = s;
     }
@@ -390,6 +394,7 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->unregistrable = src->unregistrable;
     s->last_entry = src->last_entry;
     s->last = src->last;
+    s->seed = src->seed;
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
     for (uint32_t i = 0; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
@@ -402,28 +407,34 @@ out:
 
 /* ---- match ---- */
 
-/* Pins the pages of entries found for hashes, for an empty sequence whose table has room.
- * Stops at the first miss or at an entry that does not extend the previous one. */
-static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const pgd_hash *h, size_t n)
+/* Pins the longest cached chain of full pages for an empty sequence whose table has room
+ * for n pages, and makes them its prefix. Page k's hash is hashes[k] for k < n_hashes,
+ * else it is computed from tokens here, lazily (a prompt that diverges early costs one
+ * hash, not n). Stops at the first miss or at an entry that does not extend the previous
+ * one. Returns the number of pages pinned. Lock held. */
+static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_hash *hashes,
+                          size_t n_hashes, size_t n)
 {
     uint32_t k = 0, prev = PGD__NONE;
+    pgd_hash h = s->last;
     for (; k < n; k++) {
-        uint32_t e = pgd__index_find(c->ix, h[k]);
+        h = k < n_hashes ? hashes[k]
+                         : pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens,
+                                           c->page_tokens);
+        uint32_t e = pgd__index_find(c->ix, h);
         if (e == PGD__NONE) break;
         const pgd__entry *en = pgd__index_entry(c->ix, e);
         if (en->parent != prev) break;
         page_ref(c, en->page_id);
         s->table[k] = en->page_id;
+        s->last = h;
         prev = e;
     }
     s->n_pages = k;
     s->n_full = k;
     s->len = s->n_committed = (uint64_t)k * c->page_tokens;
     s->ring_lo = s->hi = s->len; /* matched pages are read from the pool */
-    if (k) {
-        s->last_entry = prev;
-        s->last = h[k - 1];
-    }
+    s->last_entry = prev;
     return k;
 }
 
@@ -435,63 +446,56 @@ static void count_query(pgd_cache *c, uint64_t n_pages_q, uint64_t n_tokens_q, u
     c->st.n_hit_tokens += (uint64_t)hit * c->page_tokens;
 }
 
-int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+/* The three matches: tokens (hashes NULL), tokens with precomputed hashes, hashes only
+ * (tokens NULL, mode MODE_HASHES). n_pages full pages are looked up. */
+static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                     const pgd_hash *hashes, size_t n_hashes, size_t n_pages)
 {
-    size_t n_full = n_tokens / c->page_tokens;
     int64_t rc;
-    if (n_tokens && !tokens) return PGD_EINVAL;
     lock(c);
     if (s->len || s->mode != MODE_NONE) {
         rc = PGD_ESTATE;
         goto out;
     }
-    rc = table_reserve(c, s, n_full);
+    rc = table_reserve(c, s, n_pages);
     if (rc != PGD_OK) goto out;
-    /* Hash page by page and stop at the first miss: a prompt that diverges early costs
-     * one hash, not n_full. */
-    uint32_t k = 0, prev = PGD__NONE;
-    pgd_hash h = s->last;
-    for (; k < n_full; k++) {
-        h = pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens, c->page_tokens);
-        uint32_t e = pgd__index_find(c->ix, h);
-        if (e == PGD__NONE) break;
-        const pgd__entry *en = pgd__index_entry(c->ix, e);
-        if (en->parent != prev) break;
-        page_ref(c, en->page_id);
-        s->table[k] = en->page_id;
-        s->last = h;
-        prev = e;
-    }
-    s->n_pages = s->n_full = k;
-    s->len = s->n_committed = (uint64_t)k * c->page_tokens;
-    s->ring_lo = s->hi = s->len; /* matched pages are read from the pool */
-    s->last_entry = prev;
-    s->mode = MODE_TOKENS;
-    count_query(c, n_full, n_tokens, k);
-    rc = (int64_t)s->len;
+    uint32_t k = pin_chain(c, s, tokens, hashes, n_hashes, n_pages);
+    s->mode = tokens ? MODE_TOKENS : MODE_HASHES;
+    count_query(c, n_pages, n_tokens, k);
+    rc = tokens ? (int64_t)s->len : (int64_t)k;
 out:
     unlock(c);
     return rc;
 }
 
+int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+{
+    if (n_tokens && !tokens) return PGD_EINVAL;
+    return match(c, s, tokens, n_tokens, NULL, 0, n_tokens / c->page_tokens);
+}
+
+int64_t pgd_seq_match_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                             const pgd_hash *hashes, size_t n_hashes)
+{
+    const uint32_t pt = c->page_tokens;
+    size_t n_full = n_tokens / pt;
+    if ((n_tokens && !tokens) || (n_hashes && !hashes)) return PGD_EINVAL;
+    if (n_hashes > n_full) n_hashes = n_full;
+    /* One hash, before the lock, proves the hashes belong to this sequence's tenant (and
+     * model and key): hashes of another salt would share that tenant's pages. s->seed is
+     * immutable, so reading it unlocked is safe. */
+    if (n_hashes && !pgd_hash_eq(pgd__hash_block(&c->hasher, s->seed, tokens, pt), hashes[0])) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache: match_hashed: hashes[0] is not the hash of the sequence's first page");
+        return PGD_EINVAL;
+    }
+    return match(c, s, tokens, n_tokens, hashes, n_hashes, n_full);
+}
+
 int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size_t n_hashes)
 {
-    int64_t rc;
     if (n_hashes && !hashes) return PGD_EINVAL;
-    lock(c);
-    if (s->len || s->mode != MODE_NONE) {
-        rc = PGD_ESTATE;
-        goto out;
-    }
-    rc = table_reserve(c, s, n_hashes);
-    if (rc != PGD_OK) goto out;
-    uint32_t k = pin_chain(c, s, hashes, n_hashes);
-    s->mode = MODE_HASHES;
-    count_query(c, n_hashes, (uint64_t)n_hashes * c->page_tokens, k);
-    rc = k;
-out:
-    unlock(c);
-    return rc;
+    return match(c, s, NULL, (uint64_t)n_hashes * c->page_tokens, hashes, n_hashes, n_hashes);
 }
 
 /* ---- grow ---- */
@@ -611,11 +615,13 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     return 1;
 }
 
-int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+/* Token-mode commit. Page k of the sequence (counted from position 0) that becomes full
+ * takes hashes[k] when k < n_hashes, else it is hashed here under the lock. */
+static int commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                  const pgd_hash *hashes, size_t n_hashes)
 {
     int rc = 0;
     const uint32_t pt = c->page_tokens;
-    if (n_tokens && !tokens) return PGD_EINVAL;
     lock(c);
     if (s->mode == MODE_HASHES) {
         rc = PGD_ESTATE;
@@ -630,18 +636,19 @@ int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tok
     while (i < n_tokens) {
         uint32_t off = (uint32_t)(s->n_committed % pt);
         size_t take = n_tokens - i < pt - off ? n_tokens - i : pt - off;
+        const int32_t *page_tokens = NULL;
         if (off == 0 && take == pt) {
-            /* A whole page straight from the caller's buffer. */
-            pgd_hash h = pgd__hash_block(&c->hasher, s->last, tokens + i, pt);
-            rc += register_page(c, s, s->n_full, h);
-            s->n_full++;
+            page_tokens = tokens + i; /* a whole page straight from the caller's buffer */
         } else {
             memcpy(s->partial + off, tokens + i, take * sizeof *tokens);
-            if (off + take == pt) {
-                pgd_hash h = pgd__hash_block(&c->hasher, s->last, s->partial, pt);
-                rc += register_page(c, s, s->n_full, h);
-                s->n_full++;
-            }
+            if (off + take == pt) page_tokens = s->partial;
+        }
+        if (page_tokens) {
+            pgd_hash h = s->n_full < n_hashes
+                             ? hashes[s->n_full]
+                             : pgd__hash_block(&c->hasher, s->last, page_tokens, pt);
+            rc += register_page(c, s, s->n_full, h);
+            s->n_full++;
         }
         s->n_committed += take;
         i += take;
@@ -649,6 +656,19 @@ int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tok
 out:
     unlock(c);
     return rc;
+}
+
+int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+{
+    if (n_tokens && !tokens) return PGD_EINVAL;
+    return commit(c, s, tokens, n_tokens, NULL, 0);
+}
+
+int pgd_seq_commit_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                          const pgd_hash *hashes, size_t n_hashes)
+{
+    if ((n_tokens && !tokens) || (n_hashes && !hashes)) return PGD_EINVAL;
+    return commit(c, s, tokens, n_tokens, hashes, n_hashes);
 }
 
 int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size_t n_hashes)

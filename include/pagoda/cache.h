@@ -7,7 +7,7 @@
  *
  *   pgd_seq_create(salt)                 empty sequence of one tenant
  *   pgd_seq_match(tokens) / _hashes      pins the longest cached prefix (full pages),
- *                                        returns the cached length; the engine skips it
+ *     / _hashed(tokens, hashes)          returns the cached length; the engine skips it
  *   pgd_seq_grow(n)                      reserves pages for n more positions (evicts
  *                                        unreferenced cached pages if the pool is full)
  *   pgd_seq_write_kv(pos0, n, layer)     stores K/V of n positions of one layer: copy-on-
@@ -15,7 +15,7 @@
  *   pgd_seq_write_slot(pos)              where to write K/V of position pos yourself
  *                                        (copy-on-write; plain f32/f16 layouts only)
  *   pgd_seq_commit(tokens) / _hashes     tells which tokens were written; every page that
- *                                        became full is registered in the prefix index
+ *     / _hashed(tokens, hashes)          became full is registered in the prefix index
  *   pgd_seq_fork                         a new sequence sharing every page
  *   pgd_seq_destroy                      drops the sequence's references; its registered
  *                                        pages stay cached until the policy evicts them
@@ -28,6 +28,11 @@
  * from the key, the model fingerprint and the tenant salt. The key is a random
  * per-instance secret unless params.hash_key pins one (engines sharing a remote tier).
  * Two sequences with different salts never share a page.
+ * Hash once, outside the lock: pgd_seq_match and pgd_seq_commit hash the pages they need
+ * under the cache lock. An engine that already has the hashes of a request's pages
+ * (pgd_cache_hash_tokens, which takes no lock) passes them to pgd_seq_match_hashed and
+ * pgd_seq_commit_hashed: the sequence stays in token mode, no page is hashed twice and
+ * the lock is held for lookups only.
  *
  * Locking: one mutex per cache manager. Every pgd_cache_* and pgd_seq_* call takes it,
  * so calls from any threads are safe; calls on one sequence from two threads at once are
@@ -118,6 +123,17 @@ PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
  * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
  * PGD_ESTATE (the sequence was already matched, grown or committed) or PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
+/* Same as pgd_seq_match, with precomputed block hashes: hashes[k] is the hash of page k
+ * (tokens[k*page_tokens ..]) as pgd_cache_hash_tokens computes it for this sequence's salt
+ * (borrowed for the call; hashes past floor(n_tokens / page_tokens) are ignored). Pages
+ * k >= n_hashes are hashed from tokens under the lock, as pgd_seq_match does. The sequence
+ * is in token mode afterwards (commit with pgd_seq_commit / _hashed). Checks hashes[0]
+ * against one hash of the first page (before taking the lock): a mismatch (another salt,
+ * other tokens) is PGD_EINVAL, so hashes of another tenant cannot share its pages; the
+ * others are trusted. Returns the cached length in tokens, PGD_EINVAL, PGD_ESTATE or
+ * PGD_ENOMEM. Cost: one block hash plus O(pages matched) lookups under the lock. */
+PGD_API int64_t pgd_seq_match_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens,
+                                     size_t n_tokens, const pgd_hash *hashes, size_t n_hashes);
 /* Same, on precomputed block hashes (one per full page; engines that hash themselves,
  * trace replay). The caller's hashes must embed tenant and model; the cache does not
  * rehash them. Counts n_hashes * page_tokens as queried.
@@ -149,6 +165,13 @@ PGD_API int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens);
  * table after commit). Returns the number of pages registered by this call, PGD_EINVAL
  * (past the length) or PGD_ESTATE (the sequence was committed with hashes). */
 PGD_API int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
+/* Same as pgd_seq_commit, with precomputed block hashes: a page k of the sequence (counted
+ * from position 0, so a request's pgd_cache_hash_tokens output serves match and commit)
+ * that this call fills is registered under hashes[k] when k < n_hashes, else hashed under
+ * the lock. The hashes are trusted: they must be pgd_cache_hash_tokens' for the
+ * sequence's salt and tokens (borrowed for the call). Returns as pgd_seq_commit. */
+PGD_API int pgd_seq_commit_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                                  const pgd_hash *hashes, size_t n_hashes);
 /* Registers the next n_hashes full pages under precomputed hashes (see match_hashes).
  * The pages must lie within the length. Returns pages registered, PGD_EINVAL or
  * PGD_ESTATE (the sequence was committed with tokens). */
