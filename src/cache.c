@@ -12,6 +12,8 @@
  *   seq B: [p0][p1][q2]              B shares A's prefix p0,p1 (matched), q2 its own
  *   index: h0->p0, h1->p1 (parent h0), h2->p2 (parent h1), h2'->q2 (parent h1)
  *
+ * The index may be larger than the pool (params.index_capacity): an entry's location is a
+ * pool page (tier 0) today; page_entry[] is the reverse map for pool pages.
  * Hashing: a token-mode sequence hashes each full page once: under the lock in match and
  * commit, unless the caller passes the hashes (match_hashed / commit_hashed), computed
  * before the lock is taken (the scheduler hashes each prompt once at submit).
@@ -156,7 +158,13 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
                         sizeof(float));
         if (!c->scratch) goto fail;
     }
-    rc = pgd__index_create(&c->al, c->n_pages, &c->ix);
+    if (p->index_capacity && p->index_capacity < c->n_pages) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: index_capacity %u is below the pool's %u pages",
+                  p->index_capacity, c->n_pages);
+        rc = PGD_EINVAL;
+        goto fail;
+    }
+    rc = pgd__index_create(&c->al, p->index_capacity ? p->index_capacity : c->n_pages, &c->ix);
     if (rc != PGD_OK) goto fail;
     rc = pol->create(&c->al, c->n_pages, p->next_use, p->next_use_ud, &c->pstate);
     if (rc != PGD_OK) goto fail;
@@ -425,8 +433,9 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
         if (e == PGD__NONE) break;
         const pgd__entry *en = pgd__index_entry(c->ix, e);
         if (en->parent != prev) break;
-        page_ref(c, en->page_id);
-        s->table[k] = en->page_id;
+        pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
+        page_ref(c, en->loc_id);
+        s->table[k] = en->loc_id;
         s->last = h;
         prev = e;
     }
@@ -584,9 +593,10 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
             s->unregistrable = 1;
             return 0;
         }
-        if (en->page_id != page) {
+        pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
+        if (en->loc_id != page) {
             /* Computed twice: keep the cached copy, free ours. */
-            uint32_t cached = en->page_id;
+            uint32_t cached = en->loc_id;
             page_ref(c, cached);
             page_unref(c, page);
             s->table[i] = cached;
@@ -603,8 +613,8 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
         s->unregistrable = 1;
         return 0;
     }
-    e = pgd__index_insert(c->ix, h, s->last_entry, page);
-    PGD_CHECK(e != PGD__NONE); /* capacity == pages, each page at most once */
+    e = pgd__index_insert(c->ix, h, s->last_entry, pgd__loc_pool(page));
+    PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
     pgd__pinfo info = {h, pgd__index_entry(c->ix, e)->depth};
@@ -936,7 +946,7 @@ static int check_locked(pgd_cache *c)
     uint32_t *holders = pgd__calloc(&c->al, c->n_pages, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
-    uint32_t n_seqs = 0, n_evictable = 0;
+    uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0;
     for (const pgd_seq *s = c->seqs; s; s = s->next) {
         n_seqs++;
         uint64_t want_pages = (s->len + c->page_tokens - 1) / c->page_tokens;
@@ -958,7 +968,8 @@ static int check_locked(pgd_cache *c)
                 /* Registered pages form a chain in the index. */
                 uint32_t e = c->page_entry[page];
                 const pgd__entry *en = pgd__index_entry(c->ix, e);
-                if (!en || en->parent != prev || en->page_id != page) {
+                if (!en || en->parent != prev || pgd__index_loc(c->ix, e).tier != PGD__TIER_POOL ||
+                    en->loc_id != page) {
                     pgd__logf(&c->log, PGD_LOG_ERROR,
                               "cache check: page %u of a sequence breaks its chain", i);
                     goto out;
@@ -971,9 +982,10 @@ static int check_locked(pgd_cache *c)
     for (uint32_t page = 0; page < c->n_pages; page++) {
         uint32_t e = c->page_entry[page];
         uint32_t cached = e != PGD__NONE;
+        n_cached += cached;
         if (cached) {
             const pgd__entry *en = pgd__index_entry(c->ix, e);
-            if (!en || en->page_id != page) {
+            if (!en || pgd__index_loc(c->ix, e).tier != PGD__TIER_POOL || en->loc_id != page) {
                 pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry", page);
                 goto out;
             }
@@ -994,8 +1006,12 @@ static int check_locked(pgd_cache *c)
         }
     }
     if (n_evictable != c->pol->size(c->pstate)) goto out;
-    /* Every index entry's page points back at it. */
-    if (pgd__index_size(c->ix) > c->n_pages) goto out;
+    /* Every index entry is a pool page that points back at it (no tier is wired in yet). */
+    if (pgd__index_size(c->ix) != n_cached) {
+        pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: %u index entries but %u cached pages",
+                  pgd__index_size(c->ix), n_cached);
+        goto out;
+    }
     rc = PGD_OK;
 out:
     pgd__free(&c->al, holders);

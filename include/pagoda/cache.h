@@ -85,14 +85,17 @@ typedef struct pgd_cache_params {
     uint32_t kv_residual; /* kivi2 only: tokens of each sequence kept in f16 (the residual
                              window, where the last partial page lives); 0: 128. Rounded up
                              to a multiple of page_tokens (so >= page_tokens) */
-} pgd_cache_params;       /* append fields only */
+    /* Prefix-index entries: the blocks it can describe, wherever they live. 0: the pool's
+     * page count; else at least that. */
+    uint32_t index_capacity;
+} pgd_cache_params; /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
 
 /* Creates a cache manager with its pool, index and policy, all reserved up front.
  * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length,
- * kv_residual above 2^24),
+ * kv_residual above 2^24, index_capacity below the pool's page count or above 2^31),
  * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
 PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
 /* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight. */
