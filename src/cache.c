@@ -14,6 +14,8 @@
  *
  * The index may be larger than the pool (params.index_capacity): an entry's location is a
  * pool page (tier 0) today; page_entry[] is the reverse map for pool pages.
+ * Events: on_register when register_page inserts an entry, on_evict in evict_one before
+ * the entry is removed and the page freed (so the payload is readable); both under c->mu.
  * Hashing: a token-mode sequence hashes each full page once: under the lock in match and
  * commit, unless the caller passes the hashes (match_hashed / commit_hashed), computed
  * before the lock is taken (the scheduler hashes each prompt once at submit).
@@ -73,6 +75,9 @@ struct pgd_cache {
     pgd__index *ix;
     const pgd__policy_ops *pol;
     void *pstate;
+    pgd_register_fn on_register; /* events (cache.h), called under mu */
+    pgd_evict_fn on_evict;
+    void *event_ud;
     pgd__hasher hasher;
     uint32_t page_tokens;
     uint32_t n_pages;
@@ -126,6 +131,9 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     c->al = al;
     c->log = lg;
     c->pol = pol;
+    c->on_register = p->on_register;
+    c->on_evict = p->on_evict;
+    c->event_ud = p->event_ud;
     c->max_seqs = p->max_seqs;
     rc = pgd__hasher_init(&c->hasher, p->hash_key, p->hash_key_len, p->model_fingerprint);
     if (rc != PGD_OK) goto fail;
@@ -264,7 +272,8 @@ static int accept_leaf(void *ctx, uint32_t page)
     return e && e->n_children == 0;
 }
 
-/* Evicts one page through the policy. Returns 1, or 0 when nothing is evictable. */
+/* Evicts one page through the policy: reports it (on_evict, payload still intact), then
+ * unindexes and frees it. Returns 1, or 0 when nothing is evictable. */
 static int evict_one(pgd_cache *c)
 {
     uint32_t page = c->pol->victim(c->pstate, accept_leaf, c);
@@ -272,6 +281,7 @@ static int evict_one(pgd_cache *c)
     uint32_t e = c->page_entry[page];
     PGD_CHECK(e != PGD__NONE && pgd_pool_refcount(c->pool, page) == 1);
     c->pol->remove(c->pstate, page);
+    if (c->on_evict) c->on_evict(c->event_ud, pgd__index_entry(c->ix, e)->hash, page);
     pgd__index_remove(c->ix, e);
     c->page_entry[page] = PGD__NONE;
     pgd_pool_unref(c->pool, page);
@@ -619,6 +629,11 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     c->page_entry[page] = e;
     pgd__pinfo info = {h, pgd__index_entry(c->ix, e)->depth};
     c->pol->insert(c->pstate, page, &info);
+    if (c->on_register) {
+        pgd_hash parent = {0, 0};
+        if (s->last_entry != PGD__NONE) parent = pgd__index_entry(c->ix, s->last_entry)->hash;
+        c->on_register(c->event_ud, h, parent, info.depth, page);
+    }
     s->last_entry = e;
     s->last = h;
     c->st.n_registered++;

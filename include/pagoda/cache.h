@@ -70,6 +70,26 @@ PGD_API int pgd_policy_from_name(const char *name, pgd_policy_kind *out);
  * it is never used again. Called with the cache lock held: must not call into the cache. */
 typedef uint64_t (*pgd_next_use_fn)(void *ud, pgd_hash h);
 
+/* Prefix-index events (pgd_cache_params.on_register / on_evict). Both are called with the
+ * cache lock held, from the thread whose call caused the event: they must not call into
+ * the cache or its sequences (the lock is not recursive: it would deadlock) and should be
+ * quick (every cache call waits). They may read the page's payload through the pool
+ * (pgd_cache_pool, pgd_pool_k / pgd_pool_v): the page is not reused before they return.
+ *
+ * on_register: a full page joined the prefix index under hash, as a child of the block
+ *   parent (depth >= 1) or as the first block of a chain (depth 0; parent is {0, 0}).
+ *   Called from pgd_seq_commit / commit_hashed, once per page registered (a commit that
+ *   finds the block already cached, a dedup, registers nothing).
+ * on_evict: an indexed page leaves the index (pgd_seq_grow, write_kv / write_slot copies,
+ *   pgd_cache_evict, pgd_cache_clear). Called before the page is unindexed and freed, so
+ *   its K/V is still readable. Each eviction of a registered page is reported exactly
+ *   once, and only after each of its children (leaves first: a parent is never evicted
+ *   before its children). pgd_cache_destroy reports nothing (cached pages are dropped,
+ *   not evicted). Pages never registered (partial pages, private copies) give no event. */
+typedef void (*pgd_register_fn)(void *ud, pgd_hash hash, pgd_hash parent, uint32_t depth,
+                                uint32_t page);
+typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
+
 typedef struct pgd_cache_params {
     pgd_pool_params pool;     /* geometry and capacity of the page pool */
     pgd_policy_kind policy;   /* default LRU */
@@ -88,6 +108,10 @@ typedef struct pgd_cache_params {
     /* Prefix-index entries: the blocks it can describe, wherever they live. 0: the pool's
      * page count; else at least that. */
     uint32_t index_capacity;
+    /* Prefix-index events, NULL: none (see "Prefix-index events" above). */
+    pgd_register_fn on_register;
+    pgd_evict_fn on_evict;
+    void *event_ud; /* passed to on_register / on_evict */
 } pgd_cache_params; /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
