@@ -73,7 +73,7 @@ struct pgd_cache {
     pgd__log log;
     pgd_pool *pool;
     pgd__index *ix;
-    const pgd__policy_ops *pol;
+    const pgd_policy_ops *pol;
     void *pstate;
     pgd_register_fn on_register; /* events (cache.h), called under mu */
     pgd_evict_fn on_evict;
@@ -113,12 +113,17 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     if (!p) return PGD_EINVAL;
     pgd__alloc_init(&al, p->alloc ? p->alloc : p->pool.alloc);
     pgd__log lg = {p->log ? p->log : p->pool.log, p->log ? p->log_ud : p->pool.log_ud};
-    const pgd__policy_ops *pol = pgd__policy_lookup(p->policy);
+    const pgd_policy_ops *pol = p->policy_ops ? p->policy_ops : pgd_policy_builtin(p->policy);
     if (!pol) {
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: unknown policy %d", (int)p->policy);
         return PGD_EINVAL;
     }
-    if (p->policy == PGD_POLICY_BELADY && !p->next_use) {
+    if (!pol->create || !pol->destroy || !pol->insert || !pol->hit || !pol->unreferenced ||
+        !pol->victim || !pol->remove || !pol->contains || !pol->size) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: policy_ops has a NULL member");
+        return PGD_EINVAL;
+    }
+    if (!p->policy_ops && p->policy == PGD_POLICY_BELADY && !p->next_use) {
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: the belady policy needs a next_use oracle");
         return PGD_EINVAL;
     }
@@ -174,8 +179,12 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     }
     rc = pgd__index_create(&c->al, p->index_capacity ? p->index_capacity : c->n_pages, &c->ix);
     if (rc != PGD_OK) goto fail;
-    rc = pol->create(&c->al, c->n_pages, p->next_use, p->next_use_ud, &c->pstate);
-    if (rc != PGD_OK) goto fail;
+    pgd_policy_init pi = {c->n_pages, &c->al.a, p->next_use, p->next_use_ud, p->policy_ud};
+    rc = pol->create(&pi, &c->pstate);
+    if (rc != PGD_OK) {
+        c->pstate = NULL;
+        goto fail;
+    }
     rc = PGD_ENOMEM;
     c->page_entry = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->page_entry);
     if (!c->page_entry) goto fail;
@@ -186,7 +195,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
 fail:
     pgd__free(&c->al, c->scratch);
     pgd__free(&c->al, c->page_entry);
-    if (c->pstate) pol->destroy(&c->al, c->pstate);
+    if (c->pstate) pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
     pgd__free(&al, c);
@@ -211,7 +220,7 @@ void pgd_cache_destroy(pgd_cache *c)
     }
     pgd__free(&al, c->scratch);
     pgd__free(&al, c->page_entry);
-    c->pol->destroy(&al, c->pstate);
+    c->pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
     pthread_mutex_destroy(&c->mu);
@@ -238,10 +247,10 @@ static void unlock(pgd_cache *c)
 
 /* ---- page references (lock held) ---- */
 
-static pgd__pinfo page_info(const pgd_cache *c, uint32_t page)
+static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
-    pgd__pinfo info = {e->hash, e->depth};
+    pgd_policy_page info = {e->hash, e->depth};
     return info;
 }
 
@@ -250,7 +259,7 @@ static void page_ref(pgd_cache *c, uint32_t page)
 {
     pgd_pool_ref(c->pool, page);
     if (c->page_entry[page] != PGD__NONE) {
-        pgd__pinfo info = page_info(c, page);
+        pgd_policy_page info = page_info(c, page);
         c->pol->hit(c->pstate, page, &info);
     }
 }
@@ -260,7 +269,7 @@ static void page_unref(pgd_cache *c, uint32_t page)
 {
     uint32_t r = pgd_pool_unref(c->pool, page);
     if (r == 1 && c->page_entry[page] != PGD__NONE) {
-        pgd__pinfo info = page_info(c, page);
+        pgd_policy_page info = page_info(c, page);
         c->pol->unreferenced(c->pstate, page, &info);
     }
 }
@@ -273,13 +282,20 @@ static int accept_leaf(void *ctx, uint32_t page)
 }
 
 /* Evicts one page through the policy: reports it (on_evict, payload still intact), then
- * unindexes and frees it. Returns 1, or 0 when nothing is evictable. */
+ * unindexes and frees it. Returns 1, or 0 when nothing is evictable (or a user policy chose
+ * a page that is not an evictable leaf: refused, logged). */
 static int evict_one(pgd_cache *c)
 {
     uint32_t page = c->pol->victim(c->pstate, accept_leaf, c);
-    if (page == PGD__NONE) return 0;
+    if (page == PGD_POLICY_NO_PAGE) return 0;
+    if (page >= c->n_pages || c->page_entry[page] == PGD__NONE ||
+        pgd_pool_refcount(c->pool, page) != 1 || !accept_leaf(c, page)) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache: policy %s chose page %u, which is not an evictable leaf", c->pol->name,
+                  page);
+        return 0;
+    }
     uint32_t e = c->page_entry[page];
-    PGD_CHECK(e != PGD__NONE && pgd_pool_refcount(c->pool, page) == 1);
     c->pol->remove(c->pstate, page);
     if (c->on_evict) c->on_evict(c->event_ud, pgd__index_entry(c->ix, e)->hash, page);
     pgd__index_remove(c->ix, e);
@@ -538,10 +554,17 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
     }
     rc = table_reserve(c, s, need_pages);
     if (rc != PGD_OK) goto out;
+    uint32_t n_old = s->n_pages;
     while (s->n_pages < need_pages) {
         uint32_t page;
         rc = alloc_page(c, &page);
-        PGD_CHECK(rc == PGD_OK); /* free + evictable covered it */
+        if (rc != PGD_OK) {
+            /* Only a user policy that refuses its own pages gets here (free + evictable
+             * covered the pages): give back what this call took. */
+            while (s->n_pages > n_old)
+                pgd_pool_unref(c->pool, s->table[--s->n_pages]);
+            goto out;
+        }
         s->table[s->n_pages++] = page;
     }
     s->len = len;
@@ -627,7 +650,7 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
-    pgd__pinfo info = {h, pgd__index_entry(c->ix, e)->depth};
+    pgd_policy_page info = {h, pgd__index_entry(c->ix, e)->depth};
     c->pol->insert(c->pstate, page, &info);
     if (c->on_register) {
         pgd_hash parent = {0, 0};
@@ -736,7 +759,7 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
     PGD_CHECK(rc == 1);
     /* The old page lost one holder: it may have become evictable. */
     if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {
-        pgd__pinfo info = page_info(c, page);
+        pgd_policy_page info = page_info(c, page);
         c->pol->unreferenced(c->pstate, page, &info);
     }
     s->table[i] = copy;

@@ -128,43 +128,10 @@ uint32_t pgd__index_capacity(const pgd__index *ix);
 /* Integrity: table and entries agree, child counts exact, parents live. */
 int pgd__index_check(const pgd__index *ix, const pgd__log *lg);
 
-/* ---- eviction policy (policy/) ----
- *
- * A policy orders the evictable pages: cached (registered in the index) and held by no
- * sequence. Items are pool page ids. The cache manager calls:
- *   insert(id)        the page was registered in the index (it is still referenced)
- *   hit(id)           a match pinned the page (if it was evictable, it no longer is)
- *   unreferenced(id)  the last sequence dropped the page: it becomes evictable
- *   victim(accept)    the evictable page to evict next, among those accept() allows
- *                     (leaves of the prefix tree); PGD__NONE if none
- *   remove(id)        the page left the index (evicted or dropped)
- * Within one release the cache calls unreferenced() deepest page first.
- */
-typedef struct pgd__pinfo {
-    pgd_hash hash;
-    uint32_t depth;
-} pgd__pinfo;
+/* ---- eviction policy (policy/, ops table in include/pagoda/policy.h) ---- */
 
-typedef int (*pgd__accept_fn)(void *ctx, uint32_t id);
-
-typedef struct pgd__policy_ops {
-    const char *name;
-    int (*create)(const pgd__alloc *al, uint32_t n_pages, pgd_next_use_fn next_use,
-                  void *next_use_ud, void **state);
-    void (*destroy)(const pgd__alloc *al, void *state);
-    void (*insert)(void *state, uint32_t id, const pgd__pinfo *info);
-    void (*hit)(void *state, uint32_t id, const pgd__pinfo *info);
-    void (*unreferenced)(void *state, uint32_t id, const pgd__pinfo *info);
-    uint32_t (*victim)(void *state, pgd__accept_fn accept, void *ctx);
-    void (*remove)(void *state, uint32_t id);
-    /* Returns non-zero if id is among the evictable set (for checks). */
-    int (*contains)(const void *state, uint32_t id);
-    uint32_t (*size)(const void *state);
-} pgd__policy_ops;
-
-extern const pgd__policy_ops pgd__policy_lru;
-extern const pgd__policy_ops pgd__policy_belady;
-const pgd__policy_ops *pgd__policy_lookup(pgd_policy_kind kind);
+extern const pgd_policy_ops pgd__policy_lru;
+extern const pgd_policy_ops pgd__policy_belady;
 
 /* ---- kivi2 residual window (cache.c), for src/attn/ ----
  *

@@ -44,6 +44,7 @@
 #define PAGODA_CACHE_H
 
 #include "pagoda.h"
+#include "policy.h"
 #include "pool.h"
 
 #ifdef __cplusplus
@@ -52,23 +53,6 @@ extern "C" {
 
 typedef struct pgd_cache pgd_cache; /* opaque; thread-safe (one lock) */
 typedef struct pgd_seq pgd_seq;     /* opaque; owned by its cache */
-
-/* Eviction policies. Append only. */
-typedef enum pgd_policy_kind {
-    PGD_POLICY_LRU = 0,   /* least recently released first; O(1) */
-    PGD_POLICY_BELADY = 1 /* offline optimal: farthest next use first, ties deepest page
-                             first; needs next_use */
-} pgd_policy_kind;
-
-/* Returns the policy's name ("lru", "belady") or "?"; static storage. */
-PGD_API const char *pgd_policy_name(pgd_policy_kind k);
-/* Parses a policy name. Returns PGD_OK or PGD_EINVAL. */
-PGD_API int pgd_policy_from_name(const char *name, pgd_policy_kind *out);
-
-/* Future-knowledge oracle for Belady (and, later, hint-aware policies): returns the
- * logical time of the next use of the cached page with block hash h, or UINT64_MAX if
- * it is never used again. Called with the cache lock held: must not call into the cache. */
-typedef uint64_t (*pgd_next_use_fn)(void *ud, pgd_hash h);
 
 /* Prefix-index events (pgd_cache_params.on_register / on_evict). Both are called with the
  * cache lock held, from the thread whose call caused the event: they must not call into
@@ -92,7 +76,7 @@ typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
 
 typedef struct pgd_cache_params {
     pgd_pool_params pool;     /* geometry and capacity of the page pool */
-    pgd_policy_kind policy;   /* default LRU */
+    pgd_policy_kind policy;   /* default LRU; ignored when policy_ops is set */
     pgd_next_use_fn next_use; /* required for PGD_POLICY_BELADY */
     void *next_use_ud;
     const uint8_t *hash_key;    /* NULL: random per-instance secret */
@@ -112,6 +96,9 @@ typedef struct pgd_cache_params {
     pgd_register_fn on_register;
     pgd_evict_fn on_evict;
     void *event_ud; /* passed to on_register / on_evict */
+    /* A user eviction policy (policy.h), borrowed while the cache lives; NULL: policy. */
+    const pgd_policy_ops *policy_ops;
+    void *policy_ud; /* pgd_policy_init.ud of policy_ops->create */
 } pgd_cache_params; /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
@@ -119,7 +106,8 @@ PGD_API pgd_cache_params pgd_cache_default_params(void);
 
 /* Creates a cache manager with its pool, index and policy, all reserved up front.
  * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length,
- * kv_residual above 2^24, index_capacity below the pool's page count or above 2^31),
+ * kv_residual above 2^24, a policy_ops table with a NULL member, index_capacity below the
+ * pool's page count or above 2^31, or what policy_ops->create returned),
  * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
 PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
 /* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight. */
