@@ -12,6 +12,13 @@
  *   seq B: [p0][p1][q2]              B shares A's prefix p0,p1 (matched), q2 its own
  *   index: h0->p0, h1->p1 (parent h0), h2->p2 (parent h1), h2'->q2 (parent h1)
  *
+ * The index may be larger than the pool (params.index_capacity): an entry's location is a
+ * pool page (tier 0) today; page_entry[] is the reverse map for pool pages.
+ * Events: on_register when register_page inserts an entry, on_evict in evict_one before
+ * the entry is removed and the page freed (so the payload is readable); both under c->mu.
+ * Hashing: a token-mode sequence hashes each full page once: under the lock in match and
+ * commit, unless the caller passes the hashes (match_hashed / commit_hashed), computed
+ * before the lock is taken (the scheduler hashes each prompt once at submit).
  * Invariants (checked by pgd_cache_check):
  *   refcount(p) == #tables holding p + (page_entry[p] != NONE)
  *   policy contains p  <=>  page_entry[p] != NONE && refcount(p) == 1
@@ -53,6 +60,7 @@ struct pgd_seq {
     int unregistrable;    /* a hash conflict broke the chain: register nothing more */
     uint32_t last_entry;  /* index entry of page n_full-1, PGD__NONE if none */
     pgd_hash last;        /* hash of page n_full-1, or the seed */
+    pgd_hash seed;        /* the chain seed h_{-1}; immutable after create (read unlocked) */
     int32_t *partial;     /* [page_tokens] tokens of the page being filled */
     uint16_t *ring;       /* kivi2 residual ring (see the header), NULL until first needed */
     uint64_t ring_lo;     /* kivi2: lowest position with a valid ring copy; page start */
@@ -65,8 +73,11 @@ struct pgd_cache {
     pgd__log log;
     pgd_pool *pool;
     pgd__index *ix;
-    const pgd__policy_ops *pol;
+    const pgd_policy_ops *pol;
     void *pstate;
+    pgd_register_fn on_register; /* events (cache.h), called under mu */
+    pgd_evict_fn on_evict;
+    void *event_ud;
     pgd__hasher hasher;
     uint32_t page_tokens;
     uint32_t n_pages;
@@ -102,12 +113,17 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     if (!p) return PGD_EINVAL;
     pgd__alloc_init(&al, p->alloc ? p->alloc : p->pool.alloc);
     pgd__log lg = {p->log ? p->log : p->pool.log, p->log ? p->log_ud : p->pool.log_ud};
-    const pgd__policy_ops *pol = pgd__policy_lookup(p->policy);
+    const pgd_policy_ops *pol = p->policy_ops ? p->policy_ops : pgd_policy_builtin(p->policy);
     if (!pol) {
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: unknown policy %d", (int)p->policy);
         return PGD_EINVAL;
     }
-    if (p->policy == PGD_POLICY_BELADY && !p->next_use) {
+    if (!pol->create || !pol->destroy || !pol->insert || !pol->hit || !pol->unreferenced ||
+        !pol->victim || !pol->remove || !pol->contains || !pol->size) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: policy_ops has a NULL member");
+        return PGD_EINVAL;
+    }
+    if (!p->policy_ops && p->policy == PGD_POLICY_BELADY && !p->next_use) {
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: the belady policy needs a next_use oracle");
         return PGD_EINVAL;
     }
@@ -120,6 +136,9 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     c->al = al;
     c->log = lg;
     c->pol = pol;
+    c->on_register = p->on_register;
+    c->on_evict = p->on_evict;
+    c->event_ud = p->event_ud;
     c->max_seqs = p->max_seqs;
     rc = pgd__hasher_init(&c->hasher, p->hash_key, p->hash_key_len, p->model_fingerprint);
     if (rc != PGD_OK) goto fail;
@@ -152,10 +171,20 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
                         sizeof(float));
         if (!c->scratch) goto fail;
     }
-    rc = pgd__index_create(&c->al, c->n_pages, &c->ix);
+    if (p->index_capacity && p->index_capacity < c->n_pages) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: index_capacity %u is below the pool's %u pages",
+                  p->index_capacity, c->n_pages);
+        rc = PGD_EINVAL;
+        goto fail;
+    }
+    rc = pgd__index_create(&c->al, p->index_capacity ? p->index_capacity : c->n_pages, &c->ix);
     if (rc != PGD_OK) goto fail;
-    rc = pol->create(&c->al, c->n_pages, p->next_use, p->next_use_ud, &c->pstate);
-    if (rc != PGD_OK) goto fail;
+    pgd_policy_init pi = {c->n_pages, &c->al.a, p->next_use, p->next_use_ud, p->policy_ud};
+    rc = pol->create(&pi, &c->pstate);
+    if (rc != PGD_OK) {
+        c->pstate = NULL;
+        goto fail;
+    }
     rc = PGD_ENOMEM;
     c->page_entry = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->page_entry);
     if (!c->page_entry) goto fail;
@@ -166,7 +195,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
 fail:
     pgd__free(&c->al, c->scratch);
     pgd__free(&c->al, c->page_entry);
-    if (c->pstate) pol->destroy(&c->al, c->pstate);
+    if (c->pstate) pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
     pgd__free(&al, c);
@@ -191,7 +220,7 @@ void pgd_cache_destroy(pgd_cache *c)
     }
     pgd__free(&al, c->scratch);
     pgd__free(&al, c->page_entry);
-    c->pol->destroy(&al, c->pstate);
+    c->pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
     pthread_mutex_destroy(&c->mu);
@@ -218,10 +247,10 @@ static void unlock(pgd_cache *c)
 
 /* ---- page references (lock held) ---- */
 
-static pgd__pinfo page_info(const pgd_cache *c, uint32_t page)
+static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
-    pgd__pinfo info = {e->hash, e->depth};
+    pgd_policy_page info = {e->hash, e->depth};
     return info;
 }
 
@@ -230,7 +259,7 @@ static void page_ref(pgd_cache *c, uint32_t page)
 {
     pgd_pool_ref(c->pool, page);
     if (c->page_entry[page] != PGD__NONE) {
-        pgd__pinfo info = page_info(c, page);
+        pgd_policy_page info = page_info(c, page);
         c->pol->hit(c->pstate, page, &info);
     }
 }
@@ -240,7 +269,7 @@ static void page_unref(pgd_cache *c, uint32_t page)
 {
     uint32_t r = pgd_pool_unref(c->pool, page);
     if (r == 1 && c->page_entry[page] != PGD__NONE) {
-        pgd__pinfo info = page_info(c, page);
+        pgd_policy_page info = page_info(c, page);
         c->pol->unreferenced(c->pstate, page, &info);
     }
 }
@@ -252,14 +281,23 @@ static int accept_leaf(void *ctx, uint32_t page)
     return e && e->n_children == 0;
 }
 
-/* Evicts one page through the policy. Returns 1, or 0 when nothing is evictable. */
+/* Evicts one page through the policy: reports it (on_evict, payload still intact), then
+ * unindexes and frees it. Returns 1, or 0 when nothing is evictable (or a user policy chose
+ * a page that is not an evictable leaf: refused, logged). */
 static int evict_one(pgd_cache *c)
 {
     uint32_t page = c->pol->victim(c->pstate, accept_leaf, c);
-    if (page == PGD__NONE) return 0;
+    if (page == PGD_POLICY_NO_PAGE) return 0;
+    if (page >= c->n_pages || c->page_entry[page] == PGD__NONE ||
+        pgd_pool_refcount(c->pool, page) != 1 || !accept_leaf(c, page)) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache: policy %s chose page %u, which is not an evictable leaf", c->pol->name,
+                  page);
+        return 0;
+    }
     uint32_t e = c->page_entry[page];
-    PGD_CHECK(e != PGD__NONE && pgd_pool_refcount(c->pool, page) == 1);
     c->pol->remove(c->pstate, page);
+    if (c->on_evict) c->on_evict(c->event_ud, pgd__index_entry(c->ix, e)->hash, page);
     pgd__index_remove(c->ix, e);
     c->page_entry[page] = PGD__NONE;
     pgd_pool_unref(c->pool, page);
@@ -330,7 +368,7 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
     lock(c);
     int rc = seq_alloc(c, &s);
     if (rc == PGD_OK) {
-        s->last = seed;
+        s->last = s->seed = seed;
         seq_link(c, s);
         *out = s;
     }
@@ -390,6 +428,7 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->unregistrable = src->unregistrable;
     s->last_entry = src->last_entry;
     s->last = src->last;
+    s->seed = src->seed;
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
     for (uint32_t i = 0; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
@@ -402,28 +441,35 @@ out:
 
 /* ---- match ---- */
 
-/* Pins the pages of entries found for hashes, for an empty sequence whose table has room.
- * Stops at the first miss or at an entry that does not extend the previous one. */
-static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const pgd_hash *h, size_t n)
+/* Pins the longest cached chain of full pages for an empty sequence whose table has room
+ * for n pages, and makes them its prefix. Page k's hash is hashes[k] for k < n_hashes,
+ * else it is computed from tokens here, lazily (a prompt that diverges early costs one
+ * hash, not n). Stops at the first miss or at an entry that does not extend the previous
+ * one. Returns the number of pages pinned. Lock held. */
+static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_hash *hashes,
+                          size_t n_hashes, size_t n)
 {
     uint32_t k = 0, prev = PGD__NONE;
+    pgd_hash h = s->last;
     for (; k < n; k++) {
-        uint32_t e = pgd__index_find(c->ix, h[k]);
+        h = k < n_hashes ? hashes[k]
+                         : pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens,
+                                           c->page_tokens);
+        uint32_t e = pgd__index_find(c->ix, h);
         if (e == PGD__NONE) break;
         const pgd__entry *en = pgd__index_entry(c->ix, e);
         if (en->parent != prev) break;
-        page_ref(c, en->page_id);
-        s->table[k] = en->page_id;
+        pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
+        page_ref(c, en->loc_id);
+        s->table[k] = en->loc_id;
+        s->last = h;
         prev = e;
     }
     s->n_pages = k;
     s->n_full = k;
     s->len = s->n_committed = (uint64_t)k * c->page_tokens;
     s->ring_lo = s->hi = s->len; /* matched pages are read from the pool */
-    if (k) {
-        s->last_entry = prev;
-        s->last = h[k - 1];
-    }
+    s->last_entry = prev;
     return k;
 }
 
@@ -435,63 +481,56 @@ static void count_query(pgd_cache *c, uint64_t n_pages_q, uint64_t n_tokens_q, u
     c->st.n_hit_tokens += (uint64_t)hit * c->page_tokens;
 }
 
-int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+/* The three matches: tokens (hashes NULL), tokens with precomputed hashes, hashes only
+ * (tokens NULL, mode MODE_HASHES). n_pages full pages are looked up. */
+static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                     const pgd_hash *hashes, size_t n_hashes, size_t n_pages)
 {
-    size_t n_full = n_tokens / c->page_tokens;
     int64_t rc;
-    if (n_tokens && !tokens) return PGD_EINVAL;
     lock(c);
     if (s->len || s->mode != MODE_NONE) {
         rc = PGD_ESTATE;
         goto out;
     }
-    rc = table_reserve(c, s, n_full);
+    rc = table_reserve(c, s, n_pages);
     if (rc != PGD_OK) goto out;
-    /* Hash page by page and stop at the first miss: a prompt that diverges early costs
-     * one hash, not n_full. */
-    uint32_t k = 0, prev = PGD__NONE;
-    pgd_hash h = s->last;
-    for (; k < n_full; k++) {
-        h = pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens, c->page_tokens);
-        uint32_t e = pgd__index_find(c->ix, h);
-        if (e == PGD__NONE) break;
-        const pgd__entry *en = pgd__index_entry(c->ix, e);
-        if (en->parent != prev) break;
-        page_ref(c, en->page_id);
-        s->table[k] = en->page_id;
-        s->last = h;
-        prev = e;
-    }
-    s->n_pages = s->n_full = k;
-    s->len = s->n_committed = (uint64_t)k * c->page_tokens;
-    s->ring_lo = s->hi = s->len; /* matched pages are read from the pool */
-    s->last_entry = prev;
-    s->mode = MODE_TOKENS;
-    count_query(c, n_full, n_tokens, k);
-    rc = (int64_t)s->len;
+    uint32_t k = pin_chain(c, s, tokens, hashes, n_hashes, n_pages);
+    s->mode = tokens ? MODE_TOKENS : MODE_HASHES;
+    count_query(c, n_pages, n_tokens, k);
+    rc = tokens ? (int64_t)s->len : (int64_t)k;
 out:
     unlock(c);
     return rc;
 }
 
+int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+{
+    if (n_tokens && !tokens) return PGD_EINVAL;
+    return match(c, s, tokens, n_tokens, NULL, 0, n_tokens / c->page_tokens);
+}
+
+int64_t pgd_seq_match_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                             const pgd_hash *hashes, size_t n_hashes)
+{
+    const uint32_t pt = c->page_tokens;
+    size_t n_full = n_tokens / pt;
+    if ((n_tokens && !tokens) || (n_hashes && !hashes)) return PGD_EINVAL;
+    if (n_hashes > n_full) n_hashes = n_full;
+    /* One hash, before the lock, proves the hashes belong to this sequence's tenant (and
+     * model and key): hashes of another salt would share that tenant's pages. s->seed is
+     * immutable, so reading it unlocked is safe. */
+    if (n_hashes && !pgd_hash_eq(pgd__hash_block(&c->hasher, s->seed, tokens, pt), hashes[0])) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache: match_hashed: hashes[0] is not the hash of the sequence's first page");
+        return PGD_EINVAL;
+    }
+    return match(c, s, tokens, n_tokens, hashes, n_hashes, n_full);
+}
+
 int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size_t n_hashes)
 {
-    int64_t rc;
     if (n_hashes && !hashes) return PGD_EINVAL;
-    lock(c);
-    if (s->len || s->mode != MODE_NONE) {
-        rc = PGD_ESTATE;
-        goto out;
-    }
-    rc = table_reserve(c, s, n_hashes);
-    if (rc != PGD_OK) goto out;
-    uint32_t k = pin_chain(c, s, hashes, n_hashes);
-    s->mode = MODE_HASHES;
-    count_query(c, n_hashes, (uint64_t)n_hashes * c->page_tokens, k);
-    rc = k;
-out:
-    unlock(c);
-    return rc;
+    return match(c, s, NULL, (uint64_t)n_hashes * c->page_tokens, hashes, n_hashes, n_hashes);
 }
 
 /* ---- grow ---- */
@@ -515,10 +554,17 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
     }
     rc = table_reserve(c, s, need_pages);
     if (rc != PGD_OK) goto out;
+    uint32_t n_old = s->n_pages;
     while (s->n_pages < need_pages) {
         uint32_t page;
         rc = alloc_page(c, &page);
-        PGD_CHECK(rc == PGD_OK); /* free + evictable covered it */
+        if (rc != PGD_OK) {
+            /* Only a user policy that refuses its own pages gets here (free + evictable
+             * covered the pages): give back what this call took. */
+            while (s->n_pages > n_old)
+                pgd_pool_unref(c->pool, s->table[--s->n_pages]);
+            goto out;
+        }
         s->table[s->n_pages++] = page;
     }
     s->len = len;
@@ -580,9 +626,10 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
             s->unregistrable = 1;
             return 0;
         }
-        if (en->page_id != page) {
+        pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
+        if (en->loc_id != page) {
             /* Computed twice: keep the cached copy, free ours. */
-            uint32_t cached = en->page_id;
+            uint32_t cached = en->loc_id;
             page_ref(c, cached);
             page_unref(c, page);
             s->table[i] = cached;
@@ -599,23 +646,30 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
         s->unregistrable = 1;
         return 0;
     }
-    e = pgd__index_insert(c->ix, h, s->last_entry, page);
-    PGD_CHECK(e != PGD__NONE); /* capacity == pages, each page at most once */
+    e = pgd__index_insert(c->ix, h, s->last_entry, pgd__loc_pool(page));
+    PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
-    pgd__pinfo info = {h, pgd__index_entry(c->ix, e)->depth};
+    pgd_policy_page info = {h, pgd__index_entry(c->ix, e)->depth};
     c->pol->insert(c->pstate, page, &info);
+    if (c->on_register) {
+        pgd_hash parent = {0, 0};
+        if (s->last_entry != PGD__NONE) parent = pgd__index_entry(c->ix, s->last_entry)->hash;
+        c->on_register(c->event_ud, h, parent, info.depth, page);
+    }
     s->last_entry = e;
     s->last = h;
     c->st.n_registered++;
     return 1;
 }
 
-int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+/* Token-mode commit. Page k of the sequence (counted from position 0) that becomes full
+ * takes hashes[k] when k < n_hashes, else it is hashed here under the lock. */
+static int commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                  const pgd_hash *hashes, size_t n_hashes)
 {
     int rc = 0;
     const uint32_t pt = c->page_tokens;
-    if (n_tokens && !tokens) return PGD_EINVAL;
     lock(c);
     if (s->mode == MODE_HASHES) {
         rc = PGD_ESTATE;
@@ -630,18 +684,19 @@ int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tok
     while (i < n_tokens) {
         uint32_t off = (uint32_t)(s->n_committed % pt);
         size_t take = n_tokens - i < pt - off ? n_tokens - i : pt - off;
+        const int32_t *page_tokens = NULL;
         if (off == 0 && take == pt) {
-            /* A whole page straight from the caller's buffer. */
-            pgd_hash h = pgd__hash_block(&c->hasher, s->last, tokens + i, pt);
-            rc += register_page(c, s, s->n_full, h);
-            s->n_full++;
+            page_tokens = tokens + i; /* a whole page straight from the caller's buffer */
         } else {
             memcpy(s->partial + off, tokens + i, take * sizeof *tokens);
-            if (off + take == pt) {
-                pgd_hash h = pgd__hash_block(&c->hasher, s->last, s->partial, pt);
-                rc += register_page(c, s, s->n_full, h);
-                s->n_full++;
-            }
+            if (off + take == pt) page_tokens = s->partial;
+        }
+        if (page_tokens) {
+            pgd_hash h = s->n_full < n_hashes
+                             ? hashes[s->n_full]
+                             : pgd__hash_block(&c->hasher, s->last, page_tokens, pt);
+            rc += register_page(c, s, s->n_full, h);
+            s->n_full++;
         }
         s->n_committed += take;
         i += take;
@@ -649,6 +704,19 @@ int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tok
 out:
     unlock(c);
     return rc;
+}
+
+int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens)
+{
+    if (n_tokens && !tokens) return PGD_EINVAL;
+    return commit(c, s, tokens, n_tokens, NULL, 0);
+}
+
+int pgd_seq_commit_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                          const pgd_hash *hashes, size_t n_hashes)
+{
+    if ((n_tokens && !tokens) || (n_hashes && !hashes)) return PGD_EINVAL;
+    return commit(c, s, tokens, n_tokens, hashes, n_hashes);
 }
 
 int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size_t n_hashes)
@@ -691,7 +759,7 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
     PGD_CHECK(rc == 1);
     /* The old page lost one holder: it may have become evictable. */
     if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {
-        pgd__pinfo info = page_info(c, page);
+        pgd_policy_page info = page_info(c, page);
         c->pol->unreferenced(c->pstate, page, &info);
     }
     s->table[i] = copy;
@@ -926,7 +994,7 @@ static int check_locked(pgd_cache *c)
     uint32_t *holders = pgd__calloc(&c->al, c->n_pages, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
-    uint32_t n_seqs = 0, n_evictable = 0;
+    uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0;
     for (const pgd_seq *s = c->seqs; s; s = s->next) {
         n_seqs++;
         uint64_t want_pages = (s->len + c->page_tokens - 1) / c->page_tokens;
@@ -948,7 +1016,8 @@ static int check_locked(pgd_cache *c)
                 /* Registered pages form a chain in the index. */
                 uint32_t e = c->page_entry[page];
                 const pgd__entry *en = pgd__index_entry(c->ix, e);
-                if (!en || en->parent != prev || en->page_id != page) {
+                if (!en || en->parent != prev || pgd__index_loc(c->ix, e).tier != PGD__TIER_POOL ||
+                    en->loc_id != page) {
                     pgd__logf(&c->log, PGD_LOG_ERROR,
                               "cache check: page %u of a sequence breaks its chain", i);
                     goto out;
@@ -961,9 +1030,10 @@ static int check_locked(pgd_cache *c)
     for (uint32_t page = 0; page < c->n_pages; page++) {
         uint32_t e = c->page_entry[page];
         uint32_t cached = e != PGD__NONE;
+        n_cached += cached;
         if (cached) {
             const pgd__entry *en = pgd__index_entry(c->ix, e);
-            if (!en || en->page_id != page) {
+            if (!en || pgd__index_loc(c->ix, e).tier != PGD__TIER_POOL || en->loc_id != page) {
                 pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry", page);
                 goto out;
             }
@@ -984,8 +1054,12 @@ static int check_locked(pgd_cache *c)
         }
     }
     if (n_evictable != c->pol->size(c->pstate)) goto out;
-    /* Every index entry's page points back at it. */
-    if (pgd__index_size(c->ix) > c->n_pages) goto out;
+    /* Every index entry is a pool page that points back at it (no tier is wired in yet). */
+    if (pgd__index_size(c->ix) != n_cached) {
+        pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: %u index entries but %u cached pages",
+                  pgd__index_size(c->ix), n_cached);
+        goto out;
+    }
     rc = PGD_OK;
 out:
     pgd__free(&c->al, holders);

@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * index.c - prefix index: block hash -> entry (pool page now, a tier location later).
+ * index.c - prefix index: block hash -> entry, whose location is a pool page (tier 0) or
+ * a block of storage tier T (tiers are not wired into the cache yet).
  *
  *     slots[] (power of two, >= 2x capacity)      entries[capacity]
- *     +------+------+------+------+               +------+--------+----------+------+
- *     | e3   | NONE | e0   | e7   | ...  ------>  | hash | parent | children | page |
- *     +------+------+------+------+               +------+--------+----------+------+
+ *     +------+------+------+------+               +------+--------+----------+-------+----+
+ *     | e3   | NONE | e0   | e7   | ...  ------>  | hash | parent | children | depth | id |
+ *     +------+------+------+------+               +------+--------+----------+-------+----+
+ *                                                 state[capacity]: 0 free, else 1 + tier
+ *
+ * The capacity counts blocks, not pool pages: the cache sizes it with params.index_capacity
+ * (at least the pool's page count), so the index can describe more blocks than the pool
+ * holds once tiers keep the rest.
  *
  * Open addressing with linear probing on hash.lo (already uniformly distributed: it is
  * a keyed XXH3 output); deletion shifts later entries back, so there are no tombstones
@@ -28,7 +34,7 @@ struct pgd__index {
     uint32_t *slots;     /* [n_slots] entry id or PGD__NONE */
     pgd__entry *entries; /* [capacity] */
     uint32_t *next_free; /* [capacity] free-list links */
-    uint8_t *live;       /* [capacity] 1 if the entry is in use */
+    uint8_t *live;       /* [capacity] 0: free; else 1 + the tier of the entry's location */
     uint32_t free_head;
 };
 
@@ -109,7 +115,7 @@ uint32_t pgd__index_find(const pgd__index *ix, pgd_hash hash)
     return found ? ix->slots[s] : PGD__NONE;
 }
 
-uint32_t pgd__index_insert(pgd__index *ix, pgd_hash hash, uint32_t parent, uint32_t page_id)
+uint32_t pgd__index_insert(pgd__index *ix, pgd_hash hash, uint32_t parent, pgd__loc loc)
 {
     int found;
     uint32_t s = probe(ix, hash, &found);
@@ -117,17 +123,32 @@ uint32_t pgd__index_insert(pgd__index *ix, pgd_hash hash, uint32_t parent, uint3
     uint32_t e = ix->free_head;
     if (e == PGD__NONE) return PGD__NONE;
     PGD_CHECK(parent == PGD__NONE || (parent < ix->capacity && ix->live[parent]));
+    PGD_CHECK(loc.tier <= PGD__TIER_MAX);
     ix->free_head = ix->next_free[e];
-    ix->live[e] = 1;
+    ix->live[e] = (uint8_t)(1 + loc.tier);
     ix->entries[e].hash = hash;
     ix->entries[e].parent = parent;
     ix->entries[e].n_children = 0;
-    ix->entries[e].page_id = page_id;
+    ix->entries[e].loc_id = loc.id;
     ix->entries[e].depth = parent == PGD__NONE ? 0 : ix->entries[parent].depth + 1;
     if (parent != PGD__NONE) ix->entries[parent].n_children++;
     ix->slots[s] = e;
     ix->n_live++;
     return e;
+}
+
+pgd__loc pgd__index_loc(const pgd__index *ix, uint32_t e)
+{
+    PGD_CHECK(e < ix->capacity && ix->live[e]);
+    pgd__loc l = {ix->entries[e].loc_id, (uint8_t)(ix->live[e] - 1)};
+    return l;
+}
+
+void pgd__index_set_loc(pgd__index *ix, uint32_t e, pgd__loc loc)
+{
+    PGD_CHECK(e < ix->capacity && ix->live[e] && loc.tier <= PGD__TIER_MAX);
+    ix->entries[e].loc_id = loc.id;
+    ix->live[e] = (uint8_t)(1 + loc.tier);
 }
 
 void pgd__index_remove(pgd__index *ix, uint32_t e)

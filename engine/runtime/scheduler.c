@@ -408,9 +408,12 @@ static void admit(pe_sched *s)
             salt_len = sizeof own;
         }
         if (pgd_seq_create(s->cache, salt, salt_len, &w->seq) != PGD_OK) return;
-        /* Match all but the last token: its logits must be computed. */
+        /* Match all but the last token: its logits must be computed. The block hashes
+         * of w->toks were computed at (re)queue time, outside the cache lock: pass them. */
         int64_t cached = 0;
-        if (!s->p.no_prefix_cache) cached = pgd_seq_match(s->cache, w->seq, w->toks, w->n_tok - 1);
+        if (!s->p.no_prefix_cache)
+            cached =
+                pgd_seq_match_hashed(s->cache, w->seq, w->toks, w->n_tok - 1, w->hashes, w->n_hash);
         if (cached < 0) cached = 0;
         need = (int64_t)pages_of(s, w->n_tok) - cached / s->pt;
         if (s->n_running && need > avail_pages(s)) {

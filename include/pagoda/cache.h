@@ -7,7 +7,7 @@
  *
  *   pgd_seq_create(salt)                 empty sequence of one tenant
  *   pgd_seq_match(tokens) / _hashes      pins the longest cached prefix (full pages),
- *                                        returns the cached length; the engine skips it
+ *     / _hashed(tokens, hashes)          returns the cached length; the engine skips it
  *   pgd_seq_grow(n)                      reserves pages for n more positions (evicts
  *                                        unreferenced cached pages if the pool is full)
  *   pgd_seq_write_kv(pos0, n, layer)     stores K/V of n positions of one layer: copy-on-
@@ -15,7 +15,7 @@
  *   pgd_seq_write_slot(pos)              where to write K/V of position pos yourself
  *                                        (copy-on-write; plain f32/f16 layouts only)
  *   pgd_seq_commit(tokens) / _hashes     tells which tokens were written; every page that
- *                                        became full is registered in the prefix index
+ *     / _hashed(tokens, hashes)          became full is registered in the prefix index
  *   pgd_seq_fork                         a new sequence sharing every page
  *   pgd_seq_destroy                      drops the sequence's references; its registered
  *                                        pages stay cached until the policy evicts them
@@ -28,6 +28,11 @@
  * from the key, the model fingerprint and the tenant salt. The key is a random
  * per-instance secret unless params.hash_key pins one (engines sharing a remote tier).
  * Two sequences with different salts never share a page.
+ * Hash once, outside the lock: pgd_seq_match and pgd_seq_commit hash the pages they need
+ * under the cache lock. An engine that already has the hashes of a request's pages
+ * (pgd_cache_hash_tokens, which takes no lock) passes them to pgd_seq_match_hashed and
+ * pgd_seq_commit_hashed: the sequence stays in token mode, no page is hashed twice and
+ * the lock is held for lookups only.
  *
  * Locking: one mutex per cache manager. Every pgd_cache_* and pgd_seq_* call takes it,
  * so calls from any threads are safe; calls on one sequence from two threads at once are
@@ -39,6 +44,7 @@
 #define PAGODA_CACHE_H
 
 #include "pagoda.h"
+#include "policy.h"
 #include "pool.h"
 
 #ifdef __cplusplus
@@ -48,26 +54,29 @@ extern "C" {
 typedef struct pgd_cache pgd_cache; /* opaque; thread-safe (one lock) */
 typedef struct pgd_seq pgd_seq;     /* opaque; owned by its cache */
 
-/* Eviction policies. Append only. */
-typedef enum pgd_policy_kind {
-    PGD_POLICY_LRU = 0,   /* least recently released first; O(1) */
-    PGD_POLICY_BELADY = 1 /* offline optimal: farthest next use first, ties deepest page
-                             first; needs next_use */
-} pgd_policy_kind;
-
-/* Returns the policy's name ("lru", "belady") or "?"; static storage. */
-PGD_API const char *pgd_policy_name(pgd_policy_kind k);
-/* Parses a policy name. Returns PGD_OK or PGD_EINVAL. */
-PGD_API int pgd_policy_from_name(const char *name, pgd_policy_kind *out);
-
-/* Future-knowledge oracle for Belady (and, later, hint-aware policies): returns the
- * logical time of the next use of the cached page with block hash h, or UINT64_MAX if
- * it is never used again. Called with the cache lock held: must not call into the cache. */
-typedef uint64_t (*pgd_next_use_fn)(void *ud, pgd_hash h);
+/* Prefix-index events (pgd_cache_params.on_register / on_evict). Both are called with the
+ * cache lock held, from the thread whose call caused the event: they must not call into
+ * the cache or its sequences (the lock is not recursive: it would deadlock) and should be
+ * quick (every cache call waits). They may read the page's payload through the pool
+ * (pgd_cache_pool, pgd_pool_k / pgd_pool_v): the page is not reused before they return.
+ *
+ * on_register: a full page joined the prefix index under hash, as a child of the block
+ *   parent (depth >= 1) or as the first block of a chain (depth 0; parent is {0, 0}).
+ *   Called from pgd_seq_commit / commit_hashed, once per page registered (a commit that
+ *   finds the block already cached, a dedup, registers nothing).
+ * on_evict: an indexed page leaves the index (pgd_seq_grow, write_kv / write_slot copies,
+ *   pgd_cache_evict, pgd_cache_clear). Called before the page is unindexed and freed, so
+ *   its K/V is still readable. Each eviction of a registered page is reported exactly
+ *   once, and only after each of its children (leaves first: a parent is never evicted
+ *   before its children). pgd_cache_destroy reports nothing (cached pages are dropped,
+ *   not evicted). Pages never registered (partial pages, private copies) give no event. */
+typedef void (*pgd_register_fn)(void *ud, pgd_hash hash, pgd_hash parent, uint32_t depth,
+                                uint32_t page);
+typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
 
 typedef struct pgd_cache_params {
     pgd_pool_params pool;     /* geometry and capacity of the page pool */
-    pgd_policy_kind policy;   /* default LRU */
+    pgd_policy_kind policy;   /* default LRU; ignored when policy_ops is set */
     pgd_next_use_fn next_use; /* required for PGD_POLICY_BELADY */
     void *next_use_ud;
     const uint8_t *hash_key;    /* NULL: random per-instance secret */
@@ -81,14 +90,25 @@ typedef struct pgd_cache_params {
                              window, where the last partial page lives); 0: 128. Rounded up
                              to a multiple of page_tokens (so >= page_tokens); the result:
                              pgd_cache_kv_residual */
-} pgd_cache_params;       /* append fields only */
+    /* Prefix-index entries: the blocks it can describe, wherever they live. 0: the pool's
+     * page count; else at least that. */
+    uint32_t index_capacity;
+    /* Prefix-index events, NULL: none (see "Prefix-index events" above). */
+    pgd_register_fn on_register;
+    pgd_evict_fn on_evict;
+    void *event_ud; /* passed to on_register / on_evict */
+    /* A user eviction policy (policy.h), borrowed while the cache lives; NULL: policy. */
+    const pgd_policy_ops *policy_ops;
+    void *policy_ud; /* pgd_policy_init.ud of policy_ops->create */
+} pgd_cache_params; /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
 
 /* Creates a cache manager with its pool, index and policy, all reserved up front.
  * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length,
- * kv_residual above 2^24),
+ * kv_residual above 2^24, a policy_ops table with a NULL member, index_capacity below the
+ * pool's page count or above 2^31, or what policy_ops->create returned),
  * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
 PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
 /* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight. */
@@ -122,6 +142,17 @@ PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
  * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
  * PGD_ESTATE (the sequence was already matched, grown or committed) or PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
+/* Same as pgd_seq_match, with precomputed block hashes: hashes[k] is the hash of page k
+ * (tokens[k*page_tokens ..]) as pgd_cache_hash_tokens computes it for this sequence's salt
+ * (borrowed for the call; hashes past floor(n_tokens / page_tokens) are ignored). Pages
+ * k >= n_hashes are hashed from tokens under the lock, as pgd_seq_match does. The sequence
+ * is in token mode afterwards (commit with pgd_seq_commit / _hashed). Checks hashes[0]
+ * against one hash of the first page (before taking the lock): a mismatch (another salt,
+ * other tokens) is PGD_EINVAL, so hashes of another tenant cannot share its pages; the
+ * others are trusted. Returns the cached length in tokens, PGD_EINVAL, PGD_ESTATE or
+ * PGD_ENOMEM. Cost: one block hash plus O(pages matched) lookups under the lock. */
+PGD_API int64_t pgd_seq_match_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens,
+                                     size_t n_tokens, const pgd_hash *hashes, size_t n_hashes);
 /* Same, on precomputed block hashes (one per full page; engines that hash themselves,
  * trace replay). The caller's hashes must embed tenant and model; the cache does not
  * rehash them. Counts n_hashes * page_tokens as queried.
@@ -153,6 +184,13 @@ PGD_API int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens);
  * table after commit). Returns the number of pages registered by this call, PGD_EINVAL
  * (past the length) or PGD_ESTATE (the sequence was committed with hashes). */
 PGD_API int pgd_seq_commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
+/* Same as pgd_seq_commit, with precomputed block hashes: a page k of the sequence (counted
+ * from position 0, so a request's pgd_cache_hash_tokens output serves match and commit)
+ * that this call fills is registered under hashes[k] when k < n_hashes, else hashed under
+ * the lock. The hashes are trusted: they must be pgd_cache_hash_tokens' for the
+ * sequence's salt and tokens (borrowed for the call). Returns as pgd_seq_commit. */
+PGD_API int pgd_seq_commit_hashed(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
+                                  const pgd_hash *hashes, size_t n_hashes);
 /* Registers the next n_hashes full pages under precomputed hashes (see match_hashes).
  * The pages must lie within the length. Returns pages registered, PGD_EINVAL or
  * PGD_ESTATE (the sequence was committed with tokens). */

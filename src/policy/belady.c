@@ -9,11 +9,12 @@
  * until it is used again (which pins it, taking it off the heap). Ties go to the deeper
  * page: any future use of a page also uses its ancestors, so an ancestor's next use is
  * never later than a descendant's, and with the depth tie-break the top is a leaf.
- * O(log n) per operation.
+ * O(log n) per operation. Ops table: policy.h.
  */
 #include "pgd_int.h"
 
 typedef struct belady {
+    pgd__alloc al;
     uint32_t n, size;
     pgd_next_use_fn next_use;
     void *ud;
@@ -23,41 +24,44 @@ typedef struct belady {
     uint32_t *depth; /* [n] */
 } belady;
 
-static int bel_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void *ud, void **state)
+static void bel_destroy(void *state)
 {
-    belady *b = pgd__calloc(al, 1, sizeof *b);
+    belady *b = state;
+    if (!b) return;
+    pgd__alloc al = b->al;
+    pgd__free(&al, b->heap);
+    pgd__free(&al, b->pos);
+    pgd__free(&al, b->key);
+    pgd__free(&al, b->depth);
+    pgd__free(&al, b);
+}
+
+static int bel_create(const pgd_policy_init *init, void **state)
+{
+    pgd__alloc a;
+    pgd__alloc_init(&a, init->alloc);
+    const pgd__alloc *al = &a;
+    uint32_t n = init->n_pages;
     *state = NULL;
+    if (!init->next_use) return PGD_EINVAL;
+    belady *b = pgd__calloc(al, 1, sizeof *b);
     if (!b) return PGD_ENOMEM;
+    b->al = a;
     b->n = n;
-    b->next_use = nu;
-    b->ud = ud;
+    b->next_use = init->next_use;
+    b->ud = init->next_use_ud;
     b->heap = pgd__malloc(al, (size_t)n * sizeof *b->heap);
     b->pos = pgd__malloc(al, (size_t)n * sizeof *b->pos);
     b->key = pgd__malloc(al, (size_t)n * sizeof *b->key);
     b->depth = pgd__malloc(al, (size_t)n * sizeof *b->depth);
     if (!b->heap || !b->pos || !b->key || !b->depth) {
-        pgd__free(al, b->heap);
-        pgd__free(al, b->pos);
-        pgd__free(al, b->key);
-        pgd__free(al, b->depth);
-        pgd__free(al, b);
+        bel_destroy(b);
         return PGD_ENOMEM;
     }
     for (uint32_t i = 0; i < n; i++)
         b->pos[i] = PGD__NONE;
     *state = b;
     return PGD_OK;
-}
-
-static void bel_destroy(const pgd__alloc *al, void *state)
-{
-    belady *b = state;
-    if (!b) return;
-    pgd__free(al, b->heap);
-    pgd__free(al, b->pos);
-    pgd__free(al, b->key);
-    pgd__free(al, b->depth);
-    pgd__free(al, b);
 }
 
 /* Returns non-zero if page a should be evicted before page b. */
@@ -113,18 +117,18 @@ static void heap_remove(belady *b, uint32_t id)
     sift_up(b, b->pos[moved]);
 }
 
-static void bel_insert(void *state, uint32_t id, const pgd__pinfo *info)
+static void bel_insert(void *state, uint32_t id, const pgd_policy_page *info)
 {
     (void)state, (void)id, (void)info;
 }
 
-static void bel_hit(void *state, uint32_t id, const pgd__pinfo *info)
+static void bel_hit(void *state, uint32_t id, const pgd_policy_page *info)
 {
     (void)info;
     heap_remove(state, id);
 }
 
-static void bel_unreferenced(void *state, uint32_t id, const pgd__pinfo *info)
+static void bel_unreferenced(void *state, uint32_t id, const pgd_policy_page *info)
 {
     belady *b = state;
     PGD_CHECK(id < b->n && b->pos[id] == PGD__NONE);
@@ -134,16 +138,16 @@ static void bel_unreferenced(void *state, uint32_t id, const pgd__pinfo *info)
     sift_up(b, b->size - 1);
 }
 
-static uint32_t bel_victim(void *state, pgd__accept_fn accept, void *ctx)
+static uint32_t bel_victim(void *state, pgd_policy_accept_fn accept, void *ctx)
 {
     belady *b = state;
-    if (b->size == 0) return PGD__NONE;
+    if (b->size == 0) return PGD_POLICY_NO_PAGE;
     if (!accept || accept(ctx, b->heap[0])) return b->heap[0];
     /* Not reached while the tie-break keeps the top a leaf; stay correct anyway. */
-    uint32_t best = PGD__NONE;
+    uint32_t best = PGD_POLICY_NO_PAGE;
     for (uint32_t i = 0; i < b->size; i++) {
         uint32_t id = b->heap[i];
-        if (accept(ctx, id) && (best == PGD__NONE || before(b, id, best))) best = id;
+        if (accept(ctx, id) && (best == PGD_POLICY_NO_PAGE || before(b, id, best))) best = id;
     }
     return best;
 }
@@ -164,7 +168,7 @@ static uint32_t bel_size(const void *state)
     return ((const belady *)state)->size;
 }
 
-const pgd__policy_ops pgd__policy_belady = {
+const pgd_policy_ops pgd__policy_belady = {
     "belady",         bel_create, bel_destroy, bel_insert,   bel_hit,
     bel_unreferenced, bel_victim, bel_remove,  bel_contains, bel_size,
 };

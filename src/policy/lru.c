@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lru.c - least-recently-released first, O(1) per operation.
+ * lru.c - least-recently-released first, O(1) per operation (ops table: policy.h).
  *
  *     head (oldest) <-> ... <-> tail (newest)      intrusive links in prev[]/next[]
  *
@@ -13,41 +13,45 @@
 #include "pgd_int.h"
 
 typedef struct lru {
+    pgd__alloc al;
     uint32_t n, size;
     uint32_t head, tail;
     uint32_t *prev, *next; /* [n] links, PGD__NONE at the ends */
     uint8_t *in;           /* [n] 1 if on the list */
 } lru;
 
-static int lru_create(const pgd__alloc *al, uint32_t n, pgd_next_use_fn nu, void *ud, void **state)
+static void lru_destroy(void *state)
 {
+    lru *l = state;
+    if (!l) return;
+    pgd__alloc al = l->al;
+    pgd__free(&al, l->prev);
+    pgd__free(&al, l->next);
+    pgd__free(&al, l->in);
+    pgd__free(&al, l);
+}
+
+static int lru_create(const pgd_policy_init *init, void **state)
+{
+    pgd__alloc a;
+    pgd__alloc_init(&a, init->alloc);
+    const pgd__alloc *al = &a;
+    uint32_t n = init->n_pages;
     lru *l = pgd__calloc(al, 1, sizeof *l);
     *state = NULL;
     if (!l) return PGD_ENOMEM;
+    l->al = a;
     l->n = n;
     l->head = l->tail = PGD__NONE;
     l->prev = pgd__malloc(al, (size_t)n * sizeof *l->prev);
     l->next = pgd__malloc(al, (size_t)n * sizeof *l->next);
     l->in = pgd__calloc(al, n, 1);
     if (!l->prev || !l->next || !l->in) {
-        pgd__free(al, l->prev);
-        pgd__free(al, l->next);
-        pgd__free(al, l->in);
-        pgd__free(al, l);
+        lru_destroy(l);
         return PGD_ENOMEM;
     }
     *state = l;
     return PGD_OK;
-}
-
-static void lru_destroy(const pgd__alloc *al, void *state)
-{
-    lru *l = state;
-    if (!l) return;
-    pgd__free(al, l->prev);
-    pgd__free(al, l->next);
-    pgd__free(al, l->in);
-    pgd__free(al, l);
 }
 
 static void unlink_id(lru *l, uint32_t id)
@@ -66,18 +70,18 @@ static void unlink_id(lru *l, uint32_t id)
     l->size--;
 }
 
-static void lru_insert(void *state, uint32_t id, const pgd__pinfo *info)
+static void lru_insert(void *state, uint32_t id, const pgd_policy_page *info)
 {
     (void)state, (void)id, (void)info; /* referenced when registered: not evictable yet */
 }
 
-static void lru_hit(void *state, uint32_t id, const pgd__pinfo *info)
+static void lru_hit(void *state, uint32_t id, const pgd_policy_page *info)
 {
     (void)info;
     unlink_id(state, id);
 }
 
-static void lru_unreferenced(void *state, uint32_t id, const pgd__pinfo *info)
+static void lru_unreferenced(void *state, uint32_t id, const pgd_policy_page *info)
 {
     lru *l = state;
     (void)info;
@@ -93,12 +97,12 @@ static void lru_unreferenced(void *state, uint32_t id, const pgd__pinfo *info)
     l->size++;
 }
 
-static uint32_t lru_victim(void *state, pgd__accept_fn accept, void *ctx)
+static uint32_t lru_victim(void *state, pgd_policy_accept_fn accept, void *ctx)
 {
     lru *l = state;
     for (uint32_t id = l->head; id != PGD__NONE; id = l->next[id])
         if (!accept || accept(ctx, id)) return id;
-    return PGD__NONE;
+    return PGD_POLICY_NO_PAGE;
 }
 
 static void lru_remove(void *state, uint32_t id)
@@ -117,7 +121,7 @@ static uint32_t lru_size(const void *state)
     return ((const lru *)state)->size;
 }
 
-const pgd__policy_ops pgd__policy_lru = {
+const pgd_policy_ops pgd__policy_lru = {
     "lru",      lru_create, lru_destroy,  lru_insert, lru_hit, lru_unreferenced,
     lru_victim, lru_remove, lru_contains, lru_size,
 };

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * policy.c - names and lookup of the eviction policies (ops tables in pgd_int.h).
- * Adding a policy: one file with its ops table, one enum value in cache.h, one line here.
+ * policy.c - names and lookup of the built-in eviction policies (ops table: policy.h).
+ * Adding a built-in policy: one file with its ops table, one enum value in policy.h, one
+ * line here. A user policy needs none of this: pgd_cache_params.policy_ops.
  */
 #include <string.h>
 
@@ -10,13 +11,13 @@
 static const struct {
     pgd_policy_kind kind;
     const char *name;
-    const pgd__policy_ops *ops;
+    const pgd_policy_ops *ops;
 } policies[] = {
     {PGD_POLICY_LRU, "lru", &pgd__policy_lru},
     {PGD_POLICY_BELADY, "belady", &pgd__policy_belady},
 };
 
-const pgd__policy_ops *pgd__policy_lookup(pgd_policy_kind kind)
+const pgd_policy_ops *pgd_policy_builtin(pgd_policy_kind kind)
 {
     for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
         if (policies[i].kind == kind) return policies[i].ops;

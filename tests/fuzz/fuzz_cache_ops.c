@@ -5,6 +5,11 @@
  * the input bytes) run against a tiny pool, with pgd_cache_check() after every step.
  * Any broken invariant aborts (pgd_cache_check failing is turned into abort()), so the
  * fuzzer finds op sequences that corrupt refcounts, the index tree or the policy.
+ * The index events (on_register / on_evict) feed a model that aborts when a page is
+ * registered twice, evicted without being registered or twice, or before a child.
+ * Token matches and commits also run with precomputed hashes (match_hashed with the
+ * sequence's real hashes or input bytes, commit_hashed with input bytes: trusted, so any
+ * garbage must still leave the cache consistent).
  *
  * Input layout: byte 0 picks the policy (even: LRU, odd: Belady with a pseudo-oracle),
  * then a stream of ops: [op byte][argument bytes...]; a short tail ends the program.
@@ -37,12 +42,62 @@ static uint64_t oracle(void *ud, pgd_hash h)
     return (h.lo * 0x9E3779B97F4A7C15ull) >> 40; /* any total order will do */
 }
 
+/* ---- event model: the live index entries, as the events tell them ---- */
+
+#define MAX_LIVE 64
+
+typedef struct {
+    pgd_hash hash, parent;
+    uint32_t depth;
+} live_entry;
+
+static live_entry live[MAX_LIVE];
+static uint32_t n_live;
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "fuzz_cache_ops: %s\n", what);
+    abort();
+}
+
+static int live_find(pgd_hash h)
+{
+    for (uint32_t i = 0; i < n_live; i++)
+        if (pgd_hash_eq(live[i].hash, h)) return (int)i;
+    return -1;
+}
+
+static void on_register(void *ud, pgd_hash hash, pgd_hash parent, uint32_t depth, uint32_t page)
+{
+    (void)ud, (void)page;
+    if (live_find(hash) >= 0) fail("a cached hash registered twice");
+    if (depth > 0) {
+        int p = live_find(parent);
+        if (p < 0 || live[p].depth + 1 != depth) fail("registered under a parent not cached");
+    }
+    if (n_live == MAX_LIVE) fail("more entries than pages");
+    live[n_live].hash = hash;
+    live[n_live].parent = parent;
+    live[n_live].depth = depth;
+    n_live++;
+}
+
+static void on_evict(void *ud, pgd_hash hash, uint32_t page)
+{
+    (void)ud, (void)page;
+    int i = live_find(hash);
+    if (i < 0) fail("evicted a page not registered, or twice");
+    for (uint32_t j = 0; j < n_live; j++)
+        if (live[j].depth > 0 && pgd_hash_eq(live[j].parent, hash)) fail("parent evicted first");
+    live[i] = live[--n_live];
+}
+
 static void must_check(pgd_cache *c)
 {
-    if (pgd_cache_check(c) != PGD_OK) {
-        fprintf(stderr, "fuzz_cache_ops: pgd_cache_check failed\n");
-        abort();
-    }
+    pgd_cache_stats st;
+    if (pgd_cache_check(c) != PGD_OK) fail("pgd_cache_check failed");
+    pgd_cache_get_stats(c, &st);
+    if (st.n_pages_cached != n_live) fail("events disagree with n_pages_cached");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -62,6 +117,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     p.pool.kv_type = PGD_KV_F32;
     p.hash_key = key;
     p.hash_key_len = sizeof key;
+    p.on_register = on_register;
+    p.on_evict = on_evict;
+    n_live = 0;
     if (b & 1) {
         p.policy = PGD_POLICY_BELADY;
         p.next_use = oracle;
@@ -69,7 +127,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pgd_cache *c;
     if (pgd_cache_create(&p, &c) != PGD_OK) abort();
     pgd_seq *seqs[MAX_SEQS] = {0};
-    int32_t toks[64];
+    size_t salt_len[MAX_SEQS] = {0};
+    int32_t toks[64] = {0};
     pgd_hash hs[16];
 
     while (take(&r, &b)) {
@@ -78,7 +137,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pgd_seq **sp = &seqs[a % MAX_SEQS];
         switch (b % 10) {
         case 0: /* create with one of three salts */
-            if (!*sp) pgd_seq_create(c, "salt", (a >> 3) % 3, sp);
+            if (!*sp && pgd_seq_create(c, "salt", (a >> 3) % 3, sp) == PGD_OK)
+                salt_len[a % MAX_SEQS] = (a >> 3) % 3;
             break;
         case 1: /* match tokens */
         case 2: /* commit tokens */
@@ -91,10 +151,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             if (!*sp) break;
             if (b % 10 == 1) {
-                pgd_seq_match(c, *sp, toks, n);
+                if (b & 0x80) { /* with its own hashes (or wrong ones: refused) */
+                    size_t nh =
+                        pgd_cache_hash_tokens(c, "salt", salt_len[a % MAX_SEQS], toks, n, hs, 16);
+                    if (b & 0x40) hs[0].hi ^= 1;
+                    pgd_seq_match_hashed(c, *sp, toks, n, hs, nh);
+                } else {
+                    pgd_seq_match(c, *sp, toks, n);
+                }
             } else {
                 uint64_t room = pgd_seq_length(c, *sp) - pgd_seq_n_committed(c, *sp);
-                pgd_seq_commit(c, *sp, toks, n < room ? n : (size_t)room);
+                size_t m = n < room ? n : (size_t)room;
+                if (b & 0x80) { /* trusted hashes from the input */
+                    for (uint8_t i = 0; i < 16; i++) {
+                        hs[i].lo = (uint64_t)toks[i % 40] + 3 * i;
+                        hs[i].hi = 78;
+                    }
+                    pgd_seq_commit_hashed(c, *sp, toks, m, hs, (b >> 4) % 16);
+                } else {
+                    pgd_seq_commit(c, *sp, toks, m);
+                }
             }
             break;
         case 3: /* match hashes */
@@ -151,6 +227,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pgd_seq_destroy(c, seqs[i]);
     pgd_cache_clear(c);
     must_check(c);
+    if (n_live) fail("pages left after clear");
     pgd_cache_stats st;
     pgd_cache_get_stats(c, &st);
     if (st.n_pages_free != st.n_pages_total) abort(); /* a leaked page */

@@ -1837,6 +1837,48 @@ static int test_model_arena(void)
     return 0;
 }
 
+/* Token mode with precomputed hashes (match_hashed / commit_hashed): the same pages and
+ * results as the plain calls, the sequence stays in token mode, a partial hash array is
+ * completed by hashing, and hashes of another tenant are refused (hashes[0] is checked). */
+static int test_match_commit_hashed(void)
+{
+    pgd_cache *c = make_cache(4, 24);
+    pgd_seq *a, *b, *d;
+    int32_t t[22];
+    pgd_hash h[5], hb[5];
+    T_ASSERT(c);
+    toks_seq(t, 22, 300);
+    T_EQ(pgd_cache_hash_tokens(c, "s", 1, t, 22, h, 5), 5);
+    T_EQ(pgd_cache_hash_tokens(c, "b", 1, t, 22, hb, 5), 5);
+    T_OK(pgd_seq_create(c, "s", 1, &a));
+    T_EQ(pgd_seq_match_hashed(c, a, t, 22, h, 5), 0);
+    T_EQ(pgd_seq_grow(c, a, 22), PGD_OK);
+    /* two pages from the caller's hashes, then the rest hashed here (n_hashes = 2) */
+    T_EQ(pgd_seq_commit_hashed(c, a, t, 10, h, 2), 2);
+    T_EQ(pgd_seq_commit_hashed(c, a, t + 10, 12, h, 2), 3);
+    T_EQ(pgd_seq_commit_hashes(c, a, h, 1), PGD_ESTATE); /* token mode */
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_seq_destroy(c, a);
+    /* plain and hashed matches see the same chain; the hashed one may stop early */
+    T_EQ(probe(c, "s", t, 22), 20);
+    T_OK(pgd_seq_create(c, "s", 1, &b));
+    T_EQ(pgd_seq_match_hashed(c, b, t, 21, h, 3), 20); /* pages 3, 4 hashed here */
+    T_EQ(pgd_seq_grow(c, b, 1), PGD_OK);
+    T_EQ(pgd_seq_commit(c, b, t + 20, 1), 0); /* still token mode */
+    T_EQ(pgd_seq_match_hashed(c, b, t, 21, h, 3), PGD_ESTATE);
+    pgd_seq_destroy(c, b);
+    /* another tenant's hashes: refused before anything is pinned */
+    T_OK(pgd_seq_create(c, "s", 1, &d));
+    T_EQ(pgd_seq_match_hashed(c, d, t, 22, hb, 5), PGD_EINVAL);
+    T_EQ(pgd_seq_match_hashed(c, d, t, 22, NULL, 5), PGD_EINVAL);
+    T_EQ(pgd_seq_length(c, d), 0);
+    T_EQ(pgd_seq_match_hashed(c, d, t, 22, NULL, 0), 20); /* no hashes: as pgd_seq_match */
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_seq_destroy(c, d);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
 static int test_model(void)
 {
     const char *one = getenv("PGD_TEST_SEED");
@@ -1896,6 +1938,7 @@ int main(void)
     T_RUN(test_truncate);
     T_RUN(test_write_kv);
     T_RUN(test_kv_types);
+    T_RUN(test_match_commit_hashed);
     T_RUN(test_model);
     T_RUN(test_model_arena);
     T_DONE();

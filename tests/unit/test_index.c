@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_index.c - the prefix index (index.c) and the keyed chained block hash (util/hash.c),
- * through the internal API of pgd_int.h. pgd__index_check() runs after every mutation.
+ * through the internal API of pgd_int.h: entries, locations (pool or tier), a capacity
+ * beyond the pool's page count. pgd__index_check() runs after every mutation.
  */
 #define XXH_INLINE_ALL
 #define XXH_STATIC_LINKING_ONLY
@@ -17,6 +18,12 @@ static void log_stderr(void *ud, int level, const char *msg)
 }
 
 static const pgd__log test_log = {log_stderr, NULL};
+
+/* A pool location (tier 0). */
+static pgd__loc P(uint32_t page_id)
+{
+    return pgd__loc_pool(page_id);
+}
 
 static pgd_hash H(uint64_t lo, uint64_t hi)
 {
@@ -38,15 +45,15 @@ static int test_insert_find_remove(void)
     T_EQ(pgd__index_find(ix, H(1, 2)), PGD__NONE);
     T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
 
-    uint32_t a = pgd__index_insert(ix, H(1, 2), PGD__NONE, 100);
+    uint32_t a = pgd__index_insert(ix, H(1, 2), PGD__NONE, P(100));
     T_ASSERT(a != PGD__NONE && a < 8);
     T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
-    uint32_t b = pgd__index_insert(ix, H(3, 4), a, 101);
+    uint32_t b = pgd__index_insert(ix, H(3, 4), a, P(101));
     T_ASSERT(b != PGD__NONE && b < 8 && b != a);
     T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
-    uint32_t c = pgd__index_insert(ix, H(5, 6), a, 102);
+    uint32_t c = pgd__index_insert(ix, H(5, 6), a, P(102));
     T_ASSERT(c != PGD__NONE && c != a && c != b);
-    uint32_t d = pgd__index_insert(ix, H(7, 8), c, 103);
+    uint32_t d = pgd__index_insert(ix, H(7, 8), c, P(103));
     T_ASSERT(d != PGD__NONE);
     T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
     T_EQ(pgd__index_size(ix), 4);
@@ -63,18 +70,18 @@ static int test_insert_find_remove(void)
     T_ASSERT(pgd_hash_eq(e->hash, H(1, 2)));
     T_EQ(e->parent, PGD__NONE);
     T_EQ(e->n_children, 2);
-    T_EQ(e->page_id, 100);
+    T_EQ(e->loc_id, 100);
     T_EQ(e->depth, 0);
     e = pgd__index_entry(ix, c);
     T_EQ(e->parent, a);
     T_EQ(e->n_children, 1);
-    T_EQ(e->page_id, 102);
+    T_EQ(e->loc_id, 102);
     T_EQ(e->depth, 1);
     e = pgd__index_entry(ix, d);
     T_EQ(e->parent, c);
     T_EQ(e->n_children, 0);
     T_EQ(e->depth, 2);
-    T_EQ(e->page_id, 103);
+    T_EQ(e->loc_id, 103);
 
     /* Remove leaves only: d, then c becomes a leaf. */
     pgd__index_remove(ix, d);
@@ -95,17 +102,17 @@ static int test_insert_find_remove(void)
     T_EQ(pgd__index_find(ix, H(5, 6)), PGD__NONE);
 
     /* Reinsert after removal. */
-    a = pgd__index_insert(ix, H(5, 6), PGD__NONE, 7);
+    a = pgd__index_insert(ix, H(5, 6), PGD__NONE, P(7));
     T_ASSERT(a != PGD__NONE);
     T_EQ(pgd__index_find(ix, H(5, 6)), a);
-    T_EQ(pgd__index_entry(ix, a)->page_id, 7);
+    T_EQ(pgd__index_entry(ix, a)->loc_id, 7);
     T_EQ(pgd__index_entry(ix, a)->depth, 0);
     T_EQ(pgd__index_entry(ix, a)->n_children, 0);
     T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
 
     /* Extreme hash values are ordinary keys (replay builds hashes from small ids). */
-    uint32_t z = pgd__index_insert(ix, H(0, 0), PGD__NONE, 1);
-    uint32_t o = pgd__index_insert(ix, H(UINT64_MAX, UINT64_MAX), z, 2);
+    uint32_t z = pgd__index_insert(ix, H(0, 0), PGD__NONE, P(1));
+    uint32_t o = pgd__index_insert(ix, H(UINT64_MAX, UINT64_MAX), z, P(2));
     T_ASSERT(z != PGD__NONE && o != PGD__NONE && z != o);
     T_EQ(pgd__index_find(ix, H(0, 0)), z);
     T_EQ(pgd__index_find(ix, H(UINT64_MAX, UINT64_MAX)), o);
@@ -130,15 +137,15 @@ static int test_full_index(void)
     T_OK(pgd__index_create(&al, CAP, &ix));
     for (uint32_t i = 0; i < CAP; i++) {
         /* a chain: each entry the child of the previous one */
-        ids[i] = pgd__index_insert(ix, H(i * 0x10000u, 42), i ? ids[i - 1] : PGD__NONE, i);
+        ids[i] = pgd__index_insert(ix, H(i * 0x10000u, 42), i ? ids[i - 1] : PGD__NONE, P(i));
         T_ASSERT(ids[i] < CAP && !seen[ids[i]]);
         seen[ids[i]] = 1;
         T_EQ(pgd__index_entry(ix, ids[i])->depth, i);
         T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
     }
     T_EQ(pgd__index_size(ix), CAP);
-    T_EQ(pgd__index_insert(ix, H(999, 999), PGD__NONE, 0), PGD__NONE);
-    T_EQ(pgd__index_insert(ix, H(998, 999), ids[CAP - 1], 0), PGD__NONE);
+    T_EQ(pgd__index_insert(ix, H(999, 999), PGD__NONE, P(0)), PGD__NONE);
+    T_EQ(pgd__index_insert(ix, H(998, 999), ids[CAP - 1], P(0)), PGD__NONE);
     T_EQ(pgd__index_size(ix), CAP);
     T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
     for (uint32_t i = 0; i < CAP; i++)
@@ -152,11 +159,11 @@ static int test_full_index(void)
         T_EQ(pgd__index_size(ix), 0);
         for (uint32_t i = 0; i < CAP; i++) {
             pgd_hash h = H(i * 0x10000u + (uint64_t)round * CAP * 0x10000u, 42);
-            ids[i] = pgd__index_insert(ix, h, i ? ids[i - 1] : PGD__NONE, i);
+            ids[i] = pgd__index_insert(ix, h, i ? ids[i - 1] : PGD__NONE, P(i));
             T_ASSERT(ids[i] < CAP);
         }
         T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
-        T_EQ(pgd__index_insert(ix, H(1, 1), PGD__NONE, 0), PGD__NONE);
+        T_EQ(pgd__index_insert(ix, H(1, 1), PGD__NONE, P(0)), PGD__NONE);
     }
     pgd__index_destroy(ix);
     return 0;
@@ -168,6 +175,7 @@ typedef struct {
     int live;
     pgd_hash hash;
     uint32_t id, parent_slot, page, depth, children;
+    uint8_t tier;
 } mentry;
 
 static pgd_hash rand_hash(uint64_t *s, int family)
@@ -216,7 +224,9 @@ static int random_index_run(uint64_t seed, int family)
                     }
             }
             uint32_t page = (uint32_t)(t_rand(&seed) % 100000);
-            uint32_t id = pgd__index_insert(ix, h, ps == PGD__NONE ? PGD__NONE : m[ps].id, page);
+            pgd__loc loc = {page, (uint8_t)(t_rand(&seed) % 4)}; /* pool or tiers 1..3 */
+            if (t_rand(&seed) % 16 == 0) loc.tier = PGD__TIER_MAX;
+            uint32_t id = pgd__index_insert(ix, h, ps == PGD__NONE ? PGD__NONE : m[ps].id, loc);
             if (n_live == CAP) {
                 T_EQ(id, PGD__NONE);
             } else {
@@ -244,6 +254,7 @@ static int random_index_run(uint64_t seed, int family)
                 e->id = id;
                 e->parent_slot = ps;
                 e->page = page;
+                e->tier = loc.tier;
                 e->depth = ps == PGD__NONE ? 0 : m[ps].depth + 1;
                 e->children = 0;
                 if (ps != PGD__NONE) m[ps].children++;
@@ -283,7 +294,8 @@ static int random_index_run(uint64_t seed, int family)
             T_EQ(id, m[i].id);
             const pgd__entry *e = pgd__index_entry(ix, id);
             T_ASSERT(pgd_hash_eq(e->hash, m[i].hash));
-            T_EQ(e->page_id, m[i].page);
+            T_EQ(e->loc_id, m[i].page);
+            T_EQ(pgd__index_loc(ix, id).tier, m[i].tier);
             T_EQ(e->depth, m[i].depth);
             T_EQ(e->n_children, m[i].children);
             T_EQ(e->parent, m[i].parent_slot == PGD__NONE ? PGD__NONE : m[m[i].parent_slot].id);
@@ -446,10 +458,135 @@ static int test_hash_chain_property(void)
     return 0;
 }
 
+/* ---- locations and capacity beyond the pool ---- */
+
+/* Every entry keeps the location it was given, pool or tier, and set_loc moves one (a
+ * block changing tier) without touching the tree. */
+static int test_location_round_trip(void)
+{
+    enum { N = 64 };
+    pgd__alloc al;
+    pgd__index *ix;
+    uint32_t id[N];
+    pgd__alloc_init(&al, NULL);
+    T_OK(pgd__index_create(&al, N, &ix));
+    for (uint32_t i = 0; i < N; i++) {
+        pgd__loc loc = {0xFFFFFF00u + i % 200, (uint8_t)(PGD__TIER_MAX - i % 6)};
+        if (i % 3 == 0) loc = P(i);
+        id[i] = pgd__index_insert(ix, H(i + 1, 7), i ? id[i - 1] : PGD__NONE, loc);
+        T_ASSERT(id[i] != PGD__NONE);
+    }
+    T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t eid = pgd__index_find(ix, H(i + 1, 7));
+        const pgd__entry *e = pgd__index_entry(ix, eid);
+        T_ASSERT(e != NULL);
+        pgd__loc l = pgd__index_loc(ix, eid);
+        T_EQ(l.id, e->loc_id);
+        if (i % 3 == 0) {
+            T_EQ(l.tier, PGD__TIER_POOL);
+            T_EQ(l.id, i);
+        } else {
+            T_EQ(l.tier, PGD__TIER_MAX - i % 6);
+            T_EQ(l.id, 0xFFFFFF00u + i % 200);
+        }
+    }
+    /* Demote every pool entry to tier 1, then bring one back to another pool page. */
+    for (uint32_t i = 0; i < N; i += 3) {
+        pgd__loc t1 = {1000 + i, 1};
+        pgd__index_set_loc(ix, id[i], t1);
+    }
+    pgd__index_set_loc(ix, id[30], P(5));
+    T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
+    for (uint32_t i = 0; i < N; i += 3) {
+        const pgd__entry *e = pgd__index_entry(ix, id[i]);
+        T_EQ(pgd__index_loc(ix, id[i]).tier, i == 30 ? PGD__TIER_POOL : 1);
+        T_EQ(e->loc_id, i == 30 ? 5 : 1000 + i);
+        T_EQ(e->depth, i);
+        T_EQ(e->n_children, i + 1 < N);
+    }
+    pgd__index_destroy(ix);
+    return 0;
+}
+
+static void count_log_fn(void *ud, int level, const char *msg)
+{
+    (void)level, (void)msg;
+    ++*(int *)ud;
+}
+
+/* The index capacity is its own: an index describes far more blocks than a pool holds
+ * (the pool's pages plus blocks in tiers), and a cache can be built with such an index. */
+static int test_more_entries_than_pool_pages(void)
+{
+    enum { POOL_PAGES = 16, CAP = POOL_PAGES * 64 };
+    pgd__alloc al;
+    pgd__index *ix;
+    pgd__alloc_init(&al, NULL);
+    T_OK(pgd__index_create(&al, CAP, &ix));
+    /* One long chain: the first POOL_PAGES blocks in the pool, the rest in tier 1. */
+    uint32_t prev = PGD__NONE;
+    for (uint32_t i = 0; i < CAP; i++) {
+        pgd__loc loc = i < POOL_PAGES ? P(i) : (pgd__loc){i - POOL_PAGES, 1};
+        prev = pgd__index_insert(ix, H(0xABC0000 + i, i), prev, loc);
+        T_ASSERT(prev != PGD__NONE);
+    }
+    T_EQ(pgd__index_size(ix), CAP);
+    T_EQ(pgd__index_insert(ix, H(1, 1), PGD__NONE, P(0)), PGD__NONE); /* full */
+    T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
+    for (uint32_t i = 0; i < CAP; i++) {
+        uint32_t eid = pgd__index_find(ix, H(0xABC0000 + i, i));
+        const pgd__entry *e = pgd__index_entry(ix, eid);
+        T_ASSERT(e != NULL);
+        T_EQ(e->depth, i);
+        T_EQ(pgd__index_loc(ix, eid).tier, i < POOL_PAGES ? 0 : 1);
+        T_EQ(e->loc_id, i < POOL_PAGES ? i : i - POOL_PAGES);
+    }
+    /* Leaves first: drop the tier tail, the pool head stays intact. */
+    for (uint32_t i = CAP; i-- > POOL_PAGES;)
+        pgd__index_remove(ix, pgd__index_find(ix, H(0xABC0000 + i, i)));
+    T_EQ(pgd__index_size(ix), POOL_PAGES);
+    T_EQ(pgd__index_check(ix, &test_log), PGD_OK);
+    pgd__index_destroy(ix);
+
+    /* Through the cache: index_capacity beyond the pool is accepted; below it is not. */
+    int n_logs = 0;
+    pgd_cache_params p = pgd_cache_default_params();
+    pgd_cache *c;
+    p.pool.page_tokens = 4;
+    p.pool.capacity_pages = POOL_PAGES;
+    p.pool.metadata_only = 1;
+    p.log = count_log_fn;
+    p.log_ud = &n_logs;
+    p.index_capacity = CAP;
+    T_OK(pgd_cache_create(&p, &c));
+    int32_t toks[POOL_PAGES * 4];
+    for (int i = 0; i < POOL_PAGES * 4; i++)
+        toks[i] = i * 7 + 1;
+    pgd_seq *s;
+    T_OK(pgd_seq_create(c, NULL, 0, &s));
+    T_OK(pgd_seq_grow(c, s, POOL_PAGES * 4));
+    T_EQ(pgd_seq_commit(c, s, toks, POOL_PAGES * 4), POOL_PAGES);
+    pgd_seq_destroy(c, s);
+    T_OK(pgd_cache_check(c));
+    pgd_cache_stats st;
+    pgd_cache_get_stats(c, &st);
+    T_EQ(st.n_pages_cached, POOL_PAGES);
+    pgd_cache_destroy(c);
+    T_EQ(n_logs, 0);
+    p.index_capacity = POOL_PAGES - 1;
+    T_EQ(pgd_cache_create(&p, &c), PGD_EINVAL);
+    T_ASSERT(c == NULL);
+    T_EQ(n_logs, 1);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_insert_find_remove);
     T_RUN(test_full_index);
+    T_RUN(test_location_round_trip);
+    T_RUN(test_more_entries_than_pool_pages);
     T_RUN(test_random_against_model);
     T_RUN(test_hash_deterministic_with_pinned_key);
     T_RUN(test_hash_seed_separates);
