@@ -756,6 +756,7 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
     if (ps.n_pages_free == 0 && !evict_one(c)) return PGD_ENOSPC;
     uint32_t copy = page;
     int rc = pgd_pool_cow(c->pool, &copy);
+    if (rc < 0) return rc; /* the caller's copy hook failed; nothing changed */
     PGD_CHECK(rc == 1);
     /* The old page lost one holder: it may have become evictable. */
     if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {

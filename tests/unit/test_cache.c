@@ -1809,6 +1809,56 @@ static int test_truncate(void)
     return 0;
 }
 
+/* A copy hook that fails: copy-on-write through the cache returns its status, and the
+ * sequences and the index stay as they were (the shared page is still shared). */
+static int failing_copy(void *ud, void *dst, const void *src, uint64_t n_bytes)
+{
+    (void)dst, (void)src, (void)n_bytes;
+    ++*(int *)ud;
+    return PGD_EIO;
+}
+
+static int test_copy_hook_failure(void)
+{
+    pgd_cache_params p = params(4, 8);
+    pgd_cache_stats cs;
+    memset(&cs, 0, sizeof cs);
+    pgd_cache *c = NULL;
+    T_OK(pgd_cache_create(&p, &c));
+    uint64_t page_bytes = pgd_pool_page_bytes(pgd_cache_pool(c));
+    pgd_cache_destroy(c);
+    void *mem = aligned_alloc(64, page_bytes * 8);
+    T_ASSERT(mem);
+    int n_fail = 0;
+    p.pool.arena = mem;
+    p.pool.arena_bytes = page_bytes * 8;
+    p.pool.copy_page = failing_copy;
+    p.pool.copy_ud = &n_fail;
+    T_OK(pgd_cache_create(&p, &c));
+    pgd_seq *a, *b;
+    int32_t t[6];
+    uint32_t page, slot;
+    toks_seq(t, 6, 10);
+    T_OK(pgd_seq_create(c, "s", 1, &a));
+    T_EQ(feed(c, a, t, 6), 1);
+    T_OK(pgd_seq_fork(c, a, &b)); /* b shares a's partial second page */
+    T_EQ(pgd_seq_write_slot(c, b, 5, &page, &slot), PGD_EIO);
+    T_EQ(n_fail, 1);
+    const uint32_t *ta, *tb;
+    T_EQ(pgd_seq_pages(c, a, &ta), 2);
+    T_EQ(pgd_seq_pages(c, b, &tb), 2);
+    T_EQ(ta[1], tb[1]); /* still shared */
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_get_stats(c, &cs);
+    T_EQ(cs.n_cow_copies, 0);
+    pgd_seq_destroy(c, b);
+    pgd_seq_destroy(c, a);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_destroy(c);
+    free(mem);
+    return 0;
+}
+
 /* The model-based test again over a caller-owned arena with a counting copy hook: every
  * copy-on-write goes through the hook, and each run ends exactly as the pool-owned one. */
 static int test_model_arena(void)
@@ -1941,5 +1991,6 @@ int main(void)
     T_RUN(test_match_commit_hashed);
     T_RUN(test_model);
     T_RUN(test_model_arena);
+    T_RUN(test_copy_hook_failure);
     T_DONE();
 }
