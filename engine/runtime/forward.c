@@ -462,7 +462,8 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         }
     }
     for (uint32_t i = 0; i < n_items; i++) {
-        rc = pgd_seq_commit(c->cache, items[i].seq, items[i].tokens, items[i].n);
+        rc = pgd_seq_commit_hashed(c->cache, items[i].seq, items[i].tokens, items[i].n,
+                                   items[i].hashes, items[i].n_hashes);
         if (rc < 0) return rc;
     }
     return 0;
@@ -471,6 +472,6 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
 int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
                int all_logits)
 {
-    pe_batch_item it = {seq, tokens, n, logits, all_logits};
+    pe_batch_item it = {seq, tokens, n, logits, all_logits, NULL, 0};
     return pe_forward_batch(c, &it, 1);
 }

@@ -118,6 +118,11 @@ typedef struct pe_batch_item {
     uint32_t n;
     float *logits; /* NULL, [n_vocab] for the last token, or [n][n_vocab] if all_logits */
     int all_logits;
+    /* Block hashes of the sequence's pages from position 0 (pgd_cache_hash_tokens for its
+     * salt and tokens; borrowed for the call), so the commit hashes nothing twice; NULL:
+     * the cache hashes the pages this item fills. */
+    const pgd_hash *hashes;
+    uint32_t n_hashes;
 } pe_batch_item;
 
 #define PE_MAX_BATCH_SEQS 256

@@ -464,6 +464,10 @@ static void preempt_newest(pe_sched *s)
 static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
 {
     uint32_t n = 0, budget = s->p.step_tokens;
+    /* The request's block hashes (its salt, from position 0) go with it, so the commit
+     * hashes nothing twice; not with no_prefix_cache, whose sequences have salts of their
+     * own (admit). */
+    const int own = s->p.no_prefix_cache;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < s->n_running && budget; i++) {
             req *r = s->running[i];
@@ -472,8 +476,13 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
             uint32_t k = rem < s->p.chunk ? rem : s->p.chunk;
             if (k > budget) k = budget;
             int last = r->n_done + k == r->n_tok;
-            s->items[n] =
-                (pe_batch_item){r->seq, r->toks + r->n_done, k, last ? r->logits : NULL, 0};
+            s->items[n] = (pe_batch_item){r->seq,
+                                          r->toks + r->n_done,
+                                          k,
+                                          last ? r->logits : NULL,
+                                          0,
+                                          own ? NULL : r->hashes,
+                                          own ? 0 : r->n_hash};
             s->item_req[n++] = r;
             budget -= k;
         }
