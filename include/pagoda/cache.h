@@ -100,7 +100,7 @@ typedef struct pgd_cache_params {
     /* A user eviction policy (policy.h), borrowed while the cache lives; NULL: policy. */
     const pgd_policy_ops *policy_ops;
     void *policy_ud; /* pgd_policy_init.ud of policy_ops->create */
-} pgd_cache_params; /* append fields only */
+} pgd_cache_params;  /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
