@@ -365,13 +365,13 @@ int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, p
         rc = parse_fields(root, kind, n_vocab, r, e);
     json_decref(root);
     if (rc) {
-        ps_req_free(r);
+        ps_req_deinit(r);
         r->kind = kind;
     }
     return rc;
 }
 
-void ps_req_free(ps_req *r)
+void ps_req_deinit(ps_req *r)
 {
     free(r->model);
     free(r->prompt);

@@ -84,12 +84,12 @@ int ps_err(ps_error *e, int status, const char *param, const char *code, const c
     __attribute__((format(printf, 5, 6)));
 
 /* Parses body[0..len) (need not be NUL-terminated) as a request of kind. n_vocab bounds
- * token ids in a token-array prompt. Returns 0 with *r filled (release with ps_req_free),
+ * token ids in a token-array prompt. Returns 0 with *r filled (release with ps_req_deinit; r may then be parsed into again),
  * or -1 with *e filled (400 for malformed JSON or a bad field, message naming it) and *r
  * zeroed. Allocation failure: -1 with status 500. */
 int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, ps_req *r,
                  ps_error *e);
-void ps_req_free(ps_req *r);
+void ps_req_deinit(ps_req *r);
 
 /* Appends e as OpenAI's JSON error object to out. Returns 0 or -1 (oom). */
 int ps_error_json(const ps_error *e, ps_buf *out);

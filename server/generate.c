@@ -252,7 +252,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     k->j = j;
     k->id = id;
     free(toks);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
 
     if (!k->stream) return respond_whole(k);
 
@@ -270,6 +270,6 @@ enum MHD_Result ps__handle_generate(conn *k)
 
 error:
     free(toks);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     return ps__send_error(k, &e, 0);
 }

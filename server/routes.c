@@ -205,7 +205,7 @@ static enum MHD_Result dispatch(conn *k, const char *method)
 
 /* ---- libmicrohttpd callbacks ---- */
 
-static void conn_free(conn *k)
+static void conn_destroy(conn *k)
 {
     ps_buf_deinit(&k->body);
     ps_buf_deinit(&k->out);
@@ -276,7 +276,7 @@ void ps__on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         ps__record_outcome(k, PS_OUT_CANCELLED);
         ps__job_unref(k->j);
     }
-    conn_free(k);
+    conn_destroy(k);
     ps_metrics_http_active(&srv->metrics, -1);
     pthread_mutex_lock(&srv->mu);
     srv->n_http--;

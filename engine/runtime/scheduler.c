@@ -110,7 +110,7 @@ const char *pe_finish_name(pe_finish f)
     return "?";
 }
 
-static void req_free(pe_sched *s, req *r)
+static void req_destroy(pe_sched *s, req *r)
 {
     if (!r) return;
     pgd_seq_destroy(s->cache, r->seq);
@@ -178,13 +178,13 @@ void pe_sched_destroy(pe_sched *s)
 {
     if (!s) return;
     for (uint32_t i = 0; i < s->n_waiting; i++)
-        req_free(s, s->waiting[i]);
+        req_destroy(s, s->waiting[i]);
     for (uint32_t i = 0; i < s->n_running; i++)
-        req_free(s, s->running[i]);
+        req_destroy(s, s->running[i]);
     while (s->done) {
         req *r = s->done;
         s->done = r->next;
-        req_free(s, r);
+        req_destroy(s, r);
     }
     pthread_mutex_destroy(&s->mu);
     free(s->waiting);
@@ -249,7 +249,7 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
     pthread_mutex_unlock(&s->mu);
     return PGD_OK;
 fail:
-    req_free(s, r);
+    req_destroy(s, r);
     return rc;
 }
 
@@ -519,7 +519,7 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
         done = r->next;
         pe_usage u = {r->n_prompt, r->n_cached, r->n_gen, r->status};
         r->cb(r->ud, r->id, -1, r->finish, &u);
-        req_free(s, r);
+        req_destroy(s, r);
     }
 }
 

@@ -18,7 +18,7 @@
  *    a terminated param, *r zeroed but for the kind, and ps_error_json renders it as JSON
  *    that jansson reads back, with a non-empty message (so a client always gets an
  *    error body, whatever bytes the message quotes).
- *  - ps_req_free leaves the request zeroed, so freeing twice is harmless.
+ *  - ps_req_deinit leaves the request zeroed, so freeing twice is harmless.
  *
  * Built as a libFuzzer target with -DPGD_FUZZ=ON (clang), and always as a corpus replayer
  * (replay_main.c) that ctest runs over corpus/request/. From the fuzz build directory:
@@ -147,14 +147,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ps_error e2;
         check(ps_req_parse(kind, body, len, n_vocab, &r2, &e2) == 0, "reparse succeeds");
         check_same(&r, &r2);
-        ps_req_free(&r2);
+        ps_req_deinit(&r2);
     } else {
         check(rc == -1, "error returns -1");
         check(r.kind == kind && is_zeroed(&r), "failed request zeroed");
         check_error(&e);
     }
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     check(is_zeroed(&r) && r.kind == 0, "freed request zeroed");
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     return 0;
 }

@@ -48,29 +48,29 @@ static int test_full_completion(void)
     T_ASSERT(r.stream && r.include_usage);
     T_EQ(r.salt_len, 2);
     T_ASSERT(r.ignore_eos);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
 
     T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\"}", &r, &e), 0);
     T_ASSERT(!r.model && r.temperature == 1.0 && r.top_p == 1.0 && !r.max_tokens && !r.salt);
     T_ASSERT(!r.stream && !r.has_seed && !r.n_stop);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
 
     /* Token ids, bare or nested once; a one-string array; nulls mean absent. */
     T_EQ(parse(PS_COMPLETION, "{\"prompt\":[1,2,511],\"max_tokens\":null,\"stop\":null}", &r, &e),
          0);
     T_EQ(r.n_prompt_toks, 3);
     T_EQ(r.prompt_toks[2], 511);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     T_EQ(parse(PS_COMPLETION, "{\"prompt\":[[4,5]]}", &r, &e), 0);
     T_EQ(r.n_prompt_toks, 2);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     T_EQ(parse(PS_COMPLETION, "{\"prompt\":[\"hi\"]}", &r, &e), 0);
     T_ASSERT(strcmp(r.prompt, "hi") == 0);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     /* NUL bytes inside a prompt survive. */
     T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", &r, &e), 0);
     T_EQ(r.prompt_len, 3);
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     return 0;
 }
 
@@ -87,7 +87,7 @@ static int test_chat(void)
     T_ASSERT(strcmp(r.msgs[0].role, "system") == 0 && strcmp(r.msgs[0].content, "S") == 0);
     T_ASSERT(strcmp(r.msgs[1].content, "ab") == 0);
     T_EQ(r.max_tokens, 9); /* max_completion_tokens wins */
-    ps_req_free(&r);
+    ps_req_deinit(&r);
     return 0;
 }
 
@@ -179,7 +179,7 @@ static int test_mutations(void)
         int rc = ps_req_parse(it % 3 == 1 ? PS_CHAT : PS_COMPLETION, buf, n, 512, &r, &e);
         if (rc == 0) {
             ok++;
-            ps_req_free(&r);
+            ps_req_deinit(&r);
         } else {
             T_EQ(e.status, 400);
         }
