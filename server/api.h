@@ -84,7 +84,7 @@ int ps_err(ps_error *e, int status, const char *param, const char *code, const c
     __attribute__((format(printf, 5, 6)));
 
 /* Parses body[0..len) (need not be NUL-terminated) as a request of kind. n_vocab bounds
- * token ids in a token-array prompt. Returns 0 with *r filled (release with ps_req_deinit; r may then be parsed into again),
+ * token ids in a token-array prompt. Returns 0 with *r filled (release with ps_req_deinit),
  * or -1 with *e filled (400 for malformed JSON or a bad field, message naming it) and *r
  * zeroed. Allocation failure: -1 with status 500. */
 int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, ps_req *r,
