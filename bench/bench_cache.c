@@ -22,6 +22,8 @@
 
 #include <pagoda/cache.h>
 
+#include "bench.h"
+
 enum {
     PH_HASH,
     PH_MATCH_COLD,
@@ -58,17 +60,10 @@ static void usage(FILE *f)
                "  --help           show this help\n");
 }
 
+/* Milliseconds on the monotonic clock. */
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_now_s() * 1e3;
 }
 
 static uint64_t fold(uint64_t sum, uint64_t v)
@@ -172,7 +167,7 @@ static int run(pool_run *pr, const int32_t *tokens, size_t n, uint32_t pt, int r
     }
     if (pgd_cache_check(c) != PGD_OK) goto out;
     for (int k = 0; k < N_PH; k++) {
-        qsort(t[k], (size_t)reps, sizeof(double), cmp_double);
+        qsort(t[k], (size_t)reps, sizeof(double), bench_cmp_double);
         pr->median[k] = t[k][reps / 2];
     }
     rc = 0;
@@ -182,14 +177,6 @@ out:
         free(t[k]);
     free(h);
     return rc;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end = NULL;
-    if (s[0] < '0' || s[0] > '9') return -1;
-    *out = strtoull(s, &end, 10);
-    return *end == '\0' ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -210,7 +197,7 @@ int main(int argc, char **argv)
         case 'p':
         case 'r':
         case 's':
-            if (parse_u64(optarg, &v) != 0) {
+            if (bench_parse_u64(optarg, &v) != 0) {
                 fprintf(stderr, "bench_cache: bad number '%s'\n", optarg);
                 return 2;
             }
