@@ -12,7 +12,8 @@
  * cache. The scalar path at 512 tokens runs on the first rows only and is scaled up. Each
  * figure is the best of --reps timed runs after one untimed warm-up. "err" is the largest
  * difference to the scalar path's outputs relative to the largest output; the checksum
- * folds every output, so a change that is fast but wrong shows up.
+ * folds every output, so a change that is fast but wrong shows up. --invariant measures the
+ * batch-invariant products (PE_MM_INVARIANT) that `--deterministic` selects.
  */
 #include <sys/mman.h>
 #include <math.h>
@@ -39,6 +40,7 @@ enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 typedef struct opts {
     bench_args b; /* --seed, --json, --smoke */
     int reps, thp;
+    uint32_t mm_flags; /* --invariant: PE_MM_INVARIANT */
     uint32_t ws_mib, probe_mib, gemm_tok;
     uint32_t type_mask, shape_mask, thread_mask, isa_mask, tok_mask;
 } opts;
@@ -59,6 +61,7 @@ static void usage(FILE *f)
                "  --probe-mib N   bandwidth probe buffer in MiB (default 256)\n"
                "  --seed N        weights/activations seed (default 1)\n"
                "  --thp           back the matvec copies with transparent huge pages (madvise)\n"
+               "  --invariant     batch-invariant products (PE_MM_INVARIANT, --deterministic)\n"
                "  --json          one JSON object per line instead of the table\n"
                "  --smoke         tiny and fast (for ctest)\n"
                "  --help          show this help\n");
@@ -189,17 +192,12 @@ int main(int argc, char **argv)
     static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
     static const char *const tok_names[] = {"1", "512"};
     static const struct option lo[] = {
-        {"types", required_argument, 0, 'T'},
-        {"shapes", required_argument, 0, 'S'},
-        {"threads", required_argument, 0, 't'},
-        {"isa", required_argument, 0, 'I'},
-        {"tok", required_argument, 0, 'k'},
-        {"gemm-tok", required_argument, 0, 'g'},
-        {"reps", required_argument, 0, 'r'},
-        {"ws-mib", required_argument, 0, 'w'},
-        {"probe-mib", required_argument, 0, 'p'},
-        {"thp", no_argument, 0, 'H'},
-        {0, 0, 0, 0},
+        {"types", required_argument, 0, 'T'},     {"shapes", required_argument, 0, 'S'},
+        {"threads", required_argument, 0, 't'},   {"isa", required_argument, 0, 'I'},
+        {"tok", required_argument, 0, 'k'},       {"gemm-tok", required_argument, 0, 'g'},
+        {"reps", required_argument, 0, 'r'},      {"ws-mib", required_argument, 0, 'w'},
+        {"probe-mib", required_argument, 0, 'p'}, {"thp", no_argument, 0, 'H'},
+        {"invariant", no_argument, 0, 'V'},       {0, 0, 0, 0},
     };
     bench_cli cli = {.prog = "bench_matmul",
                      .usage = usage,
@@ -240,6 +238,9 @@ int main(int argc, char **argv)
         }
         case 'H':
             o.thp = 1;
+            break;
+        case 'V':
+            o.mm_flags = PE_MM_INVARIANT;
             break;
         }
     }
@@ -338,11 +339,11 @@ int main(int argc, char **argv)
                                 size_t passes = n_copies;
                                 for (size_t p = 0; p < passes; p++) {
                                     m.data = copies + ((copy + p) % n_copies) * mat_bytes;
-                                    pe_matmul(pools[nt], &m, x, n_tok, y, scratch);
+                                    pe_matmul_ex(pools[nt], &m, x, n_tok, y, scratch, o.mm_flags);
                                 }
                                 dt = (bench_now_s() - t0) / (double)passes;
                             } else {
-                                pe_matmul(pools[nt], &m, x, n_tok, y, scratch);
+                                pe_matmul_ex(pools[nt], &m, x, n_tok, y, scratch, o.mm_flags);
                                 dt = bench_now_s() - t0;
                             }
                             if (r > 0 && dt < best) best = dt;

@@ -12,6 +12,8 @@
  *     AVX-512 kernel repacks its rows into L1-sized panels and reuses every weight load
  *     across tokens.
  * Activations of quantized products are quantized once per call, before the tasks start.
+ * With PE_MM_INVARIANT the same split runs each task through the ISA's rows_invariant,
+ * whose elements do not depend on the task's bounds (test_ops: test_batch_invariant).
  * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force.
  */
 #include <math.h>
@@ -120,6 +122,7 @@ size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok)
 typedef struct mm_plan {
     pe_mm m;
     const pe_kernels *k;
+    void (*rows)(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
     uint32_t rows_per_task, tok_per_task, n_row_tasks;
     uint32_t n_threads;
     atomic_uint next_row; /* GEMV: first row not yet claimed */
@@ -146,7 +149,7 @@ static void mm_task(void *ctx, uint32_t task, uint32_t thread)
     uint32_t r1 = r0 + p->rows_per_task, t1 = t0 + p->tok_per_task;
     if (r1 > p->m.w->n_out) r1 = p->m.w->n_out;
     if (t1 > p->m.n_tok) t1 = p->m.n_tok;
-    p->k->rows(&p->m, r0, r1, t0, t1);
+    p->rows(&p->m, r0, r1, t0, t1);
 }
 
 /* GEMV: each thread claims rows until none are left, remaining / (2 n_threads) at a time
@@ -166,18 +169,22 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
         if (chunk > left) chunk = left;
         if (atomic_compare_exchange_weak_explicit(&p->next_row, &cur, cur + chunk,
                                                   memory_order_relaxed, memory_order_relaxed)) {
-            p->k->rows(&p->m, cur, cur + chunk, 0, p->m.n_tok);
+            p->rows(&p->m, cur, cur + chunk, 0, p->m.n_tok);
             cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
         }
     }
 }
 
-void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
-               void *scratch)
+/* Invariance (PE_MM_INVARIANT) needs nothing of the task split below: every task computes
+ * whole output elements with rows_invariant, whose bits do not depend on the task's
+ * bounds, so the split may follow n_tok and the thread count. */
+void pe_matmul_ex(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
+                  void *scratch, uint32_t flags)
 {
     mm_plan p;
     memset(&p, 0, sizeof p);
     p.k = kernels();
+    p.rows = flags & PE_MM_INVARIANT ? p.k->rows_invariant : p.k->rows;
     p.m.w = w;
     p.m.x = x;
     p.m.y = y;
@@ -210,6 +217,12 @@ void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_to
     p.tok_per_task = GEMM_TASK_TOK;
     p.n_row_tasks = (w->n_out + rows - 1) / rows;
     pe_tp_run(tp, mm_task, &p, p.n_row_tasks * n_tt);
+}
+
+void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
+               void *scratch)
+{
+    pe_matmul_ex(tp, w, x, n_tok, y, scratch, 0);
 }
 
 /* ---- vector helpers ---- */
@@ -368,7 +381,8 @@ static void swiglu_scalar(float *g, const float *u, size_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* rows_scalar is batch-invariant as it is: one loop per element, whatever the bounds. */
 const pe_kernels pe__kernels_scalar = {
-    quant_act_scalar, rows_scalar,    dot_f32_scalar, axpy_f32_scalar,
-    rmsnorm_scalar,   softmax_scalar, swiglu_scalar,
+    quant_act_scalar, rows_scalar,    rows_scalar,    dot_f32_scalar,
+    axpy_f32_scalar,  rmsnorm_scalar, softmax_scalar, swiglu_scalar,
 };

@@ -54,6 +54,20 @@ size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok);
 void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
                void *scratch);
 
+/* Flags of pe_matmul_ex. */
+enum {
+    /* Batch-invariant: each output element y[t][o] gets the same bits whatever n_tok, the
+     * other rows of x and the thread count, because every element goes through one kernel
+     * with one fixed reduction order (on AVX-512 the repacked panel path at every n_tok,
+     * where plain pe_matmul streams the stored rows for few tokens; AVX2 and scalar have one
+     * path already). Costs decode speed on AVX-512 (bench_matmul --invariant). */
+    PE_MM_INVARIANT = 1u << 0,
+};
+
+/* pe_matmul with flags (PE_MM_*); flags 0 is pe_matmul. */
+void pe_matmul_ex(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
+                  void *scratch, uint32_t flags);
+
 /* The scalar reference of pe_matmul (single thread), for tests. */
 void pe_matmul_ref(const pe_mat *w, const float *x, uint32_t n_tok, float *y);
 

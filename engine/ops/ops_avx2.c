@@ -412,8 +412,11 @@ TGT static void swiglu(float *g, const float *u, size_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* gemv is batch-invariant as it is (the only product path of this ISA): every (row, token)
+ * of a tile has its own accumulator and the same instruction sequence whatever the tile's
+ * shape (R, T) and bounds. */
 const pe_kernels pe__kernels_avx2 = {
-    quant_act, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, gemv, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 #endif /* x86 */

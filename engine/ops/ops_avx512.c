@@ -684,6 +684,20 @@ TGT static void rows_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t
         f_gemm(m, r0, r1, t0, t1);
 }
 
+/* Batch-invariant products (PE_MM_INVARIANT): the panel path at every token count, since
+ * the GEMV tiles sum each block in 8 lanes and the panels in one, so the two round
+ * differently. Within the panel path each element's order is fixed: blocks (values) in
+ * order within K chunks of KB blocks (KC values) from 0, chunks added in order; tiles of
+ * rows and tokens only choose which lane and register an element lives in. */
+TGT static void rows_invariant_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0,
+                                      uint32_t t1)
+{
+    if (pe__type_is_quant(m->w->type))
+        q_gemm(m, r0, r1, t0, t1);
+    else
+        f_gemm(m, r0, r1, t0, t1);
+}
+
 /* ---- vector helpers ---- */
 
 TGT static float dot_f32(const float *a, const float *b, uint32_t n)
@@ -793,7 +807,7 @@ TGT static void swiglu(float *g, const float *u, size_t n)
 }
 
 const pe_kernels pe__kernels_avx512 = {
-    quant_act, rows_avx512, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, rows_avx512, rows_invariant_avx512, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 #endif /* x86 */

@@ -42,6 +42,9 @@ typedef struct pe_kernels {
     void (*quant_act)(const float *x, uint32_t n, int32_t off, int8_t *q, float *d, int32_t *c);
     /* y[t][r] for rows [r0, r1) and tokens [t0, t1). */
     void (*rows)(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
+    /* The same, batch-invariant (PE_MM_INVARIANT): each y[t][r] gets bits that depend on
+     * row r of W and row t of x only, never on r0, r1, t0, t1. */
+    void (*rows_invariant)(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
     float (*dot_f32)(const float *a, const float *b, uint32_t n);
     void (*axpy_f32)(float *y, float a, const float *x, uint32_t n);
     void (*rmsnorm)(float *out, const float *x, const float *w, uint32_t n, float eps);

@@ -11,6 +11,7 @@
  *   Q4_0 round trip:         |x - x'| <= |d|/2 + 8 |d - d16|, or |d| + ... where q clamps to 15
  *   F16 / BF16 round trip:   relative 2^-11 / 2^-8 (normal range)
  *   softmax, swiglu:         relative 2e-6 / 1e-6 against double precision
+ *   PE_MM_INVARIANT:         the same bound, and each row bit-identical alone or batched
  */
 #include <math.h>
 #include <stdint.h>
@@ -386,6 +387,21 @@ static int check_case(const mm_case *c, pe_threadpool *tp, int raw)
         }
         for (size_t i = ny; i < ny + 16; i++)
             T_ASSERT(isnan(y[i])); /* nothing past the end */
+        if (rc == 0) {
+            /* the batch-invariant path keeps the same bound */
+            pe_matmul_ex(tp, &w, x, c->n_tok, y, scratch, PE_MM_INVARIANT);
+            for (size_t i = 0; i < ny && rc == 0; i++) {
+                double err = fabs((double)y[i] - ref[i]);
+                if (!(err <= 1e-5 * s[i] + 1e-30)) {
+                    fprintf(stderr, "%s %s invariant n_in %u n_out %u n_tok %u: %.9g vs %.9g\n",
+                            pe_isa_name((pe_isa)isa), pe_ggml_type_name(c->type), c->n_in, c->n_out,
+                            c->n_tok, (double)y[i], (double)ref[i]);
+                    rc = 1;
+                }
+            }
+            for (size_t i = ny; i < ny + 16; i++)
+                T_ASSERT(isnan(y[i]));
+        }
     }
     pe_isa_force(best);
     free((void *)w.data);
@@ -546,6 +562,68 @@ static int test_matmul_quantized_exact(void)
     return 0;
 }
 
+/* PE_MM_INVARIANT: every output row of a batch has the bits it gets when its activation row
+ * runs alone (one token, one thread) and when it runs in another batch at another offset,
+ * for every type, ISA and thread count, across the GEMV/GEMM switch (1..25 tokens) and the
+ * 256-token task edge (260). Without the flag AVX-512 differs (8-lane GEMV vs panels). */
+static int test_batch_invariant(void)
+{
+    static const uint32_t n_toks[] = {1, 2, 3, 4, 5, 7, 8, 13, 19, 20, 25, 260};
+    static const uint32_t shapes[][2] = {{64, 40}, {172, 64}, {1024 + 96, 37}};
+    enum { MAX_TOK = 260 };
+    pe_isa best = pe_isa_detect();
+    pe_threadpool *tp1 = pe_tp_create(1), *tp2 = pe_tp_create(2);
+    T_ASSERT(tp1 && tp2);
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const uint32_t n_in = shapes[sh][0], n_out = shapes[sh][1];
+        float *x = malloc((size_t)MAX_TOK * n_in * sizeof *x);
+        float *alone = malloc((size_t)MAX_TOK * n_out * sizeof *alone);
+        float *y = malloc((size_t)MAX_TOK * n_out * sizeof *y);
+        T_ASSERT(x && alone && y);
+        for (size_t i = 0; i < (size_t)MAX_TOK * n_in; i++)
+            x[i] = frand() * (i % 37 == 0 ? 8.0f : 1.0f);
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            const uint32_t type = types[ti];
+            if (pe__type_is_quant(type) && n_in % 32) continue;
+            pe_mat w = {type, n_in, n_out, NULL, 0};
+            w.data = make_weights(type, n_in, n_out, 0, &w.row_bytes);
+            void *scratch = malloc(pe_matmul_scratch_bytes(&w, MAX_TOK));
+            T_ASSERT(scratch);
+            for (int isa = PE_ISA_SCALAR; isa <= (int)best; isa++) {
+                pe_isa_force((pe_isa)isa);
+                for (uint32_t t = 0; t < MAX_TOK; t++)
+                    pe_matmul_ex(tp1, &w, x + (size_t)t * n_in, 1, alone + (size_t)t * n_out,
+                                 scratch, PE_MM_INVARIANT);
+                for (size_t k = 0; k < sizeof n_toks / sizeof n_toks[0]; k++) {
+                    for (int th = 1; th <= 2; th++) {
+                        const uint32_t nt = n_toks[k], t0 = (uint32_t)(k * 7) % (MAX_TOK - nt + 1);
+                        pe_matmul_ex(th == 1 ? tp1 : tp2, &w, x + (size_t)t0 * n_in, nt, y, scratch,
+                                     PE_MM_INVARIANT);
+                        if (memcmp(y, alone + (size_t)t0 * n_out, (size_t)nt * n_out * 4)) {
+                            for (size_t i = 0; i < (size_t)nt * n_out; i++)
+                                if (memcmp(&y[i], &alone[t0 * n_out + i], 4))
+                                    T_FAIL("%s %s %ux%u: %u tokens from %u on %d threads: "
+                                           "y[%zu][%zu] = %.9g, alone %.9g",
+                                           pe_isa_name((pe_isa)isa), pe_ggml_type_name(type), n_in,
+                                           n_out, nt, t0, th, i / n_out, i % n_out, (double)y[i],
+                                           (double)alone[t0 * n_out + i]);
+                        }
+                    }
+                }
+            }
+            pe_isa_force(best);
+            free(scratch);
+            free((void *)w.data);
+        }
+        free(x);
+        free(alone);
+        free(y);
+    }
+    pe_tp_destroy(tp1);
+    pe_tp_destroy(tp2);
+    return 0;
+}
+
 /* ---- vector helpers ---- */
 
 static int test_vector_helpers(void)
@@ -638,6 +716,7 @@ int main(void)
     T_RUN(test_matmul_odd_shapes);
     T_RUN(test_matmul_small_batches);
     T_RUN(test_matmul_quantized_exact);
+    T_RUN(test_batch_invariant);
     T_RUN(test_vector_helpers);
     T_DONE();
 }
