@@ -36,6 +36,7 @@ static void usage(FILE *f)
           "  --kv-type LIST   comma-separated KV codecs: f32, f16, bf16, q8_0, q4_0, kivi2\n"
           "                   (default f16)\n"
           "  --kv-rotate      Hadamard-rotate K and V (every kv type)\n"
+          "  --deterministic  batch-invariant matrix products (pe_ctx_params.deterministic)\n"
           "  --kv-select-pages N  Quest page budget for decode (default 0 = dense)\n"
           "  --seed S         prompt token seed (default 1)\n"
           "  --reps N         repetitions per test; the median is printed (default 3)\n"
@@ -66,15 +67,21 @@ typedef struct result {
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"model", required_argument, NULL, 'M'}, {"pp", required_argument, NULL, 'p'},
-        {"tg", required_argument, NULL, 'g'},    {"depth", required_argument, NULL, 'd'},
-        {"batch", required_argument, NULL, 'b'}, {"kv-type", required_argument, NULL, 'k'},
-        {"kv-rotate", no_argument, NULL, 'R'},   {"kv-select-pages", required_argument, NULL, 'S'},
-        {"reps", required_argument, NULL, 'r'},  {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'M'},
+        {"pp", required_argument, NULL, 'p'},
+        {"tg", required_argument, NULL, 'g'},
+        {"depth", required_argument, NULL, 'd'},
+        {"batch", required_argument, NULL, 'b'},
+        {"kv-type", required_argument, NULL, 'k'},
+        {"kv-rotate", no_argument, NULL, 'R'},
+        {"deterministic", no_argument, NULL, 'D'},
+        {"kv-select-pages", required_argument, NULL, 'S'},
+        {"reps", required_argument, NULL, 'r'},
+        {NULL, 0, NULL, 0},
     };
     const char *model_path = NULL;
     uint32_t pp = 512, tg = 32, threads = 2, batch = 512, depths[16], select_pages = 0;
-    int n_depth = 0, n_kv = 1, kv_rotate = 0;
+    int n_depth = 0, n_kv = 1, kv_rotate = 0, deterministic = 0;
     uint32_t reps = 3;
     bench_cli cli = {.prog = "bench_engine",
                      .usage = usage,
@@ -112,6 +119,9 @@ int main(int argc, char **argv)
             break;
         case 'R':
             kv_rotate = 1;
+            break;
+        case 'D':
+            deterministic = 1;
             break;
         case 'k':
             n_kv = bench_parse_kv_types(optarg, kvs, 8);
@@ -197,9 +207,9 @@ int main(int argc, char **argv)
             break;
         }
     if (!json)
-        printf("model %s: %.2f GiB of weights, %u threads, isa %s%s\n", model_path,
+        printf("model %s: %.2f GiB of weights, %u threads, isa %s%s%s\n", model_path,
                pe_model_weight_bytes(m) / 1073741824.0, threads, pe_isa_name(pe_isa_detect()),
-               kv_rotate ? ", kv rotated" : "");
+               kv_rotate ? ", kv rotated" : "", deterministic ? ", deterministic" : "");
     if (!json)
         printf("%-6s %-8s %-5s %8s %10s %12s %10s %8s %10s %12s\n", "kv", "depth", "test", "tokens",
                "seconds", "tokens/s", "vs depth0", "vs f16", "t/cpu-s", "KV B/token");
@@ -211,6 +221,7 @@ int main(int argc, char **argv)
         cp.n_threads = threads;
         cp.kv_type = kvs[k];
         cp.kv_rotate = kv_rotate;
+        cp.deterministic = deterministic;
         cp.kv_select_pages = select_pages;
         cp.kv_tokens = 2 * (uint64_t)cp.n_ctx + 64;
         pe_ctx *c;

@@ -115,6 +115,9 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
     case CLI_OPT_KV_ROTATE:
         cp->kv_rotate = 1;
         return 1;
+    case CLI_OPT_DETERMINISTIC:
+        cp->deterministic = 1;
+        return 1;
     case CLI_OPT_KV_RESIDUAL: /* omitted: the cache's default (128) */
         if (cli_parse_u64(cmd, "--kv-residual", arg, 1, 1u << 20, &v)) return -1;
         cp->kv_residual = (uint32_t)v;

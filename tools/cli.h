@@ -43,7 +43,8 @@ int cli_unexpected_arg(const char *cmd, const char *arg);
 
 /*
  * The KV-cache options every engine command takes (run, eval, serve): --kv-type,
- * --kv-rotate, --kv-residual, --kv-select-pages, --page-tokens. A command puts
+ * --kv-rotate, --kv-residual, --kv-select-pages, --page-tokens, and --deterministic
+ * (batch-invariant matrix products, pe_ctx_params.deterministic). A command puts
  * CLI_KV_LONG_OPTIONS in its getopt_long table and passes every option to cli_kv_option
  * first; its own option values must stay below CLI_OPT_KV_FIRST.
  */
@@ -53,13 +54,15 @@ enum {
     CLI_OPT_KV_ROTATE,
     CLI_OPT_KV_RESIDUAL,
     CLI_OPT_KV_SELECT,
-    CLI_OPT_PAGE_TOKENS
+    CLI_OPT_PAGE_TOKENS,
+    CLI_OPT_DETERMINISTIC
 };
 #define CLI_KV_LONG_OPTIONS                                                                        \
     {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                            \
         {"kv-rotate", no_argument, 0, CLI_OPT_KV_ROTATE},                                          \
         {"kv-residual", required_argument, 0, CLI_OPT_KV_RESIDUAL},                                \
         {"kv-select-pages", required_argument, 0, CLI_OPT_KV_SELECT},                              \
+        {"deterministic", no_argument, 0, CLI_OPT_DETERMINISTIC},                                  \
     {                                                                                              \
         "page-tokens", required_argument, 0, CLI_OPT_PAGE_TOKENS                                   \
     }

@@ -53,6 +53,7 @@ static void usage(FILE *out)
           "      --kv-select-pages N   Quest: attend to at most N pages per decode row\n"
           "                            (0 = dense, the default); it applies to rows\n"
           "                            evaluated one at a time, so pair it with -b 1\n"
+          "      --deterministic       batch-invariant products (scores do not depend on -b)\n"
           "      --page-tokens N       tokens per KV page, a power of two (default 16)\n"
           "      --json                one JSON object instead of the table\n"
           "  -h, --help\n",

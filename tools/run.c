@@ -41,6 +41,8 @@ static void usage(FILE *out)
           "      --kv-select-pages N Quest: attend to at most N pages per decoded token\n"
           "                          (0 = dense, the default; else at least 2)\n"
           "      --attn-ref          attend with libpagoda's scalar reference (slow; checks)\n"
+          "      --deterministic     batch-invariant products: a prompt's logits do not depend\n"
+          "                          on its chunking (slower decode on AVX-512)\n"
           "      --page-tokens N     tokens per KV page, a power of two (default 16)\n"
           "      --no-display-prompt do not echo the prompt\n"
           "  -h, --help\n",

@@ -62,6 +62,8 @@ static void usage(FILE *out)
           "      --kv-residual N      kivi2: newest tokens kept in f16 (default: cache's)\n"
           "      --kv-select-pages N  decode attends to at most N pages per row (Quest);\n"
           "                           0: all (default)\n"
+          "      --deterministic      batch-invariant products: a request's tokens do not\n"
+          "                           depend on its batch or on preemption (slower decode)\n"
           "      --max-running N      requests in the batch at once (default 16, max 256)\n"
           "      --max-queued N       waiting requests before 429 (default 64)\n"
           "  -b, --batch-size N       token budget of one step (default 512)\n"

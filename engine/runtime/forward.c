@@ -15,6 +15,11 @@
  *     x += att*Wo;  x += W_down(silu(xb*W_gate) * (xb*W_up))   with xb = rmsnorm(x)
  *   logits = rmsnorm(x_last) * W_out;  commit tokens (full pages join the prefix index)
  *
+ * Batch invariance: every per-row step (embedding, rmsnorm, rope, swiglu, the residual
+ * adds, the logits' rmsnorm) reads and writes its own row only; with p.deterministic the
+ * matrix products are batch-invariant too (PE_MM_INVARIANT), so a row's logits and K/V do
+ * not depend on the other rows of its step. Attention's own order is libpagoda's.
+ *
  * Attention has three implementations behind one switch (pe_ctx_params):
  *   default         pgd_attn_run, libpagoda's fast paged attention (every codec, Quest)
  *   attn_ref        pgd_attn_run_ref, its scalar reference (the spec; slow)
@@ -45,6 +50,7 @@ struct pe_ctx {
     pgd_pool *pool;
     pe_threadpool *tp;
     uint32_t n_threads;
+    uint32_t mm_flags;                         /* PE_MM_INVARIANT when p.deterministic */
     float *x, *xb, *q, *k, *v, *ao, *hb, *hb2; /* [n_batch][...] activations */
     pgd_attn *attn;                            /* the fast paged attention */
     pgd_attn_item items[PE_MAX_BATCH_SEQS];    /* this step's attention items */
@@ -182,6 +188,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         goto fail;
     }
     c->n_threads = pe_tp_n_threads(c->tp);
+    c->mm_flags = c->p.deterministic ? PE_MM_INVARIANT : 0;
     int rc = pgd_cache_create(&cp, &c->cache);
     if (rc != PGD_OK) {
         pe__errf(err, errlen, "KV cache of %llu tokens (%s): %s",
@@ -388,9 +395,9 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         const pe_layer *L = &m->layers[l];
         for (uint32_t t = 0; t < n; t++)
             pe_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
-        pe_matmul(c->tp, &L->wq, c->xb, n, c->q, c->scratch);
-        pe_matmul(c->tp, &L->wk, c->xb, n, c->k, c->scratch);
-        pe_matmul(c->tp, &L->wv, c->xb, n, c->v, c->scratch);
+        pe_matmul_ex(c->tp, &L->wq, c->xb, n, c->q, c->scratch, c->mm_flags);
+        pe_matmul_ex(c->tp, &L->wk, c->xb, n, c->k, c->scratch, c->mm_flags);
+        pe_matmul_ex(c->tp, &L->wv, c->xb, n, c->v, c->scratch, c->mm_flags);
         for (uint32_t t = 0; t < n; t++) {
             const float *cs = c->rope + (size_t)t * hp->n_rot;
             rope_apply(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
@@ -421,16 +428,19 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
                 return rc;
             }
         }
-        pe_matmul(c->tp, &L->wo, c->ao, n, c->xb, c->scratch);
+        pe_matmul_ex(c->tp, &L->wo, c->ao, n, c->xb, c->scratch, c->mm_flags);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
 
         for (uint32_t t = 0; t < n; t++)
             pe_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
-        pe_matmul(c->tp, &L->w_gate, c->xb, n, c->hb, c->scratch);
-        pe_matmul(c->tp, &L->w_up, c->xb, n, c->hb2, c->scratch);
-        pe_swiglu_f32(c->hb, c->hb2, (size_t)n * F);
-        pe_matmul(c->tp, &L->w_down, c->hb, n, c->xb, c->scratch);
+        pe_matmul_ex(c->tp, &L->w_gate, c->xb, n, c->hb, c->scratch, c->mm_flags);
+        pe_matmul_ex(c->tp, &L->w_up, c->xb, n, c->hb2, c->scratch, c->mm_flags);
+        /* row by row: a vector kernel's tail (the last n % 8 values on AVX2) then falls on
+         * the same columns whatever the number of rows */
+        for (uint32_t t = 0; t < n; t++)
+            pe_swiglu_f32(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+        pe_matmul_ex(c->tp, &L->w_down, c->hb, n, c->xb, c->scratch, c->mm_flags);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
     }
@@ -448,7 +458,7 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             r += it->n;
         }
         float *dst = n_items == 1 ? items[0].logits : c->logits_tmp;
-        pe_matmul(c->tp, &m->output, c->xb, n_out, dst, c->scratch);
+        pe_matmul_ex(c->tp, &m->output, c->xb, n_out, dst, c->scratch, c->mm_flags);
         if (n_items > 1) {
             o = 0;
             for (uint32_t i = 0; i < n_items; i++) {

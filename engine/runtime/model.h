@@ -92,6 +92,11 @@ typedef struct pe_ctx_params {
     pgd_log_fn log;           /* libpagoda's diagnostics (cache and pool); default
                                  pe_log_stderr; NULL: silent */
     void *log_ud;             /* passed to log */
+    int deterministic;        /* batch-invariant matrix products (PE_MM_INVARIANT): a row's
+                                 logits and K/V get the same bits whatever else is in its
+                                 batch (decode alone, batched, or recomputed as a prefill
+                                 chunk); slower decode on AVX-512 (docs: bench_matmul
+                                 --invariant) */
 } pe_ctx_params;
 
 /* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,
