@@ -26,20 +26,23 @@
  *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
  *   prefix never loses its middle.
  * Writes: pgd_seq_write_kv rotates (kv_rotate), encodes with the pool's codec and keeps
- * key bounds. For kivi2 (not row-writable) each sequence also owns an f16 residual ring
+ * key bounds. Staged codecs (pgd__codec_staged: kivi2, and q8_0 / q4_0 with head_dim < 32,
+ * whose blocks span several rows) never encode a page piecemeal: each sequence owns an f16
+ * residual ring
  *
  *     ring = [n_layers][K|V][n_kv_heads][window][head_dim] f16, position p in slot p % window
  *
- * and a page's region of a layer is encoded from the ring when that layer's write fills
- * the page's last slot, so every full page is encoded (full pages may be shared). Per
+ * and a page's region of a layer is encoded from the ring, once, when that layer's write
+ * fills the page's last slot. So every full page is encoded (full pages may be shared), and
+ * from the same f16 rows whatever the path (one prefill, chunks, one token at a time,
+ * recompute after preemption): a full page's bytes depend only on its K/V values. Per
  * sequence: ring_lo (a page start) is the lowest position whose ring copy is valid (0, or
  * the matched length after a match, raised by truncation), hi the highest position written
- * plus one (hi <= len). Attention reads position p from the ring iff p >= lo with
- *
- *     lo = max(ring_lo, page_ceil(len - window))       (pgd__seq_residual)
- *
- * so the last (possibly partial) page always comes from the ring, and pages below lo
- * (full and encoded, or matched) from the pool.
+ * plus one (hi <= len). window (>= params.kv_residual) grows when a write spans more than
+ * it, so the ring always holds the whole page of every position a write just wrote.
+ * Attention (pgd__seq_residual) reads, for a query row at position r, the rows of r's own
+ * page from the ring and every earlier page from the pool: the source of a key depends only
+ * on (key, query) positions, never on how the sequence was computed.
  * Callers: engines, the server, tools. Every public call takes c->mu.
  */
 #include <pthread.h>
@@ -62,8 +65,9 @@ struct pgd_seq {
     pgd_hash last;        /* hash of page n_full-1, or the seed */
     pgd_hash seed;        /* the chain seed h_{-1}; immutable after create (read unlocked) */
     int32_t *partial;     /* [page_tokens] tokens of the page being filled */
-    uint16_t *ring;       /* kivi2 residual ring (see the header), NULL until first needed */
-    uint64_t ring_lo;     /* kivi2: lowest position with a valid ring copy; page start */
+    uint16_t *ring;       /* staged codecs: f16 ring (see the header), NULL until needed */
+    uint32_t window;      /* ring rows per (layer, K|V, head); 0 while ring is NULL */
+    uint64_t ring_lo;     /* staged: lowest position with a valid ring copy; page start */
     uint64_t hi;          /* highest position written by pgd_seq_write_kv, plus one */
 };
 
@@ -87,9 +91,9 @@ struct pgd_cache {
     pgd_cache_stats st; /* counters; gauges are filled in get_stats */
     const pgd__codec *codec;
     pgd__pool_geom g;
-    uint32_t window;   /* kivi2 ring rows per (layer, K|V, head); 0 for other codecs */
-    size_t ring_elems; /* f16 elements of one sequence's ring */
-    float *scratch;    /* [page_tokens * head_dim + 2 * head_dim] for write_kv (lock held) */
+    uint32_t window;  /* staged codecs: least ring rows of a sequence; 0 for other codecs */
+    size_t row_elems; /* f16 elements of one ring row over every (layer, K|V, head) */
+    float *scratch;   /* [page_tokens * head_dim + 2 * head_dim] for write_kv (lock held) */
 };
 
 pgd_cache_params pgd_cache_default_params(void)
@@ -152,7 +156,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     c->n_pages = pgd_pool_n_pages(c->pool);
     c->codec = pgd__pool_codec(c->pool);
     pgd__pool_geom_get(c->pool, &c->g);
-    if (!c->codec->row_writable) {
+    if (pgd__codec_staged(c->codec, c->g.head_dim)) {
         uint64_t w = p->kv_residual ? p->kv_residual : 128;
         w = (w + c->page_tokens - 1) / c->page_tokens * c->page_tokens;
         uint64_t elems = 2ull * c->g.n_layers * c->g.n_kv_heads * c->g.head_dim;
@@ -162,7 +166,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
             goto fail;
         }
         c->window = (uint32_t)w;
-        c->ring_elems = (size_t)(elems * w);
+        c->row_elems = (size_t)elems;
     }
     if (pgd_pool_has_payload(c->pool)) {
         rc = PGD_ENOMEM;
@@ -407,11 +411,14 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     if (rc != PGD_OK) goto out;
     rc = table_reserve(c, s, src->n_pages);
     if (rc == PGD_OK && src->ring) {
-        s->ring = pgd__malloc(&c->al, c->ring_elems * sizeof *s->ring);
-        if (s->ring)
-            memcpy(s->ring, src->ring, c->ring_elems * sizeof *s->ring);
-        else
+        size_t bytes = c->row_elems * src->window * sizeof *s->ring;
+        s->ring = pgd__malloc(&c->al, bytes);
+        if (s->ring) {
+            memcpy(s->ring, src->ring, bytes);
+            s->window = src->window;
+        } else {
             rc = PGD_ENOMEM;
+        }
     }
     if (rc != PGD_OK) {
         seq_free(c, s);
@@ -585,15 +592,16 @@ int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
         /* Ring slots of positions below hi - window were overwritten. */
         const uint32_t pt = c->page_tokens;
         uint64_t lo = s->ring_lo;
-        if (s->hi > c->window) {
-            uint64_t over = (s->hi - c->window + pt - 1) / pt * pt;
+        if (s->hi > s->window) {
+            uint64_t over = (s->hi - s->window + pt - 1) / pt * pt;
             lo = lo > over ? lo : over;
         }
         if (n_tokens % pt && lo > n_tokens / pt * pt) {
             pgd__logf(&c->log, PGD_LOG_ERROR,
-                      "cache: truncating a kivi2 sequence to %llu tokens would lose the only "
-                      "copy of its last partial page (written up to %llu, window %u)",
-                      (unsigned long long)n_tokens, (unsigned long long)s->hi, c->window);
+                      "cache: truncating a staged (%s) sequence to %llu tokens would lose the "
+                      "only copy of its last partial page (written up to %llu, window %u)",
+                      c->codec->name, (unsigned long long)n_tokens, (unsigned long long)s->hi,
+                      s->window);
             rc = PGD_EINVAL;
             goto out;
         }
@@ -786,26 +794,54 @@ out:
     return rc;
 }
 
-/* The ring rows of (layer, K|V, head): window rows of head_dim f16. */
+/* The ring rows of (layer, K|V, head) in a ring of w rows: w rows of head_dim f16. */
+static uint16_t *ring_at(const pgd_cache *c, uint16_t *ring, uint32_t w, uint32_t layer,
+                         uint32_t kind, uint32_t head)
+{
+    return ring + (((size_t)layer * 2 + kind) * c->g.n_kv_heads + head) * w * (size_t)c->g.head_dim;
+}
+
 static uint16_t *ring_rows(const pgd_cache *c, const pgd_seq *s, uint32_t layer, uint32_t kind,
                            uint32_t head)
 {
-    return s->ring + (((size_t)layer * 2 + kind) * c->g.n_kv_heads + head) * c->window *
-                         (size_t)c->g.head_dim;
+    return ring_at(c, s->ring, s->window, layer, kind, head);
 }
 
-static int ring_alloc(pgd_cache *c, pgd_seq *s)
+/* Gives s a ring of at least `rows` rows (and at least c->window), keeping the rows of
+ * positions [hi - old window, hi) it holds. Returns PGD_OK, PGD_ENOMEM (nothing changed) or
+ * PGD_EINVAL (too large). Lock held. */
+static int ring_reserve(pgd_cache *c, pgd_seq *s, uint64_t rows)
 {
-    if (s->ring || !c->window) return PGD_OK;
-    s->ring = pgd__calloc(&c->al, c->ring_elems, sizeof *s->ring);
-    return s->ring ? PGD_OK : PGD_ENOMEM;
+    if (!c->window || (s->ring && s->window >= rows)) return PGD_OK;
+    const uint32_t pt = c->page_tokens, hd = c->g.head_dim;
+    uint64_t w = (rows + pt - 1) / pt * pt;
+    if (w < c->window) w = c->window;
+    if (w > (1u << 24) || c->row_elems > (SIZE_MAX / 4) / w) return PGD_EINVAL;
+    uint16_t *ring = pgd__calloc(&c->al, c->row_elems * w, sizeof *ring);
+    if (!ring) return PGD_ENOMEM;
+    if (s->ring) {
+        uint64_t p0 = s->hi > s->window ? s->hi - s->window : 0;
+        for (uint32_t l = 0; l < c->g.n_layers; l++)
+            for (uint32_t kind = 0; kind < 2; kind++)
+                for (uint32_t h = 0; h < c->g.n_kv_heads; h++) {
+                    const uint16_t *src = ring_rows(c, s, l, kind, h);
+                    uint16_t *dst = ring_at(c, ring, (uint32_t)w, l, kind, h);
+                    for (uint64_t p = p0; p < s->hi; p++)
+                        memcpy(dst + (size_t)(p % w) * hd, src + (size_t)(p % s->window) * hd,
+                               (size_t)hd * sizeof *ring);
+                }
+        pgd__free(&c->al, s->ring);
+    }
+    s->ring = ring;
+    s->window = (uint32_t)w;
+    return PGD_OK;
 }
 
 /* Encodes page i of s for one layer (every head, K and V) from the ring. Lock held. */
 static void encode_from_ring(pgd_cache *c, pgd_seq *s, uint64_t i, uint32_t layer)
 {
     const uint32_t pt = c->page_tokens, hd = c->g.head_dim;
-    uint32_t slot0 = (uint32_t)((i * pt) % c->window); /* pages never wrap: window % pt == 0 */
+    uint32_t slot0 = (uint32_t)((i * pt) % s->window); /* pages never wrap: window % pt == 0 */
     for (uint32_t kind = 0; kind < 2; kind++)
         for (uint32_t h = 0; h < c->g.n_kv_heads; h++) {
             const uint16_t *src = ring_rows(c, s, layer, kind, h) + (size_t)slot0 * hd;
@@ -833,7 +869,9 @@ int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32
         goto out;
     }
     if (n == 0) goto out;
-    rc = ring_alloc(c, s);
+    /* The ring holds every row of the pages this write touches (attention reads a row's
+     * own page from it), from the first page's start. */
+    rc = ring_reserve(c, s, pos0 + n - pos0 / pt * pt);
     if (rc != PGD_OK) goto out;
     for (uint64_t i = pos0 / pt; i <= (pos0 + n - 1) / pt; i++) {
         rc = make_private(c, s, i);
@@ -856,16 +894,16 @@ int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32
                     b[d] = kr[d] < b[d] ? kr[d] : b[d];
                     b[hd + d] = kr[d] > b[hd + d] ? kr[d] : b[hd + d];
                 }
-            if (c->codec->row_writable) {
+            if (!c->window) {
                 c->codec->write_row(PGD__K, pgd_pool_k(c->pool, page, layer, h), pt, hd, slot, kr);
                 c->codec->write_row(PGD__V, pgd_pool_v(c->pool, page, layer, h), pt, hd, slot, vr);
             } else {
-                size_t off = (size_t)(p % c->window) * hd;
+                size_t off = (size_t)(p % s->window) * hd;
                 pgd__f32_to_f16_n(kr, ring_rows(c, s, layer, 0, h) + off, hd);
                 pgd__f32_to_f16_n(vr, ring_rows(c, s, layer, 1, h) + off, hd);
             }
         }
-        if (!c->codec->row_writable && slot == pt - 1) encode_from_ring(c, s, i, layer);
+        if (c->window && slot == pt - 1) encode_from_ring(c, s, i, layer);
         if (p + 1 > s->hi) s->hi = p + 1;
     }
 out:
@@ -887,15 +925,17 @@ int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t 
         rc = PGD_EINVAL;
         goto out;
     }
-    rc = ring_alloc(c, s);
+    rc = ring_reserve(c, s, c->window);
     if (rc != PGD_OK) goto out;
+    /* Ring slots of positions below hi - window were overwritten since: pages there read
+     * from the pool (only a query older than the last write would ask). */
     uint64_t l = s->ring_lo;
-    if (s->len > c->window) {
-        uint64_t w = (s->len - c->window + c->page_tokens - 1) / c->page_tokens * c->page_tokens;
+    if (s->hi > s->window) {
+        uint64_t w = (s->hi - s->window + c->page_tokens - 1) / c->page_tokens * c->page_tokens;
         l = l > w ? l : w;
     }
     *ring = s->ring;
-    *window = c->window;
+    *window = s->window;
     *lo = l;
 out:
     unlock(c);

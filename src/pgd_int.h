@@ -130,19 +130,23 @@ int pgd__index_check(const pgd__index *ix, const pgd__log *lg);
 extern const pgd_policy_ops pgd__policy_lru;
 extern const pgd_policy_ops pgd__policy_belady;
 
-/* ---- kivi2 residual window (cache.c), for src/attn/ ----
+/* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *
- * For a kivi2 pool (codec not row-writable), returns the sequence's f16 ring, laid out
- * [n_layers][K|V][n_kv_heads][window][head_dim], position p in slot p % window, and lo,
- * a multiple of page_tokens. THE RULE: attention reads position p (< length) from the ring
- * when p >= lo, and from the pool page (decoded by the codec) when p < lo. So the last,
- * possibly partial, page is always read from the ring, and at most window positions are.
- *   lo = max(ring_lo, round_up_to_page(length - window))  (0 when length <= window),
- * ring_lo being 0 for a fresh sequence, the matched length after pgd_seq_match.
+ * For a staged pool (pgd__codec_staged: kivi2, q8_0 / q4_0 with head_dim < 32), returns the
+ * sequence's f16 ring, laid out [n_layers][K|V][n_kv_heads][window][head_dim], position p
+ * in slot p % window, and lo, a multiple of page_tokens: the lowest page start whose ring
+ * copy is valid (ring_lo: 0 for a fresh sequence, the matched length after pgd_seq_match,
+ * raised by truncation; and at least page_ceil(hi - window), hi the highest position
+ * written plus one). THE RULE: a query row at position r reads the keys
+ * of its own page (page r / page_tokens) from the ring when that page starts at or above
+ * lo, and every other page from the pool (decoded by the codec). So which copy of a key a
+ * query reads depends only on the two positions, not on the chunking of the prefill, on
+ * decode, on preemption or on a prefix hit; the cache keeps the whole page of every
+ * position written in the ring (the window grows for long writes).
  * Allocates the ring if the sequence has none yet (zeros). The ring stays valid until the
- * sequence is destroyed; its contents change with pgd_seq_write_kv (not concurrently with
- * attention on the same sequence, the engine's order of calls).
- * Returns PGD_OK, PGD_EINVAL (not a kivi2 pool) or PGD_ENOMEM. Takes the cache lock. */
+ * next pgd_seq_write_kv or pgd_seq_destroy of the sequence (a write may move it to a larger
+ * ring; not concurrently with attention on the same sequence, the engine's order of calls).
+ * Returns PGD_OK, PGD_EINVAL (not a staged pool) or PGD_ENOMEM. Takes the cache lock. */
 int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
                       uint64_t *lo);
 

@@ -14,7 +14,11 @@
  *                     pages) over the whole batch, run on the caller's threads; each K/V
  *                     row it loads serves every query head of its GQA group and every row of
  *                     a prefill tile; long sequences are split into page ranges whose
- *                     partial softmax states merge by log-sum-exp.
+ *                     partial softmax states merge by log-sum-exp. Batch-invariant: a
+ *                     row's output is the same bits whatever the rest of the batch, the
+ *                     thread count, and whether the row is a decode row or one row of a
+ *                     prefill chunk (the ranges are fixed by the row's own pages, merged in
+ *                     page order; a key's score does not depend on the call's row count).
  *   pgd_attn_run_ref  the scalar reference (the spec): one thread, decoded rows, careful
  *                     softmax. Slow; for tests and the engine's --attn-ref.
  *
@@ -52,8 +56,9 @@ typedef struct pgd_attn_params {
                                    the pages of highest bound max over the group's query heads
                                    of sum_d max(q_d * min_d, q_d * max_d) (ties: older page);
                                    needs the pool's key_bounds; >= 2 */
-    uint32_t split_pages;       /* 0: automatic. Else split every sequence into page ranges of
-                                   this many pages (tests of the log-sum-exp merge) */
+    uint32_t split_pages;       /* 0: page ranges of 2048 keys, split across threads when
+                                   the batch leaves threads idle. Else ranges of this many
+                                   pages, always split (tests of the log-sum-exp merge) */
     const pgd_allocator *alloc; /* NULL: libc */
 } pgd_attn_params;              /* append fields only */
 
@@ -79,11 +84,15 @@ typedef struct pgd_attn_item {
 } pgd_attn_item;
 
 /* out = softmax(q K^T / sqrt(head_dim)) V for every row, each row seeing keys [0, pos].
- * Handles rotation (kv_rotate pools: rotate q, inverse-rotate out), every codec, the kivi2
- * residual window. Items are borrowed for the call; q and out must not overlap.
+ * Handles rotation (kv_rotate pools: rotate q, inverse-rotate out), every codec, the
+ * residual window of staged pools (kivi2; q8_0 / q4_0 with head_dim < 32): a row reads the
+ * keys of its own page from the window in f16 and every earlier page from the pool, so
+ * which copy of a key it reads depends on the two positions only (a prefix hit, a
+ * recompute or another chunking gives the same bits). Items are borrowed for the call; q
+ * and out must not overlap.
  * Returns 0 or a negative pgd_status: PGD_EINVAL (a bad item: NULL seq, q or out, more rows
  * than the sequence's length, more than max_rows rows in all; or layer out of range);
- * PGD_ENOMEM (kivi2 only: the cache could not allocate the residual window of a sequence
+ * PGD_ENOMEM (staged pools only: the cache could not allocate the residual window of a sequence
  * that had none yet, the one allocation a run may cause). Nothing is written on error.
  * Cost: the K/V bytes of every row's pages, read once per tile of up to 64 / group rows
  * (at most 16) of one sequence and KV head; with Quest, the key bounds of every page of a

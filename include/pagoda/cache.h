@@ -86,10 +86,12 @@ typedef struct pgd_cache_params {
     const pgd_allocator *alloc; /* NULL: libc; overrides pool.alloc */
     pgd_log_fn log;             /* NULL: silent; overrides pool.log */
     void *log_ud;
-    uint32_t kv_residual; /* kivi2 only: tokens of each sequence kept in f16 (the residual
-                             window, where the last partial page lives); 0: 128. Rounded up
-                             to a multiple of page_tokens (so >= page_tokens); the result:
-                             pgd_cache_kv_residual */
+    uint32_t kv_residual; /* staged pools (kivi2; q8_0 / q4_0 with head_dim < 32): least
+                             rows of each sequence's f16 residual window, where rows wait
+                             until their page is full; 0: 128. Rounded up to a multiple of
+                             page_tokens; a write spanning more grows a sequence's window.
+                             Attention reads only a row's own page from it, so results do
+                             not depend on it. The result: pgd_cache_kv_residual */
     /* Prefix-index entries: the blocks it can describe, wherever they live. 0: the pool's
      * page count; else at least that. */
     uint32_t index_capacity;
@@ -117,8 +119,9 @@ PGD_API void pgd_cache_destroy(pgd_cache *c);
 /* The cache's pool, for payload access only (see locking). Valid while c lives. */
 PGD_API pgd_pool *pgd_cache_pool(pgd_cache *c);
 PGD_API uint32_t pgd_cache_page_tokens(const pgd_cache *c);
-/* The kivi2 residual window in tokens as the cache uses it (params.kv_residual, 0 -> 128,
- * rounded up to whole pages), or 0 when the pool's codec keeps none (not kivi2). O(1). */
+/* The least residual window in tokens as the cache uses it (params.kv_residual, 0 -> 128,
+ * rounded up to whole pages), or 0 when the pool keeps none (not a staged pool: kivi2,
+ * q8_0 / q4_0 with head_dim < 32). O(1). */
 PGD_API uint32_t pgd_cache_kv_residual(const pgd_cache *c);
 
 /* ---- sequences ---- */
@@ -170,9 +173,9 @@ PGD_API int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens);
 /* Shrinks the sequence to n_tokens positions (n_committed <= n_tokens <= length), dropping
  * the pages past the new end: undoes a grow whose tokens were not computed (a failed
  * batch, rejected speculative tokens). Returns PGD_OK, PGD_ESTATE when n_tokens is
- * below the committed length or above the length, or PGD_EINVAL (kivi2 only) when the new
- * last page would be partial and the f16 copy of its positions has already been
- * overwritten in the residual window (written more than kv_residual positions beyond it);
+ * below the committed length or above the length, or PGD_EINVAL (staged pools only) when
+ * the new last page would be partial and the f16 copy of its positions has already been
+ * overwritten in the residual window (written more than a window of positions beyond it);
  * nothing changed on error. O(dropped pages). */
 PGD_API int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens);
 
@@ -202,16 +205,17 @@ PGD_API int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hash
  * general write path, for every kv type: copies shared pages first (copy-on-write; may
  * evict), rotates K and V (pool kv_rotate), encodes them with the pool's codec, updates
  * the key bounds (pool key_bounds: min / max of the rotated keys as written, before
- * quantization). kivi2: the rows go to the sequence's f16 residual window (allocated at
- * the first write) and a page's regions of this layer are encoded when this call writes
- * the page's last slot; positions must then be at or above the residual window's start.
- * Rows of a page are expected in increasing position order (q8_0 / q4_0 with head_dim < 32
- * re-scale a block's earlier rows, see pool.h).
+ * quantization). Staged pools (kivi2; q8_0 / q4_0 with head_dim < 32): the rows go to the
+ * sequence's f16 residual window (allocated at the first write, grown when a write spans
+ * more pages than it holds) and a page's regions of this layer are encoded, once, when this
+ * call writes the page's last slot; positions must then be at or above the residual
+ * window's start. So a full page's bytes never depend on how its rows were written.
  * Returns PGD_OK, PGD_EINVAL (NULL k / v, layer out of range, a position past the length
  * or inside a committed full page, a metadata-only pool or a device arena: this call
  * encodes on the host), PGD_ENOSPC (no page for a
  * copy) or PGD_ENOMEM (the residual window); positions before a failing copy may have
- * been written. Cost: O(n * n_kv_heads * head_dim), plus O(page) per page filled (kivi2). */
+ * been written. Cost: O(n * n_kv_heads * head_dim), plus O(page) per page filled (staged
+ * pools), plus a copy of the window when it grows. */
 PGD_API int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32_t layer,
                              const float *k, const float *v);
 

@@ -77,6 +77,9 @@
  *   region_bytes is the larger of the two, rounded up to 16. A kivi2 page is encoded only
  *   once it is full; the last, partial page of a sequence lives in f16 in the cache's
  *   residual window (cache.h: kv_residual, pgd_cache_kv_residual), not in its region.
+ *   The same holds for q8_0 and q4_0 when head_dim < 32 (blocks across rows, pool.h).
+ *   A page encoded whole (those) has zero padding, so its bytes are a function of its
+ *   rows; the padding of row-written pages is unspecified.
  */
 #ifndef PAGODA_LAYOUT_H
 #define PAGODA_LAYOUT_H

@@ -49,9 +49,12 @@ extern "C" {
  *                   in f16 in the cache's residual window (cache.h, kv_residual).
  * Blocks of 32 values run along a row when head_dim is a multiple of 32, and across
  * R = 32 / head_dim consecutive rows when head_dim divides 32; other head_dims are refused
- * for block types. Rows written one by one into a block across rows may re-scale the
- * block's earlier rows (re-quantized from their decoded values), which bounds the error
- * by R d / 2 (q8_0) and R |d| (q4_0) instead. The byte layout of every type: layout.h. */
+ * for block types. A block across rows could not be written row by row without its bytes
+ * depending on the order of the writes, so the cache stages those rows as it does kivi2's:
+ * in f16 in the sequence's residual window, a page encoded once, when full, from the f16
+ * rows (error bounds as above, of the f16-rounded values). So with every type a full
+ * page's bytes depend only on its K/V values, however they were written (one prefill,
+ * chunks, decode, recompute). The byte layout of every type: layout.h. */
 typedef enum pgd_kv_type {
     PGD_KV_F32 = 0,
     PGD_KV_F16 = 1,

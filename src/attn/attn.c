@@ -24,10 +24,18 @@
  *           probe; paged / contiguous 0.87-0.96 -> 0.96-1.0), but at 4k, where the bench's
  *           16 MiB of K/V stay in this machine's 260 MiB L3, 0.86-0.98x: so only decode
  *           rows of at least WIDE_MIN_KEYS keys get such tasks.
- *   piece   (task, range of its page list): a long task is split into pieces of about
- *           equal cost so that one long sequence uses every thread; short tasks stay whole
- *           and don't wait. Split pieces are queued first (the largest work), whole tasks
- *           after; empty items make no task.
+ *   range   range_pages consecutive entries of a task's page list (RANGE_KEYS keys, or
+ *           params.split_pages pages), counted from the list's start: a fixed function of
+ *           the row's own pages. Each range runs the online softmax from a fresh state, and
+ *           the ranges' states are merged by log-sum-exp in page order (merge_one).
+ *   piece   (task, its whole page list or one range of it): a long task is split into one
+ *           piece per range so that one long sequence uses every thread; short tasks stay
+ *           whole and don't wait. Split pieces are queued first (the largest work), whole
+ *           tasks after; empty items make no task. A whole task merges its ranges as it
+ *           goes, the last piece of a split task merges the pieces' states, in the same
+ *           order with the same function: so a row's output is the same bits whether its
+ *           task was split or not, whatever the rest of the batch and the thread count
+ *           (batch invariance; test_attn checks it). Cost: bench_attn, see the commit.
  *
  * One piece, for blocks of up to BLOCK_KEYS keys (whole pages):
  *
@@ -40,13 +48,15 @@
  *
  * Causality: a tile's rows see keys up to their own position; within a block the keys a
  * row sees are a prefix of the block (pages ascend), so the step gets its valid count.
- * A whole task writes out = O / l; a piece of a split task stores (m, l, O) in its slot,
- * and the last piece to finish (atomic counter, acq_rel) merges the slots by log-sum-exp:
- * M = max m_k, out = sum_k 2^(m_k - M) O_k / sum_k 2^(m_k - M) l_k.
+ * A range ends in a state (m, l, O), merged into the task's running state (M, L, A):
+ * M' = max(M, m), A' = 2^(M - M') A + 2^(m - M') O, L' likewise. A whole task writes
+ * out = A / L; a piece of a split task stores its state in its slot, and the last piece to
+ * finish (atomic counter, acq_rel) merges the slots the same way, in order.
  *
  * Rotated pools: queries are rotated when copied into the tile's scratch, outputs
- * inverse-rotated when written. kivi2: pages the residual ring holds are read from the
- * ring with the f16 kernels (pgd__attn_src).
+ * inverse-rotated when written. Staged pools (kivi2, q8_0 / q4_0 with head_dim < 32): a
+ * tile's rows share one page, which they read from the residual ring with the f16 kernels
+ * (pgd__attn_ring_page, pgd__attn_src); every other page comes from the pool.
  *
  * Quest: a first pass (one task per decode item and KV head) selects the pages of every
  * decode row over budget (common.c); the tasks of those rows then run over the selection.
@@ -69,7 +79,10 @@ enum {
     TILE_Q = 64,           /* most query vectors (rows x group) per task */
     TILE_ROWS = 16,        /* most rows of one item per task */
     BLOCK_KEYS = 256,      /* keys per online-softmax block (rounded to whole pages) */
-    PIECE_MIN_KEYS = 512,  /* a piece of a split task covers at least this many keys */
+    RANGE_KEYS = 2048,     /* keys of a page range (whole pages, whole blocks; see above):
+                              bench_attn --threads 1 --cpu-time, head_dim 128, 8 KV heads,
+                              GQA 4, against the cost-split planner: 512 keys cost f16 6-8%
+                              at 32k, 2048 within 1% (f16, q8_0, kivi2; 4k and 32k) */
     PIECES_PER_THREAD = 4, /* automatic split: aim at this many pieces of work per thread */
     SPARE_PIECES = 1024,   /* pieces beyond one per task (forced splits in tests) */
     SLOTS_PER_THREAD = 16, /* partial states of split tasks: slots per thread (min 64) */
@@ -108,7 +121,7 @@ struct pgd_attn {
     pgd__attn_geom g;
     pgd_attn_params p;
     pgd__softmax_step_fn step;
-    uint32_t tile_rows, nq_max, ld_s, block_pages, max_tasks, max_pieces;
+    uint32_t tile_rows, nq_max, ld_s, block_pages, range_pages, max_tasks, max_pieces;
     int prefetch;
     uint32_t wide;     /* KV heads per decode task (1: one per task; see pgd__attn_set_wide) */
     uint32_t wide_min; /* ... for decode rows of at least this many pages */
@@ -130,7 +143,8 @@ struct pgd_attn {
 
     /* per-thread scratch: Q O [nq_max][hd], m l [nq_max], S [nq_max][ld_s], heap, block */
     unsigned char *scratch;
-    size_t scratch_stride, off_o, off_m, off_l, off_s, off_hs, off_hp, off_blk, off_pq;
+    size_t scratch_stride, off_o, off_m, off_l, off_s, off_hs, off_hp, off_blk, off_pq, off_oa,
+        off_ma, off_la;
 };
 
 pgd_attn_params pgd_attn_default_params(void)
@@ -196,6 +210,10 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     if (a->nq_max < a->wide * G) a->nq_max = a->wide * G;
     a->wide_min = WIDE_MIN_KEYS / pt ? WIDE_MIN_KEYS / pt : 1;
     a->block_pages = BLOCK_KEYS / pt ? BLOCK_KEYS / pt : 1;
+    /* Page ranges: the forced split size, else RANGE_KEYS, a whole number of blocks. */
+    a->range_pages = p->split_pages ? p->split_pages : (RANGE_KEYS / pt ? RANGE_KEYS / pt : 1);
+    if (!p->split_pages && a->range_pages % a->block_pages)
+        a->range_pages = (a->range_pages / a->block_pages + 1) * a->block_pages;
     a->ld_s = (a->block_pages * pt + 15) & ~15u;
     a->q_scale = (float)(1.4426950408889634 / sqrt((double)hd));
     a->region_bytes = (size_t)pgd_pool_region_bytes(a->g.pool);
@@ -217,8 +235,11 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     a->off_hp = a->off_hs + up64((size_t)(B ? B : 1) * sizeof(float));
     a->off_blk = a->off_hp + up64((size_t)(B ? B : 1) * sizeof(uint32_t));
     a->off_pq = a->off_blk + up64((size_t)a->block_pages * 3 * sizeof(uint32_t));
-    a->scratch_stride =
+    a->off_oa =
         a->off_pq + (a->g.codec->prepare_q ? up64((size_t)a->nq_max * PGD__PREP_Q_HEAD_BYTES) : 0);
+    a->off_ma = a->off_oa + vec;
+    a->off_la = a->off_ma + row;
+    a->scratch_stride = a->off_la + row;
 
     rc = PGD_ENOMEM;
     a->views = pgd__calloc(&al, R, sizeof *a->views);
@@ -398,27 +419,40 @@ static void k_call(const pgd_attn *a, const pgd__codec *cd, const void *reg, uin
         cd->k_scores(reg, rpt, a->g.head_dim, r0, nk, q, nq, a->q_scale, s, a->ld_s);
 }
 
+/* Merges the state (m, l, o) of one page range into the running state (*ma, *la, oa) of a
+ * query vector, by log-sum-exp; a range without valid keys (l == 0) changes nothing, and
+ * the first one is copied. The one merge both paths use (pieces of one task, page ranges
+ * of one piece), in page order: noinline, so both get the very same arithmetic. */
+static __attribute__((noinline)) void merge_one(uint32_t hd, float *oa, float *ma, float *la,
+                                                const float *o, float m, float l)
+{
+    if (!(l > 0)) return;
+    if (!(*la > 0)) {
+        memcpy(oa, o, hd * sizeof *oa);
+        *ma = m;
+        *la = l;
+        return;
+    }
+    const float mx = m > *ma ? m : *ma, wa = exp2f(*ma - mx), wb = exp2f(m - mx);
+    for (uint32_t d = 0; d < hd; d++)
+        oa[d] = oa[d] * wa + o[d] * wb;
+    *la = *la * wa + l * wb;
+    *ma = mx;
+}
+
+/* The last piece of a split task: merges the pieces' states (one page range each) in page
+ * order, as piece_task merges the ranges of a whole task, so both give the same bits. */
 static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview *iv, float *o)
 {
     const uint32_t hd = a->g.head_dim, nq = tl->n_rows * a->g.group * tk->nh;
     const size_t slot = (size_t)nq * (hd + 2);
     for (uint32_t qi = 0; qi < nq; qi++) {
         float mx = -INFINITY, l = 0;
-        for (uint32_t k = 0; k < tk->n_pieces; k++) {
-            const float *s = tk->slots + k * slot;
-            if (s[(size_t)nq * hd + nq + qi] > 0 && s[(size_t)nq * hd + qi] > mx)
-                mx = s[(size_t)nq * hd + qi];
-        }
         memset(o, 0, hd * sizeof *o);
         for (uint32_t k = 0; k < tk->n_pieces; k++) {
             const float *s = tk->slots + k * slot;
-            float lk = s[(size_t)nq * hd + nq + qi];
-            if (!(lk > 0)) continue;
-            float w = exp2f(s[(size_t)nq * hd + qi] - mx);
-            const float *ok = s + (size_t)qi * hd;
-            l += w * lk;
-            for (uint32_t d = 0; d < hd; d++)
-                o[d] += w * ok[d];
+            merge_one(hd, o, &mx, &l, s + (size_t)qi * hd, s[(size_t)nq * hd + qi],
+                      s[(size_t)nq * hd + nq + qi]);
         }
         store_out(a, iv->it, tl->row0, tl->n_rows, tk->kvh, qi, o, 1.0f / l);
     }
@@ -436,10 +470,15 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     const uint32_t hd = g->head_dim, pt = g->page_tokens, G = g->group, kvh = tk->kvh;
     const uint32_t nr = tl->n_rows, NH = tk->nh, gq = nr * G, nq = gq * NH, ld = a->ld_s;
     const uint64_t pos0 = iv->v.len - iv->it->n_rows + tl->row0, last = pos0 + nr - 1;
+    /* A tile's rows lie in one page when there is a ring (plan): they read that page from
+     * the ring, every other page from the pool. */
+    const uint32_t rpage = pgd__attn_ring_page(g, &iv->v, pos0);
 
     unsigned char *sc = scratch_of(a, thread);
     float *Q = (float *)sc, *O = (float *)(sc + a->off_o), *M = (float *)(sc + a->off_m);
     float *L = (float *)(sc + a->off_l), *S = (float *)(sc + a->off_s);
+    float *OA = (float *)(sc + a->off_oa), *MA = (float *)(sc + a->off_ma);
+    float *LA = (float *)(sc + a->off_la);
     uint32_t *bpage = (uint32_t *)(sc + a->off_blk), *boff = bpage + a->block_pages;
     uint32_t *bn = boff + a->block_pages;
 
@@ -452,122 +491,139 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     /* Block codecs: the query quantized once per piece, not once per page. */
     const unsigned char *PQ = NULL;
     if (g->codec->prepare_q && g->codec->prepare_q(hd, Q, nq, sc + a->off_pq)) PQ = sc + a->off_pq;
-    memset(O, 0, (size_t)nq * hd * sizeof *O);
     for (uint32_t qi = 0; qi < nq; qi++) {
-        M[qi] = -INFINITY;
-        L[qi] = 0;
+        MA[qi] = -INFINITY;
+        LA[qi] = 0;
     }
 
+    /* Page ranges of range_pages list entries, each from a fresh online-softmax state,
+     * merged into (MA, LA, OA) in page order: where a task is cut into pieces (at range
+     * boundaries) and how many threads run it never changes the result. */
     for (uint32_t i = pc->a; i < pc->b;) {
-        /* A block of whole pages: K scores of every query vector into S. Pages outer, heads
-         * inner: the K regions of one page's heads are adjacent in the pool. */
-        uint32_t nbp = 0, nb = 0;
-        while (i < pc->b && nbp < a->block_pages) {
-            const uint32_t pi = tk->sel ? tk->sel[i] : i;
-            const uint64_t start = (uint64_t)pi * pt;
-            const uint32_t nk = last + 1 - start < pt ? (uint32_t)(last + 1 - start) : pt;
-            const int pool_src = !iv->v.ring || pi < iv->v.ring_lo;
-            int next_pool = 0;
-            uint32_t nx = 0;
-            if (i + 1 < pc->b) {
-                nx = tk->sel ? tk->sel[i + 1] : i + 1;
-                next_pool = !iv->v.ring || nx < iv->v.ring_lo;
-            }
-            for (uint32_t j = 0; j < NH; j++) {
-                const pgd__codec *cd;
-                uint32_t rpt, r0;
-                const void *reg =
-                    pgd__attn_src(g, &iv->v, pi, a->layer, PGD__K, kvh + j, &cd, &rpt, &r0);
-                const float *qj = Q + (size_t)j * gq * hd;
-                float *sj = S + (size_t)j * gq * ld + nb;
-                const void *pqj = PQ ? PQ + (size_t)j * gq * PGD__PREP_Q_HEAD_BYTES : NULL;
-                if (spread && pool_src) {
-                    /* The next page's K, spread over this page's calls; the first V page of
-                     * the block now (its regions follow at V time, spread the same way). */
-                    const char *next =
-                        next_pool ? pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh + j) : NULL;
-                    if (nbp == 0)
-                        prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
-                                 SPREAD_V_BYTES);
-                    spread_k(g, reg, rpt, r0, nk, qj, gq, a->q_scale, sj, ld, next,
-                             a->region_bytes);
-                } else if (a->prefetch) {
-                    /* The next page's K and this page's V: page regions are scattered 4
-                     * KiB-ish chunks that the hardware prefetcher does not run ahead into. */
-                    if (next_pool)
-                        prefetch(pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh + j),
-                                 a->region_bytes);
-                    if (pool_src)
-                        prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
-                                 a->region_bytes);
-                    k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
-                } else {
-                    k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
-                }
-            }
-            bpage[nbp] = pi;
-            boff[nbp] = nb;
-            bn[nbp++] = nk;
-            nb += nk;
-            i++;
+        const uint32_t rend = (i / a->range_pages + 1) * a->range_pages < pc->b
+                                  ? (i / a->range_pages + 1) * a->range_pages
+                                  : pc->b;
+        memset(O, 0, (size_t)nq * hd * sizeof *O);
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            M[qi] = -INFINITY;
+            L[qi] = 0;
         }
-        /* Online softmax, row by row (a row's valid keys are a prefix of the block). */
-        for (uint32_t t = 0; t < nr; t++) {
-            const uint64_t pos = pos0 + t;
-            uint32_t nv = 0;
+        while (i < rend) {
+            /* A block of whole pages: K scores of every query vector into S. Pages outer, heads
+             * inner: the K regions of one page's heads are adjacent in the pool. */
+            uint32_t nbp = 0, nb = 0;
+            while (i < rend && nbp < a->block_pages) {
+                const uint32_t pi = tk->sel ? tk->sel[i] : i;
+                const uint64_t start = (uint64_t)pi * pt;
+                const uint32_t nk = last + 1 - start < pt ? (uint32_t)(last + 1 - start) : pt;
+                const int pool_src = pi != rpage;
+                int next_pool = 0;
+                uint32_t nx = 0;
+                if (i + 1 < pc->b) {
+                    nx = tk->sel ? tk->sel[i + 1] : i + 1;
+                    next_pool = nx != rpage;
+                }
+                for (uint32_t j = 0; j < NH; j++) {
+                    const pgd__codec *cd;
+                    uint32_t rpt, r0;
+                    const void *reg = pgd__attn_src(g, &iv->v, pi, rpage, a->layer, PGD__K, kvh + j,
+                                                    &cd, &rpt, &r0);
+                    const float *qj = Q + (size_t)j * gq * hd;
+                    float *sj = S + (size_t)j * gq * ld + nb;
+                    const void *pqj = PQ ? PQ + (size_t)j * gq * PGD__PREP_Q_HEAD_BYTES : NULL;
+                    if (spread && pool_src) {
+                        /* The next page's K, spread over this page's calls; the first V page of
+                         * the block now (its regions follow at V time, spread the same way). */
+                        const char *next =
+                            next_pool ? pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh + j)
+                                      : NULL;
+                        if (nbp == 0)
+                            prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
+                                     SPREAD_V_BYTES);
+                        spread_k(g, reg, rpt, r0, nk, qj, gq, a->q_scale, sj, ld, next,
+                                 a->region_bytes);
+                    } else if (a->prefetch) {
+                        /* The next page's K and this page's V: page regions are scattered 4
+                         * KiB-ish chunks that the hardware prefetcher does not run ahead into. */
+                        if (next_pool)
+                            prefetch(pgd_pool_k(g->pool, iv->v.pages[nx], a->layer, kvh + j),
+                                     a->region_bytes);
+                        if (pool_src)
+                            prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
+                                     a->region_bytes);
+                        k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
+                    } else {
+                        k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
+                    }
+                }
+                bpage[nbp] = pi;
+                boff[nbp] = nb;
+                bn[nbp++] = nk;
+                nb += nk;
+                i++;
+            }
+            /* Online softmax, row by row (a row's valid keys are a prefix of the block). */
+            for (uint32_t t = 0; t < nr; t++) {
+                const uint64_t pos = pos0 + t;
+                uint32_t nv = 0;
+                for (uint32_t b = 0; b < nbp; b++) {
+                    const uint64_t start = (uint64_t)bpage[b] * pt;
+                    if (pos >= start)
+                        nv += pos + 1 - start < bn[b] ? (uint32_t)(pos + 1 - start) : bn[b];
+                }
+                for (uint32_t j = 0; j < NH; j++)
+                    for (uint32_t h = 0; h < G; h++) {
+                        const uint32_t qi = (j * nr + t) * G + h;
+                        float *s = S + (size_t)qi * ld, sum;
+                        if (!nv) {
+                            memset(s, 0, nb * sizeof *s);
+                            continue;
+                        }
+                        const float alpha = a->step(s, nv, nb, &M[qi], &sum);
+                        L[qi] = L[qi] * alpha + sum;
+                        if (alpha != 1.0f) {
+                            float *o = O + (size_t)qi * hd;
+                            for (uint32_t d = 0; d < hd; d++)
+                                o[d] *= alpha;
+                        }
+                    }
+            }
+            /* V: every row of the block serves every query vector of its head. */
             for (uint32_t b = 0; b < nbp; b++) {
-                const uint64_t start = (uint64_t)bpage[b] * pt;
-                if (pos >= start)
-                    nv += pos + 1 - start < bn[b] ? (uint32_t)(pos + 1 - start) : bn[b];
-            }
-            for (uint32_t j = 0; j < NH; j++)
-                for (uint32_t h = 0; h < G; h++) {
-                    const uint32_t qi = (j * nr + t) * G + h;
-                    float *s = S + (size_t)qi * ld, sum;
-                    if (!nv) {
-                        memset(s, 0, nb * sizeof *s);
-                        continue;
+                const int next_pool = b + 1 < nbp && bpage[b + 1] != rpage;
+                for (uint32_t j = 0; j < NH; j++) {
+                    const pgd__codec *cd;
+                    uint32_t rpt, r0;
+                    const void *reg = pgd__attn_src(g, &iv->v, bpage[b], rpage, a->layer, PGD__V,
+                                                    kvh + j, &cd, &rpt, &r0);
+                    const float *wj = S + (size_t)j * gq * ld + boff[b];
+                    float *oj = O + (size_t)j * gq * hd;
+                    if (spread && cd == g->codec) {
+                        const char *next =
+                            next_pool
+                                ? pgd_pool_v(g->pool, iv->v.pages[bpage[b + 1]], a->layer, kvh + j)
+                                : NULL;
+                        spread_v(g, reg, rpt, r0, bn[b], wj, ld, gq, oj, next, a->region_bytes);
+                    } else {
+                        cd->v_accum(reg, rpt, hd, r0, bn[b], wj, ld, gq, oj);
                     }
-                    const float alpha = a->step(s, nv, nb, &M[qi], &sum);
-                    L[qi] = L[qi] * alpha + sum;
-                    if (alpha != 1.0f) {
-                        float *o = O + (size_t)qi * hd;
-                        for (uint32_t d = 0; d < hd; d++)
-                            o[d] *= alpha;
-                    }
-                }
-        }
-        /* V: every row of the block serves every query vector of its head. */
-        for (uint32_t b = 0; b < nbp; b++) {
-            const int next_pool = b + 1 < nbp && (!iv->v.ring || bpage[b + 1] < iv->v.ring_lo);
-            for (uint32_t j = 0; j < NH; j++) {
-                const pgd__codec *cd;
-                uint32_t rpt, r0;
-                const void *reg =
-                    pgd__attn_src(g, &iv->v, bpage[b], a->layer, PGD__V, kvh + j, &cd, &rpt, &r0);
-                const float *wj = S + (size_t)j * gq * ld + boff[b];
-                float *oj = O + (size_t)j * gq * hd;
-                if (spread && cd == g->codec) {
-                    const char *next = next_pool ? pgd_pool_v(g->pool, iv->v.pages[bpage[b + 1]],
-                                                              a->layer, kvh + j)
-                                                 : NULL;
-                    spread_v(g, reg, rpt, r0, bn[b], wj, ld, gq, oj, next, a->region_bytes);
-                } else {
-                    cd->v_accum(reg, rpt, hd, r0, bn[b], wj, ld, gq, oj);
                 }
             }
         }
+        for (uint32_t qi = 0; qi < nq; qi++)
+            merge_one(hd, OA + (size_t)qi * hd, &MA[qi], &LA[qi], O + (size_t)qi * hd, M[qi],
+                      L[qi]);
     }
 
     if (tk->n_pieces == 1) {
         for (uint32_t qi = 0; qi < nq; qi++)
-            store_out(a, iv->it, tl->row0, nr, kvh, qi, O + (size_t)qi * hd, 1.0f / L[qi]);
+            store_out(a, iv->it, tl->row0, nr, kvh, qi, OA + (size_t)qi * hd, 1.0f / LA[qi]);
         return;
     }
     float *slot = tk->slots + (size_t)pc->k * nq * (hd + 2);
-    memcpy(slot, O, (size_t)nq * hd * sizeof *O);
-    memcpy(slot + (size_t)nq * hd, M, nq * sizeof *M);
-    memcpy(slot + (size_t)nq * hd + nq, L, nq * sizeof *L);
+    memcpy(slot, OA, (size_t)nq * hd * sizeof *OA);
+    memcpy(slot + (size_t)nq * hd, MA, nq * sizeof *MA);
+    memcpy(slot + (size_t)nq * hd + nq, LA, nq * sizeof *LA);
     /* The last piece to finish merges: acq_rel orders every piece's slot writes before
      * its increment, and the merging thread's reads after. */
     unsigned prev = atomic_fetch_add_explicit(&a->done[pc->task], 1, memory_order_acq_rel);
@@ -597,12 +653,20 @@ static void plan(pgd_attn *a)
 
     a->n_tiles = 0;
     for (uint32_t vi = 0; vi < a->n_views; vi++) {
-        const uint32_t rows = a->views[vi].it->n_rows;
-        for (uint32_t r0 = 0; r0 < rows; r0 += a->tile_rows) {
+        const iview *iv = &a->views[vi];
+        const uint32_t rows = iv->it->n_rows;
+        for (uint32_t r0 = 0; r0 < rows;) {
             tile *tl = &a->tiles[a->n_tiles++];
             tl->view = vi;
             tl->row0 = r0;
             tl->n_rows = rows - r0 < a->tile_rows ? rows - r0 : a->tile_rows;
+            if (iv->v.ring) {
+                /* The rows of a tile share their page (the one they read from the ring). */
+                const uint64_t pos = iv->v.len - rows + r0;
+                const uint32_t left = pt - (uint32_t)(pos % pt);
+                if (tl->n_rows > left) tl->n_rows = left;
+            }
+            r0 += tl->n_rows;
         }
     }
     a->n_tasks = 0;
@@ -626,22 +690,19 @@ static void plan(pgd_attn *a)
         }
     }
 
-    /* How many pieces each task gets. */
-    const uint32_t min_pages = PIECE_MIN_KEYS / pt ? PIECE_MIN_KEYS / pt : 1;
+    /* How many pieces each task gets: one, or one per page range (the ranges of a task are
+     * fixed by its own pages, so the batch and the thread count only choose between the
+     * two, which give the same bits). */
     const uint64_t target = total / ((uint64_t)a->p.n_threads * PIECES_PER_THREAD) + 1;
     uint32_t extra = 0;
     size_t slot_used = 0;
     for (uint32_t k = 0; k < a->n_tasks; k++) {
         task *tk = &a->tasks[k];
         const uint32_t nr = a->tiles[tk->tile].n_rows * tk->nh; /* cost per page */
+        const uint64_t n_ranges = (tk->n_list + a->range_pages - 1) / a->range_pages;
         uint64_t pieces = 1;
-        if (a->p.split_pages) {
-            pieces = (tk->n_list + a->p.split_pages - 1) / a->p.split_pages;
-        } else if (a->p.n_threads > 1) {
-            uint64_t cost = (uint64_t)tk->n_list * nr;
-            pieces = (cost + target - 1) / target;
-            if (pieces > tk->n_list / min_pages) pieces = tk->n_list / min_pages;
-        }
+        if (a->p.split_pages || (a->p.n_threads > 1 && (uint64_t)tk->n_list * nr > target))
+            pieces = n_ranges;
         if (pieces <= 1) continue;
         const size_t need = (size_t)pieces * nr * g->group * (hd + 2);
         if (extra + pieces - 1 > a->max_pieces - a->max_tasks || slot_used + need > a->slot_cap)
@@ -663,8 +724,10 @@ static void plan(pgd_attn *a)
                 piece *pc = &a->pieces[a->n_pieces++];
                 pc->task = k;
                 pc->k = j;
-                pc->a = (uint32_t)((uint64_t)tk->n_list * j / tk->n_pieces);
-                pc->b = (uint32_t)((uint64_t)tk->n_list * (j + 1) / tk->n_pieces);
+                pc->a = tk->n_pieces > 1 ? j * a->range_pages : 0;
+                pc->b = tk->n_pieces > 1 && pc->a + a->range_pages < tk->n_list
+                            ? pc->a + a->range_pages
+                            : tk->n_list;
             }
         }
     }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * attn_int.h - what the files of src/attn/ share: the pool geometry as attention sees it,
- * one item's view of its sequence (page table, kivi2 residual ring), the source of a
+ * one item's view of its sequence (page table, residual ring), the source of a
  * page's K/V rows, Quest page selection, and the softmax step kernels. Internal to
  * libpagoda (tests include it to reach the ISA levels, bench_attn for its --wide hook).
  *
@@ -29,7 +29,7 @@ typedef struct pgd__attn_geom {
     uint32_t n_head, group; /* query heads; query heads per KV head */
     pgd_kv_type type;
     const pgd__codec *codec; /* fast kernels (or the reference, for ref.c) */
-    const pgd__codec *ring;  /* f16 codec for the kivi2 residual ring; NULL otherwise */
+    const pgd__codec *ring;  /* f16 codec for the residual ring of staged pools; else NULL */
     int rotate;              /* K/V stored rotated: rotate q, inverse-rotate out */
     uint64_t rotate_seed;
     int key_bounds; /* the pool keeps per-page channel min/max of keys */
@@ -47,24 +47,38 @@ typedef struct pgd__attn_view {
     const uint32_t *pages; /* page table (borrowed, valid during the run) */
     uint64_t len;          /* sequence length; rows are positions len - n_rows .. len - 1 */
     uint32_t n_pages;      /* pages covering [0, len) */
-    /* kivi2 residual ring, [n_layers][K|V][n_kv_heads][window][head_dim] f16; NULL if none */
+    /* Residual ring of a staged pool (pgd__codec_staged), [n_layers][K|V][n_kv_heads][window]
+     * [head_dim] f16; NULL if none */
     const uint16_t *ring;
     uint32_t window;  /* ring rows */
-    uint64_t ring_lo; /* first page index read from the ring (pages >= ring_lo) */
+    uint64_t ring_lo; /* first page index whose ring copy is valid */
 } pgd__attn_view;
+
+enum { PGD__NO_PAGE = 0xffffffffu };
+
+/* The page that a query row at position pos reads from the ring: its own page, when the
+ * view has a ring whose copy of it is valid; else PGD__NO_PAGE (every page from the pool).
+ * The rule of pgd__seq_residual (pgd_int.h): it depends on positions only. */
+static inline uint32_t pgd__attn_ring_page(const pgd__attn_geom *g, const pgd__attn_view *v,
+                                           uint64_t pos)
+{
+    uint64_t pi = pos / g->page_tokens;
+    return v->ring && pi >= v->ring_lo ? (uint32_t)pi : PGD__NO_PAGE;
+}
 
 /* Fills v for an item after checking it (seq, q, out non-NULL; n_rows <= length).
  * Returns PGD_OK or PGD_EINVAL. */
 int pgd__attn_view_init(const pgd__attn_geom *g, const pgd_attn_item *it, pgd__attn_view *v);
 
-/* Where the rows of page index pi of a view live for (layer, K|V, kv head): a region for
- * codec *codec, of *pt rows, whose page rows start at row *r0. */
+/* Where the rows of page index pi of a view live for (layer, K|V, kv head), for query rows
+ * that read page rpage from the ring (pgd__attn_ring_page): a region for codec *codec, of
+ * *pt rows, whose page rows start at row *r0. */
 static inline const void *pgd__attn_src(const pgd__attn_geom *g, const pgd__attn_view *v,
-                                        uint32_t pi, uint32_t layer, pgd__kv_kind kind,
-                                        uint32_t kvh, const pgd__codec **codec, uint32_t *pt,
-                                        uint32_t *r0)
+                                        uint32_t pi, uint32_t rpage, uint32_t layer,
+                                        pgd__kv_kind kind, uint32_t kvh, const pgd__codec **codec,
+                                        uint32_t *pt, uint32_t *r0)
 {
-    if (v->ring && pi >= v->ring_lo) {
+    if (pi == rpage) {
         uint64_t p0 = (uint64_t)pi * g->page_tokens;
         *codec = g->ring;
         *pt = v->window;

@@ -46,7 +46,7 @@ int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32
     if (select_pages == 1 || (select_pages && !g->key_bounds)) return PGD_EINVAL;
     g->codec = ref ? pgd__codec_ref(g->type) : pgd__codec_get(g->type);
     if (!g->codec) return PGD_EINVAL;
-    if (!g->codec->row_writable) {
+    if (pgd__codec_staged(g->codec, g->head_dim)) {
         g->ring = ref ? pgd__codec_ref(PGD_KV_F16) : pgd__codec_get(PGD_KV_F16);
         if (!g->ring) return PGD_EINVAL;
     }

@@ -9,8 +9,8 @@
  *   pages   every page index 0 .. pos / page_tokens, or, for a decode row (n_rows == 1)
  *           under Quest, the pages pgd__attn_select keeps (common.c, shared with attn.c)
  *   K, V    each page's rows [0, min(page_tokens, pos + 1 - page start)) decoded to f32 by
- *           the reference codec's decode_rows (kivi2: the residual ring's f16 rows for
- *           the pages it holds, see pgd__attn_src)
+ *           the reference codec's decode_rows (staged pools: the row's own page from the
+ *           residual ring's f16 rows, see pgd__attn_ring_page)
  *   q       the query head, forward-rotated when the pool stores K/V rotated
  *   s_j     dot(q, k_j) / sqrt(head_dim), accumulated in double
  *   w_j     exp(s_j - max_j s_j) in double;  out = (sum_j w_j v_j) / (sum_j w_j)
@@ -68,6 +68,7 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
         for (uint32_t t = 0; t < it->n_rows; t++) {
             const uint64_t pos = v->len - it->n_rows + t;
             const uint32_t np = (uint32_t)(pos / pt + 1);
+            const uint32_t rpage = pgd__attn_ring_page(&g, v, pos);
             for (uint32_t kvh = 0; kvh < g.n_kv_heads; kvh++) {
                 const size_t qoff = ((size_t)t * g.n_head + (size_t)kvh * G) * hd;
                 memcpy(qr, it->q + qoff, (size_t)G * hd * sizeof *qr);
@@ -88,7 +89,8 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
                     uint32_t rpt, r0, pi = list[li];
                     const uint64_t start = (uint64_t)pi * pt;
                     const uint32_t rows = pos + 1 - start < pt ? (uint32_t)(pos + 1 - start) : pt;
-                    const void *reg = pgd__attn_src(&g, v, pi, layer, PGD__K, kvh, &cd, &rpt, &r0);
+                    const void *reg =
+                        pgd__attn_src(&g, v, pi, rpage, layer, PGD__K, kvh, &cd, &rpt, &r0);
                     cd->decode_rows(PGD__K, reg, rpt, hd, r0, rows, kv);
                     for (uint32_t j = 0; j < rows; j++, nk++)
                         for (uint32_t h = 0; h < G; h++) {
@@ -117,7 +119,8 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
                     uint32_t rpt, r0, pi = list[li];
                     const uint64_t start = (uint64_t)pi * pt;
                     const uint32_t rows = pos + 1 - start < pt ? (uint32_t)(pos + 1 - start) : pt;
-                    const void *reg = pgd__attn_src(&g, v, pi, layer, PGD__V, kvh, &cd, &rpt, &r0);
+                    const void *reg =
+                        pgd__attn_src(&g, v, pi, rpage, layer, PGD__V, kvh, &cd, &rpt, &r0);
                     cd->decode_rows(PGD__V, reg, rpt, hd, r0, rows, kv);
                     for (uint32_t j = 0; j < rows; j++, nk++)
                         for (uint32_t h = 0; h < G; h++) {

@@ -33,7 +33,8 @@ typedef struct pgd__codec {
     const char *name;
     /* Nonzero when rows can be written one at a time (f32, f16, bf16, q8_0, q4_0).
      * Zero (kivi2): the region is encoded once from a full page (encode_page); until then
-     * the page's rows live in the sequence's f16 residual window (cache.c). */
+     * the page's rows live in the sequence's f16 residual window (cache.c). The cache
+     * stages q8_0 / q4_0 rows too when head_dim < 32 (pgd__codec_staged). */
     int row_writable;
 
     /* Bytes of one region of kind `kind`. */
@@ -43,8 +44,9 @@ typedef struct pgd__codec {
      * Rows of a page are written in increasing slot order, each once (slots of a page
      * already written are never rewritten except by a copy-on-write copy of the region);
      * for head_dim < 32 a q8_0/q4_0 block spans 32/head_dim rows and a new row may
-     * re-scale the block's earlier rows (see pgd_kv_type in include/pagoda/pool.h; the
-     * rule and its error bound in q8_0.c, q4_0.c). */
+     * re-scale the block's earlier rows (the rule and its error bound in q8_0.c, q4_0.c;
+     * the cache does not use it there, see pgd__codec_staged, but tests and other
+     * writers may). */
     void (*write_row)(pgd__kv_kind kind, void *region, uint32_t page_tokens, uint32_t head_dim,
                       uint32_t slot, const float *row);
 
@@ -82,6 +84,15 @@ typedef struct pgd__codec {
                           uint32_t n, const void *prep, uint32_t nq, float scale, float *scores,
                           size_t ld);
 } pgd__codec;
+
+/* Nonzero when a pool of this codec and head_dim stages its rows: kivi2 (not
+ * row-writable), and q8_0 / q4_0 with head_dim < 32, whose 32-value blocks span 32 / head_dim
+ * rows, so a row written alone could not get the bytes it gets when its block is written
+ * at once. A staged pool's rows go to each sequence's f16 residual ring (cache.c) and a
+ * page is encoded once, from the ring, when its last row is written (encode_page); so a
+ * full page's bytes never depend on how its rows were written. Attention reads the rows of
+ * a query's own page from the ring (pgd__seq_residual in pgd_int.h). */
+int pgd__codec_staged(const pgd__codec *codec, uint32_t head_dim);
 
 /* Bytes of one prepared query vector (prepare_q), for any head_dim. */
 enum { PGD__PREP_Q_HEAD_BYTES = 640 };

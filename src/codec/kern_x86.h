@@ -33,14 +33,6 @@ typedef __m256 (*pgd__ld8_fn)(const uint8_t *reg, uint32_t pt, uint32_t hd, uint
 typedef __m512 (*pgd__ld16_fn)(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r,
                                uint32_t d);
 
-PGD__I2 float pgd__hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Broadcast of one f16 scale to 8 / 16 lanes. */
 PGD__I2 __m256 pgd__bcast_f16_8(const uint16_t *p)
 {
@@ -93,9 +85,14 @@ PGD__I2 void pgd__ks2_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_
                                      _mm_set1_ps(scale)));
         return;
     }
+    /* One row: the very reduction of a row in a group of 4 (lane 0 of reduce4 depends on
+     * its own vector only), so a key's score does not depend on how many keys the call
+     * has (a decode row and the same row of a prefill tile get the same bits). */
+    const __m256 z = _mm256_setzero_ps();
     for (int i = 0; i < R; i++)
         for (int h = 0; h < NH; h++)
-            sc[(size_t)h * ld + (size_t)i] = pgd__hsum8(acc[i][h]) * scale;
+            sc[(size_t)h * ld + (size_t)i] =
+                _mm_cvtss_f32(pgd__reduce4_8(acc[i][h], z, z, z)) * scale;
 }
 
 PGD__I2 void pgd__ks2(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
@@ -201,9 +198,12 @@ PGD__I5 void pgd__ks5_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_
                                      _mm_set1_ps(scale)));
         return;
     }
+    /* One row: the reduction of a row in a group of 4 (see pgd__ks2_tile). */
+    const __m512 z = _mm512_setzero_ps();
     for (int i = 0; i < R; i++)
         for (int h = 0; h < NH; h++)
-            sc[(size_t)h * ld + (size_t)i] = _mm512_reduce_add_ps(acc[i][h]) * scale;
+            sc[(size_t)h * ld + (size_t)i] =
+                _mm_cvtss_f32(pgd__reduce4_16(acc[i][h], z, z, z)) * scale;
 }
 
 PGD__I5 void pgd__ks5(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,

@@ -94,6 +94,12 @@ static void kv2_encode_page(pgd__kv_kind kind, void *region, uint32_t pt, uint32
     uint32_t *w = region;
     uint16_t *meta = (uint16_t *)((uint8_t *)region + codes_bytes(pt, hd));
     memset(w, 0, codes_bytes(pt, hd));
+    /* The region's padding (up to the larger of the K and V layouts, the pool's region
+     * size) too: a page's bytes are a function of its rows. */
+    size_t used =
+        codes_bytes(pt, hd) + 4 * (size_t)(kind == PGD__K ? hd : pt * (hd / group_of(hd)));
+    size_t kb = kv2_region_bytes(PGD__K, pt, hd), vb = kv2_region_bytes(PGD__V, pt, hd);
+    memset((uint8_t *)region + used, 0, (kb > vb ? kb : vb) - used);
     if (kind == PGD__K) {
         uint16_t *scale = meta, *mins = meta + hd;
         for (uint32_t d = 0; d < hd; d++) {

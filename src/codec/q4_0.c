@@ -116,6 +116,9 @@ static void q4_encode_page(pgd__kv_kind kind, void *region, uint32_t pt, uint32_
         uint32_t m = f >= nv ? 0 : nv - f < 32 ? (uint32_t)(nv - f) : 32;
         sc[f / 32] = m ? quant_block(rows + f, m, nib, f) : 0;
     }
+    /* The region's padding too: a page's bytes are a function of its rows. */
+    size_t used = total / 2 + total / 16;
+    memset((uint8_t *)region + used, 0, q4_region_bytes(kind, pt, hd) - used);
 }
 
 static float q4_get(const void *region, uint32_t pt, uint32_t hd, uint32_t r, uint32_t d)

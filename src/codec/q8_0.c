@@ -101,6 +101,9 @@ static void q8_encode_page(pgd__kv_kind kind, void *region, uint32_t pt, uint32_
         sc[f / 32] = quant_block(rows + f, m, codes + f);
         memset(codes + f + m, 0, 32 - m);
     }
+    /* The region's padding too: a page's bytes are a function of its rows. */
+    size_t used = total + total / 16;
+    memset((uint8_t *)region + used, 0, q8_region_bytes(kind, pt, hd) - used);
 }
 
 static float q8_get(const void *region, uint32_t pt, uint32_t hd, uint32_t r, uint32_t d)

@@ -65,6 +65,12 @@ const char *pgd__codec_geometry_error(pgd_kv_type type, uint32_t page_tokens, ui
     return NULL;
 }
 
+int pgd__codec_staged(const pgd__codec *codec, uint32_t head_dim)
+{
+    if (!codec->row_writable) return 1;
+    return (codec->type == PGD_KV_Q8_0 || codec->type == PGD_KV_Q4_0) && head_dim < 32;
+}
+
 size_t pgd__codec_region_bytes(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim)
 {
     if (pgd__codec_geometry_error(type, page_tokens, head_dim)) return 0;

@@ -387,9 +387,12 @@ typedef struct codec_case {
 /* Bounds, about 3x what was measured on this story (prefill in 37-token chunks, then 40
  * decode steps; measured: max relative logit error vs f32 / top-1 agreement / fast vs
  * scalar): f16 1.6e-3 / 1.00 / 2.4e-4, bf16 1.4e-2 / 0.995 / 4.8e-3, q8_0 5.5e-2 / 0.982 /
- * 2.2e-2, q4_0 0.87 / 0.61 / 1.1e-2, kivi2 with a one-page window 0.66 / 0.79 / 1.9e-2,
- * kivi2 with the default window (128 of ~180 tokens in f16) 4.8e-2 / 0.991 / 1.4e-4;
- * rotated: f16 1.6e-3 / 1.00, q8_0 5.5e-2 / 0.995, q4_0 0.81 / 0.70, kivi2 0.73 / 0.65.
+ * 2.2e-2, q4_0 0.87 / 0.61 / 1.1e-2, kivi2 0.66 / 0.79 / 1.9e-2; rotated: f16 1.6e-3 /
+ * 1.00, q8_0 5.5e-2 / 0.995, q4_0 0.81 / 0.70, kivi2 0.73 / 0.65. Since staged pages
+ * (kivi2, and q8_0 / q4_0 at head_dim 8) are encoded once from f16 and a query reads only
+ * its own page from f16 (the residual window no longer matters: a window of 128 used to
+ * give kivi2 4.8e-2 / 0.991, but a prefix hit or a recompute could not reproduce it):
+ * q8_0 2.5e-2 / 0.995, q4_0 0.47 / 0.85, kivi2 0.40 / 0.886, either window.
  * The codecs' element errors (pool.h): f16 2^-11 and bf16 2^-8 relative, q8_0 scale/2,
  * q4_0 the scale, kivi2 scale/2 of a 2-bit range. head_dim 8 makes a q4_0 block span 4
  * tokens (one outlier coarsens its neighbours) and leaves a Hadamard rotation only 8
@@ -397,11 +400,11 @@ typedef struct codec_case {
  * Fast vs scalar: the same pages, different summation order; the difference grows when a
  * later layer's codec rounds a K/V element the other way (one codec step). */
 static const codec_case codec_cases[] = {
-    {PGD_KV_F32, 0, 0, 1e-5, 1e-5, 1.0},    {PGD_KV_F16, 0, 0, 4e-3, 2e-3, 0.97},
-    {PGD_KV_BF16, 0, 0, 4e-2, 2e-2, 0.95},  {PGD_KV_Q8_0, 0, 0, 0.15, 8e-2, 0.93},
-    {PGD_KV_Q4_0, 0, 0, 2.0, 8e-2, 0.45},   {PGD_KV_KIVI2, 0, 16, 1.5, 8e-2, 0.6},
-    {PGD_KV_KIVI2, 0, 0, 0.15, 2e-2, 0.95}, {PGD_KV_F16, 1, 0, 4e-3, 2e-3, 0.97},
-    {PGD_KV_Q8_0, 1, 0, 0.15, 8e-2, 0.93},  {PGD_KV_Q4_0, 1, 0, 2.0, 8e-2, 0.5},
+    {PGD_KV_F32, 0, 0, 1e-5, 1e-5, 1.0},   {PGD_KV_F16, 0, 0, 4e-3, 2e-3, 0.97},
+    {PGD_KV_BF16, 0, 0, 4e-2, 2e-2, 0.95}, {PGD_KV_Q8_0, 0, 0, 0.15, 8e-2, 0.93},
+    {PGD_KV_Q4_0, 0, 0, 2.0, 8e-2, 0.45},  {PGD_KV_KIVI2, 0, 16, 1.5, 8e-2, 0.6},
+    {PGD_KV_KIVI2, 0, 0, 1.5, 8e-2, 0.6},  {PGD_KV_F16, 1, 0, 4e-3, 2e-3, 0.97},
+    {PGD_KV_Q8_0, 1, 0, 0.15, 8e-2, 0.93}, {PGD_KV_Q4_0, 1, 0, 2.0, 8e-2, 0.5},
     {PGD_KV_KIVI2, 1, 16, 1.5, 8e-2, 0.5},
 };
 
@@ -471,8 +474,10 @@ static int test_codecs_vs_f32_reference(void)
 }
 
 /* With every codec: a fork continues exactly like its source would, a batch gives each
- * sequence its logits alone, and a prefix hit matches a cold run (exactly for codecs that
- * write rows; kivi2 reads hit pages encoded where a cold run still has them in f16). */
+ * sequence its logits alone (up to the matmul's batch noise through one f16 rounding of a
+ * K/V element: exact with f32, or once the matmul is batch-invariant), and a prefix hit
+ * matches a cold run exactly (every codec: a page's bytes and the rows a query reads do
+ * not depend on how they were computed). */
 static int test_codecs_fork_batch_prefix(void)
 {
     const uint32_t V = pe_model_hparams(g_model)->n_vocab;
@@ -515,7 +520,8 @@ static int test_codecs_fork_batch_prefix(void)
         T_EQ(pe_forward(c, f, toks + 41, 1, NULL, 0), 0);
         T_EQ(pe_forward(c, f, toks + 60, 1, b + 2 * V, 0), 0);
         d = max_rel_diff(a + 2 * V, b + 2 * V, V);
-        if (d > 1e-5) T_FAIL("%s: batched vs alone %.3g", name, d);
+        const double bb = cc->kv == PGD_KV_F32 ? 1e-5 : 1e-3;
+        if (d > bb) T_FAIL("%s: batched vs alone %.3g > %.3g", name, d, bb);
         pgd_seq_destroy(cache, f);
         pgd_seq_destroy(cache, s);
 
@@ -539,8 +545,7 @@ static int test_codecs_fork_batch_prefix(void)
         pgd_seq_destroy(cache, s);
         pe_ctx_destroy(c);
         d = max_rel_diff(a, b, V);
-        double bound = cc->kv == PGD_KV_KIVI2 ? cc->bound : 1e-6;
-        if (d > bound) T_FAIL("%s: prefix hit vs cold %.3g > %.3g", name, d, bound);
+        if (d > 1e-6) T_FAIL("%s: prefix hit vs cold %.3g > 1e-6", name, d);
     }
     free(a);
     free(b);

@@ -2,13 +2,15 @@
 /*
  * test_cache.c - the cache manager (cache.h) through its public API: match / grow /
  * write_slot / write_kv / commit / fork / destroy, every kv type, salts, dedup, copy-on-write,
- * eviction order, stats, and a randomized model-based test that checks every invariant after every
- * step.
+ * eviction order, stats, KV bytes that never depend on how they were written (every kv type:
+ * one write, row by row, chunks, truncate and rewrite, a prefix hit), and a randomized
+ * model-based test that checks every invariant after every step.
  *
  * The model-based test runs 20 seeds x 5000 steps by default (about a second);
  * PGD_TEST_LONG=1 runs 200 seeds x 20000 steps, PGD_TEST_SEED=n runs one seed verbosely.
  * It reads refcounts through pgd_cache_pool(): fine here, the test is single-threaded.
  */
+#include <pagoda/attn.h>
 #include <pagoda/cache.h>
 
 #include "t.h"
@@ -1964,6 +1966,206 @@ static int test_model(void)
     return 0;
 }
 
+/* ---- KV bytes do not depend on the write path ---- */
+
+enum { IV_NL = 2, IV_NH = 2, IV_PT = 16, IV_N = 75, IV_NHEAD = 4, IV_ROWS = 11 };
+
+typedef struct iv_data {
+    uint32_t hd;
+    float *k, *v; /* [IV_NL][IV_N][IV_NH][hd] */
+    float *q;     /* [IV_ROWS][IV_NHEAD][hd] */
+} iv_data;
+
+static float iv_rand(uint64_t *st)
+{
+    return (float)((t_rand(st) >> 40) * 0x1p-24 * 2.0 - 1.0);
+}
+
+/* Writes positions [p0, p1) of every layer of s in chunks of `chunk` rows (0: one call);
+ * layer-inner order, as a forward pass writes. Grows first. */
+static int iv_write(pgd_cache *c, pgd_seq *s, const iv_data *d, uint32_t p0, uint32_t p1,
+                    uint32_t chunk)
+{
+    const size_t row = (size_t)IV_NH * d->hd;
+    for (uint32_t p = p0; p < p1;) {
+        uint32_t n = chunk && chunk < p1 - p ? chunk : p1 - p;
+        if (pgd_seq_length(c, s) < p + n) T_OK(pgd_seq_grow(c, s, p + n - pgd_seq_length(c, s)));
+        for (uint32_t l = 0; l < IV_NL; l++) {
+            const size_t off = ((size_t)l * IV_N + p) * row;
+            T_OK(pgd_seq_write_kv(c, s, p, n, l, d->k + off, d->v + off));
+        }
+        p += n;
+    }
+    return 0;
+}
+
+/* Attention of s's last IV_ROWS rows (a chunk: the rows of the last page, whose ring copy
+ * every path still holds) and of its last row (decode), fast path
+ * and reference, every layer: out[4][IV_NL][IV_ROWS][IV_NHEAD][hd]. */
+static int iv_attend(pgd_cache *c, pgd_seq *s, const iv_data *d, float *out)
+{
+    const size_t one = (size_t)IV_ROWS * IV_NHEAD * d->hd;
+    pgd_attn_params ap = pgd_attn_default_params();
+    ap.n_head = IV_NHEAD;
+    pgd_attn *a;
+    T_OK(pgd_attn_create(c, &ap, &a));
+    memset(out, 0, 4 * IV_NL * one * sizeof *out);
+    for (uint32_t l = 0; l < IV_NL; l++) {
+        float *o = out + (size_t)l * one;
+        const float *qd = d->q + (size_t)(IV_ROWS - 1) * IV_NHEAD * d->hd;
+        pgd_attn_item chunk = {s, IV_ROWS, d->q, o};
+        pgd_attn_item dec = {s, 1, qd, o + IV_NL * one};
+        T_OK(pgd_attn_run(a, l, &chunk, 1));
+        T_OK(pgd_attn_run(a, l, &dec, 1));
+        chunk.out = o + 2 * IV_NL * one;
+        dec.out = o + 3 * IV_NL * one;
+        T_OK(pgd_attn_run_ref(c, IV_NHEAD, l, &chunk, 1, 0));
+        T_OK(pgd_attn_run_ref(c, IV_NHEAD, l, &dec, 1, 0));
+    }
+    pgd_attn_destroy(a);
+    return 0;
+}
+
+static pgd_cache *iv_cache(pgd_kv_type type, uint32_t hd)
+{
+    pgd_cache_params p = params(IV_PT, 64);
+    p.pool.n_layers = IV_NL;
+    p.pool.n_kv_heads = IV_NH;
+    p.pool.head_dim = hd;
+    p.pool.kv_type = type;
+    p.kv_residual = IV_PT; /* the smallest window: the ring grows for long writes */
+    pgd_cache *c = NULL;
+    if (pgd_cache_create(&p, &c) != PGD_OK) return NULL;
+    return c;
+}
+
+/* For every kv type (head_dim 8: q8_0 / q4_0 blocks span 4 rows; 64), the same K/V rows
+ * written by one call, one row at a time, chunks of 3 and 7, a write / truncate / rewrite
+ * (a preemption's recompute) and after a prefix hit on pages written row by row give the
+ * same bytes in every full page and the same attention, bit for bit. */
+static int test_kv_bytes_path_invariant(void)
+{
+    static const uint32_t hds[] = {8, 64};
+    enum { N_PATHS = 6 };
+    for (int ti = 0; ti <= PGD_KV_KIVI2; ti++)
+        for (int hi = 0; hi < 2; hi++) {
+            const pgd_kv_type type = (pgd_kv_type)ti;
+            iv_data d;
+            d.hd = hds[hi];
+            pgd_cache *probe = iv_cache(type, d.hd);
+            if (!probe) continue; /* a geometry the codec refuses (kivi2 head_dim 8 is fine) */
+            pgd_cache_destroy(probe);
+            const size_t kvn = (size_t)IV_NL * IV_N * IV_NH * d.hd;
+            const size_t on = 4 * (size_t)IV_NL * IV_ROWS * IV_NHEAD * d.hd;
+            d.k = malloc(kvn * sizeof *d.k);
+            d.v = malloc(kvn * sizeof *d.v);
+            d.q = malloc((size_t)IV_ROWS * IV_NHEAD * d.hd * sizeof *d.q);
+            float *out0 = malloc(on * sizeof *out0), *out = malloc(on * sizeof *out);
+            T_ASSERT(d.k && d.v && d.q && out0 && out);
+            uint64_t st = 1234 + (uint64_t)ti * 17 + hi;
+            for (size_t i = 0; i < kvn; i++) {
+                /* Rows of very different magnitudes: a later row of a block needs a
+                 * larger scale than the earlier ones. */
+                float m = (i / (IV_NH * d.hd)) % 3 == 2 ? 4.0f : 0.5f;
+                d.k[i] = iv_rand(&st) * m;
+                d.v[i] = iv_rand(&st) * m;
+            }
+            for (size_t i = 0; i < (size_t)IV_ROWS * IV_NHEAD * d.hd; i++)
+                d.q[i] = iv_rand(&st) * 2.0f;
+            pgd_cache *c0 = NULL;
+            pgd_seq *s0 = NULL;
+            const uint32_t *ids0 = NULL;
+            for (int path = 0; path < N_PATHS; path++) {
+                pgd_cache *c = iv_cache(type, d.hd);
+                pgd_seq *s;
+                T_ASSERT(c);
+                T_OK(pgd_seq_create(c, NULL, 0, &s));
+                if (path == 0) T_OK(iv_write(c, s, &d, 0, IV_N, 0));
+                if (path == 1) {
+                    /* Decode: each row of the last page attends right after its write, and
+                     * must see what the same row of a chunk sees once the chunk is written
+                     * (not the rows after it, e.g. through a block scale they raise). */
+                    T_OK(iv_write(c, s, &d, 0, IV_N - IV_ROWS, 1));
+                    const size_t one = (size_t)IV_ROWS * IV_NHEAD * d.hd, qr = one / IV_ROWS;
+                    pgd_attn_params ap = pgd_attn_default_params();
+                    ap.n_head = IV_NHEAD;
+                    pgd_attn *a;
+                    T_OK(pgd_attn_create(c, &ap, &a));
+                    for (uint32_t r = 0; r < IV_ROWS; r++) {
+                        T_OK(iv_write(c, s, &d, IV_N - IV_ROWS + r, IV_N - IV_ROWS + r + 1, 1));
+                        for (uint32_t l = 0; l < IV_NL; l++) {
+                            pgd_attn_item it = {s, 1, d.q + r * qr, out + l * one + r * qr};
+                            T_OK(pgd_attn_run(a, l, &it, 1));
+                            it.out = out + (2 * IV_NL + l) * one + r * qr;
+                            T_OK(pgd_attn_run_ref(c, IV_NHEAD, l, &it, 1, 0));
+                        }
+                    }
+                    pgd_attn_destroy(a);
+                    for (uint32_t l = 0; l < IV_NL; l++) {
+                        if (memcmp(out + l * one, out0 + l * one, one * sizeof *out) != 0)
+                            T_FAIL("%s hd %u: decode rows differ from the chunk's rows (fast)",
+                                   pgd_kv_type_name(type), d.hd);
+                        if (memcmp(out + (2 * IV_NL + l) * one, out0 + (2 * IV_NL + l) * one,
+                                   one * sizeof *out) != 0)
+                            T_FAIL("%s hd %u: decode rows differ from the chunk's rows (ref)",
+                                   pgd_kv_type_name(type), d.hd);
+                    }
+                }
+                if (path == 2) T_OK(iv_write(c, s, &d, 0, IV_N, 3));
+                if (path == 3) T_OK(iv_write(c, s, &d, 0, IV_N, 7));
+                if (path == 4) {
+                    /* Preemption-like: 40 rows, truncated to 21, recomputed in fives (the
+                     * truncated rows are rewritten from the same values). */
+                    T_OK(iv_write(c, s, &d, 0, 40, 0));
+                    T_OK(pgd_seq_truncate(c, s, 21));
+                    T_OK(iv_write(c, s, &d, 21, IV_N, 5));
+                }
+                if (path == 5) {
+                    /* A prefix hit on pages that another sequence wrote row by row. */
+                    pgd_seq *w;
+                    int32_t toks[IV_N];
+                    toks_seq(toks, IV_N, 100);
+                    T_OK(pgd_seq_create(c, NULL, 0, &w));
+                    T_OK(iv_write(c, w, &d, 0, IV_N, 1));
+                    T_EQ(pgd_seq_commit(c, w, toks, IV_N), IV_N / IV_PT);
+                    pgd_seq_destroy(c, w);
+                    T_EQ(pgd_seq_match(c, s, toks, IV_N), IV_N / IV_PT * IV_PT);
+                    T_OK(iv_write(c, s, &d, IV_N / IV_PT * IV_PT, IV_N, 0));
+                }
+                T_EQ(pgd_seq_length(c, s), IV_N);
+                T_OK(pgd_cache_check(c));
+                const uint32_t *ids;
+                T_EQ(pgd_seq_pages(c, s, &ids), (IV_N + IV_PT - 1) / IV_PT);
+                T_OK(iv_attend(c, s, &d, path ? out : out0));
+                if (path == 0) {
+                    c0 = c;
+                    s0 = s;
+                    ids0 = ids;
+                    continue;
+                }
+                pgd_pool *p0 = pgd_cache_pool(c0), *p = pgd_cache_pool(c);
+                const uint64_t pb = pgd_pool_page_bytes(p);
+                for (uint32_t i = 0; i < IV_N / IV_PT; i++)
+                    if (memcmp(pgd_pool_page_data(p0, ids0[i]), pgd_pool_page_data(p, ids[i]),
+                               pb) != 0)
+                        T_FAIL("%s hd %u path %d: full page %u differs from one write",
+                               pgd_kv_type_name(type), d.hd, path, i);
+                if (memcmp(out, out0, on * sizeof *out) != 0)
+                    T_FAIL("%s hd %u path %d: attention differs from one write",
+                           pgd_kv_type_name(type), d.hd, path);
+                pgd_cache_destroy(c);
+            }
+            (void)s0;
+            pgd_cache_destroy(c0);
+            free(d.k);
+            free(d.v);
+            free(d.q);
+            free(out0);
+            free(out);
+        }
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_create_params);
@@ -1992,5 +2194,6 @@ int main(void)
     T_RUN(test_model);
     T_RUN(test_model_arena);
     T_RUN(test_copy_hook_failure);
+    T_RUN(test_kv_bytes_path_invariant);
     T_DONE();
 }

@@ -549,20 +549,21 @@ static int write_range(fix *f, pgd_seq *s, uint64_t pos0, uint32_t n)
     return 0;
 }
 
-/* Decoded value of position p from the pool, or the ring (kivi2, p >= lo). */
-static float read_back(fix *f, pgd_seq *s, uint64_t p, uint32_t layer, uint32_t kind, uint32_t h,
-                       uint32_t d)
+/* Decoded value of position p as a query at position qpos reads it: from the pool, or from
+ * the ring (staged pools: p in qpos's page, at or above lo). */
+static float read_back(fix *f, pgd_seq *s, uint64_t p, uint64_t qpos, uint32_t layer, uint32_t kind,
+                       uint32_t h, uint32_t d)
 {
     pgd_pool *pool = pgd_cache_pool(f->c);
     const pgd__codec *cd = pgd__pool_codec(pool);
     const uint32_t *ids;
     pgd_seq_pages(f->c, s, &ids);
-    if (!cd->row_writable) {
+    if (pgd__codec_staged(cd, f->hd)) {
         const uint16_t *ring;
         uint32_t w;
         uint64_t lo;
         if (pgd__seq_residual(f->c, s, &ring, &w, &lo) != PGD_OK) return NAN;
-        if (p >= lo)
+        if (p >= lo && p / f->pt == qpos / f->pt)
             return pgd__f16_to_f32(
                 ring[((((size_t)layer * 2 + kind) * f->nh + h) * w + p % w) * f->hd + d]);
     }
@@ -583,7 +584,7 @@ static int check_positions(fix *f, pgd_seq *s, uint64_t lo, uint64_t hi, double 
             for (uint32_t kind = 0; kind < 2; kind++)
                 for (uint32_t h = 0; h < f->nh; h++) {
                     for (uint32_t d = 0; d < f->hd; d++)
-                        x[d] = read_back(f, s, p, layer, kind, h, d);
+                        x[d] = read_back(f, s, p, hi - 1, layer, kind, h, d);
                     if (rot) pgd__hadamard(x, f->hd, seed, 1);
                     for (uint32_t d = 0; d < f->hd; d++) {
                         float want = val(p, layer, kind, h, d);
@@ -654,7 +655,7 @@ static int test_kivi2_residual(void)
     T_OK(write_range(&f, s, 0, 15));
     T_OK(pgd__seq_residual(f.c, s, &ring, &w, &lo));
     T_EQ(w, 32);
-    T_EQ(lo, 16); /* length 40: round_up(40 - 32) */
+    T_EQ(lo, 0); /* a fresh sequence: every position's ring copy is valid */
     for (uint64_t p = 0; p < 15; p++)
         for (uint32_t layer = 0; layer < 2; layer++)
             for (uint32_t kind = 0; kind < 2; kind++)
@@ -674,7 +675,8 @@ static int test_kivi2_residual(void)
     cd->decode_rows(PGD__K, pgd_pool_k(pgd_cache_pool(f.c), ids[0], 1, 1), 16, 64, 3, 1, row);
     for (uint32_t d = 0; d < 64; d++)
         T_ASSERT(fabsf(row[d] - val(3, 1, 0, 1, d)) < 0.5f);
-    T_OK(check_positions(&f, s, 0, 20, 1e-3)); /* all from the ring still */
+    T_OK(check_positions(&f, s, 16, 20, 1e-3)); /* the last page from the ring */
+    T_OK(check_positions(&f, s, 0, 20, 0.5));   /* page 0 from the pool */
     /* Fork copies the ring: the child's writes leave the parent's ring alone. */
     int32_t toks[16] = {0};
     T_OK(pgd_seq_commit(f.c, s, toks, 16));
@@ -690,11 +692,14 @@ static int test_kivi2_residual(void)
     T_EQ(ring[(19 % 32) * 64], pgd__f32_to_f16(val(19, 0, 0, 0, 0)));
     T_EQ(ring2[(19 % 32) * 64], pgd__f32_to_f16(9.0f));
     T_OK(pgd_cache_check(f.c));
-    /* Long run: positions older than the window come from encoded pages. */
+    /* Long run, in writes of 8: full pages come from the pool, and the window stays 32. */
     T_OK(pgd_seq_grow(f.c, s, 80));
-    T_OK(write_range(&f, s, 20, 80));
+    for (uint64_t p = 20; p < 100; p += 8)
+        T_OK(write_range(&f, s, p, 8));
     T_OK(pgd__seq_residual(f.c, s, &ring, &w, &lo));
-    T_EQ(lo, 80); /* length 100: round_up(100 - 32) */
+    T_EQ(lo, 80); /* slots below round_up(100 - 32) were overwritten since */
+    T_EQ(w, 32);
+    T_OK(check_positions(&f, s, 96, 100, 1e-3));
     T_OK(check_positions(&f, s, 0, 100, 0.5));
     /* Truncation that keeps a partial page whose f16 copy was overwritten: refused. */
     T_EQ(pgd_seq_truncate(f.c, s, 24), PGD_EINVAL);
@@ -715,6 +720,22 @@ static int test_kivi2_residual(void)
     T_OK(write_range(&f, s3, 96, 3));
     T_OK(check_positions(&f, s3, 0, 99, 0.5));
     T_OK(pgd_cache_check(f.c));
+    /* A write longer than the window grows the ring (keeping the rows it holds), so that it
+     * holds every page the write touched: 5 rows, then 40 in one call. */
+    pgd_seq *s4;
+    T_OK(pgd_seq_create(f.c, NULL, 0, &s4));
+    T_OK(pgd_seq_grow(f.c, s4, 45));
+    T_OK(write_range(&f, s4, 0, 5));
+    T_OK(write_range(&f, s4, 5, 40));
+    T_OK(pgd__seq_residual(f.c, s4, &ring, &w, &lo));
+    T_EQ(w, 48);
+    T_EQ(lo, 0);
+    for (uint64_t p = 0; p < 45; p++)
+        T_EQ(ring[(p % w) * 64], pgd__f32_to_f16(val(p, 0, 0, 0, 0)));
+    T_OK(check_positions(&f, s4, 32, 45, 1e-3));
+    T_OK(check_positions(&f, s4, 0, 45, 0.5));
+    T_OK(pgd_cache_check(f.c));
+    pgd_seq_destroy(f.c, s4);
     pgd_seq_destroy(f.c, s);
     pgd_seq_destroy(f.c, s2);
     pgd_seq_destroy(f.c, s3);
