@@ -49,7 +49,7 @@ static void usage(FILE *out)
           "  -t, --threads N           threads (default: all cores)\n"
           "      --kv-type T           f32 | f16 | bf16 | q8_0 | q4_0 | kivi2 (default f32)\n"
           "      --kv-rotate           Hadamard-rotate K and V before encoding\n"
-          "      --kv-residual N       kivi2: newest tokens kept in f16 (default 128)\n"
+          "      --kv-residual N       staged codecs: least f16 staging ring (default 128)\n"
           "      --kv-select-pages N   Quest: attend to at most N pages per decode row\n"
           "                            (0 = dense, the default); it applies to rows\n"
           "                            evaluated one at a time, so pair it with -b 1\n"

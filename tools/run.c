@@ -37,7 +37,7 @@ static void usage(FILE *out)
           "      --kv-type T         KV codec: f32 | f16 | bf16 | q8_0 | q4_0 | kivi2\n"
           "                          (default f16)\n"
           "      --kv-rotate         Hadamard-rotate K and V before encoding\n"
-          "      --kv-residual N     kivi2: newest tokens kept in f16 (default 128)\n"
+          "      --kv-residual N     staged codecs: least f16 staging ring (default 128)\n"
           "      --kv-select-pages N Quest: attend to at most N pages per decoded token\n"
           "                          (0 = dense, the default; else at least 2)\n"
           "      --attn-ref          attend with libpagoda's scalar reference (slow; checks)\n"

@@ -59,7 +59,7 @@ static void usage(FILE *out)
           "      --page-tokens N      tokens per KV page, a power of two (default 16)\n"
           "      --kv-type T          f32 | f16 | bf16 | q8_0 | q4_0 | kivi2 (default f16)\n"
           "      --kv-rotate          store K/V Hadamard-rotated (head_dim a power of 2)\n"
-          "      --kv-residual N      kivi2: newest tokens kept in f16 (default: cache's)\n"
+          "      --kv-residual N      staged codecs: least f16 staging ring (default 128)\n"
           "      --kv-select-pages N  decode attends to at most N pages per row (Quest);\n"
           "                           0: all (default)\n"
           "      --deterministic      batch-invariant products: a request's tokens do not\n"
