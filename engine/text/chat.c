@@ -475,7 +475,7 @@ int pe_chat_render_spans(pe_chat_family f, const pe_chat_msg *msgs, size_t n, ch
         *spans = sp;
         sp = NULL;
     }
-    if (n_spans) *n_spans = n_sp;
+    if (n_spans) *n_spans = spans ? n_sp : 0;
     rc = 0;
 done:
     free(sp);

@@ -120,7 +120,8 @@ int pe_chat_render(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **o
  * the result that are message content (trimmed content where the family trims), ascending
  * and disjoint, *n_spans their count. Template text (markers, role names, labels,
  * separators between joined system messages) is never inside a span. len, spans and
- * n_spans may be NULL. Same statuses as pe_chat_render; on error *spans is NULL. */
+ * n_spans may be NULL (*n_spans is then 0 when spans is NULL). Same statuses as pe_chat_render; on
+ * error *spans is NULL. */
 int pe_chat_render_spans(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **out,
                          size_t *len, pe_text_span **spans, size_t *n_spans, char *err,
                          size_t errlen);

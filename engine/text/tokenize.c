@@ -482,7 +482,9 @@ static int64_t tokenize(const pe_vocab *v, const char *text, size_t len,
             int32_t id = v->special[i];
             int control = (v->attr[id] & (A_CONTROL | A_UNKNOWN)) != 0;
             if (!p->parse_special && control) continue;
-            if (partition_one(v, text, id, &fv, &tmp, p->plain, control ? p->n_plain : 0)) goto out;
+            if (partition_one(v, text, id, &fv, &tmp, p->plain,
+                              control && p->plain ? p->n_plain : 0))
+                goto out;
         }
     }
     if (p->add_special && v->add_bos) tv_push(tv, v->bos);
