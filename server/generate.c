@@ -27,6 +27,9 @@
 
 #include "server_int.h"
 
+/* Retry-After of a 429 (queue full), in seconds. */
+#define PS_RETRY_AFTER_S "1"
+
 /* ---- outcome ---- */
 
 /* Counts the outcome in the metrics, once per request (the completed callback records
@@ -188,6 +191,29 @@ static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_
     return 0;
 }
 
+/* Sends e; a 429 carries Retry-After (RFC 9110 10.2.3), which the OpenAI clients honour
+ * before retrying: the queue has room again once a request finishes. */
+static enum MHD_Result send_error(conn *k, const ps_error *e)
+{
+    if (e->status != 429) return ps__send_error(k, e, 0);
+    ps_buf b;
+    ps_buf_init(&b);
+    if (ps_error_json(e, &b) || b.oom) {
+        ps_buf_deinit(&b);
+        return MHD_NO;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
+    ps_buf_deinit(&b);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, PS_RETRY_AFTER_S);
+    enum MHD_Result ret = MHD_queue_response(k->c, 429, resp);
+    MHD_destroy_response(resp);
+    ps_metrics_http(&k->srv->metrics, 429);
+    return ret;
+}
+
 enum MHD_Result ps__handle_generate(conn *k)
 {
     ps_server *srv = k->srv;
@@ -294,5 +320,5 @@ enum MHD_Result ps__handle_generate(conn *k)
 error:
     free(toks);
     ps_req_deinit(&r);
-    return ps__send_error(k, &e, 0);
+    return send_error(k, &e);
 }

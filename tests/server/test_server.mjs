@@ -8,7 +8,8 @@
 //   - cache_salt isolation; /v1/models, /health, the Prometheus page;
 //   - issue 10: an empty cache_salt and NUL in text fields are 400s; a 16 MB prompt
 //     gets its 413 in milliseconds without hundreds of MB; control-token text in chat
-//     messages stays text (unless --parse-special-in-messages);
+//     messages stays text (unless --parse-special-in-messages); a 429 carries
+//     Retry-After;
 //   - 8 concurrent requests sharing a 1,000-token prefix: the prefix is computed once
 //     and the greedy outputs equal those of the same requests run one by one;
 //   - --no-prefix-cache shares nothing: 2 identical prompts hold twice the pages;
@@ -410,6 +411,7 @@ test('429 when the queue is full', async () => {
     const c = await post(s, '/v1/completions', '{"prompt": "Once upon a time", "max_tokens": 2}');
     assert.equal(c.status, 429, c.text);
     assert.equal(c.json.error.code, 'queue_full');
+    assert.equal(c.headers.get('retry-after'), '1', 'a 429 carries Retry-After (issue 10)');
     ctl.abort(); // A goes; B runs
     const b = await pB;
     assert.equal(b.status, 200);
