@@ -20,6 +20,9 @@
  *    tokenizer's work, which pe_tokenize_ex bounds by max_tokens = n_ctx - 1 (at most
  *    pe_vocab_max_token_bytes x that many bytes are tokenized). A 16 MB prompt is refused
  *    with 413 in milliseconds (it was tokenized twice: 16 s of CPU, +512 MB RSS).
+ *  - Every submitted request's prompt tokens, and how many of them the prefix cache gave
+ *    at first admission, are counted once, at its final callback (on_token), whether it
+ *    finished, failed or was cancelled: so cached <= total on /metrics.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -39,7 +42,7 @@ void ps__record_outcome(conn *k, ps_outcome o)
     if (k->outcome_recorded) return;
     k->outcome_recorded = 1;
     uint32_t c = k->stopped ? k->tx.n_tokens : k->usage.completion_tokens;
-    ps_metrics_finish(&k->srv->metrics, o, now_s() - k->t0, k->usage.prompt_tokens, c);
+    ps_metrics_finish(&k->srv->metrics, o, now_s() - k->t0, c);
 }
 
 /* Whether the client closed its end of the connection. */
@@ -191,6 +194,17 @@ static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_
     return 0;
 }
 
+/* The scheduler's callback for a generation (ud: its job): counts the request's prompt
+ * tokens in the metrics at its final call, which every submitted request gets exactly
+ * once (finished, failed or cancelled, even before admission), then hands over to the
+ * job (handoff.c), which may free it. Stepping thread. */
+static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe_usage *u)
+{
+    job *j = ud;
+    if (why != PE_FINISH_NONE) ps_metrics_prompt(&j->srv->metrics, u);
+    ps__job_on_token(ud, id, tok, why, u);
+}
+
 /* Sends e; a 429 carries Retry-After (RFC 9110 10.2.3), which the OpenAI clients honour
  * before retrying: the queue has room again once a request finishes. */
 static enum MHD_Result send_error(conn *k, const ps_error *e)
@@ -282,7 +296,7 @@ enum MHD_Result ps__handle_generate(conn *k)
         goto error;
     }
     uint64_t id = 0;
-    int rc = pe_sched_submit(srv->sched, &rp, toks, n, ps__job_on_token, j, &id);
+    int rc = pe_sched_submit(srv->sched, &rp, toks, n, on_token, j, &id);
     pthread_mutex_lock(&srv->mu);
     if (rc) {
         srv->n_jobs--;

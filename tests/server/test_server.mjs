@@ -9,7 +9,8 @@
 //   - issue 10: an empty cache_salt and NUL in text fields are 400s; a 16 MB prompt
 //     gets its 413 in milliseconds without hundreds of MB; control-token text in chat
 //     messages stays text (unless --parse-special-in-messages); a 429 carries
-//     Retry-After;
+//     Retry-After; prompt-token counters count every request once, cancelled ones too
+//     (cached <= total);
 //   - 8 concurrent requests sharing a 1,000-token prefix: the prefix is computed once
 //     and the greedy outputs equal those of the same requests run one by one;
 //   - --no-prefix-cache shares nothing: 2 identical prompts hold twice the pages;
@@ -303,6 +304,37 @@ test('cache_salt: same prompt, other salt, 0 cached tokens', async () => {
   assert.equal(await ask(undefined), 0);
   assert.equal(await ask(undefined), 96);
   assert.equal(await ask('tenant-b'), 96);
+});
+
+// issue 10: cancelled requests used to be left out of pagoda_prompt_tokens_total while
+// the cached counter (the scheduler's) had them, so a hit ratio passed 100%.
+test('metrics: prompt tokens counted once per request, cancelled too; cached <= total', async () => {
+  const prompt = randomTokens(4242, 300);
+  const m0 = await metrics(srv);
+  const first = await post(srv, '/v1/completions', { prompt, max_tokens: 2, temperature: 0 });
+  assert.equal(first.status, 200, first.text);
+  // Three streams of the same prompt (cache hits), each cancelled after its first token.
+  for (let i = 0; i < 3; i++) {
+    const { aborted } = await stream(srv, '/v1/completions',
+      { prompt, max_tokens: 1500, temperature: 0, ignore_eos: true }, (ev, evs) => evs.length >= 1);
+    assert.ok(aborted);
+  }
+  const d = await until(async () => {
+    const v = await metrics(srv);
+    const total = v.pagoda_prompt_tokens_total - m0.pagoda_prompt_tokens_total;
+    return v.pagoda_requests_running === 0 && total >= 4 * 300 ? { v, total } : null;
+  }, 'the cancelled requests to be counted');
+  const cached = d.v.pagoda_prompt_tokens_cached_total - m0.pagoda_prompt_tokens_cached_total;
+  const computed = d.v.pagoda_prompt_tokens_computed_total - m0.pagoda_prompt_tokens_computed_total;
+  console.log(`# 1 finished + 3 cancelled requests of 300 tokens: total ${d.total}, cached ${cached}, computed ${computed}`);
+  assert.equal(d.total, 4 * 300);
+  assert.equal(cached, 3 * 288); // whole pages of the first 299 tokens, for each hit
+  assert.ok(cached <= d.total);
+  assert.equal(computed, d.total - cached);
+  assert.ok(d.v.pagoda_prompt_tokens_cached_total <= d.v.pagoda_prompt_tokens_total);
+  assert.equal(d.v.pagoda_prompt_tokens_computed_total,
+    d.v.pagoda_prompt_tokens_total - d.v.pagoda_prompt_tokens_cached_total);
+  assert.ok(d.v.pagoda_prefill_tokens_computed_total >= 300, 'the scheduler work counter stays');
 });
 
 test('cancellation: a client that goes away frees its pages at once', async () => {
