@@ -7,7 +7,8 @@
  *
  * Fields (anything else is ignored, as OpenAI-compatible servers do):
  *   model                      string; NULL when absent (any model is then accepted)
- *   prompt       completions   string | [token ids] | [one string] | [[token ids]]
+ *   prompt       completions   string | [token ids] | [one string] | [[token ids]]; token
+ *                              ids: fewer than n_ctx (413 context_length_exceeded)
  *   messages     chat          [{role, content: string | [{type:"text", text}]}], non-empty
  *   max_tokens                 integer >= 1 (chat: max_completion_tokens wins if both)
  *   temperature                number in [0, 2]; 0 is greedy            (default 1)
@@ -18,9 +19,23 @@
  *   stream                     boolean; stream_options.include_usage boolean
  *   n                          1 only
  *   ignore_eos                 extension: boolean; true keeps generating past EOS (benches)
- *   cache_salt                 string of at most 1024 bytes: the tenant; different salts
- *                              never share cached pages
+ *   cache_salt                 non-empty string of at most 1024 bytes: the tenant;
+ *                              different salts never share cached pages (vLLM refuses ""
+ *                              too; leave the field out for the default tenant)
  * A null value means "absent" for every optional field.
+ *
+ * NUL characters ("\u0000"): one rule for every text field (model, prompt, a message's
+ * role and content, stop): refused with 400 naming the field. The engine takes text as
+ * C strings in places (a role or model compared by strcmp, message content rendered into
+ * a template), so a NUL would silently cut the text or make "user\u0000x" a "user"; a
+ * token-id prompt can still express any token. cache_salt is bytes with a length (its
+ * hash covers every byte) and may hold NUL.
+ *
+ * Size (bounding what a request makes the server allocate before admission): with n_ctx,
+ * a body holding more than PS_MAX_VALUES(n_ctx) JSON values is refused with 413
+ * request_too_large before jansson builds anything (a 16 MB array of token ids would
+ * otherwise take ~380 MB of json_t), and a token-id prompt of n_ctx or more ids is refused
+ * with 413 context_length_exceeded before it is copied.
  */
 #ifndef PS_API_H
 #define PS_API_H
@@ -36,6 +51,12 @@ typedef enum ps_kind { PS_COMPLETION = 0, PS_CHAT = 1 } ps_kind;
 
 #define PS_MAX_USER_STOPS 4
 #define PS_MAX_SALT_BYTES 1024
+/* The JSON values a body may hold: a prompt that fits the context takes fewer than n_ctx
+ * token ids, and a chat message makes a token at least (its template text), so 4 per
+ * context token leaves room for content parts and the other fields. */
+#define PS_VALUES_PER_CTX_TOKEN 4
+#define PS_VALUES_BASE 4096
+#define PS_MAX_VALUES(n_ctx) ((size_t)PS_VALUES_PER_CTX_TOKEN * (n_ctx) + PS_VALUES_BASE)
 
 typedef struct ps_msg {
     char *role;    /* owned */
@@ -84,11 +105,13 @@ int ps_err(ps_error *e, int status, const char *param, const char *code, const c
     __attribute__((format(printf, 5, 6)));
 
 /* Parses body[0..len) (need not be NUL-terminated) as a request of kind. n_vocab bounds
- * token ids in a token-array prompt. Returns 0 with *r filled (release with ps_req_deinit),
- * or -1 with *e filled (400 for malformed JSON or a bad field, message naming it) and *r
- * zeroed. Allocation failure: -1 with status 500. */
-int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, ps_req *r,
-                 ps_error *e);
+ * token ids in a token-array prompt; n_ctx (0: no limit) bounds the body's JSON values and
+ * a token-array prompt (see Size above). Returns 0 with *r filled (release with
+ * ps_req_deinit), or -1 with *e filled (400 for malformed JSON or a bad field, message
+ * naming it; 413 for the size limits) and *r zeroed. Allocation failure: -1 with status
+ * 500. */
+int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, uint32_t n_ctx,
+                 ps_req *r, ps_error *e);
 void ps_req_deinit(ps_req *r);
 
 /* Appends e as OpenAI's JSON error object to out. Returns 0 or -1 (oom). */

@@ -14,12 +14,24 @@
  *    callback then cancels the job).
  *  - Stop strings cancel the request; the answer still waits for the final callback (one
  *    step at most), so usage (cached tokens) is exact.
+ *  - What a request can make the server allocate before admission is bounded: the body
+ *    (--max-body), its JSON (at most PS_MAX_VALUES(n_ctx) values, api.h), the parsed
+ *    copies and the rendered chat prompt (each at most about the body), and the
+ *    tokenizer's work, which pe_tokenize_ex bounds by max_tokens = n_ctx - 1 (at most
+ *    pe_vocab_max_token_bytes x that many bytes are tokenized). A 16 MB prompt is refused
+ *    with 413 in milliseconds (it was tokenized twice: 16 s of CPU, +512 MB RSS).
+ *  - Every submitted request's prompt tokens, and how many of them the prefix cache gave
+ *    at first admission, are counted once, at its final callback (on_token), whether it
+ *    finished, failed or was cancelled: so cached <= total on /metrics.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 
 #include "server_int.h"
+
+/* Retry-After of a 429 (queue full), in seconds. */
+#define PS_RETRY_AFTER_S "1"
 
 /* ---- outcome ---- */
 
@@ -30,7 +42,7 @@ void ps__record_outcome(conn *k, ps_outcome o)
     if (k->outcome_recorded) return;
     k->outcome_recorded = 1;
     uint32_t c = k->stopped ? k->tx.n_tokens : k->usage.completion_tokens;
-    ps_metrics_finish(&k->srv->metrics, o, now_s() - k->t0, k->usage.prompt_tokens, c);
+    ps_metrics_finish(&k->srv->metrics, o, now_s() - k->t0, c);
 }
 
 /* Whether the client closed its end of the connection. */
@@ -117,13 +129,27 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* ---- the request ---- */
 
-/* Tokenizes the request's prompt (chat: renders the template first) into *toks. */
+/* 413 for a prompt of n tokens (at_least: n is a lower bound, tokenizing stopped). */
+static int too_long(const conn *k, size_t n, int at_least, ps_error *e)
+{
+    return ps_err(e, 413, k->kind == PS_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                  "the prompt has %s%zu tokens; the context holds %u (prompt and output together)",
+                  at_least ? "at least " : "", n, k->srv->info.n_ctx);
+}
+
+/* Tokenizes the request's prompt (chat: renders the template first) into *toks, once,
+ * stopping as soon as it cannot fit the context (pe_tokenize_ex's bound: a 16 MB text is
+ * refused without being tokenized). Chat message content is plain text unless the server
+ * runs with --parse-special-in-messages: only the template's markers become control
+ * tokens. Fills e (a 413 for a prompt of n_ctx tokens or more) and returns -1 on error. */
 static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_error *e)
 {
     ps_server *srv = k->srv;
     const pe_vocab *v = pe_model_vocab(srv->m);
     const char *param = r->kind == PS_CHAT ? "messages" : "prompt";
     char *owned = NULL;
+    pe_text_span *spans = NULL;
+    size_t n_spans = 0;
     const char *text = r->prompt;
     size_t len = r->prompt_len;
     *toks = NULL;
@@ -143,24 +169,63 @@ static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_
             msgs[i].role = r->msgs[i].role;
             msgs[i].content = r->msgs[i].content;
         }
-        int rc = pe_chat_render(srv->chat, msgs, r->n_msgs, &owned, err, sizeof err);
+        int plain = !srv->p.parse_special_in_messages;
+        int rc =
+            pe_chat_render_spans(srv->chat, msgs, r->n_msgs, &owned, &len, plain ? &spans : NULL,
+                                 plain ? &n_spans : NULL, err, sizeof err);
         free(msgs);
         if (rc) return ps_err_status(e, PS_AT_TEMPLATE, rc, err);
         text = owned;
-        len = strlen(owned);
     }
-    int add_bos = pe_vocab_add_bos(v);
-    int64_t cnt = pe_tokenize(v, text, len, add_bos, 1, NULL, 0);
-    if (cnt > 0) {
-        *toks = malloc((size_t)cnt * sizeof **toks);
-        if (*toks) pe_tokenize(v, text, len, add_bos, 1, *toks, (size_t)cnt);
-    }
+    pe_tokenize_params tp = pe_tokenize_default_params();
+    tp.add_special = pe_vocab_add_bos(v);
+    tp.parse_special = 1;
+    tp.plain = spans;
+    tp.n_plain = n_spans;
+    tp.max_tokens = srv->info.n_ctx - 1; /* n_ctx >= 2 */
+    int64_t cnt = pe_tokenize_ex(v, text, len, &tp, toks);
     free(owned);
-    if (cnt < 0 || (cnt > 0 && !*toks))
-        return ps_err(e, 400, param, NULL, "cannot tokenize '%s'", param);
+    free(spans);
+    if (cnt > (int64_t)tp.max_tokens) return too_long(k, (size_t)cnt, 1, e);
+    if (cnt == PGD_ENOMEM) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
+    if (cnt < 0) return ps_err(e, 400, param, NULL, "cannot tokenize '%s'", param);
     if (cnt == 0) return ps_err(e, 400, param, NULL, "'%s' is empty", param);
     *n = (size_t)cnt;
     return 0;
+}
+
+/* The scheduler's callback for a generation (ud: its job): counts the request's prompt
+ * tokens in the metrics at its final call, which every submitted request gets exactly
+ * once (finished, failed or cancelled, even before admission), then hands over to the
+ * job (handoff.c), which may free it. Stepping thread. */
+static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe_usage *u)
+{
+    job *j = ud;
+    if (why != PE_FINISH_NONE) ps_metrics_prompt(&j->srv->metrics, u);
+    ps__job_on_token(ud, id, tok, why, u);
+}
+
+/* Sends e; a 429 carries Retry-After (RFC 9110 10.2.3), which the OpenAI clients honour
+ * before retrying: the queue has room again once a request finishes. */
+static enum MHD_Result send_error(conn *k, const ps_error *e)
+{
+    if (e->status != 429) return ps__send_error(k, e, 0);
+    ps_buf b;
+    ps_buf_init(&b);
+    if (ps_error_json(e, &b) || b.oom) {
+        ps_buf_deinit(&b);
+        return MHD_NO;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
+    ps_buf_deinit(&b);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, PS_RETRY_AFTER_S);
+    enum MHD_Result ret = MHD_queue_response(k->c, 429, resp);
+    MHD_destroy_response(resp);
+    ps_metrics_http(&k->srv->metrics, 429);
+    return ret;
 }
 
 enum MHD_Result ps__handle_generate(conn *k)
@@ -174,7 +239,7 @@ enum MHD_Result ps__handle_generate(conn *k)
 
     k->kind = k->rt == R_CHAT ? PS_CHAT : PS_COMPLETION;
     if (ps_req_parse(k->kind, k->body.data ? k->body.data : "", k->body.len,
-                     pe_model_hparams(srv->m)->n_vocab, &r, &e))
+                     pe_model_hparams(srv->m)->n_vocab, srv->info.n_ctx, &r, &e))
         return ps__send_error(k, &e, 0);
     if (r.model && !model_ok(srv, r.model)) {
         ps_err(&e, 404, "model", "model_not_found",
@@ -183,9 +248,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     }
     if (build_prompt(k, &r, &toks, &n, &e)) goto error;
     if (n >= srv->info.n_ctx) {
-        ps_err(&e, 413, k->kind == PS_CHAT ? "messages" : "prompt", "context_length_exceeded",
-               "the prompt has %zu tokens; the context holds %u (prompt and output together)", n,
-               srv->info.n_ctx);
+        too_long(k, n, 0, &e);
         goto error;
     }
 
@@ -233,7 +296,7 @@ enum MHD_Result ps__handle_generate(conn *k)
         goto error;
     }
     uint64_t id = 0;
-    int rc = pe_sched_submit(srv->sched, &rp, toks, n, ps__job_on_token, j, &id);
+    int rc = pe_sched_submit(srv->sched, &rp, toks, n, on_token, j, &id);
     pthread_mutex_lock(&srv->mu);
     if (rc) {
         srv->n_jobs--;
@@ -271,5 +334,5 @@ enum MHD_Result ps__handle_generate(conn *k)
 error:
     free(toks);
     ps_req_deinit(&r);
-    return ps__send_error(k, &e, 0);
+    return send_error(k, &e);
 }

@@ -60,14 +60,21 @@ void ps_metrics_observe_itl(ps_metrics *m, double seconds)
     pthread_mutex_unlock(&m->mu);
 }
 
-void ps_metrics_finish(ps_metrics *m, ps_outcome o, double seconds, uint32_t prompt_tokens,
-                       uint32_t completion_tokens)
+void ps_metrics_finish(ps_metrics *m, ps_outcome o, double seconds, uint32_t completion_tokens)
 {
     pthread_mutex_lock(&m->mu);
     m->finished[o]++;
-    m->prompt_tokens += prompt_tokens;
     m->completion_tokens += completion_tokens;
     hist_add(&m->duration, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ps_metrics_prompt(ps_metrics *m, const pe_usage *u)
+{
+    uint32_t cached = u->cached_tokens < u->prompt_tokens ? u->cached_tokens : u->prompt_tokens;
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += u->prompt_tokens;
+    m->prompt_tokens_cached += cached;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -186,13 +193,25 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
     gauge(b, "pagoda_requests_waiting", "Requests queued for admission.", ss.n_waiting);
     counter(b, "pagoda_preemptions_total",
             "Running requests released for lack of KV pages and requeued.", ss.n_preemptions);
-    counter(b, "pagoda_prompt_tokens_total", "Prompt tokens of finished requests.",
+    /* One request, one count in each of the three, at its end (finished, failed or
+     * cancelled): total = cached + computed. The scheduler's own counters (recomputes
+     * after preemption, matches at re-admission) are the prefill_* ones below. */
+    counter(b, "pagoda_prompt_tokens_total",
+            "Prompt tokens of submitted requests (finished, failed or cancelled), once each.",
             snap.prompt_tokens);
-    counter(b, "pagoda_prompt_tokens_computed_total",
-            "Prompt tokens that went through the forward pass (cache misses and recomputes).",
-            ss.n_prompt_tokens_computed);
     counter(b, "pagoda_prompt_tokens_cached_total",
-            "Prompt tokens matched from the prefix cache at admission.", ss.n_prompt_tokens_cached);
+            "Of those, tokens matched from the prefix cache at first admission.",
+            snap.prompt_tokens_cached);
+    counter(b, "pagoda_prompt_tokens_computed_total",
+            "Of those, tokens not matched from the prefix cache (total - cached).",
+            snap.prompt_tokens - snap.prompt_tokens_cached);
+    counter(b, "pagoda_prefill_tokens_computed_total",
+            "Prefill tokens through the forward pass (recomputes after preemption included).",
+            ss.n_prompt_tokens_computed);
+    counter(b, "pagoda_prefill_tokens_cached_total",
+            "Prefill tokens matched from the prefix cache at every admission (re-admissions "
+            "after preemption included).",
+            ss.n_prompt_tokens_cached);
     counter(b, "pagoda_generation_tokens_total", "Tokens sampled.", ss.n_generated_tokens);
     counter(b, "pagoda_completion_tokens_total",
             "Completion tokens returned in finished responses.", snap.completion_tokens);

@@ -44,19 +44,26 @@ typedef struct ps_metrics {
     ps_hist itl;      /* between consecutive tokens of one request */
     ps_hist duration; /* arrival to the final token */
     uint64_t finished[PS_OUT_N];
-    uint64_t prompt_tokens;     /* prompt tokens of finished requests */
-    uint64_t completion_tokens; /* completion tokens of finished requests */
-    uint64_t http_by_status[6]; /* 200, 400, 401, 404, 405, 413; see metrics.c */
-    uint64_t http_other[4];     /* 429, 500, 503, anything else */
-    uint64_t http_active;       /* requests being handled (header seen, not completed) */
+    uint64_t prompt_tokens;        /* prompt tokens of every submitted request, once each */
+    uint64_t prompt_tokens_cached; /* of those, from the prefix cache at first admission */
+    uint64_t completion_tokens;    /* completion tokens of finished requests */
+    uint64_t http_by_status[6];    /* 200, 400, 401, 404, 405, 413; see metrics.c */
+    uint64_t http_other[4];        /* 429, 500, 503, anything else */
+    uint64_t http_active;          /* requests being handled (header seen, not completed) */
 } ps_metrics;
 
 void ps_metrics_init(ps_metrics *m);
 void ps_metrics_deinit(ps_metrics *m);
 void ps_metrics_observe_ttft(ps_metrics *m, double seconds);
 void ps_metrics_observe_itl(ps_metrics *m, double seconds);
-void ps_metrics_finish(ps_metrics *m, ps_outcome o, double seconds, uint32_t prompt_tokens,
-                       uint32_t completion_tokens);
+/* A request's outcome as the client saw it (once per HTTP generation). */
+void ps_metrics_finish(ps_metrics *m, ps_outcome o, double seconds, uint32_t completion_tokens);
+/* A submitted request's prompt: u->prompt_tokens and u->cached_tokens (matched at first
+ * admission, so never more than the prompt) from its final callback, which every
+ * submitted request gets once, cancelled or not. The three prompt counters of the page
+ * (total, cached, computed = total - cached) thus count each request once, and a hit
+ * ratio cached / total stays within [0, 1]. */
+void ps_metrics_prompt(ps_metrics *m, const pe_usage *u);
 void ps_metrics_http(ps_metrics *m, int status);
 void ps_metrics_http_active(ps_metrics *m, int delta);
 

@@ -37,18 +37,20 @@
 typedef struct ps_server ps_server;
 
 typedef struct ps_server_params {
-    const char *host;         /* address to bind (numeric or a name); default 127.0.0.1 */
-    uint16_t port;            /* 0: an ephemeral port (ps_server_port tells which) */
-    const char *api_key;      /* NULL: no auth; else /v1/ needs "Authorization: Bearer KEY" */
-    const char *model_id;     /* the id /v1/models reports and requests may name; required */
-    uint64_t max_body_bytes;  /* request bodies over this get 413 unread; 0: 16 MiB */
-    int chat_family;          /* a pe_chat_family, or -1: detect from the GGUF template */
-    int prefix_cache;         /* reported on /metrics (the scheduler does the work) */
-    uint32_t max_connections; /* 0: libmicrohttpd's default */
-    uint32_t idle_timeout_s;  /* a connection with no request in progress (idle keep-alive,
-                                 a request or body arriving too slowly) is closed after
-                                 this many seconds without traffic; 0: never. Default 60.
-                                 Never applies while a generation is being handled. */
+    const char *host;              /* address to bind (numeric or a name); default 127.0.0.1 */
+    uint16_t port;                 /* 0: an ephemeral port (ps_server_port tells which) */
+    const char *api_key;           /* NULL: no auth; else /v1/ needs "Authorization: Bearer KEY" */
+    const char *model_id;          /* the id /v1/models reports and requests may name; required */
+    uint64_t max_body_bytes;       /* request bodies over this get 413 unread; 0: 16 MiB */
+    int chat_family;               /* a pe_chat_family, or -1: detect from the GGUF template */
+    int prefix_cache;              /* reported on /metrics (the scheduler does the work) */
+    uint32_t max_connections;      /* 0: libmicrohttpd's default */
+    uint32_t idle_timeout_s;       /* a connection with no request in progress (idle keep-alive,
+                                      a request or body arriving too slowly) is closed after
+                                      this many seconds without traffic; 0: never. Default 60.
+                                      Never applies while a generation is being handled. */
+    int parse_special_in_messages; /* 1: control-token text in chat messages becomes those
+                                      tokens (the old behaviour); 0: plain text (default) */
 } ps_server_params;
 
 ps_server_params ps_server_default_params(void);

@@ -78,6 +78,8 @@ static void usage(FILE *out)
           "                           (aliases qwen, mistral; default: detected from the\n"
           "                           model's tokenizer.chat_template, else plain)\n"
           "      --max-body BYTES     larger request bodies get 413 (default 16M)\n"
+          "      --parse-special-in-messages  chat message text that spells a control token\n"
+          "                           becomes it (default: plain text, only the template's)\n"
           "      --shutdown-grace S   seconds requests in flight may finish after a signal\n"
           "                           (default 5); a second signal cuts it short\n"
           "      --idle-timeout S     close a connection idle this long, e.g. a keep-alive\n"
@@ -180,7 +182,8 @@ int cmd_serve(int argc, char **argv)
         O_BODY,
         O_GRACE,
         O_ID,
-        O_IDLE
+        O_IDLE,
+        O_PSIM
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"model-id", required_argument, 0, O_ID},
@@ -200,6 +203,7 @@ int cmd_serve(int argc, char **argv)
                                          {"max-body", required_argument, 0, O_BODY},
                                          {"shutdown-grace", required_argument, 0, O_GRACE},
                                          {"idle-timeout", required_argument, 0, O_IDLE},
+                                         {"parse-special-in-messages", no_argument, 0, O_PSIM},
                                          CLI_KV_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -306,6 +310,9 @@ int cmd_serve(int argc, char **argv)
         case O_IDLE:
             if (cli_parse_u64(cmd, "--idle-timeout", optarg, 0, 86400, &v)) return CLI_EXIT_USAGE;
             pp.idle_timeout_s = (uint32_t)v;
+            break;
+        case O_PSIM:
+            pp.parse_special_in_messages = 1;
             break;
         case 'h':
             usage(stdout);

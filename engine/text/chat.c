@@ -4,9 +4,12 @@
  * one C renderer per family. Called by the server and the CLI.
  *
  * Rendering runs twice over the same messages: a counting pass (buf.p NULL) that sizes
- * the result, then one malloc, then a writing pass. So the only allocation is the result,
- * and the writing pass never grows a buffer. Invariant: both passes emit the same bytes
- * (the renderers depend only on the messages), and a write never goes past buf.cap.
+ * the result and counts the content spans, then one malloc for each, then a writing pass.
+ * So the only allocations are the results, and the writing pass never grows a buffer.
+ * Invariant: both passes emit the same bytes and spans (the renderers depend only on the
+ * messages), and a write never goes past buf.cap. Message content goes out through
+ * put_content (put_msg, put_trim) and nothing else does: that is what makes the spans
+ * exactly the messages' bytes, and the template's markers never part of one.
  *
  * Trimming follows Jinja's |trim, which is Python's str.strip(): it removes the Unicode
  * whitespace str.isspace() accepts (ASCII \t\n\v\f\r and space, \x1c-\x1f, U+0085,
@@ -106,10 +109,12 @@ const char *const *pe_chat_stop_strings(pe_chat_family f)
 /* ---- output buffer (two passes) ---- */
 
 typedef struct sbuf {
-    char *p;      /* NULL in the counting pass */
-    size_t len;   /* bytes emitted so far */
-    size_t cap;   /* bytes p can hold, without the NUL; SIZE_MAX - 1 when counting */
-    int overflow; /* the length passed SIZE_MAX - 1 */
+    char *p;             /* NULL in the counting pass */
+    size_t len;          /* bytes emitted so far */
+    size_t cap;          /* bytes p can hold, without the NUL; SIZE_MAX - 1 when counting */
+    int overflow;        /* the length passed SIZE_MAX - 1 */
+    pe_text_span *spans; /* [n_spans] where content went; NULL when counting or not asked */
+    size_t n_spans;      /* content spans emitted so far */
 } sbuf;
 
 static void put_n(sbuf *b, const char *s, size_t n)
@@ -125,6 +130,23 @@ static void put_n(sbuf *b, const char *s, size_t n)
 static void put(sbuf *b, const char *s)
 {
     put_n(b, s, strlen(s));
+}
+
+/* Emits message content s[0..n): like put_n, and records where it went. */
+static void put_content(sbuf *b, const char *s, size_t n)
+{
+    if (!n) return;
+    if (b->spans && !b->overflow && n <= b->cap - b->len) {
+        b->spans[b->n_spans].off = b->len;
+        b->spans[b->n_spans].len = n;
+    }
+    b->n_spans++;
+    put_n(b, s, n);
+}
+
+static void put_msg(sbuf *b, const char *s)
+{
+    put_content(b, s, strlen(s));
 }
 
 /* ---- Python str.strip() on UTF-8 ---- */
@@ -167,7 +189,7 @@ static void put_trim(sbuf *b, const char *str)
             end = pos;
         }
     }
-    put_n(b, str + start, end - start);
+    put_content(b, str + start, end - start);
 }
 
 /* ---- renderers ---- */
@@ -185,7 +207,7 @@ static void render_plain(sbuf *b, const msg *m, size_t n)
     static const char *const label[] = {"System: ", "User: ", "Assistant: "};
     for (size_t i = 0; i < n; i++) {
         put(b, label[m[i].r]);
-        put(b, m[i].c);
+        put_msg(b, m[i].c);
         put(b, "\n");
     }
     put(b, "Assistant:");
@@ -199,7 +221,7 @@ static void render_chatml(sbuf *b, const msg *m, size_t n)
         put(b, "<|im_start|>");
         put(b, role_name[m[i].r]);
         put(b, "\n");
-        put(b, m[i].c);
+        put_msg(b, m[i].c);
         put(b, "<|im_end|>\n");
     }
     put(b, "<|im_start|>assistant\n");
@@ -238,7 +260,7 @@ static size_t put_systems(sbuf *b, const msg *m, size_t n, int trim)
         if (trim) {
             put_trim(b, m[i].c);
         } else {
-            put(b, m[i].c);
+            put_msg(b, m[i].c);
         }
     }
     return k;
@@ -256,10 +278,10 @@ static void render_llama2(sbuf *b, const msg *m, size_t n)
         if (m[i].r == ROLE_USER) {
             put(b, "[INST]");
             if (i == last_user && put_systems(b, m, n, 0)) put(b, "\n\n");
-            put(b, m[i].c);
+            put_msg(b, m[i].c);
             put(b, "[/INST]");
         } else if (m[i].r == ROLE_ASSISTANT) {
-            put(b, m[i].c);
+            put_msg(b, m[i].c);
             put(b, "</s>");
         }
     }
@@ -303,7 +325,7 @@ static void render_phi3(sbuf *b, const msg *m, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (m[i].r == ROLE_SYSTEM && !m[i].c[0]) continue;
         put(b, tag[m[i].r]);
-        put(b, m[i].c);
+        put_msg(b, m[i].c);
         put(b, "<|end|>\n");
     }
     put(b, "<|assistant|>\n");
@@ -367,15 +389,20 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     return rc;
 }
 
-int pe_chat_render(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **out, char *err,
-                   size_t errlen)
+int pe_chat_render_spans(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **out,
+                         size_t *len, pe_text_span **spans, size_t *n_spans, char *err,
+                         size_t errlen)
 {
     msg small[16], *m = small;
-    sbuf b = {NULL, 0, SIZE_MAX - 1, 0};
+    sbuf b = {NULL, 0, SIZE_MAX - 1, 0, NULL, 0};
     char q[40];
     int rc = PGD_EINVAL;
+    pe_text_span *sp = NULL;
 
     if (err && errlen) err[0] = '\0';
+    if (len) *len = 0;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     if (!out) return fail(err, errlen, PGD_EINVAL, "chat: out is NULL");
     *out = NULL;
     if ((int)f < 0 || (int)f >= PE_CHAT_N_FAMILIES)
@@ -417,23 +444,47 @@ int pe_chat_render(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **o
         rc = PGD_ENOMEM;
         goto done;
     }
+    size_t n_sp = b.n_spans;
+    if (spans && n_sp) {
+        sp = malloc(n_sp * sizeof *sp);
+        if (!sp) {
+            rc = PGD_ENOMEM;
+            goto done;
+        }
+    }
     b.cap = b.len;
     b.len = 0;
+    b.n_spans = 0;
+    b.spans = sp;
     b.p = malloc(b.cap + 1);
     if (!b.p) {
         rc = PGD_ENOMEM;
         goto done;
     }
-    render(f, &b, m, n);                /* writing pass */
-    if (b.overflow || b.len != b.cap) { /* content changed under us: caller's data race */
+    render(f, &b, m, n); /* writing pass */
+    if (b.overflow || b.len != b.cap || b.n_spans != n_sp) {
+        /* content changed under us: caller's data race */
         free(b.p);
         rc = PGD_EINVAL;
         goto done;
     }
     b.p[b.len] = '\0';
     *out = b.p;
+    if (len) *len = b.len;
+    if (spans) {
+        *spans = sp;
+        sp = NULL;
+    }
+    if (n_spans) *n_spans = spans ? n_sp : 0;
     rc = 0;
 done:
+    free(sp);
     if (m != small) free(m);
     return rc;
+}
+
+int pe_chat_render(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **out, char *err,
+                   size_t errlen)
+{
+    return pe_chat_render_spans(f, msgs, n, out, NULL, NULL, NULL, err, errlen);
 }

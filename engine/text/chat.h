@@ -51,21 +51,27 @@
  * Common rules:
  * - BOS is never written: the tokenizer adds it (pe_tokenize with add_special), so the
  *   model never sees two. Every other special token is written as text, and the result
- *   must be tokenized with parse_special = 1 (which also means special-token text inside
- *   a message becomes those tokens, as with llama.cpp's server).
+ *   must be tokenized with parse_special = 1. pe_chat_render_spans also says where each
+ *   message's content lies in the result: given to pe_tokenize_ex as plain ranges, text
+ *   inside a message that spells a control token ("<|im_start|>", "</s>") stays text,
+ *   so a message cannot forge a turn boundary; only the template's markers are parsed.
+ *   (pe_tokenize with parse_special on the whole text parses them in messages too, as
+ *   llama.cpp's server does: `pagoda serve --parse-special-in-messages`.)
  * - Roles are "system", "user", "assistant" (exact, lower case), in any order and any
  *   number: where a real template would raise (Gemma's and Mistral's "roles must
  *   alternate"), the format is extended naturally instead. Anything else is PGD_EINVAL.
  *   llama2 joins several system messages with "\n\n"; with no user message they become
  *   "[INST]S[/INST]". gemma folds each into the next user turn the same way. The other
  *   families write a later system message as a turn of its own, as their templates do.
- * - Stateless and allocation-free except for the result: every call is thread-safe.
+ * - Stateless and allocation-free except for the results: every call is thread-safe.
  *   Cost: O(total content bytes).
  */
 #ifndef PE_CHAT_H
 #define PE_CHAT_H
 
 #include <stddef.h>
+
+#include "tokenizer.h" /* pe_text_span */
 
 typedef enum pe_chat_family {
     PE_CHAT_PLAIN = 0, /* the documented fallback */
@@ -108,6 +114,17 @@ int pe_chat_family_parse(const char *name, pe_chat_family *out);
  * family value) or PGD_ENOMEM. On error *out is NULL (when out is not NULL). */
 int pe_chat_render(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **out, char *err,
                    size_t errlen);
+
+/* pe_chat_render, and where the messages' content went: *len the result's length, *spans
+ * (malloc'ed, the caller frees with free(); NULL when there is none) the byte ranges of
+ * the result that are message content (trimmed content where the family trims), ascending
+ * and disjoint, *n_spans their count. Template text (markers, role names, labels,
+ * separators between joined system messages) is never inside a span. len, spans and
+ * n_spans may be NULL (*n_spans is then 0 when spans is NULL). Same statuses as pe_chat_render; on
+ * error *spans is NULL. */
+int pe_chat_render_spans(pe_chat_family f, const pe_chat_msg *msgs, size_t n, char **out,
+                         size_t *len, pe_text_span **spans, size_t *n_spans, char *err,
+                         size_t errlen);
 
 /* Returns the strings that end an assistant turn in family f, a NULL-terminated static
  * array: chatml "<|im_end|>"; llama3 "<|eot_id|>", "<|eom_id|>"; llama2 "</s>"; gemma

@@ -18,6 +18,13 @@
  * O(n log n), never O(n^2): 1 MB of text takes 0.1-0.5 s on the 2-core CI machine with
  * the Llama-2 and GPT-2 vocabularies (test_tokenizer's test_big_inputs prints the times).
  *
+ * pe_tokenize_ex adds two things. max_tokens: a text that must make more tokens than that
+ * (by the bytes-per-token bound of tokenizer.h) is refused before it is partitioned, and
+ * a raw fragment that cannot fit is never merged, so a server refuses a 16 MB prompt in
+ * microseconds (test_bounded: 16 MB against 4,096 tokens, every vocabulary). Plain
+ * ranges: the partition skips a control token's occurrence that overlaps one (chat
+ * message content), so only the template's own markers become control tokens.
+ *
  * Callers: see tokenizer.h. Invariants: the vocabulary is only read (see tokenizer_int.h);
  * all state of one call lives in its session, so calls may run in parallel.
  */
@@ -348,8 +355,26 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
     return NULL;
 }
 
-/* Splits the raw fragments of *fv around every occurrence of special token id. */
-static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragvec *fv, fragvec *tmp)
+/* Returns 1 when [pos, pos + n) overlaps one of the ascending, disjoint spans sp[0..n_sp):
+ * a binary search for the first span that ends after pos. */
+static int overlaps_plain(const pe_text_span *sp, size_t n_sp, size_t pos, size_t n)
+{
+    size_t lo = 0, hi = n_sp;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp[mid].off + sp[mid].len <= pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n_sp && sp[lo].off < pos + n;
+}
+
+/* Splits the raw fragments of *fv around every occurrence of special token id. With
+ * plain spans (guard), an occurrence that overlaps one is no token: it stays raw text,
+ * and the search goes on from its next byte. */
+static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragvec *fv, fragvec *tmp,
+                         const pe_text_span *plain, size_t n_plain)
 {
     size_t tl, i;
     const char *t = tok_text(v, id, &tl);
@@ -357,18 +382,23 @@ static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragve
     tmp->n = 0;
     for (i = 0; i < fv->n; i++) {
         const frag *f = &fv->a[i];
-        size_t pos, end;
+        size_t pos, end, from;
         if (f->tok >= 0) {
             if (fv_push(tmp, f->tok, 0, 0)) return -1;
             continue;
         }
         pos = f->off;
         end = f->off + f->len;
+        from = pos;
         for (;;) {
-            const char *m = find_bytes(text + pos, end - pos, t, tl);
+            const char *m = find_bytes(text + from, end - from, t, tl);
             size_t mpos, left;
             if (!m) break;
             mpos = (size_t)(m - text);
+            if (n_plain && overlaps_plain(plain, n_plain, mpos, tl)) {
+                from = mpos + 1;
+                continue;
+            }
             left = mpos - pos;
             if (attr & A_LSTRIP) {
                 while (left > 0 && isspace((unsigned char)text[pos + left - 1]))
@@ -381,6 +411,7 @@ static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragve
                 while (pos < end && isspace((unsigned char)text[pos]))
                     pos++;
             }
+            from = pos;
         }
         if (pos < end && fv_push(tmp, -1, pos, end - pos)) return -1;
     }
@@ -394,34 +425,82 @@ static int partition_one(const pe_vocab *v, const char *text, int32_t id, fragve
 
 /* ---- tokenize ---- */
 
-int64_t pe_tokenize(const pe_vocab *v, const char *text, size_t len, int add_special,
-                    int parse_special, int32_t *out, size_t max_out)
+pe_tokenize_params pe_tokenize_default_params(void)
+{
+    pe_tokenize_params p;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = SIZE_MAX;
+    return p;
+}
+
+/* Returns the fewest tokens n input bytes can make: ceil(n / v->max_token_bytes), or 0 when
+ * the vocabulary has no such bound. */
+static size_t fewest_tokens(const pe_vocab *v, size_t n)
+{
+    size_t b = v->max_token_bytes;
+    return b ? n / b + (n % b != 0) : 0;
+}
+
+/* Returns a lower bound on the tokens text[0..len) makes (see pe_tokenize_ex). O(1), or
+ * one pass over the text to leave out whitespace when a special token may strip it. */
+static size_t text_fewest_tokens(const pe_vocab *v, const char *text, size_t len)
+{
+    size_t n = len;
+    if (!v->max_token_bytes) return 0;
+    if (v->has_strip) {
+        size_t i;
+        n = 0;
+        for (i = 0; i < len; i++)
+            n += !isspace((unsigned char)text[i]);
+    }
+    return fewest_tokens(v, n);
+}
+
+/* The whole tokenization into tv. Returns the number of tokens (tv->n), PGD_ENOMEM or
+ * PGD_EINVAL. Once more than p->max_tokens are certain it stops: the return value is then
+ * a count the text's tokens reach at least (tv may hold fewer). */
+static int64_t tokenize(const pe_vocab *v, const char *text, size_t len,
+                        const pe_tokenize_params *p, tokvec *tv)
 {
     fragvec fv = {0}, tmp = {0};
-    tokvec tv = {0};
     session ss;
     char *buf = NULL;
-    size_t i, buf_cap = 0;
+    size_t i, buf_cap = 0, max = p->max_tokens;
     int64_t rc = PGD_ENOMEM;
     int prev_special = 1;
 
     memset(&ss, 0, sizeof ss);
+    /* The cheap refusal first: a text too long for max_tokens is never partitioned. */
+    if (max != SIZE_MAX) {
+        size_t least = text_fewest_tokens(v, text, len);
+        if (least > max) return least > INT64_MAX ? INT64_MAX : (int64_t)least;
+    }
     if (len > MAX_TEXT_BYTES) return PGD_EINVAL;
     if (len > 0) {
         if (fv_push(&fv, -1, 0, len)) goto out;
         for (i = 0; i < v->n_special && fv.n > 0; i++) {
             int32_t id = v->special[i];
-            if (!parse_special && (v->attr[id] & (A_CONTROL | A_UNKNOWN))) continue;
-            if (partition_one(v, text, id, &fv, &tmp)) goto out;
+            int control = (v->attr[id] & (A_CONTROL | A_UNKNOWN)) != 0;
+            if (!p->parse_special && control) continue;
+            if (partition_one(v, text, id, &fv, &tmp, p->plain,
+                              control && p->plain ? p->n_plain : 0))
+                goto out;
         }
     }
-    if (add_special && v->add_bos) tv_push(&tv, v->bos);
+    if (p->add_special && v->add_bos) tv_push(tv, v->bos);
     for (i = 0; i < fv.n; i++) {
         const frag *f = &fv.a[i];
+        if (tv->n > max) break;
         if (f->tok >= 0) {
-            tv_push(&tv, f->tok);
+            tv_push(tv, f->tok);
             prev_special = 1;
             continue;
+        }
+        /* A fragment that cannot fit is not tokenized: it makes at least this many. */
+        if (max != SIZE_MAX && fewest_tokens(v, f->len) > max - tv->n) {
+            size_t least = tv->n + fewest_tokens(v, f->len);
+            rc = least > INT64_MAX ? INT64_MAX : (int64_t)least;
+            goto out;
         }
         if (v->spm) {
             /* " " prefix after the start or a special token, then ' ' -> "▁" (3 bytes) */
@@ -445,7 +524,7 @@ int64_t pe_tokenize(const pe_vocab *v, const char *text, size_t len, int add_spe
                     buf[n++] = c;
                 }
             }
-            if (merge_word(v, &ss, buf, (uint32_t)n, 0, &tv)) goto out;
+            if (merge_word(v, &ss, buf, (uint32_t)n, 0, tv)) goto out;
         } else {
             size_t w, start = 0;
             int src = pe_pretok_split(v->pre, text + f->off, f->len, &ss.words);
@@ -454,26 +533,52 @@ int64_t pe_tokenize(const pe_vocab *v, const char *text, size_t len, int add_spe
                 goto out;
             }
             if (src) goto out;
-            for (w = 0; w < ss.words.n; w++) {
+            for (w = 0; w < ss.words.n && tv->n <= max; w++) {
                 size_t end = ss.words.ends[w];
                 if (end > start &&
-                    bpe_word(v, &ss, ss.words.buf + start, (uint32_t)(end - start), &tv))
+                    bpe_word(v, &ss, ss.words.buf + start, (uint32_t)(end - start), tv))
                     goto out;
                 start = end;
             }
         }
         prev_special = 0;
     }
-    if (add_special && v->add_eos) tv_push(&tv, v->eos);
-    if (tv.oom) goto out;
-    if (out && tv.n > 0 && max_out > 0)
-        memcpy(out, tv.ids, (tv.n < max_out ? tv.n : max_out) * sizeof *out);
-    rc = (int64_t)tv.n;
+    if (p->add_special && v->add_eos && tv->n <= max) tv_push(tv, v->eos);
+    if (tv->oom) goto out;
+    rc = (int64_t)tv->n;
 out:
     free(fv.a);
     free(tmp.a);
-    free(tv.ids);
     free(buf);
     session_deinit(&ss);
+    return rc;
+}
+
+int64_t pe_tokenize_ex(const pe_vocab *v, const char *text, size_t len, const pe_tokenize_params *p,
+                       int32_t **out)
+{
+    tokvec tv = {0};
+    int64_t rc = tokenize(v, text, len, p, &tv);
+    if (out) *out = NULL;
+    if (out && rc > 0 && (uint64_t)rc <= p->max_tokens) {
+        *out = tv.ids; /* ownership moves to the caller */
+        tv.ids = NULL;
+    }
+    free(tv.ids);
+    return rc;
+}
+
+int64_t pe_tokenize(const pe_vocab *v, const char *text, size_t len, int add_special,
+                    int parse_special, int32_t *out, size_t max_out)
+{
+    pe_tokenize_params p = pe_tokenize_default_params();
+    tokvec tv = {0};
+    int64_t rc;
+    p.add_special = add_special;
+    p.parse_special = parse_special;
+    rc = tokenize(v, text, len, &p, &tv);
+    if (rc > 0 && out && max_out > 0)
+        memcpy(out, tv.ids, ((size_t)rc < max_out ? (size_t)rc : max_out) * sizeof *out);
+    free(tv.ids);
     return rc;
 }

@@ -108,6 +108,56 @@ size_t pe_vocab_max_piece(const pe_vocab *v);
 int64_t pe_tokenize(const pe_vocab *v, const char *text, size_t len, int add_special,
                     int parse_special, int32_t *out, size_t max_out);
 
+/* A byte range text[off .. off + len) of a text. */
+typedef struct pe_text_span {
+    size_t off, len;
+} pe_text_span;
+
+/* How pe_tokenize_ex tokenizes. */
+typedef struct pe_tokenize_params {
+    int add_special;   /* as pe_tokenize */
+    int parse_special; /* as pe_tokenize */
+    /* [n_plain] ascending, disjoint ranges of the text where no control token is parsed,
+     * even with parse_special: an occurrence of a control token's text that overlaps one
+     * stays plain text (user-defined tokens are recognised everywhere, as ever). For
+     * chat prompts: the template's own markers are parsed, message content is not
+     * (pe_chat_render_spans gives the ranges). Borrowed for the call; NULL: none. */
+    const pe_text_span *plain;
+    size_t n_plain;
+    /* Gives up as soon as the text is known to make more tokens than this (SIZE_MAX: no
+     * bound); see pe_tokenize_ex for the rule and its cost. */
+    size_t max_tokens;
+} pe_tokenize_params;
+
+/* Returns params with no flags, no plain ranges and max_tokens SIZE_MAX. */
+pe_tokenize_params pe_tokenize_default_params(void);
+
+/* Tokenizes text[0..len) as p says, once. Returns n, the number of tokens, with *out the
+ * tokens in a malloc'ed array the caller frees with free() (NULL when n is 0); or a value
+ * n > p->max_tokens: the text makes at least n tokens, *out is NULL and the work stopped
+ * early; or a negative status as pe_tokenize. out may be NULL (just count).
+ *
+ * The bound (why refusing an oversized text is cheap): every token stands for at most
+ * B = pe_vocab_max_token_bytes(v) bytes of the text, so a text of N bytes makes at least
+ * ceil(N / B) tokens. SentencePiece: a token's text holds each input byte it covers
+ * (' ' even as 3 bytes), so B is the longest token text; a special token is its text.
+ * Byte-level BPE: one code point comes from at most 4 input bytes (lenient decoding) and
+ * gives at least one alphabet character, so B is 4 x the longest token text. N leaves
+ * out whitespace when a special token of the vocabulary strips it (Phi-3). It holds only
+ * when no byte can be dropped (pe_vocab_max_token_bytes is 0 otherwise). With a bound,
+ * a text with ceil(N / B) > max_tokens is refused in O(1) (O(N) with stripping) without
+ * being partitioned, a raw fragment that cannot fit is not tokenized, and the text that
+ * is tokenized is at most B x max_tokens bytes, which bounds time and memory. Without
+ * one the text is tokenized piece by piece until the count passes max_tokens. Under
+ * the bound, n <= max_tokens is exact and the tokens are pe_tokenize's. */
+int64_t pe_tokenize_ex(const pe_vocab *v, const char *text, size_t len, const pe_tokenize_params *p,
+                       int32_t **out);
+
+/* Returns B of the bound above: the most bytes of text one token can stand for, or 0 when
+ * the vocabulary can drop bytes (a byte or merge result that is no token) and there is no
+ * bound. */
+size_t pe_vocab_max_token_bytes(const pe_vocab *v);
+
 /* Flags of pe_token_to_piece_ex. */
 #define PE_PIECE_SPECIAL 1u /* render control/unknown tokens as their text ("<s>") */
 

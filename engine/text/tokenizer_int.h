@@ -64,6 +64,13 @@ struct pe_vocab {
 
     pe_pretok *pre; /* gpt2 only */
     int ignore_merges;
+
+    /* The token-count bound (tokenize.c, pe_tokenize_ex's max_tokens): a text of N bytes
+     * makes at least ceil(N / max_token_bytes) tokens, N leaving out whitespace when a
+     * special token strips it (has_strip). 0: no such bound holds (some byte or merge
+     * result has no token, so bytes can be dropped). Set by vocab.c. */
+    size_t max_token_bytes;
+    int has_strip; /* some special token has A_LSTRIP or A_RSTRIP */
 };
 
 /* ---- lookups ---- */

@@ -94,6 +94,11 @@ size_t pe_vocab_max_piece(const pe_vocab *v)
     return v->max_piece;
 }
 
+size_t pe_vocab_max_token_bytes(const pe_vocab *v)
+{
+    return v->max_token_bytes;
+}
+
 /* ---- build ---- */
 
 void pe_vocab_destroy(pe_vocab *v)
@@ -526,6 +531,74 @@ static void sort_special(pe_vocab *v)
     }
 }
 
+/* Returns 1 when every piece merge_word (tokenize.c) can end with gives a token: a
+ * final symbol is a token, or its bytes fall back to tokens one each. SentencePiece:
+ * every byte has a byte token, or there is an UNK. Byte-level BPE: every one of the 256
+ * byte-alphabet characters is a token (the initial symbols) and every merge "l r" that
+ * can apply makes a token "lr" (a merge with no single inner space never matches a
+ * pair, see bpe_try_pair). Returns -1 when memory runs out. */
+static int keeps_every_byte(const pe_vocab *v)
+{
+    uint32_t i;
+    if (v->spm) {
+        if (v->unk >= 0) return 1;
+        for (i = 0; i < 256; i++)
+            if (v->byte_tok[i] < 0) return 0;
+        return 1;
+    }
+    for (i = 0; i < 256; i++) {
+        uint8_t e[4];
+        size_t n = pe_utf8_encode(pe_gpt2_byte_to_cp((uint8_t)i), e);
+        if (tok_find(v, (const char *)e, n) < 0) return 0;
+    }
+    size_t cap = 0;
+    char *cat = NULL;
+    int ok = 1;
+    for (i = 0; i < v->n_merges && ok; i++) {
+        const char *m = v->merge_text + v->merge_off[i];
+        size_t n = (size_t)(v->merge_off[i + 1] - v->merge_off[i]);
+        const char *sp = n ? memchr(m, ' ', n) : NULL;
+        if (!sp || sp == m || sp == m + n - 1 || memchr(sp + 1, ' ', n - (size_t)(sp - m) - 1))
+            continue; /* never matches a pair */
+        if (n > cap) {
+            char *c = realloc(cat, n);
+            if (!c) {
+                free(cat);
+                return -1;
+            }
+            cat = c;
+            cap = n;
+        }
+        memcpy(cat, m, (size_t)(sp - m));
+        memcpy(cat + (sp - m), sp + 1, n - (size_t)(sp - m) - 1);
+        ok = tok_find(v, cat, n - 1) >= 0;
+    }
+    free(cat);
+    return ok;
+}
+
+/* Sets max_token_bytes and has_strip (see tokenizer_int.h). A token stands for at most
+ * its text's length of input bytes: SentencePiece writes each input byte as itself or
+ * ' ' as the 3 bytes of "▁", and adds a prefix; a special token is its text. Byte-level
+ * BPE maps each input byte sequence decoded to one code point (at most 4 bytes, leniently)
+ * to at least one alphabet character of at least one byte, hence 4 x. Returns 0 or -1
+ * (ENOMEM). */
+static int token_bound(pe_vocab *v)
+{
+    size_t max_text = 0;
+    uint32_t i;
+    for (i = 0; i < v->n_tokens; i++) {
+        size_t n = (size_t)(v->text_off[i + 1] - v->text_off[i]);
+        if (n > max_text) max_text = n;
+    }
+    for (i = 0; i < v->n_special; i++)
+        if (v->attr[v->special[i]] & (A_LSTRIP | A_RSTRIP)) v->has_strip = 1;
+    int keeps = keeps_every_byte(v);
+    if (keeps < 0) return -1;
+    v->max_token_bytes = keeps ? (v->spm ? max_text : 4 * max_text) : 0;
+    return 0;
+}
+
 /* Resolves a special id: -2 the default (if in range), -1 none, else must be in range. */
 static int resolve_id(const pe_vocab *v, const char *key, int32_t given, int32_t def, int32_t *out,
                       char *err, size_t errlen)
@@ -682,6 +755,10 @@ int pe_vocab_create(const pe_vocab_params *p, pe_vocab **out, char *err, size_t 
             char b = (char)i;
             v->byte_tok[i] = tok_find(v, &b, 1);
         }
+    }
+    if (token_bound(v)) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
     }
     *out = v;
     return 0;

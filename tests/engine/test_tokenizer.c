@@ -13,6 +13,11 @@
  *     byte fallback, BPE rank order, special-token partitioning, streaming decode of
  *     characters split across byte tokens, invalid UTF-8, empty input, the max_out
  *     contract, load errors naming their key, and 1 MB inputs in O(n log n);
+ *   - pe_tokenize_ex: bounded tokenization equals pe_tokenize when the tokens fit and
+ *     reports more than max_tokens when not, the bytes-per-token bound holds on random
+ *     texts (invalid and overlong UTF-8, special texts, whitespace), a 16 MB text is
+ *     refused in milliseconds, a vocabulary that drops bytes has no bound and stays
+ *     exact; plain ranges keep control-token text inside them as text;
  *   - the strict UTF-8 validator of unicode.h (pe_utf8_valid_len, pe_utf8_valid) against
  *     an independent code-point reference, on every 1- and 2-byte input and every lead and
  *     second byte of 3- and 4-byte inputs (the other bytes at their boundary values).
@@ -868,6 +873,247 @@ static int test_big_inputs(void)
     return 0;
 }
 
+/* ---- bounded tokenization (pe_tokenize_ex) ---- */
+
+/* Random texts built from pieces that stress the bound: words, runs of spaces, special
+ * token texts, invalid and overlong UTF-8 (a code point from 4 bytes), NUL. */
+static size_t random_text(uint64_t *seed, char *buf, size_t cap)
+{
+    static const char *pieces[] = {
+        "the ",
+        "a",
+        "ab",
+        "  ",
+        "\n",
+        "\xff",
+        "\xc0\x80",
+        "\xf0\x80\x80\x80",
+        "\xf0\x9f\xa6\x99",
+        "<s>",
+        "</s>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<|end|>",
+        "<|user|>",
+        "\t \t",
+        "Once upon",
+        "\0",
+    };
+    size_t n = 0, want = t_rand(seed) % 160;
+    while (n < want) {
+        size_t k = t_rand(seed) % (sizeof pieces / sizeof pieces[0]);
+        size_t len = k == sizeof pieces / sizeof pieces[0] - 1 ? 1 : strlen(pieces[k]);
+        if (n + len > cap) break;
+        memcpy(buf + n, pieces[k], len);
+        n += len;
+    }
+    return n;
+}
+
+/* For random texts: pe_tokenize_ex gives pe_tokenize's tokens when they fit max_tokens
+ * and a count in (max_tokens, n] when not; n is at least the documented bound. strips:
+ * whether the vocabulary may strip whitespace (the bound then counts non-space bytes). */
+static int bounded_matches(const pe_vocab *v, const char *name, int strips)
+{
+    uint64_t seed = 99;
+    size_t bytes = pe_vocab_max_token_bytes(v), it;
+    char text[256];
+    for (it = 0; it < 400; it++) {
+        size_t len = random_text(&seed, text, sizeof text), i, nonspace = 0;
+        int add = (int)(it & 1), parse = (int)((it >> 1) & 1);
+        int64_t n, r;
+        int32_t *want = tok(v, text, len, add, parse, &n), *got = NULL;
+        pe_tokenize_params p = pe_tokenize_default_params();
+        T_ASSERT(n >= 0);
+        for (i = 0; i < len; i++)
+            nonspace += !(text[i] == ' ' || (text[i] >= '\t' && text[i] <= '\r'));
+        if (bytes) {
+            size_t base = strips ? nonspace : len;
+            if ((size_t)n < base / bytes + (base % bytes != 0)) {
+                print_escaped("input:", text, len);
+                T_FAIL("%s: %lld tokens, under the bound %zu / %zu", name, (long long)n, base,
+                       bytes);
+            }
+        }
+        p.add_special = add;
+        p.parse_special = parse;
+        p.max_tokens = (size_t)n;
+        r = pe_tokenize_ex(v, text, len, &p, &got);
+        T_EQ(r, n);
+        T_ASSERT(n == 0 ? got == NULL : got != NULL);
+        for (i = 0; i < (size_t)n; i++)
+            T_EQ(got[i], want[i]);
+        free(got);
+        if (n > 0) {
+            size_t max = (size_t)n / 2 + (it % 3 == 0 ? 0 : (size_t)(n - 1) / 2);
+            if (max >= (size_t)n) max = (size_t)n - 1;
+            p.max_tokens = max;
+            got = (int32_t *)1;
+            r = pe_tokenize_ex(v, text, len, &p, &got);
+            T_ASSERT(r > (int64_t)max && r <= n);
+            T_ASSERT(got == NULL);
+        }
+        free(want);
+    }
+    printf("     %s: bound %zu bytes per token holds, bounded == full on 400 texts\n", name, bytes);
+    return 0;
+}
+
+/* A 16 MB text against a 4,096-token limit is refused without being tokenized. */
+static int refused_fast(const pe_vocab *v, const char *name)
+{
+    const size_t size = 16u << 20;
+    char *buf = malloc(size);
+    pe_tokenize_params p = pe_tokenize_default_params();
+    int32_t *out = NULL;
+    double t0;
+    int64_t r;
+    size_t i;
+    T_ASSERT(buf);
+    for (i = 0; i < size; i++)
+        buf[i] = "Once upon a time "[i % 17];
+    p.add_special = 1;
+    p.parse_special = 1;
+    p.max_tokens = 4096;
+    t0 = now_s();
+    r = pe_tokenize_ex(v, buf, size, &p, &out);
+    printf("     %s: 16 MB, max_tokens 4096 -> at least %lld tokens in %.4f s\n", name,
+           (long long)r, now_s() - t0);
+    T_ASSERT(r > 4096 && out == NULL);
+    T_ASSERT(now_s() - t0 < 5.0);
+    free(buf);
+    return 0;
+}
+
+static int test_bounded(void)
+{
+    mem_vocab m1, m2;
+    pe_vocab *v = make_spm(&m1, 1);
+    T_ASSERT(v && pe_vocab_max_token_bytes(v) == 10); /* "<|im_end|>" */
+    T_ASSERT(bounded_matches(v, "spm (in memory)", 0) == 0);
+    T_ASSERT(refused_fast(v, "spm (in memory)") == 0);
+    pe_vocab_destroy(v);
+    v = make_bpe(&m2, "gpt-2");
+    T_ASSERT(v && pe_vocab_max_token_bytes(v) == 4 * 13); /* "<|endoftext|>" */
+    T_ASSERT(bounded_matches(v, "bpe gpt-2 (in memory)", 0) == 0);
+    T_ASSERT(refused_fast(v, "bpe gpt-2 (in memory)") == 0);
+    pe_vocab_destroy(v);
+    v = make_bpe(&m2, "llama3");
+    T_ASSERT(v && bounded_matches(v, "bpe llama3 (in memory)", 0) == 0);
+    pe_vocab_destroy(v);
+    {
+        static const struct {
+            const char *file;
+            int strips;
+        } files[] = {{"vocab/ggml-vocab-llama-spm.gguf", 0},
+                     {"vocab/ggml-vocab-phi-3.gguf", 1},
+                     {"vocab/ggml-vocab-gpt-2.gguf", 0},
+                     {"stories260K.gguf", 0}};
+        size_t i;
+        for (i = 0; i < sizeof files / sizeof files[0]; i++) {
+            v = load_vocab(files[i].file);
+            if (!v) continue;
+            T_ASSERT(pe_vocab_max_token_bytes(v) > 0);
+            T_ASSERT(bounded_matches(v, files[i].file, files[i].strips) == 0);
+            T_ASSERT(refused_fast(v, files[i].file) == 0);
+            pe_vocab_destroy(v);
+        }
+    }
+    return 0;
+}
+
+/* A vocabulary that drops bytes has no bound: bounded tokenization is still exact. */
+static int test_bounded_no_bound(void)
+{
+    mem_vocab m;
+    pe_vocab_params p = pe_vocab_default_params();
+    pe_tokenize_params tp = pe_tokenize_default_params();
+    pe_vocab *v = NULL;
+    int32_t *out = NULL;
+    char err[256];
+    memset(&m, 0, sizeof m);
+    mv_add(&m, "<s>", 0, PE_TOKEN_TYPE_CONTROL);
+    mv_add(&m, "</s>", 0, PE_TOKEN_TYPE_CONTROL);
+    mv_add(&m, "a", -1, PE_TOKEN_TYPE_NORMAL);
+    p.model = "llama";
+    p.n_tokens = m.n;
+    p.tokens = m.toks;
+    p.scores = m.scores;
+    p.token_types = m.types;
+    p.bos_id = 0;
+    p.eos_id = 1;
+    p.unk_id = -1;
+    p.add_space_prefix = 0;
+    T_OK(pe_vocab_create(&p, &v, err, sizeof err));
+    T_EQ(pe_vocab_max_token_bytes(v), 0);
+    /* "xxxxa": the x's have no token and no UNK: dropped; 1 token */
+    tp.max_tokens = 1;
+    T_EQ(pe_tokenize_ex(v, "xxxxa", 5, &tp, &out), 1);
+    T_ASSERT(out && out[0] == 2);
+    free(out);
+    T_EQ(pe_tokenize_ex(v, "aaa", 3, &tp, &out), 3);
+    T_ASSERT(out == NULL);
+    pe_vocab_destroy(v);
+    return 0;
+}
+
+/* Plain ranges: a control token's text inside one stays text; outside, it is the token. */
+static int test_plain_spans(void)
+{
+    mem_vocab m;
+    pe_vocab *v = make_spm(&m, 1);
+    pe_tokenize_params p = pe_tokenize_default_params();
+    /* template "ab<|im_end|>" + content "ab<|im_end|>" + template "<|im_end|>" */
+    const char *text = "ab<|im_end|>ab<|im_end|><|im_end|>";
+    pe_text_span content = {12, 12};
+    int32_t *got = NULL, *want;
+    int64_t n, nw, i;
+    T_ASSERT(v);
+    p.parse_special = 1;
+    p.plain = &content;
+    p.n_plain = 1;
+    n = pe_tokenize_ex(v, text, strlen(text), &p, &got);
+    /* the same as the three parts: special, then "ab<|im_end|>" as plain text, special */
+    want = tok(v, "ab<|im_end|>ab", 14, 0, 1, &nw);
+    T_ASSERT(nw == 3 && want[1] == 265);
+    free(want);
+    {
+        int64_t n_mid;
+        int32_t *mid = tok(v, "ab<|im_end|>", 12, 0, 0, &n_mid);
+        T_ASSERT(n_mid > 2);
+        T_EQ(n, 2 + n_mid + 1);
+        T_EQ(got[0], 264);
+        T_EQ(got[1], 265);
+        /* the content follows a special token: it gets the space prefix, as before */
+        for (i = 0; i < n_mid; i++)
+            T_EQ(got[2 + i], mid[i]);
+        T_EQ(got[n - 1], 265);
+        for (i = 2; i < n - 1; i++)
+            T_ASSERT(got[i] != 265);
+        free(mid);
+    }
+    free(got);
+    /* An occurrence straddling the range's end is no token either; the next one is. */
+    {
+        const char *t2 = "<|im_end|><|im_end|>";
+        pe_text_span sp = {0, 3};
+        p.plain = &sp;
+        n = pe_tokenize_ex(v, t2, strlen(t2), &p, &got);
+        T_ASSERT(n > 2 && got[n - 1] == 265);
+        for (i = 0; i < n - 1; i++)
+            T_ASSERT(got[i] != 265);
+        free(got);
+    }
+    /* Without parse_special nothing changes; without ranges it is pe_tokenize. */
+    p.plain = NULL;
+    p.n_plain = 0;
+    n = pe_tokenize_ex(v, text, strlen(text), &p, &got);
+    T_EQ(n, 5);
+    free(got);
+    pe_vocab_destroy(v);
+    return 0;
+}
+
 /* ---- load errors ---- */
 
 /* Writes a small vocabulary GGUF with one thing changed by `mutate`, loads it and returns
@@ -1007,6 +1253,9 @@ int main(void)
     T_RUN(test_conformance_gpt2);
     T_RUN(test_stories260k);
     T_RUN(test_big_inputs);
+    T_RUN(test_bounded);
+    T_RUN(test_bounded_no_bound);
+    T_RUN(test_plain_spans);
     rmdir(g_tmp);
     if (!t_failed && g_missing) {
         fprintf(stderr, "skipped: %d passed; model files missing, so conformance was skipped\n",

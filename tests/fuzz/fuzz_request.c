@@ -6,15 +6,18 @@
  * the server's main outside input.
  *
  * Input: byte 0 picks the kind (bit 0: 0 completions, 1 chat) and n_vocab (byte >> 1,
- * 0..127, so token ids at and past the bound are easy to reach); the rest is the body.
+ * 0..127, so token ids at and past the bound are easy to reach); n_ctx is 4 x n_vocab (0:
+ * no limit), so the size limits are reached too; the rest is the body.
  *
  * Checks (abort on failure; ASan/UBSan catch the rest):
  *  - success: the kind is kept; completions hold exactly one of a text prompt and a
  *    non-empty token array whose ids all lie in [0, n_vocab); chat holds >= 1 message,
  *    each with a role and content; 0 <= temperature <= 2, 0 < top_p <= 1, 0 <= min_p <= 1,
  *    top_k >= 0, max_tokens >= 0, at most 4 non-empty stop strings, a salt of at most
- *    1024 bytes; parsing the same body again gives the same fields.
- *  - failure: status 400 (or 500 for out of memory), a non-empty terminated message,
+ *    1024 bytes, non-empty when present; no NUL in a text prompt (its length is strlen's);
+ *    a token prompt shorter than n_ctx; parsing again gives the same fields.
+ *  - failure: status 400, 413 (the size limits, with a code) or 500 (out of memory), a
+ *    non-empty terminated message,
  *    a terminated param, *r zeroed but for the kind, and ps_error_json renders it as JSON
  *    that jansson reads back, with a non-empty message (so a client always gets an
  *    error body, whatever bytes the message quotes).
@@ -60,9 +63,12 @@ static int same_str(const char *a, const char *b, size_t n)
     return memcmp(a, b, n) == 0;
 }
 
-static void check_ok(const ps_req *r, ps_kind kind, uint32_t n_vocab)
+static void check_ok(const ps_req *r, ps_kind kind, uint32_t n_vocab, uint32_t n_ctx)
 {
     check(r->kind == kind, "kind kept");
+    if (r->prompt) check(strlen(r->prompt) == r->prompt_len, "no NUL in a text prompt");
+    if (n_ctx) check(r->n_prompt_toks < n_ctx, "token prompt shorter than the context");
+    check(!r->salt || r->salt_len > 0, "salt non-empty");
     if (kind == PS_COMPLETION) {
         check(!r->msgs && !r->n_msgs, "completions: no messages");
         check(!!r->prompt != !!r->prompt_toks, "completions: text xor token prompt");
@@ -113,7 +119,8 @@ static void check_same(const ps_req *a, const ps_req *b)
 
 static void check_error(const ps_error *e)
 {
-    check(e->status == 400 || e->status == 500, "error status 400 or 500");
+    check(e->status == 400 || e->status == 413 || e->status == 500, "error status 400/413/500");
+    check(e->status != 413 || e->code, "a 413 has a code");
     check(e->type != NULL, "error type");
     check(memchr(e->message, '\0', sizeof e->message) != NULL && e->message[0],
           "error message terminated and non-empty");
@@ -134,18 +141,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!size) return 0;
     ps_kind kind = (data[0] & 1) ? PS_CHAT : PS_COMPLETION;
-    uint32_t n_vocab = data[0] >> 1;
+    uint32_t n_vocab = data[0] >> 1, n_ctx = 4 * n_vocab;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     ps_req r, r2;
     ps_error e;
 
     memset(&e, 0, sizeof e);
-    int rc = ps_req_parse(kind, body, len, n_vocab, &r, &e);
+    int rc = ps_req_parse(kind, body, len, n_vocab, n_ctx, &r, &e);
     if (rc == 0) {
-        check_ok(&r, kind, n_vocab);
+        check_ok(&r, kind, n_vocab, n_ctx);
         ps_error e2;
-        check(ps_req_parse(kind, body, len, n_vocab, &r2, &e2) == 0, "reparse succeeds");
+        check(ps_req_parse(kind, body, len, n_vocab, n_ctx, &r2, &e2) == 0, "reparse succeeds");
         check_same(&r, &r2);
         ps_req_deinit(&r2);
     } else {

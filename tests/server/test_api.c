@@ -4,15 +4,21 @@
  *   - a completion with every field, a chat with text parts, token-id prompts;
  *   - defaults (temperature 1, top_p 1, no max_tokens, no salt);
  *   - each bad field gives 400 with param set to the field and named in the message;
+ *   - an empty cache_salt and a NUL in model, prompt, a role or content: 400 naming it;
+ *   - the size limits: a token-id prompt of n_ctx ids, a body over PS_MAX_VALUES (a
+ *     16 MB one refused in milliseconds), strings full of ',' ':' '[' and escapes that
+ *     are no values;
  *   - malformed JSON, and 20,000 random mutations of valid bodies: never a crash or a
- *     leak (ASan), always 0 or 400;
+ *     leak (ASan), always 0, 400 or 413;
  *   - ps_error_json writes {"error":{"message","type","param","code"}};
  *   - ps_err_status: every row of the pgd_status -> HTTP table (status, type, code, param,
  *     message), the stage defaults for statuses no row names, and that the old messages
  *     (which the HTTP tests match) are kept byte for byte.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -21,7 +27,7 @@
 
 static int parse(ps_kind k, const char *s, ps_req *r, ps_error *e)
 {
-    return ps_req_parse(k, s, strlen(s), 512, r, e);
+    return ps_req_parse(k, s, strlen(s), 512, 0, r, e);
 }
 
 static int test_full_completion(void)
@@ -67,9 +73,9 @@ static int test_full_completion(void)
     T_EQ(parse(PS_COMPLETION, "{\"prompt\":[\"hi\"]}", &r, &e), 0);
     T_ASSERT(strcmp(r.prompt, "hi") == 0);
     ps_req_deinit(&r);
-    /* NUL bytes inside a prompt survive. */
-    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", &r, &e), 0);
-    T_EQ(r.prompt_len, 3);
+    /* A salt is bytes with a length: NUL is fine there. */
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":\"a\\u0000b\"}", &r, &e), 0);
+    T_EQ(r.salt_len, 3);
     ps_req_deinit(&r);
     return 0;
 }
@@ -128,6 +134,18 @@ static int test_errors(void)
         {PS_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs"},
         {PS_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":[]}", "cache_salt"},
         {PS_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model"},
+        /* issue 10: an empty salt is refused (vLLM does), it never means the default tenant */
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":\"\"}", "cache_salt"},
+        /* issue 10: NUL in any text field is refused, naming the field (one rule) */
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"model\":\"m\\u0000x\"}", "model"},
+        {PS_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", "prompt"},
+        {PS_COMPLETION, "{\"prompt\":[\"a\\u0000b\"]}", "prompt"},
+        {PS_CHAT, "{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"x\"}]}", "messages"},
+        {PS_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "messages"},
+        {PS_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+         "\"a\\u0000\"}]}]}",
+         "messages"},
         {PS_CHAT, "{\"prompt\":\"x\"}", "messages"},
         {PS_CHAT, "{\"messages\":[]}", "messages"},
         {PS_CHAT, "{\"messages\":[1]}", "messages"},
@@ -149,6 +167,104 @@ static int test_errors(void)
         if (cases[i].param[0] && !strstr(e.message, cases[i].param))
             T_FAIL("%s: message '%s' does not name the field", cases[i].body, e.message);
         T_ASSERT(r.prompt == NULL && r.msgs == NULL && r.n_stop == 0);
+        if (strstr(cases[i].body, "\\u0000") && !strstr(e.message, "NUL"))
+            T_FAIL("%s: message '%s' does not say NUL", cases[i].body, e.message);
+    }
+    /* The NUL messages name the exact place. */
+    {
+        ps_req r;
+        ps_error e;
+        T_EQ(parse(PS_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                   "{\"role\":\"assistant\\u0000\",\"content\":\"y\"}]}",
+                   &r, &e),
+             -1);
+        T_ASSERT(strstr(e.message, "'messages'[1].role contains a NUL") != NULL);
+    }
+    return 0;
+}
+
+/* Builds {"prompt":[1,1,...]} with n ids into a malloc'ed string. */
+static char *token_body(size_t n, size_t *len)
+{
+    char *b = malloc(16 + 2 * n);
+    size_t k = 0;
+    memcpy(b, "{\"prompt\":[", 11);
+    k = 11;
+    for (size_t i = 0; i < n; i++) {
+        if (i) b[k++] = ',';
+        b[k++] = '1';
+    }
+    b[k++] = ']';
+    b[k++] = '}';
+    b[k] = '\0';
+    *len = k;
+    return b;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* issue 10: the size limits that bound what a body makes the server allocate. */
+static int test_limits(void)
+{
+    ps_req r;
+    ps_error e;
+    size_t len;
+    char *b;
+    /* A token-id prompt of n_ctx ids or more: 413 context_length_exceeded, named prompt. */
+    b = token_body(15, &len);
+    T_EQ(ps_req_parse(PS_COMPLETION, b, len, 512, 16, &r, &e), 0);
+    T_EQ(r.n_prompt_toks, 15);
+    ps_req_deinit(&r);
+    free(b);
+    b = token_body(16, &len);
+    T_EQ(ps_req_parse(PS_COMPLETION, b, len, 512, 16, &r, &e), -1);
+    T_EQ(e.status, 413);
+    T_ASSERT(strcmp(e.code, "context_length_exceeded") == 0 && strcmp(e.param, "prompt") == 0);
+    free(b);
+    /* More JSON values than PS_MAX_VALUES: refused before parsing. */
+    b = token_body(PS_MAX_VALUES(16), &len);
+    T_EQ(ps_req_parse(PS_COMPLETION, b, len, 512, 16, &r, &e), -1);
+    T_EQ(e.status, 413);
+    T_ASSERT(strcmp(e.code, "request_too_large") == 0);
+    free(b);
+    /* Commas, colons and brackets inside strings are no values, nor is what follows an
+     * escaped quote; an escaped backslash before the closing quote closes it. */
+    {
+        const size_t n = 20000;
+        char *s = malloc(n * 3 + 64);
+        size_t k = 0;
+        memcpy(s, "{\"prompt\":\"", 11);
+        k = 11;
+        for (size_t i = 0; i < n; i++) {
+            s[k++] = ",:["[i % 3];
+            if (i % 100 == 0) {
+                s[k++] = '\\';
+                s[k++] = i % 200 ? '"' : '\\';
+            }
+        }
+        memcpy(s + k, "\\\\\"}", 4); /* \\ then the closing quote */
+        k += 4;
+        T_EQ(ps_req_parse(PS_COMPLETION, s, k, 512, 16, &r, &e), 0);
+        T_ASSERT(r.prompt && r.prompt_len > n);
+        ps_req_deinit(&r);
+        free(s);
+    }
+    /* 16 MB of token ids against a 2,048-token context: refused at once, no tree built. */
+    {
+        double t0;
+        b = token_body(8u << 20, &len);
+        t0 = now_s();
+        T_EQ(ps_req_parse(PS_COMPLETION, b, len, 512, 2048, &r, &e), -1);
+        printf("     16 MB body of token ids: %d in %.4f s\n", e.status, now_s() - t0);
+        T_EQ(e.status, 413);
+        T_ASSERT(now_s() - t0 < 5.0);
+        free(b);
     }
     return 0;
 }
@@ -176,12 +292,12 @@ static int test_mutations(void)
         if (t_rand(&rng) % 8 == 0) n = (size_t)(t_rand(&rng) % n);
         ps_req r;
         ps_error e;
-        int rc = ps_req_parse(it % 3 == 1 ? PS_CHAT : PS_COMPLETION, buf, n, 512, &r, &e);
+        int rc = ps_req_parse(it % 3 == 1 ? PS_CHAT : PS_COMPLETION, buf, n, 512, 64, &r, &e);
         if (rc == 0) {
             ok++;
             ps_req_deinit(&r);
         } else {
-            T_EQ(e.status, 400);
+            T_ASSERT(e.status == 400 || e.status == 413);
         }
     }
     printf("mutations: %d of 20000 still valid\n", ok);
@@ -301,6 +417,7 @@ int main(void)
     T_RUN(test_chat);
     T_RUN(test_errors);
     T_RUN(test_mutations);
+    T_RUN(test_limits);
     T_RUN(test_error_json);
     T_RUN(test_status_table);
     T_DONE();

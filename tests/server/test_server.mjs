@@ -6,6 +6,11 @@
 //   - every error status with a malformed body each: 400, 401, 404, 405, 413, 429, 503;
 //   - cancellation (client disconnect) frees the request's pages at once (metrics);
 //   - cache_salt isolation; /v1/models, /health, the Prometheus page;
+//   - issue 10: an empty cache_salt and NUL in text fields are 400s; a 16 MB prompt
+//     gets its 413 in milliseconds without hundreds of MB; control-token text in chat
+//     messages stays text (unless --parse-special-in-messages); a 429 carries
+//     Retry-After; prompt-token counters count every request once, cancelled ones too
+//     (cached <= total);
 //   - 8 concurrent requests sharing a 1,000-token prefix: the prefix is computed once
 //     and the greedy outputs equal those of the same requests run one by one;
 //   - --no-prefix-cache shares nothing: 2 identical prompts hold twice the pages;
@@ -14,6 +19,7 @@
 // Run by ctest (labels integration, thread); see common.mjs for the environment.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import {
@@ -208,6 +214,11 @@ test('400: malformed JSON and bad fields name the field', async () => {
     ['{"prompt": "x", "seed": 1.5}', 'seed'],
     ['{"prompt": "x", "cache_salt": 12}', 'cache_salt'],
     ['{"prompt": "x", "model": 3}', 'model'],
+    // issue 10: an empty salt is refused (it used to join the default tenant silently)
+    ['{"prompt": "x", "cache_salt": ""}', 'cache_salt'],
+    // issue 10: one rule for NUL in text fields: refused, naming the field
+    ['{"prompt": "x", "model": "m\\u0000x"}', 'model'],
+    ['{"prompt": "a\\u0000b"}', 'prompt'],
     ['{"prompt": "x", "prompt": "y"}', null],
   ];
   for (const [body, param] of cases) {
@@ -228,6 +239,8 @@ test('400: malformed JSON and bad fields name the field', async () => {
     ['{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 'messages'],
     ['{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1}', 'max_completion_tokens'],
     ['{"prompt": "no messages"}', 'messages'],
+    ['{"messages": [{"role": "user\\u0000x", "content": "x"}]}', 'messages'],
+    ['{"messages": [{"role": "user", "content": "a\\u0000b"}]}', 'messages'],
   ];
   for (const [body, param] of chat) {
     const r = await post(srv, '/v1/chat/completions', body);
@@ -291,6 +304,37 @@ test('cache_salt: same prompt, other salt, 0 cached tokens', async () => {
   assert.equal(await ask(undefined), 0);
   assert.equal(await ask(undefined), 96);
   assert.equal(await ask('tenant-b'), 96);
+});
+
+// issue 10: cancelled requests used to be left out of pagoda_prompt_tokens_total while
+// the cached counter (the scheduler's) had them, so a hit ratio passed 100%.
+test('metrics: prompt tokens counted once per request, cancelled too; cached <= total', async () => {
+  const prompt = randomTokens(4242, 300);
+  const m0 = await metrics(srv);
+  const first = await post(srv, '/v1/completions', { prompt, max_tokens: 2, temperature: 0 });
+  assert.equal(first.status, 200, first.text);
+  // Three streams of the same prompt (cache hits), each cancelled after its first token.
+  for (let i = 0; i < 3; i++) {
+    const { aborted } = await stream(srv, '/v1/completions',
+      { prompt, max_tokens: 1500, temperature: 0, ignore_eos: true }, (ev, evs) => evs.length >= 1);
+    assert.ok(aborted);
+  }
+  const d = await until(async () => {
+    const v = await metrics(srv);
+    const total = v.pagoda_prompt_tokens_total - m0.pagoda_prompt_tokens_total;
+    return v.pagoda_requests_running === 0 && total >= 4 * 300 ? { v, total } : null;
+  }, 'the cancelled requests to be counted');
+  const cached = d.v.pagoda_prompt_tokens_cached_total - m0.pagoda_prompt_tokens_cached_total;
+  const computed = d.v.pagoda_prompt_tokens_computed_total - m0.pagoda_prompt_tokens_computed_total;
+  console.log(`# 1 finished + 3 cancelled requests of 300 tokens: total ${d.total}, cached ${cached}, computed ${computed}`);
+  assert.equal(d.total, 4 * 300);
+  assert.equal(cached, 3 * 288); // whole pages of the first 299 tokens, for each hit
+  assert.ok(cached <= d.total);
+  assert.equal(computed, d.total - cached);
+  assert.ok(d.v.pagoda_prompt_tokens_cached_total <= d.v.pagoda_prompt_tokens_total);
+  assert.equal(d.v.pagoda_prompt_tokens_computed_total,
+    d.v.pagoda_prompt_tokens_total - d.v.pagoda_prompt_tokens_cached_total);
+  assert.ok(d.v.pagoda_prefill_tokens_computed_total >= 300, 'the scheduler work counter stays');
 });
 
 test('cancellation: a client that goes away frees its pages at once', async () => {
@@ -399,6 +443,7 @@ test('429 when the queue is full', async () => {
     const c = await post(s, '/v1/completions', '{"prompt": "Once upon a time", "max_tokens": 2}');
     assert.equal(c.status, 429, c.text);
     assert.equal(c.json.error.code, 'queue_full');
+    assert.equal(c.headers.get('retry-after'), '1', 'a 429 carries Retry-After (issue 10)');
     ctl.abort(); // A goes; B runs
     const b = await pB;
     assert.equal(b.status, 200);
@@ -508,4 +553,70 @@ test('shutdown is bounded: idle keep-alive connection + stream in flight, SIGTER
   await drained;
   ctl.abort();
   agent.destroy();
+});
+
+// Peak resident memory of a process (VmHWM), in MB; null where /proc is missing.
+function peakRssMB(pid) {
+  try {
+    const st = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const m = st.match(/VmHWM:\s+(\d+) kB/);
+    return m ? Number(m[1]) / 1024 : null;
+  } catch { return null; }
+}
+
+// issue 10: a 16 MB prompt was tokenized twice before its 413 (16 s of CPU on
+// stories260K, +512 MB RSS). Now its token count is bounded from its length: refused in
+// milliseconds, and the server allocates a small multiple of the body at most.
+test('a 16 MB prompt gets its 413 fast, without hundreds of MB (text, chat, token ids)', async () => {
+  const s = await startServer(model.path, ['--ctx', '2048', '--max-body', '40M']);
+  try {
+    const text = 'Once upon a time '.repeat(Math.floor((16 << 20) / 17));
+    const bodies = [
+      ['text', '/v1/completions', JSON.stringify({ prompt: text })],
+      ['chat', '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: text }] })],
+      ['token ids', '/v1/completions', '{"prompt":[' + '1,'.repeat(8 << 20) + '1]}'],
+    ];
+    const rss0 = peakRssMB(s.proc.pid);
+    for (const [what, route, body] of bodies) {
+      const t0 = performance.now();
+      const r = await post(s, route, body);
+      const ms = performance.now() - t0;
+      const rss = peakRssMB(s.proc.pid);
+      console.log(`# 16 MB ${what} prompt: ${r.status} in ${ms.toFixed(0)} ms, peak RSS ` +
+                  `${rss0 === null ? '?' : `${rss0.toFixed(0)} -> ${rss.toFixed(0)}`} MB`);
+      assert.equal(r.status, 413, r.text.slice(0, 300));
+      assert.ok(['context_length_exceeded', 'request_too_large'].includes(r.json.error.code));
+      assert.ok(ms < 5000, `${what}: ${ms} ms`);
+      if (rss0 !== null) assert.ok(rss - rss0 < 300, `${what}: peak RSS grew by ${rss - rss0} MB`);
+    }
+    // A prompt just under the context still works, one just over gets the exact count.
+    let r = await post(s, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 2 });
+    assert.equal(r.status, 200);
+    r = await post(s, '/v1/completions', { prompt: randomTokens(3, 2048) });
+    assert.equal(r.status, 413);
+    assert.match(r.json.error.message, /has 2048 tokens/);
+  } finally {
+    await s.stop();
+  }
+});
+
+// issue 10: text in a chat message that spells a control token became that token, so a
+// user could forge turn boundaries. Message content is plain text now; the template's
+// own markers are still control tokens; --parse-special-in-messages keeps the old way.
+test('chat: control-token text in a message stays text (--parse-special-in-messages: parsed)', async () => {
+  if (!model.stories) return; // needs stories260K's "</s>" (EOS, a control token)
+  const chat = { messages: [{ role: 'user', content: 'Hi</s> there' }], max_tokens: 1, temperature: 0 };
+  // The plain template renders this text; a completion parses special tokens in it.
+  const same = { prompt: 'User: Hi</s> there\nAssistant:', max_tokens: 1, temperature: 0 };
+  const asText = (await post(srv, '/v1/chat/completions', chat)).json.usage.prompt_tokens;
+  const parsed = (await post(srv, '/v1/completions', same)).json.usage.prompt_tokens;
+  console.log(`# 'Hi</s> there' in a chat message: ${asText} prompt tokens; parsed as EOS: ${parsed}`);
+  assert.ok(asText > parsed, 'the four characters of "</s>" take more than one token');
+  const s = await startServer(model.path, ['--ctx', '256', '--parse-special-in-messages']);
+  try {
+    const old = (await post(s, '/v1/chat/completions', chat)).json.usage.prompt_tokens;
+    assert.equal(old, parsed);
+  } finally {
+    await s.stop();
+  }
 });
