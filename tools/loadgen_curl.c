@@ -26,7 +26,7 @@
 #define M_KV_USAGE "pagoda_kv_usage_ratio"
 #define M_KV_USED "pagoda_kv_pages_used"
 #define M_KV_TOTAL "pagoda_kv_pages_total"
-#define M_PROMPT_COMPUTED "pagoda_prompt_tokens_computed_total"
+#define M_PROMPT_COMPUTED "pagoda_prefill_tokens_computed_total" /* work, recomputes included */
 #define M_CONTEXT "pagoda_context_tokens"
 
 #define METRICS_PERIOD_S 0.010
