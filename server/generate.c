@@ -45,17 +45,10 @@ void ps__record_outcome(conn *k, ps_outcome o)
     ps_metrics_finish(&k->srv->metrics, o, now_s() - k->t0, c);
 }
 
-/* Whether the client closed its end of the connection. */
+/* Whether the client went away (a half-close is not: see ps__client_gone). */
 static int client_gone(conn *k)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(k->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
-    char b;
-    ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0) return 1;
-    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
-    return 0;
+    return ps__client_gone(k);
 }
 
 static int stopping(ps_server *srv)

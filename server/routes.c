@@ -16,10 +16,14 @@
  *  - Every response goes through ps__queue (or generate.c's stream), which counts it in
  *    the metrics by status.
  */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server_int.h"
@@ -150,28 +154,87 @@ static int auth_ok(conn *k)
     return diff == 0;
 }
 
-static enum MHD_Result dispatch(conn *k, const char *method)
+struct hcount {
+    const char *name;
+    int n;
+};
+
+/* Counts the headers named h->name (cls), case-insensitively. */
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    struct hcount *h = cls;
+    (void)kind;
+    (void)value;
+    if (key && strcasecmp(key, h->name) == 0) h->n++;
+    return MHD_YES;
+}
+
+static int n_headers(struct MHD_Connection *c, const char *name)
+{
+    struct hcount h = {name, 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &h);
+    return h.n;
+}
+
+/* What the headers alone decide, before any byte of the body is read: framing that a proxy
+ * could read another way (request smuggling), the route, the API key, the method, the
+ * shutdown. Returns 1 after queueing the refusal (the connection closes: its body, if any,
+ * is never read), 0 when the request may go on. */
+static int refuse_on_headers(conn *k, const char *method, const char *version, enum MHD_Result *ret)
 {
     ps_server *srv = k->srv;
     ps_error e;
     int is_post = strcmp(method, "POST") == 0;
     int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int n_cl = n_headers(k->c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int n_te = n_headers(k->c, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *cl =
+        MHD_lookup_connection_value(k->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    /* A refusal with a body on its way closes the connection: the body is never read. */
+    int close_conn = n_te || (cl && strtoull(cl, NULL, 10) > 0);
 
-    if (k->rt == R_UNKNOWN) {
+    if (n_cl > 1) {
+        close_conn = 1;
+        ps_err(&e, 400, NULL, "invalid_request", "more than one Content-Length header");
+    } else if (n_cl && n_te) {
+        close_conn = 1;
+        ps_err(&e, 400, NULL, "invalid_request",
+               "both Content-Length and Transfer-Encoding headers");
+    } else if (strcmp(version, MHD_HTTP_VERSION_1_0) != 0 &&
+               n_headers(k->c, MHD_HTTP_HEADER_HOST) != 1) {
+        close_conn = 1;
+        ps_err(&e, 400, NULL, "invalid_request", "an HTTP/1.1 request needs one Host header");
+    } else if (k->rt == R_UNKNOWN) {
         ps_err(&e, 404, NULL, "not_found", "no route %s %s", method, k->url);
-        return ps__send_error(k, &e, 0);
-    }
-    if (strncmp(k->url, "/v1/", 4) == 0 && !auth_ok(k)) {
+    } else if (strncmp(k->url, "/v1/", 4) == 0 && !auth_ok(k)) {
         ps_err(&e, 401, NULL, "invalid_api_key",
                "missing or wrong API key: send 'Authorization: Bearer KEY'");
-        return ps__send_error(k, &e, 0);
-    }
-    int want_post = k->rt == R_COMPLETIONS || k->rt == R_CHAT;
-    if (want_post ? !is_post : !is_get) {
+    } else if ((k->rt == R_COMPLETIONS || k->rt == R_CHAT) ? !is_post : !is_get) {
+        int want_post = k->rt == R_COMPLETIONS || k->rt == R_CHAT;
         ps_err(&e, 405, NULL, "method_not_allowed", "%s %s: use %s", method, k->url,
                want_post ? "POST" : "GET");
-        return ps__send_error(k, &e, 0);
+    } else {
+        /* While shutting down, a new generation (or /health) gets 503 at once, its body
+         * unread, also on a connection opened before: none waits for a server that is
+         * going. /metrics and /v1/models still answer. */
+        pthread_mutex_lock(&srv->mu);
+        int down = srv->shutting_down;
+        pthread_mutex_unlock(&srv->mu);
+        if (!down || !(k->rt == R_COMPLETIONS || k->rt == R_CHAT || k->rt == R_HEALTH)) return 0;
+        close_conn = 1;
+        ps_err_status(&e, PS_AT_SHUTDOWN, PGD_ESTATE, NULL);
     }
+    k->refused = 1;
+    *ret = ps__send_error(k, &e, close_conn);
+    return 1;
+}
+
+static enum MHD_Result dispatch(conn *k)
+{
+    ps_server *srv = k->srv;
+    ps_error e;
+
     if (k->too_big) return send_too_big(k);
     if (k->rt == R_COMPLETIONS || k->rt == R_CHAT) {
         /* A generation may run for minutes between two writes (a long prefill, a
@@ -203,6 +266,34 @@ static enum MHD_Result dispatch(conn *k, const char *method)
     }
 }
 
+/* ---- the client's socket ---- */
+
+int ps__client_gone(conn *k)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(k->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    MHD_socket fd = ci->connect_fd;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return 1; /* reset, or shut both ways */
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0) return 0; /* a pipelined request */
+    if (r < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    /* End of input: a disconnect, or a half-close (the client shut down its write side
+     * and still reads; `nc -N` does). Only a write tells them apart: a closed socket
+     * answers data with a reset. A stream writes anyway; before a whole answer, an
+     * interim "100 Continue" (HTTP/1.1 clients must accept 1xx) is the probe. HTTP/1.0
+     * clients get none and always get their answer. */
+    if (k->stream || k->eof_probed) return 0;
+    k->eof_probed = 1;
+    if (k->http10) return 0;
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    ssize_t w = send(fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
 /* ---- libmicrohttpd callbacks ---- */
 
 static void conn_destroy(conn *k)
@@ -220,7 +311,6 @@ enum MHD_Result ps__on_request(void *cls, struct MHD_Connection *c, const char *
 {
     ps_server *srv = cls;
     conn *k = *con_cls;
-    (void)version;
     if (!k) {
         k = calloc(1, sizeof *k);
         if (!k) return MHD_NO;
@@ -229,6 +319,7 @@ enum MHD_Result ps__on_request(void *cls, struct MHD_Connection *c, const char *
         k->t0 = now_s();
         k->rt = route_of(url);
         snprintf(k->url, sizeof k->url, "%s", url);
+        k->http10 = strcmp(version, MHD_HTTP_VERSION_1_1) != 0;
         k->created = (long long)time(NULL);
         snprintf(k->rid, sizeof k->rid, "%s-%016llx", route_of(url) == R_CHAT ? "chatcmpl" : "cmpl",
                  (unsigned long long)ps__next_random(srv));
@@ -239,6 +330,9 @@ enum MHD_Result ps__on_request(void *cls, struct MHD_Connection *c, const char *
         srv->n_http++;
         pthread_mutex_unlock(&srv->mu);
         ps_metrics_http_active(&srv->metrics, 1);
+        ps__sock_phase(srv, c, SOCK_BODY);
+        enum MHD_Result ret;
+        if (refuse_on_headers(k, method, version, &ret)) return ret;
         /* Refuse an announced oversized body before reading any of it. */
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -248,7 +342,12 @@ enum MHD_Result ps__on_request(void *cls, struct MHD_Connection *c, const char *
         }
         return MHD_YES;
     }
+    if (k->refused) {
+        *upload_data_size = 0; /* answered on the headers: drop what arrives */
+        return MHD_YES;
+    }
     if (*upload_data_size) {
+        ps__sock_body(srv, c, *upload_data_size);
         if (!k->too_big && k->body.len + *upload_data_size > srv->p.max_body_bytes) {
             k->too_big = 1; /* a chunked body that grew too large: read and drop the rest */
             ps_buf_deinit(&k->body);
@@ -257,7 +356,8 @@ enum MHD_Result ps__on_request(void *cls, struct MHD_Connection *c, const char *
         *upload_data_size = 0;
         return MHD_YES;
     }
-    return dispatch(k, method);
+    ps__sock_phase(srv, c, SOCK_HANDLING);
+    return dispatch(k);
 }
 
 void ps__on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -267,6 +367,7 @@ void ps__on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn *k = *con_cls;
     if (!k) return;
     *con_cls = NULL;
+    ps__sock_phase(srv, c, SOCK_HEADERS);
     /* Idle again (keep-alive): the idle timeout applies, counted from now. */
     if (k->no_timeout && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, srv->p.idle_timeout_s);

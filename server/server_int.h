@@ -16,6 +16,8 @@
  *   handoff.c    the job: tokens from the stepping thread to   both
  *                the connection thread
  *   step.c       the stepping thread                           stepping thread
+ *   server.c     also the connection guard: cuts connections   guard thread
+ *                whose headers or body come too slowly
  *
  * Objects and who holds them:
  *
@@ -65,6 +67,12 @@
 #define WAIT_MS 50
 #define DEFAULT_MAX_BODY (16u << 20)
 #define DEFAULT_IDLE_TIMEOUT_S 60u
+#define DEFAULT_MAX_CONNECTIONS 4096u
+#define DEFAULT_MAX_CONNECTIONS_PER_IP 1024u
+#define DEFAULT_HEADER_TIMEOUT_S 10u
+#define DEFAULT_MIN_BODY_RATE 1024u  /* bytes per second */
+#define GUARD_MS 200                 /* how often the guard looks at the connections */
+#define STREAMS_END_S 1.0            /* destroy: how long cancelled streams get to end */
 #define DEFAULT_COMPLETION_TOKENS 16 /* OpenAI's default max_tokens for /v1/completions */
 
 typedef enum route {
@@ -93,6 +101,25 @@ typedef struct job {
     uint32_t n_seen;  /* stepping thread only */
 } job;
 
+/* One TCP connection (MHD's socket context), from accept to close: what the guard thread
+ * needs to cut a client that sends its headers or body too slowly (slowloris). */
+typedef enum sock_phase {
+    SOCK_HEADERS = 0, /* waiting for a request's headers */
+    SOCK_BODY,        /* headers in, the body arriving */
+    SOCK_HANDLING     /* the request is being answered: never cut */
+} sock_phase;
+
+typedef struct sock {
+    struct sock *prev, *next; /* srv->socks; srv->sock_mu */
+    MHD_socket fd;
+    sock_phase phase;      /* srv->sock_mu, like every field below */
+    double t_wait;         /* when the headers began to be awaited (accept, last answer) */
+    double t_body;         /* when the headers were complete */
+    uint64_t n_body_bytes; /* body bytes received so far */
+    uint32_t n_requests;   /* requests answered on this connection */
+    int cut;               /* the guard shut it down */
+} sock;
+
 typedef struct conn {
     ps_server *srv;
     struct MHD_Connection *c;
@@ -101,6 +128,10 @@ typedef struct conn {
     double t0;
     ps_buf body;
     int too_big;
+    int http10;     /* not HTTP/1.1: no interim responses */
+    int refused;    /* answered on the headers alone: the body (if any) is dropped unread */
+    int eof_probed; /* the client's end of input came; an interim 100 was sent to tell a
+                       half-close from a disconnect (ps__client_gone) */
     /* a generation */
     job *j;
     uint64_t id;
@@ -132,7 +163,6 @@ struct ps_server {
     pe_sched *sched;
     pgd_cache *cache;
     struct MHD_Daemon *d;
-    MHD_socket listen_fd; /* from MHD_quiesce_daemon; closed after MHD_stop_daemon */
     uint16_t port;
     pe_chat_family chat;
     char *chat_stops[PS_MAX_STOPS - PS_MAX_USER_STOPS];
@@ -146,6 +176,13 @@ struct ps_server {
     int shutting_down, cancel_all, stopping, stop_stepper;
     pthread_t stepper;
     int stepper_started;
+    /* the connection guard (server.c): header deadline and minimum body rate */
+    pthread_mutex_t sock_mu; /* a leaf: guards socks, every sock, stop_guard */
+    pthread_cond_t guard_cv;
+    sock *socks;
+    int stop_guard;
+    pthread_t guard;
+    int guard_started;
     uint64_t counter;
     long long t_start;
 };
@@ -175,6 +212,12 @@ static inline int model_ok(const ps_server *srv, const char *name)
 
 /* server.c: a fresh random number (request ids, default seeds). Any thread; takes srv->mu. */
 uint64_t ps__next_random(ps_server *srv);
+
+/* server.c: the connection guard's view of k's request: its headers are in (phase
+ * SOCK_BODY), n more body bytes came, it is being answered (SOCK_HANDLING), it completed
+ * (SOCK_HEADERS again, the next request's headers awaited). Connection thread. */
+void ps__sock_phase(ps_server *srv, struct MHD_Connection *c, sock_phase ph);
+void ps__sock_body(ps_server *srv, struct MHD_Connection *c, size_t n);
 
 /* ---- handoff.c: the job between the stepping thread and a connection thread ---- */
 
@@ -228,6 +271,11 @@ enum MHD_Result ps__handle_generate(conn *k);
 void ps__record_outcome(conn *k, ps_outcome o);
 
 /* ---- routes.c ---- */
+
+/* Whether k's client went away (reset, or closed its socket). A half-close (end of input
+ * while the client still reads) is not going away: the answer is delivered. Connection
+ * thread, with no response data written by anyone else meanwhile. */
+int ps__client_gone(conn *k);
 
 /* Queues a response of data[0..n) (copied), with the headers status needs. */
 enum MHD_Result ps__queue(conn *k, int status, const char *ctype, const char *data, size_t n,

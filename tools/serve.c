@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,6 +86,15 @@ static void usage(FILE *out)
           "      --idle-timeout S     close a connection idle this long, e.g. a keep-alive\n"
           "                           one between requests (default 60; 0: never); never\n"
           "                           while a request is generating\n"
+          "      --max-connections N  open connections at most (default 4096); more are\n"
+          "                           refused\n"
+          "      --max-connections-per-ip N\n"
+          "                           open connections from one address (default 1024;\n"
+          "                           0: no limit)\n"
+          "      --header-timeout S   a request's headers must arrive within S seconds of\n"
+          "                           the connection opening (default 10; 0: no deadline)\n"
+          "      --min-body-rate B    after --header-timeout, a body arriving slower than B\n"
+          "                           bytes/s is cut (default 1024; 0: any rate)\n"
           "  -h, --help\n",
           out);
 }
@@ -158,6 +168,47 @@ static void *watchdog_main(void *arg)
     _exit(0);
 }
 
+/* While the model loads (and the pool, scheduler and server are set up) nothing needs a
+ * graceful shutdown: a signal ends the process at once. Signals stay blocked in every
+ * thread (the main thread's sigwait takes them once serving), so this thread waits for
+ * them until done is set; one it took after that is sent again, for the sigwait. */
+typedef struct load_watch {
+    sigset_t sigs;
+    int done; /* atomic */
+} load_watch;
+
+static void *load_watch_main(void *arg)
+{
+    load_watch *w = arg;
+    while (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        int sig = sigtimedwait(&w->sigs, NULL, &ts);
+        if (sig <= 0) continue;
+        if (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE)) {
+            kill(getpid(), sig);
+            break;
+        }
+        say(sig == SIGINT ? "pagoda serve: SIGINT while loading; exiting\n"
+                          : "pagoda serve: SIGTERM while loading; exiting\n");
+        _exit(128 + sig);
+    }
+    return NULL;
+}
+
+/* Each connection holds a descriptor: raise the soft limit toward the hard one so that
+ * --max-connections can be reached (a lower limit only makes accept fail sooner). */
+static void raise_fd_limit(uint32_t max_connections)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t want = (rlim_t)max_connections + 256;
+    if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) want = rl.rlim_max;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
 static void default_model_id(const char *path, char *out, size_t n)
 {
     const char *b = strrchr(path, '/');
@@ -183,7 +234,11 @@ int cmd_serve(int argc, char **argv)
         O_GRACE,
         O_ID,
         O_IDLE,
-        O_PSIM
+        O_PSIM,
+        O_MAXCONN,
+        O_MAXIP,
+        O_HDRTO,
+        O_BODYRATE
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"model-id", required_argument, 0, O_ID},
@@ -204,6 +259,10 @@ int cmd_serve(int argc, char **argv)
                                          {"shutdown-grace", required_argument, 0, O_GRACE},
                                          {"idle-timeout", required_argument, 0, O_IDLE},
                                          {"parse-special-in-messages", no_argument, 0, O_PSIM},
+                                         {"max-connections", required_argument, 0, O_MAXCONN},
+                                         {"max-connections-per-ip", required_argument, 0, O_MAXIP},
+                                         {"header-timeout", required_argument, 0, O_HDRTO},
+                                         {"min-body-rate", required_argument, 0, O_BODYRATE},
                                          CLI_KV_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -314,6 +373,25 @@ int cmd_serve(int argc, char **argv)
         case O_PSIM:
             pp.parse_special_in_messages = 1;
             break;
+        case O_MAXCONN:
+            if (cli_parse_u64(cmd, "--max-connections", optarg, 1, 1u << 20, &v))
+                return CLI_EXIT_USAGE;
+            pp.max_connections = (uint32_t)v;
+            break;
+        case O_MAXIP:
+            if (cli_parse_u64(cmd, "--max-connections-per-ip", optarg, 0, 1u << 20, &v))
+                return CLI_EXIT_USAGE;
+            pp.max_connections_per_ip = (uint32_t)v;
+            break;
+        case O_HDRTO:
+            if (cli_parse_u64(cmd, "--header-timeout", optarg, 0, 86400, &v)) return CLI_EXIT_USAGE;
+            pp.header_timeout_s = (uint32_t)v;
+            break;
+        case O_BODYRATE:
+            if (cli_parse_u64(cmd, "--min-body-rate", optarg, 0, 1u << 30, &v))
+                return CLI_EXIT_USAGE;
+            pp.min_body_rate = (uint32_t)v;
+            break;
         case 'h':
             usage(stdout);
             return CLI_EXIT_OK;
@@ -335,6 +413,11 @@ int cmd_serve(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit(pp.max_connections);
+    static load_watch lw;
+    lw.sigs = sigs;
+    pthread_t lwt;
+    int lw_started = pthread_create(&lwt, NULL, load_watch_main, &lw) == 0;
 
     int rc = CLI_EXIT_FAIL;
     cli_progress prog = {10, -1};
@@ -402,6 +485,9 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
     }
+    __atomic_store_n(&lw.done, 1, __ATOMIC_RELEASE);
+    if (lw_started) pthread_join(lwt, NULL);
+    lw_started = 0;
     const pe_ctx_params *ap = pe_ctx_params_get(ctx);
     pgd_cache_stats cs;
     pgd_cache_get_stats(pe_ctx_cache(ctx), &cs);
@@ -438,6 +524,8 @@ int cmd_serve(int argc, char **argv)
     srv = NULL;
     __atomic_store_n(&wd.done, 1, __ATOMIC_RELEASE);
 out:
+    __atomic_store_n(&lw.done, 1, __ATOMIC_RELEASE);
+    if (lw_started) pthread_join(lwt, NULL);
     ps_server_destroy(srv);
     pe_sched_destroy(sched);
     pe_ctx_destroy(ctx);

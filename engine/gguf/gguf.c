@@ -523,7 +523,9 @@ int pe_gguf_open(const char *path, pe_gguf_file **out, char *err, size_t errlen)
     int fd, rc;
 
     *out = NULL;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO (or a device) must not block waiting for a writer; a
+     * non-regular file is refused below, and the flag changes nothing for the mmap. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         pe__gguf_set_err(err, errlen, "cannot open: %s", strerror(errno));
         return -1;
@@ -534,7 +536,7 @@ int pe_gguf_open(const char *path, pe_gguf_file **out, char *err, size_t errlen)
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        pe__gguf_set_err(err, errlen, "not a regular file");
+        pe__gguf_set_err(err, errlen, "not a regular file (a FIFO, device or directory)");
         close(fd);
         return -1;
     }
