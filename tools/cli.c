@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -36,6 +37,94 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min,
     }
     *out = v;
     return 0;
+}
+
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max,
+                   uint64_t *out)
+{
+    uint64_t v = 0, mul = 1;
+    const char *p = s;
+
+    if (!isdigit((unsigned char)*p)) goto bad;
+    for (; isdigit((unsigned char)*p); p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) goto range;
+        v = v * 10 + d;
+    }
+    switch (*p) {
+    case 'k':
+    case 'K':
+        mul = 1ull << 10;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ull << 20;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ull << 30;
+        break;
+    case 't':
+    case 'T':
+        mul = 1ull << 40;
+        break;
+    case '\0':
+        break;
+    default:
+        goto bad;
+    }
+    if (mul > 1 && p[1] != '\0') goto bad;
+    if (v > UINT64_MAX / mul) goto range;
+    v *= mul;
+    if (v < min || v > max) goto range;
+    *out = v;
+    return 0;
+bad:
+    fprintf(stderr,
+            "%s: %s: '%s' is not a size in bytes (digits with an optional K, M, G or T suffix, "
+            "e.g. 4096, 512M, 2G)\n",
+            cmd, opt, s);
+    return -1;
+range:
+    fprintf(stderr, "%s: %s: %s is out of range [%llu, %llu] bytes\n", cmd, opt, s,
+            (unsigned long long)min, (unsigned long long)max);
+    return -1;
+}
+
+int cli_parse_float(const char *cmd, const char *opt, const char *s, float *out)
+{
+    const char *p = s;
+    int n_int = 0, n_frac = 0;
+    char *end = NULL;
+    float v;
+
+    /* The grammar first: strtof also takes blanks, "nan", "inf" and hex floats. */
+    if (*p == '+' || *p == '-') p++;
+    for (; isdigit((unsigned char)*p); p++)
+        n_int++;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++)
+            n_frac++;
+    if (!n_int && !n_frac) goto bad;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!isdigit((unsigned char)*p)) goto bad;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p) goto bad;
+    errno = 0;
+    v = strtof(s, &end);
+    if (*end || !isfinite(v) || (errno == ERANGE && v != 0)) {
+        fprintf(stderr, "%s: %s: %s is out of range for a float\n", cmd, opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+bad:
+    fprintf(stderr, "%s: %s: '%s' is not a decimal number\n", cmd, opt, s);
+    return -1;
 }
 
 int cli_usage_error(const char *cmd)

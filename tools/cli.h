@@ -34,6 +34,26 @@ int cmd_eval(int argc, char **argv);
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max,
                   uint64_t *out);
 
+/*
+ * Parses s as a size in bytes for option opt of command cmd: decimal digits with an
+ * optional K, M, G or T suffix (either case; powers of 1024) and nothing else (no sign,
+ * blank, fraction, exponent, hex, "nan", "B" or "iB"), in [min, max]. Returns 0, or -1
+ * after printing "cmd: opt: why" on stderr.
+ */
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max,
+                   uint64_t *out);
+
+/*
+ * Parses s as a finite decimal number ([+-]digits[.digits][e[+-]digits], digits on at
+ * least one side of the point) for option opt of command cmd: "nan", "inf" and hex floats
+ * are refused. Range checks are the caller's. Returns 0, or -1 after printing why.
+ */
+int cli_parse_float(const char *cmd, const char *opt, const char *s, float *out);
+
+/* The most compute threads -t/--threads takes (run, eval, serve); more threads than cores
+ * only slow a step down, but the option does not second-guess the machine. */
+#define CLI_MAX_THREADS 1024
+
 /* Prints "Try '<cmd> --help'." on stderr and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd);
 

@@ -46,7 +46,7 @@ static void usage(FILE *out)
           "  -f, --file FILE           the text to score\n"
           "  -c, --ctx-size N          tokens per chunk (default 512; at least 4)\n"
           "  -b, --batch-size N        tokens per forward call (default 512)\n"
-          "  -t, --threads N           threads (default: all cores)\n"
+          "  -t, --threads N           threads, 1..1024 (default: all cores)\n"
           "      --kv-type T           f32 | f16 | bf16 | q8_0 | q4_0 | kivi2 (default f32)\n"
           "      --kv-rotate           Hadamard-rotate K and V before encoding\n"
           "      --kv-residual N       staged codecs: least f16 staging ring (default 128)\n"
@@ -238,7 +238,7 @@ int cmd_eval(int argc, char **argv)
             cp.n_batch = (uint32_t)v;
             break;
         case 't':
-            if (cli_parse_u64(cmd, "-t", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            if (cli_parse_u64(cmd, "-t", optarg, 1, CLI_MAX_THREADS, &v)) return CLI_EXIT_USAGE;
             cp.n_threads = (uint32_t)v;
             break;
         case O_JSON:

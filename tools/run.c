@@ -23,9 +23,10 @@ static void usage(FILE *out)
           "  -m, --model FILE        GGUF model (architecture llama)\n"
           "  -p, --prompt TEXT       the prompt (BOS is added when the model asks for it)\n"
           "  -f, --file FILE         read the prompt from a file instead\n"
-          "  -n, --n-predict N       tokens to generate (default 128; -1: until EOS or ctx)\n"
+          "  -n, --n-predict N       tokens to generate (default 128; -1: until EOS or the\n"
+          "                          context is full; never more than the context holds)\n"
           "  -c, --ctx-size N        context length in tokens (default: the model's)\n"
-          "  -t, --threads N         threads (default: all cores)\n"
+          "  -t, --threads N         threads, 1..1024 (default: all cores)\n"
           "  -b, --batch-size N      prompt tokens per forward chunk (default 512)\n"
           "      --temp T            temperature; 0 = greedy (default 0.8)\n"
           "      --top-k N           (default 40; 0 = off)\n"
@@ -47,18 +48,6 @@ static void usage(FILE *out)
           "      --no-display-prompt do not echo the prompt\n"
           "  -h, --help\n",
           out);
-}
-
-static int parse_float(const char *opt, const char *s, float *out)
-{
-    char *end;
-    float v = strtof(s, &end);
-    if (end == s || *end) {
-        fprintf(stderr, "pagoda run: %s: '%s' is not a number\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 int cmd_run(int argc, char **argv)
@@ -117,6 +106,13 @@ int cmd_run(int argc, char **argv)
                 n_predict = -1;
                 break;
             }
+            if (optarg[0] == '-') {
+                fprintf(stderr,
+                        "%s: -n: '%s' is neither -1 (until the context is full) nor a "
+                        "number of tokens\n",
+                        cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
             if (cli_parse_u64(cmd, "-n", optarg, 0, 1u << 30, &v)) return CLI_EXIT_USAGE;
             n_predict = (int64_t)v;
             break;
@@ -125,7 +121,7 @@ int cmd_run(int argc, char **argv)
             cp.n_ctx = (uint32_t)v;
             break;
         case 't':
-            if (cli_parse_u64(cmd, "-t", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            if (cli_parse_u64(cmd, "-t", optarg, 1, CLI_MAX_THREADS, &v)) return CLI_EXIT_USAGE;
             cp.n_threads = (uint32_t)v;
             break;
         case 'b':
@@ -137,20 +133,21 @@ int cmd_run(int argc, char **argv)
             sp.seed = v;
             break;
         case O_TEMP:
-            if (parse_float("--temp", optarg, &sp.temp)) return CLI_EXIT_USAGE;
+            if (cli_parse_float(cmd, "--temp", optarg, &sp.temp)) return CLI_EXIT_USAGE;
             break;
         case O_TOPK:
             if (cli_parse_u64(cmd, "--top-k", optarg, 0, 1u << 30, &v)) return CLI_EXIT_USAGE;
             sp.top_k = (int32_t)v;
             break;
         case O_TOPP:
-            if (parse_float("--top-p", optarg, &sp.top_p)) return CLI_EXIT_USAGE;
+            if (cli_parse_float(cmd, "--top-p", optarg, &sp.top_p)) return CLI_EXIT_USAGE;
             break;
         case O_MINP:
-            if (parse_float("--min-p", optarg, &sp.min_p)) return CLI_EXIT_USAGE;
+            if (cli_parse_float(cmd, "--min-p", optarg, &sp.min_p)) return CLI_EXIT_USAGE;
             break;
         case O_RP:
-            if (parse_float("--repeat-penalty", optarg, &sp.repeat_penalty)) return CLI_EXIT_USAGE;
+            if (cli_parse_float(cmd, "--repeat-penalty", optarg, &sp.repeat_penalty))
+                return CLI_EXIT_USAGE;
             break;
         case O_RLN:
             if (cli_parse_u64(cmd, "--repeat-last-n", optarg, 0, 1u << 20, &v))
@@ -217,7 +214,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "%s: cannot tokenize the prompt\n", cmd);
         goto out;
     }
-    uint64_t n_gen_max = n_predict < 0 ? ap->n_ctx : (uint64_t)n_predict;
+    /* Generation stops when the context is full whatever -n says: -n -1 means exactly
+     * that, and a larger -n allocates no more than the context holds. */
+    uint64_t n_gen_max =
+        n_predict < 0 || (uint64_t)n_predict > ap->n_ctx ? ap->n_ctx : (uint64_t)n_predict;
     toks = malloc(((size_t)n_prompt + n_gen_max + 1) * sizeof *toks);
     logits = malloc((size_t)pe_model_hparams(m)->n_vocab * sizeof *logits);
     smp = pe_sampler_create(&sp, pe_model_hparams(m)->n_vocab);

@@ -56,7 +56,8 @@ static void usage(FILE *out)
           "  -c, --ctx N              max tokens of one request, prompt + output\n"
           "                           (default: the model's, at most 8192)\n"
           "      --kv-memory BYTES    KV pool size, e.g. 512M, 4G (default 1G, raised to\n"
-          "                           one full context if that is more)\n"
+          "                           one full context if that is more; at most the\n"
+          "                           machine's memory)\n"
           "      --page-tokens N      tokens per KV page, a power of two (default 16)\n"
           "      --kv-type T          f32 | f16 | bf16 | q8_0 | q4_0 | kivi2 (default f16)\n"
           "      --kv-rotate          store K/V Hadamard-rotated (head_dim a power of 2)\n"
@@ -70,7 +71,7 @@ static void usage(FILE *out)
           "  -b, --batch-size N       token budget of one step (default 512)\n"
           "      --chunk N            prefill tokens of one request per step (default: the\n"
           "                           whole budget)\n"
-          "  -t, --threads N          compute threads (default: all cores)\n"
+          "  -t, --threads N          compute threads, 1..1024 (default: all cores)\n"
           "      --no-prefix-cache    no KV sharing at all (for A/B measurements): every\n"
           "                           prompt is computed in full, and each request keeps\n"
           "                           its own pages, so identical prompts running at once\n"
@@ -99,47 +100,17 @@ static void usage(FILE *out)
           out);
 }
 
-/* Parses BYTES with an optional K, M, G, T suffix (powers of 1024; "KiB", "MB" and so on
- * are accepted the same way). Returns 0 or -1 after printing why. */
-static int parse_bytes(const char *cmd, const char *opt, const char *s, uint64_t *out)
+/* The largest --max-body: a body over 4 GiB is no request for a context of at most 4M
+ * tokens. */
+#define MAX_BODY_CAP (1ull << 32)
+
+/* Bytes of physical memory, or UINT64_MAX when the system does not say: --kv-memory beyond
+ * it could never be backed, and asking for it only made the allocation run away. */
+static uint64_t phys_memory_bytes(void)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) goto bad;
-    uint64_t mul = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mul = 1ull << 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1ull << 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1ull << 30;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1ull << 40;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (mul > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) goto bad;
-    if (v * (double)mul >= 1.8e19) goto bad;
-    *out = (uint64_t)(v * (double)mul);
-    return 0;
-bad:
-    fprintf(stderr, "%s: %s: '%s' is not a size in bytes (e.g. 4096, 512M, 2G)\n", cmd, opt, s);
-    return -1;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return UINT64_MAX;
+    return (uint64_t)pages * (uint64_t)page;
 }
 
 /* The shutdown watchdog (see the file comment). */
@@ -313,9 +284,13 @@ int cmd_serve(int argc, char **argv)
             have_ctx = 1;
             break;
         case O_KVMEM:
-            if (parse_bytes(cmd, "--kv-memory", optarg, &kv_memory)) return CLI_EXIT_USAGE;
-            if (!kv_memory) {
-                fprintf(stderr, "%s: --kv-memory must be positive\n", cmd);
+            if (cli_parse_size(cmd, "--kv-memory", optarg, 1, UINT64_MAX, &kv_memory))
+                return CLI_EXIT_USAGE;
+            if (kv_memory > phys_memory_bytes()) {
+                fprintf(stderr,
+                        "%s: --kv-memory: %s is more than this machine's memory (%llu "
+                        "bytes)\n",
+                        cmd, optarg, (unsigned long long)phys_memory_bytes());
                 return CLI_EXIT_USAGE;
             }
             break;
@@ -337,7 +312,8 @@ int cmd_serve(int argc, char **argv)
             sp.chunk = (uint32_t)v;
             break;
         case 't':
-            if (cli_parse_u64(cmd, "--threads", optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            if (cli_parse_u64(cmd, "--threads", optarg, 1, CLI_MAX_THREADS, &v))
+                return CLI_EXIT_USAGE;
             cp.n_threads = (uint32_t)v;
             break;
         case O_NOPC:
@@ -356,11 +332,8 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case O_BODY:
-            if (parse_bytes(cmd, "--max-body", optarg, &pp.max_body_bytes)) return CLI_EXIT_USAGE;
-            if (!pp.max_body_bytes) {
-                fprintf(stderr, "%s: --max-body must be positive\n", cmd);
+            if (cli_parse_size(cmd, "--max-body", optarg, 1, MAX_BODY_CAP, &pp.max_body_bytes))
                 return CLI_EXIT_USAGE;
-            }
             break;
         case O_GRACE:
             if (cli_parse_u64(cmd, "--shutdown-grace", optarg, 0, 3600, &grace_s))

@@ -43,6 +43,8 @@ typedef struct req {
     pe_sampler *smp;
     float *logits; /* [n_vocab] */
     uint64_t admit_seq;
+    uint64_t tenant;    /* FNV-1a of the salt: the tenant admission round-robins over */
+    uint64_t queued_at; /* s->n_rounds when (re)queued: its wait is n_rounds - queued_at */
     int stop_eog;
     int admitted;    /* admitted at least once */
     int preempted;   /* requeued by preemption: goes first */
@@ -52,6 +54,12 @@ typedef struct req {
     int status;       /* pgd_status of a PE_FINISH_ERROR finish; PGD_OK otherwise */
     struct req *next; /* done list */
 } req;
+
+/* One admission in the ring admission's round-robin reads: whose, and when. */
+typedef struct served {
+    uint64_t tenant;
+    uint64_t admit_seq; /* the admitted request's admit_seq (>= 1) */
+} served;
 
 struct pe_sched {
     pe_ctx *ctx;
@@ -68,6 +76,11 @@ struct pe_sched {
     req *done_tail;
     int in_flight;
     uint64_t next_id, admit_counter;
+    uint64_t n_rounds;  /* admission rounds so far (one per pe_sched_step) */
+    served *served;     /* [n_served_cap] ring of the latest admissions */
+    uint32_t n_served;  /* entries in served (at most n_served_cap) */
+    uint32_t served_at; /* next entry to overwrite once the ring is full */
+    uint32_t n_served_cap;
     pe_sched_stats st;
     pe_batch_item *items; /* [max_running] */
     req **item_req;       /* [max_running] */
@@ -80,6 +93,7 @@ pe_sched_params pe_sched_default_params(void)
     memset(&p, 0, sizeof p);
     p.max_running = 16;
     p.max_queued = 64;
+    p.max_wait_steps = PE_SCHED_MAX_WAIT_STEPS;
     return p;
 }
 
@@ -145,6 +159,7 @@ int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
     cp = pe_ctx_params_get(ctx);
     if (!p.step_tokens || p.step_tokens > cp->n_batch) p.step_tokens = cp->n_batch;
     if (!p.chunk || p.chunk > p.step_tokens) p.chunk = p.step_tokens;
+    if (!p.max_wait_steps) p.max_wait_steps = PE_SCHED_MAX_WAIT_STEPS;
     s = calloc(1, sizeof *s);
     if (!s) return PGD_ENOMEM;
     s->ctx = ctx;
@@ -160,7 +175,13 @@ int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
     s->items = calloc(p.max_running, sizeof *s->items);
     s->item_req = calloc(p.max_running, sizeof *s->item_req);
     s->ev_tok = calloc(p.max_running, sizeof *s->ev_tok);
-    if (!s->waiting || !s->running || !s->items || !s->item_req || !s->ev_tok) {
+    /* A tenant absent from the ring was served before every tenant in it, so the
+     * round-robin order is exact but for ties between absent tenants (the queue order
+     * breaks them); with one entry per queue slot, every waiting tenant's turn is kept. */
+    s->n_served_cap = p.max_queued + p.max_running;
+    s->served = calloc(s->n_served_cap, sizeof *s->served);
+    if (!s->waiting || !s->running || !s->items || !s->item_req || !s->ev_tok || !s->served) {
+        free(s->served);
         free(s->ev_tok);
         free(s->waiting);
         free(s->running);
@@ -192,10 +213,24 @@ void pe_sched_destroy(pe_sched *s)
     free(s->items);
     free(s->item_req);
     free(s->ev_tok);
+    free(s->served);
     free(s);
 }
 
 /* ---- submit / cancel ---- */
+
+/* Returns the tenant key of a salt: FNV-1a over its bytes (the default tenant, no salt, is
+ * the offset basis). A collision only merges two tenants' turns, never their cache. */
+static uint64_t tenant_of(const void *salt, size_t n)
+{
+    const uint8_t *b = salt;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
 
 int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *prompt, size_t n,
                     pe_token_cb cb, void *ud, uint64_t *id)
@@ -244,6 +279,8 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
         goto fail;
     }
     r->id = s->next_id++;
+    r->tenant = tenant_of(r->salt, r->salt_len);
+    r->queued_at = s->n_rounds;
     s->waiting[s->n_waiting++] = r;
     if (id) *id = r->id;
     pthread_mutex_unlock(&s->mu);
@@ -337,23 +374,89 @@ static uint32_t lcp(const pgd_hash *a, uint32_t na, const pgd_hash *b, uint32_t 
     return i;
 }
 
-/* Returns the number of w's leading pages that running requests have committed, or -1
- * when w must wait: a running request, or one ahead of w in the queue (w is waiting[wi]),
- * is still to compute pages that w shares. */
-static int64_t cached_pages(const pe_sched *s, const req *w, uint32_t wi)
+/* Returns the number of w's leading pages that running requests have committed. *held
+ * gets 1 when w should wait: a running request, or one ahead of w in the queue (w is
+ * waiting[wi]), is still to compute pages that w shares. */
+static int64_t cached_pages(const pe_sched *s, const req *w, uint32_t wi, int *held)
 {
     uint32_t best = 0;
+    *held = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const req *r = s->running[i];
         uint32_t l = lcp(w->hashes, w->n_hash, r->hashes, r->n_hash);
         uint32_t c = r->n_done / s->pt;
-        if (l > c) return -1;
+        if (l > c) {
+            *held = 1;
+            l = c;
+        }
         if (l > best) best = l;
     }
-    for (uint32_t j = 0; j < wi; j++) {
+    for (uint32_t j = 0; j < wi && !*held; j++) {
         const req *o = s->waiting[j];
-        if (lcp(w->hashes, w->n_hash, o->hashes, o->n_hash) > best) return -1;
+        if (lcp(w->hashes, w->n_hash, o->hashes, o->n_hash) > best) *held = 1;
     }
+    return best;
+}
+
+/* Returns the admit_seq of tenant t's latest admission in the ring, 0 when none is. */
+static uint64_t last_served(const pe_sched *s, uint64_t t)
+{
+    uint64_t last = 0;
+    for (uint32_t i = 0; i < s->n_served; i++)
+        if (s->served[i].tenant == t && s->served[i].admit_seq > last)
+            last = s->served[i].admit_seq;
+    return last;
+}
+
+/* Records the admission of r in the ring, overwriting the oldest entry once it is full. */
+static void note_served(pe_sched *s, const req *r)
+{
+    served e = {r->tenant, r->admit_seq};
+    if (s->n_served < s->n_served_cap) {
+        s->served[s->n_served++] = e;
+        return;
+    }
+    s->served[s->served_at] = e;
+    s->served_at = (s->served_at + 1) % s->n_served_cap;
+}
+
+/* Returns the index in waiting[] of the request to admit next (see scheduler.h for the
+ * order), or -1 when every waiting request is held back; *pages gets the pages it shares
+ * with what running requests have committed (an estimate for the room check). Lock held. */
+static int64_t pick(const pe_sched *s, int64_t *pages)
+{
+    int64_t best = -1, best_pages = 0;
+    uint64_t best_last = 0;
+    int held;
+
+    *pages = 0;
+    if (s->p.no_prefix_cache) return 0;
+    /* Aging: the longest-waiting overdue request, whatever its tenant, cache or hold. */
+    for (uint32_t i = 0; i < s->n_waiting; i++) {
+        const req *w = s->waiting[i];
+        if (s->n_rounds - w->queued_at <= s->p.max_wait_steps) continue;
+        if (best < 0 || w->queued_at < s->waiting[best]->queued_at) best = i;
+    }
+    if (best >= 0) {
+        *pages = cached_pages(s, s->waiting[best], (uint32_t)best, &held);
+        return best;
+    }
+    for (uint32_t i = 0; i < s->n_waiting; i++)
+        if (s->waiting[i]->preempted) return i;
+    /* The tenant served longest ago that has a request not held back; within it, the
+     * request sharing the most committed pages; then the queue order. */
+    for (uint32_t i = 0; i < s->n_waiting; i++) {
+        const req *w = s->waiting[i];
+        int64_t sc = cached_pages(s, w, i, &held);
+        if (held) continue;
+        uint64_t last = last_served(s, w->tenant);
+        if (best < 0 || last < best_last || (last == best_last && sc > best_pages)) {
+            best = i;
+            best_last = last;
+            best_pages = sc;
+        }
+    }
+    *pages = best_pages;
     return best;
 }
 
@@ -374,25 +477,13 @@ static int64_t avail_pages(pe_sched *s)
 /* Admits waiting requests while slots and pages allow. Lock held. */
 static void admit(pe_sched *s)
 {
+    s->n_rounds++;
     while (s->n_running < s->p.max_running && s->n_waiting) {
-        int64_t best_score = -1;
-        uint32_t best = 0;
-        for (uint32_t i = 0; i < s->n_waiting; i++) {
-            const req *w = s->waiting[i];
-            if (w->preempted || s->p.no_prefix_cache) {
-                best = i;
-                best_score = 0;
-                break;
-            }
-            int64_t sc = cached_pages(s, w, i);
-            if (sc > best_score) {
-                best = i;
-                best_score = sc;
-            }
-        }
-        if (best_score < 0) return;
+        int64_t shared;
+        int64_t best = pick(s, &shared);
+        if (best < 0) return;
         req *w = s->waiting[best];
-        int64_t need = (int64_t)pages_of(s, w->n_tok) - best_score;
+        int64_t need = (int64_t)pages_of(s, w->n_tok) - shared;
         if (s->n_running && need > avail_pages(s)) return;
         /* no_prefix_cache: each request is a tenant of its own (a private salt made of
          * this scheduler's address and the request id), so its full pages are registered
@@ -434,6 +525,7 @@ static void admit(pe_sched *s)
         }
         s->st.n_prompt_tokens_cached += (uint64_t)cached;
         s->running[s->n_running++] = w;
+        note_served(s, w);
     }
 }
 
@@ -450,6 +542,7 @@ static void preempt_newest(pe_sched *s)
     r->seq = NULL;
     r->n_done = 0;
     r->preempted = 1;
+    r->queued_at = s->n_rounds;
     rehash(s, r);
     memmove(&s->waiting[1], &s->waiting[0], s->n_waiting * sizeof *s->waiting);
     s->waiting[0] = r;

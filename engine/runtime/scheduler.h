@@ -10,12 +10,25 @@
  *                             sample, call back, retire finished requests
  *   pe_sched_cancel(id)       drop a queued request, or release a running one's pages
  *
- * Prefix-aware ordering: a waiting request whose leading pages another request is still
- * computing (running, or ahead of it in the queue) is held until those pages are committed,
- * so a shared prefix is computed once and the others match it from the cache. Among the
- * rest, the one sharing the most committed pages with running requests goes first; a
- * preempted request goes before all of them. With no_prefix_cache nothing is matched or
- * shared and admission is first come, first served.
+ * Admission order, each time a slot is free (one admission round per pe_sched_step):
+ *  1. Aging: a request that has waited through more than max_wait_steps rounds since it
+ *     was queued (or requeued by preemption) is overdue; the longest-waiting overdue
+ *     request goes first, whatever its tenant, its cached pages or a hold (below). So a
+ *     request waits at most max_wait_steps steps, then until a slot and its pages are free
+ *     (nothing else is admitted before it meanwhile).
+ *  2. A preempted request, before any other that is not overdue.
+ *  3. Fairness between tenants (salts): round-robin by admissions. Among the tenants with
+ *     a waiting request that is not held, the one whose latest admission is the oldest (or
+ *     that was never admitted) goes first, so a tenant flooding the queue with warm
+ *     requests gets one admission in turn with every other waiting tenant: a cold request
+ *     of another tenant is admitted at the next free slot.
+ *  4. Prefix-aware order within the tenant: a waiting request whose leading pages another
+ *     request is still computing (running, or ahead of it in the queue) is held until those
+ *     pages are committed (or it is overdue), so a shared prefix is computed once and the
+ *     others match it from the cache; among the rest, the one sharing the most committed
+ *     pages with running requests goes first, then the queue order.
+ * When the request picked does not fit the free pages, admission stops for this step. With
+ * no_prefix_cache nothing is matched or shared and admission is first come, first served.
  *
  * Preemption: when the pool cannot hold a step's tokens (PGD_ENOSPC, nothing changed),
  * the newest running request is released (its sequence destroyed; its pages stay cached
@@ -41,18 +54,24 @@
 typedef struct pe_sched pe_sched;
 
 typedef struct pe_sched_params {
-    const pe_model *model; /* required: the model of ctx (vocabulary size, end-of-generation) */
-    uint32_t max_running;  /* requests in the batch at once; default 16, at most 256 */
-    uint32_t max_queued;   /* waiting requests; default 64; submit beyond: PGD_EBUSY */
-    uint32_t step_tokens;  /* token budget per step; 0: the context's n_batch (also the cap) */
-    uint32_t chunk;        /* max prefill tokens of one request per step; 0: step_tokens */
-    int no_prefix_cache;   /* nonzero: no sharing at all. Never match cached pages, so every
-                              prompt (and every recompute after preemption) goes through the
-                              forward pass in full, and give each request a private tenant
-                              (salt), so its pages are never deduplicated with another's:
-                              identical prompts running at once hold that many times the
-                              pages. Admission is plain FIFO. For A/B benches. */
-} pe_sched_params;         /* append fields only */
+    const pe_model *model;   /* required: the model of ctx (vocabulary size, end-of-generation) */
+    uint32_t max_running;    /* requests in the batch at once; default 16, at most 256 */
+    uint32_t max_queued;     /* waiting requests; default 64; submit beyond: PGD_EBUSY */
+    uint32_t step_tokens;    /* token budget per step; 0: the context's n_batch (also the cap) */
+    uint32_t chunk;          /* max prefill tokens of one request per step; 0: step_tokens */
+    int no_prefix_cache;     /* nonzero: no sharing at all. Never match cached pages, so every
+                                prompt (and every recompute after preemption) goes through the
+                                forward pass in full, and give each request a private tenant
+                                (salt), so its pages are never deduplicated with another's:
+                                identical prompts running at once hold that many times the
+                                pages. Admission is plain FIFO. For A/B benches. */
+    uint32_t max_wait_steps; /* aging bound: a request waiting more steps than this is
+                                admitted next (see the admission order); 0: the default,
+                                PE_SCHED_MAX_WAIT_STEPS */
+} pe_sched_params;           /* append fields only */
+
+/* The default aging bound, in steps (one admission round each). */
+#define PE_SCHED_MAX_WAIT_STEPS 32
 
 pe_sched_params pe_sched_default_params(void);
 
@@ -121,8 +140,8 @@ int pe_sched_cancel_all(pe_sched *s);
 /* Runs one iteration (see the file comment). Returns the number of tokens that went
  * through the forward pass (0 when idle), or a negative pgd_status when the forward pass
  * failed other than by a full pool (the requests in that batch finish with ERROR).
- * One thread only. Cost: one pe_forward_batch plus O(waiting * (running + waiting) *
- * prefix pages) for the admission order. */
+ * One thread only. Cost: one pe_forward_batch plus O(waiting * ((running + waiting) *
+ * prefix pages + max_queued + max_running)) per admission for the admission order. */
 int pe_sched_step(pe_sched *s);
 
 /* Steps until no request is queued or running (and every final callback was made).

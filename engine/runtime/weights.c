@@ -3,7 +3,8 @@
  * weights.c - loading a Llama-family model from GGUF: hyper-parameters, every weight
  * tensor checked for type and shape, the vocabulary, and the model fingerprint.
  *
- *   pe_model_load(path)   mmap the file (pe_gguf_open), read llama.* hyper-parameters,
+ *   pe_model_load(path)   mmap the file (pe_gguf_open), read llama.* hyper-parameters
+ *                         (refused unless floats are finite and in range, integers sane),
  *                         point each pe_mat at its tensor in the mapping (no copy; norms
  *                         stored as f16/bf16 are converted to f32 into one owned array),
  *                         load the tokenizer, compute the fingerprint
@@ -15,6 +16,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,10 @@
 #include "model_int.h"
 
 /* ---- loading ---- */
+
+/* The largest llama.context_length accepted (16M tokens, above every trained context
+ * published): a larger or zero one is a broken file, not a model. */
+#define PE_MAX_CTX_TRAIN (1u << 24)
 
 int pe__errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -45,14 +51,26 @@ static int get_u32(const pe_gguf_file *f, const char *arch, const char *suffix, 
     return 0;
 }
 
+/* Reads the optional f32 hyper-parameter arch.suffix into *out (left at the caller's
+ * default when absent) and checks that it is finite and in (lo, hi] (hi INFINITY: above lo):
+ * a NaN or infinite epsilon or rope base would load and then turn every logit into NaN
+ * (`pagoda run` printed nothing). */
 static int get_f32(const pe_gguf_file *f, const char *arch, const char *suffix, float *out,
-                   char *err, size_t errlen)
+                   float lo, float hi, char *err, size_t errlen)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int rc = pe_gguf_get_f32(f, key, out);
-    if (rc == -1) return 0; /* optional: caller set the default */
-    if (rc != 0) return pe__errf(err, errlen, "hyper-parameter %s has the wrong type", key);
+    if (rc != 0 && rc != -1)
+        return pe__errf(err, errlen, "hyper-parameter %s has the wrong type", key);
+    if (!isfinite(*out) || !(*out > lo) || !(*out <= hi)) {
+        if (isinf(hi))
+            return pe__errf(err, errlen, "hyper-parameter %s is %g, expected a finite number > %g",
+                            key, (double)*out, (double)lo);
+        return pe__errf(err, errlen,
+                        "hyper-parameter %s is %g, expected a finite number in (%g, %g]", key,
+                        (double)*out, (double)lo, (double)hi);
+    }
     return 0;
 }
 
@@ -252,9 +270,14 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         get_u32(f, "llama", "block_count", &hp->n_layer, 1, err, errlen) ||
         get_u32(f, "llama", "feed_forward_length", &hp->n_ff, 1, err, errlen) ||
         get_u32(f, "llama", "attention.head_count", &hp->n_head, 1, err, errlen) ||
-        get_f32(f, "llama", "rope.freq_base", &hp->rope_theta, err, errlen) ||
-        get_f32(f, "llama", "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen))
+        get_f32(f, "llama", "rope.freq_base", &hp->rope_theta, 0, INFINITY, err, errlen) ||
+        get_f32(f, "llama", "attention.layer_norm_rms_epsilon", &hp->rms_eps, 0, 1, err, errlen))
         goto fail;
+    if (!hp->n_ctx_train || hp->n_ctx_train > PE_MAX_CTX_TRAIN) {
+        pe__errf(err, errlen, "hyper-parameter llama.context_length %u is out of range [1, %u]",
+                 hp->n_ctx_train, PE_MAX_CTX_TRAIN);
+        goto fail;
+    }
     hp->n_head_kv = hp->n_head;
     if (get_u32(f, "llama", "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) goto fail;
     if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_head_kv || !hp->n_ff ||
@@ -279,8 +302,9 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     if (pe_gguf_get_str(f, "llama.rope.scaling.type", &stype) == 0 && stype.len == 6 &&
         memcmp(stype.ptr, "linear", 6) == 0) {
         float factor = 1.0f;
-        if (pe_gguf_get_f32(f, "llama.rope.scaling.factor", &factor) == 0 && factor > 0)
-            hp->rope_scale = 1.0f / factor;
+        if (get_f32(f, "llama", "rope.scaling.factor", &factor, 1e-6f, 1e6f, err, errlen))
+            goto fail;
+        hp->rope_scale = 1.0f / factor;
     }
 
     if (pe_vocab_load(f, &m->vocab, msg, sizeof msg) != 0) {

@@ -21,7 +21,10 @@
  *     KV (../shared/models/README.md), on the fast path and on the scalar reference;
  *   - the model fingerprint changes with any metadata array element and any byte of the
  *     sampled tensor data, not with a byte outside the sample;
- *   - libpagoda's warnings reach stderr with a "libpagoda: " prefix, or the caller's hook.
+ *   - libpagoda's warnings reach stderr with a "libpagoda: " prefix, or the caller's hook;
+ *   - a copy of the model (written with the engine's GGUF writer) whose rms_eps, rope
+ *     freq base or linear rope scale is NaN, infinite or out of range, or whose context
+ *     length is 0 or absurd, is refused with an error naming the hyper-parameter.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) with a message when none is found.
  */
@@ -839,6 +842,126 @@ static int test_load_errors(void)
     return 0;
 }
 
+/* ---- hyper-parameters ---- */
+
+static int copy_tensor(void *ud, uint64_t i, void *dst, uint64_t n_bytes)
+{
+    const pe_gguf_tensor *t = pe_gguf_tensor_at(ud, i);
+    if (t->n_bytes != n_bytes) return -1;
+    memcpy(dst, t->data, n_bytes);
+    return 0;
+}
+
+/* Writes stories260K to path through the GGUF writer with key set to the scalar *v of
+ * type (key NULL: an exact copy); linear nonzero adds llama.rope.scaling.type "linear". */
+static int write_variant(const char *path, const char *key, uint32_t type, const void *v,
+                         int linear)
+{
+    const pe_gguf_file *gf = pe_model_gguf(g_model);
+    char err[256], name[256];
+    pe_gguf_writer *w = pe_gguf_writer_create(3, 0);
+    T_ASSERT(w);
+    for (uint64_t i = 0; i < pe_gguf_n_kv(gf); i++) {
+        const pe_gguf_kv *kv = pe_gguf_kv_at(gf, i);
+        if (pe_gguf_str_eq(kv->key, "general.alignment")) continue;
+        T_EQ(pe_gguf_writer_copy_kv(w, kv), 0);
+    }
+    if (key) T_EQ(pe_gguf_writer_set_val(w, key, type, v), 0);
+    if (linear) T_EQ(pe_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear"), 0);
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(gf); i++) {
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(gf, i);
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        T_EQ(pe_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne), 0);
+    }
+    if (pe_gguf_writer_write(w, path, copy_tensor, (void *)gf, err, sizeof err))
+        T_FAIL("write %s: %s", path, err);
+    pe_gguf_writer_destroy(w);
+    return 0;
+}
+
+/* Loads path; returns 0 when it is refused with an error that names want. */
+static int expect_refused(const char *path, const char *want)
+{
+    pe_model *m = NULL;
+    char err[512] = "";
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err) == 0) {
+        pe_model_destroy(m);
+        T_FAIL("%s: loaded, expected an error naming %s", path, want);
+    }
+    T_ASSERT(m == NULL);
+    if (!strstr(err, want)) T_FAIL("error '%s' does not name %s", err, want);
+    printf("     refused: %s\n", err);
+    return 0;
+}
+
+/* A NaN rms_eps used to load, and every logit came out NaN: `pagoda run` printed nothing.
+ * Each bad float or integer hyper-parameter is refused; an exact copy, and a copy with a
+ * valid linear rope scale, still load. */
+static int test_bad_hparams_refused(void)
+{
+    static const struct {
+        const char *key;
+        uint32_t type;
+        float f;
+        uint32_t u;
+        int linear;
+    } bad[] = {
+        {"llama.attention.layer_norm_rms_epsilon", PE_GGUF_TYPE_FLOAT32, NAN, 0, 0},
+        {"llama.attention.layer_norm_rms_epsilon", PE_GGUF_TYPE_FLOAT32, INFINITY, 0, 0},
+        {"llama.attention.layer_norm_rms_epsilon", PE_GGUF_TYPE_FLOAT32, -INFINITY, 0, 0},
+        {"llama.attention.layer_norm_rms_epsilon", PE_GGUF_TYPE_FLOAT32, 0.0f, 0, 0},
+        {"llama.attention.layer_norm_rms_epsilon", PE_GGUF_TYPE_FLOAT32, -1e-5f, 0, 0},
+        {"llama.attention.layer_norm_rms_epsilon", PE_GGUF_TYPE_FLOAT32, 2.0f, 0, 0},
+        {"llama.rope.freq_base", PE_GGUF_TYPE_FLOAT32, NAN, 0, 0},
+        {"llama.rope.freq_base", PE_GGUF_TYPE_FLOAT32, INFINITY, 0, 0},
+        {"llama.rope.freq_base", PE_GGUF_TYPE_FLOAT32, 0.0f, 0, 0},
+        {"llama.rope.freq_base", PE_GGUF_TYPE_FLOAT32, -10000.0f, 0, 0},
+        {"llama.rope.scaling.factor", PE_GGUF_TYPE_FLOAT32, NAN, 0, 1},
+        {"llama.rope.scaling.factor", PE_GGUF_TYPE_FLOAT32, INFINITY, 0, 1},
+        {"llama.rope.scaling.factor", PE_GGUF_TYPE_FLOAT32, 0.0f, 0, 1},
+        {"llama.rope.scaling.factor", PE_GGUF_TYPE_FLOAT32, -2.0f, 0, 1},
+        {"llama.context_length", PE_GGUF_TYPE_UINT32, 0, 0, 0},
+        {"llama.context_length", PE_GGUF_TYPE_UINT32, 0, 0xffffffffu, 0},
+    };
+    const float good_factor = 2.0f;
+    char path[512], err[512];
+    pe_model *m;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_model_hp.%ld.gguf", tmp && *tmp ? tmp : "/tmp",
+             (long)getpid());
+    int rc = 1;
+
+    if (write_variant(path, NULL, 0, NULL, 0)) goto out;
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "exact copy refused: %s\n", err);
+        goto out;
+    }
+    pe_model_destroy(m);
+    if (write_variant(path, "llama.rope.scaling.factor", PE_GGUF_TYPE_FLOAT32, &good_factor, 1))
+        goto out;
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "linear rope scale 2 refused: %s\n", err);
+        goto out;
+    }
+    if (fabsf(pe_model_hparams(m)->rope_scale - 0.5f) > 0) {
+        fprintf(stderr, "rope_scale %g, expected 0.5\n", (double)pe_model_hparams(m)->rope_scale);
+        pe_model_destroy(m);
+        goto out;
+    }
+    pe_model_destroy(m);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const void *v =
+            bad[i].type == PE_GGUF_TYPE_FLOAT32 ? (const void *)&bad[i].f : (const void *)&bad[i].u;
+        if (write_variant(path, bad[i].key, bad[i].type, v, bad[i].linear) ||
+            expect_refused(path, bad[i].key))
+            goto out;
+    }
+    rc = 0;
+out:
+    remove(path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     char buf[1024], err[512];
@@ -862,6 +985,7 @@ int main(int argc, char **argv)
     T_RUN(test_load_errors);
     T_RUN(test_fingerprint_coverage);
     T_RUN(test_library_log);
+    T_RUN(test_bad_hparams_refused);
     pe_model_destroy(g_model);
     T_DONE();
 }

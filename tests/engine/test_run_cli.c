@@ -4,7 +4,12 @@
  *   - golden: stories260K, greedy, "Once upon a time", 64 tokens prints exactly the text
  *     llama.cpp prints (../shared/models/README.md);
  *   - the timing line names prompt and generated tokens and KV pages;
- *   - a missing model, a corrupt GGUF and a bad flag fail with a clear message.
+ *   - a missing model, a corrupt GGUF and a bad flag fail with a clear message;
+ *   - numbers on the command line are parsed strictly (run, eval, serve): sizes are digits
+ *     with an optional K/M/G/T suffix ("nan", "1e3", "0x10", "-5", "5MB" exit 2 naming
+ *     the option), floats are finite decimals ("nan", "inf", hex refused), -n is -1 or a
+ *     count, -t is 1..1024, --kv-memory is at most the machine's memory and --max-body at
+ *     most 4G; valid values get past parsing (to the missing model: exit 1).
  * argv[1]: the pagoda binary; argv[2]: a scratch directory. The model comes from
  * $PGD_MODELS_DIR or ../shared/models beside the source tree (tests/proc.h); without it the
  * golden parts are left out and the program exits 77 (skipped) once the rest has passed.
@@ -73,6 +78,68 @@ static int test_errors(void)
     return 0;
 }
 
+/* Runs `pagoda ARGS` and expects exit 2 with want in the message on stderr. */
+static int refused(const char *args, const char *want)
+{
+    int rc = run(args);
+    if (rc != 2) T_FAIL("pagoda %s: exit %d, expected 2 (stderr: %s)", args, rc, err);
+    if (!strstr(err, want)) T_FAIL("pagoda %s: stderr '%s' does not say '%s'", args, err, want);
+    return 0;
+}
+
+/* Runs `pagoda ARGS` (a missing model) and expects the options to be accepted: exit 1
+ * after trying to open the model. */
+static int accepted(const char *args)
+{
+    int rc = run(args);
+    if (rc != 1 || !strstr(err, "nonexistent")) T_FAIL("pagoda %s: exit %d: %s", args, rc, err);
+    return 0;
+}
+
+static int test_numeric_flags(void)
+{
+    static const char *const bad_sizes[] = {"nan",  "inf",  "1e3", "0x10", "-5",  " 5", "5MB",
+                                            "5KiB", "1.5G", "",    "M",    "5 M", "5MM"};
+    static const char *const bad_floats[] = {"nan", "inf", "-inf", "0x1p-1", "1e400", "",
+                                             ".",   "e5",  "1e",   "0.5x",   " 1"};
+    char args[512];
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof *bad_sizes; i++) {
+        snprintf(args, sizeof args, "serve -m /nonexistent.gguf --kv-memory '%s'", bad_sizes[i]);
+        T_EQ(refused(args, "--kv-memory: '"), 0);
+        T_ASSERT(strstr(err, "is not a size in bytes") != NULL);
+        snprintf(args, sizeof args, "serve -m /nonexistent.gguf --max-body '%s'", bad_sizes[i]);
+        T_EQ(refused(args, "--max-body: '"), 0);
+    }
+    T_EQ(refused("serve -m /nonexistent.gguf --kv-memory 0", "out of range"), 0);
+    T_EQ(refused("serve -m /nonexistent.gguf --kv-memory 99999999999999999999", "out of range"), 0);
+    T_EQ(refused("serve -m /nonexistent.gguf --kv-memory 16383T", "machine's memory"), 0);
+    T_EQ(refused("serve -m /nonexistent.gguf --max-body 0", "out of range"), 0);
+    T_EQ(refused("serve -m /nonexistent.gguf --max-body 5G", "out of range"), 0);
+    T_EQ(accepted("serve -m /nonexistent.gguf --kv-memory 16M --max-body 4G"), 0);
+    T_EQ(accepted("serve -m /nonexistent.gguf --kv-memory 4096 --max-body 256k"), 0);
+
+    for (size_t i = 0; i < sizeof bad_floats / sizeof *bad_floats; i++) {
+        snprintf(args, sizeof args, "run -m /nonexistent.gguf -p hi --temp '%s'", bad_floats[i]);
+        T_EQ(refused(args, "--temp: "), 0);
+        snprintf(args, sizeof args, "run -m /nonexistent.gguf -p hi --top-p '%s'", bad_floats[i]);
+        T_EQ(refused(args, "--top-p: "), 0);
+    }
+    T_EQ(accepted("run -m /nonexistent.gguf -p hi --temp .5 --top-p 1. --min-p 5e-2 "
+                  "--repeat-penalty +1.1"),
+         0);
+
+    T_EQ(refused("run -m /nonexistent.gguf -p hi -n -2", "-n: '-2' is neither -1"), 0);
+    T_EQ(refused("run -m /nonexistent.gguf -p hi -n 1e3", "-n: "), 0);
+    T_EQ(accepted("run -m /nonexistent.gguf -p hi -n -1"), 0);
+    T_EQ(refused("run -m /nonexistent.gguf -p hi -t 1025", "-t: 1025 is out of range [1, 1024]"),
+         0);
+    T_EQ(refused("run -m /nonexistent.gguf -p hi -t 0", "-t: "), 0);
+    T_EQ(accepted("run -m /nonexistent.gguf -p hi -t 1024"), 0);
+    T_EQ(refused("eval -m /nonexistent.gguf -f x -t 1025", "-t: 1025 is out of range"), 0);
+    T_EQ(refused("serve -m /nonexistent.gguf -t 1025", "--threads: 1025 is out of range"), 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rc = t_cli_args(argc, argv, NULL, &bin, &dir);
@@ -83,6 +150,7 @@ int main(int argc, char **argv)
     }
     T_RUN(test_golden);
     T_RUN(test_errors);
+    T_RUN(test_numeric_flags);
     if (!model[0] && !t_failed) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR)");
     T_DONE();
 }

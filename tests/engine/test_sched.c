@@ -12,7 +12,11 @@
  *   - no_prefix_cache: identical prompts are computed in full each time, same output,
  *     and share no page (each holds its own, none is deduplicated);
  *   - cancel_all ends every queued and running request and frees their pages at once;
- *   - a request too large for the pool alone finishes with PE_FINISH_ERROR, PGD_ENOSPC.
+ *   - a request too large for the pool alone finishes with PE_FINISH_ERROR, PGD_ENOSPC;
+ *   - fairness under a flood: tenant A submits a request sharing a cached prefix every
+ *     step; a cold request of tenant B is admitted at the next free slot (round-robin
+ *     between tenants), and a cold request of tenant A itself within max_wait_steps plus
+ *     a slot's turnaround (aging).
  * The KV cache is f32, so batched and solo logits differ only in summation order.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) when none is found.
@@ -443,6 +447,85 @@ static int test_too_large_for_pool(void)
     return 0;
 }
 
+/* ---- fairness ---- */
+
+#define FLOOD_STEPS 80
+#define FLOOD_PREFIX 64 /* 4 pages */
+#define A_TOKENS 6      /* tokens each flood request generates */
+#define COLD_AT 6       /* the step before which the cold request is submitted */
+
+/* Runs the flood: 2 slots, tenant A submits FLOOD_PREFIX shared tokens + 4 of its own
+ * every step (A_TOKENS generated), and before step COLD_AT a 20-token cold prompt comes
+ * with salt cold_salt. *wait gets the steps from its submission to its first token (0:
+ * the step it was submitted before), -1 when it got none during the flood. */
+static int flood(uint32_t max_wait_steps, const char *cold_salt, int *wait)
+{
+    static out a[FLOOD_STEPS];
+    uint64_t seed = 71, id;
+    int32_t prompt[FLOOD_PREFIX + 4], cold[20];
+    out b;
+    pe_ctx *c = make_ctx(4096);
+    T_ASSERT(c);
+    pe_sched_params p = pe_sched_default_params();
+    pe_sched *s;
+    p.model = g_model;
+    p.max_running = 2;
+    p.max_queued = 64;
+    p.max_wait_steps = max_wait_steps;
+    T_OK(pe_sched_create(c, &p, &s));
+    memset(a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    random_tokens(&seed, prompt, FLOOD_PREFIX);
+    random_tokens(&seed, cold, 20);
+    pe_request_params ra = greedy(A_TOKENS), rb = greedy(4);
+    ra.salt = "A";
+    ra.salt_len = 1;
+    rb.salt = cold_salt;
+    rb.salt_len = strlen(cold_salt);
+    *wait = -1;
+    for (int t = 0; t < FLOOD_STEPS; t++) {
+        random_tokens(&seed, prompt + FLOOD_PREFIX, 4);
+        int rc = pe_sched_submit(s, &ra, prompt, FLOOD_PREFIX + 4, on_token, &a[t], &id);
+        T_ASSERT(rc == PGD_OK || rc == PGD_EBUSY);
+        if (t == COLD_AT) T_OK(pe_sched_submit(s, &rb, cold, 20, on_token, &b, &id));
+        T_OK(pe_sched_step(s));
+        if (b.n && *wait < 0) *wait = t - COLD_AT;
+    }
+    T_OK(pe_sched_run_until_idle(s));
+    T_EQ(b.n_final, 1);
+    T_EQ(b.n, 4);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
+/* A cold request of another tenant waits for the next free slot only: a flood request
+ * runs A_TOKENS + 1 steps, so one of the 2 slots frees within that. Aging is pushed out of
+ * the way (1000 steps) to show the round-robin alone bounds it. Before round-robin and
+ * aging, B waited behind the whole flood (no token within FLOOD_STEPS). */
+static int test_flood_other_tenant(void)
+{
+    int wait;
+    T_OK(flood(1000, "B", &wait));
+    printf("     cold tenant B admitted after %d steps of tenant A's flood\n", wait);
+    T_ASSERT(wait >= 0);
+    T_ASSERT(wait <= A_TOKENS + 1);
+    return 0;
+}
+
+/* A cold request of the flooding tenant itself loses every prefix-aware comparison; aging
+ * admits it once it has waited max_wait_steps (8 here), at the next free slot. */
+static int test_flood_same_tenant_ages(void)
+{
+    int wait;
+    T_OK(flood(8, "A", &wait));
+    printf("     cold request of tenant A admitted after %d steps (max_wait_steps 8)\n", wait);
+    T_ASSERT(wait >= 0);
+    T_ASSERT(wait <= 8 + A_TOKENS + 1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char buf[1024], err[512];
@@ -459,6 +542,8 @@ int main(int argc, char **argv)
     T_RUN(test_no_prefix_cache);
     T_RUN(test_cancel_all);
     T_RUN(test_too_large_for_pool);
+    T_RUN(test_flood_other_tenant);
+    T_RUN(test_flood_same_tenant_ages);
     pe_model_destroy(g_model);
     T_DONE();
 }
