@@ -7,7 +7,11 @@
 #     examples/*.c built against the installed library through pkg-config and run;
 #   - unless --quick: an ASan+UBSan pass (build-asan/) over everything but the threaded tests
 #     (-LE thread), plus the server's HTTP tests (-L http), and a TSan pass (build-tsan/) over
-#     the threaded tests (-L thread, the HTTP tests among them).
+#     the threaded tests (-L thread, the HTTP tests among them), and a libFuzzer pass
+#     (build-fuzz/: clang, -DPGD_FUZZ=ON, only the fuzz binaries built) that fuzzes every
+#     target for $PGD_FUZZ_SECONDS seconds (default 20) from its corpus (ctest -L fuzzrun,
+#     tests/fuzz/run_fuzz.sh); a failure's input is copied into tests/fuzz/corpus/<target>/
+#     and its path printed, new inputs stay in build-fuzz/tests/fuzz/run/.
 # A failing test does not stop the run: every pass runs, the closing line counts them all,
 # "all passes: N passed, N failed, N skipped", and the script exits 1 when any test failed.
 # A build or check error stops it at once.
@@ -17,7 +21,8 @@ cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-logs=(build/ctest.log build-lib/ctest.log build-asan/ctest.log build-tsan/ctest.log)
+logs=(build/ctest.log build-lib/ctest.log build-asan/ctest.log build-tsan/ctest.log
+      build-fuzz/ctest.log)
 rm -f "${logs[@]}"
 failed=0
 
@@ -80,6 +85,11 @@ if [ $quick -eq 0 ]; then
     PGD_BUILD_DIR=build-tsan scripts/setup.sh -DPGD_SANITIZE=thread \
         -DPGD_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
     run_ctest build-tsan -L thread
+    echo "== libFuzzer (build-fuzz: clang, PGD_FUZZ=ON) =="
+    cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPGD_WERROR=ON -DPGD_FUZZ=ON -DPGD_BUILD_BENCH=OFF >/dev/null
+    cmake --build build-fuzz -j"$(nproc)" --target fuzzers
+    run_ctest build-fuzz -j"$(nproc)" -L '^fuzzrun$'
 fi
 # One closing line over every pass. ctest counts a skipped test as not failed, so
 # passed = total - failed - skipped; the skipped ones are listed as "NN - name (Skipped)".
