@@ -97,6 +97,16 @@ typedef struct pe_ctx_params {
                                  batch (decode alone, batched, or recomputed as a prefill
                                  chunk); slower decode on AVX-512 (docs: bench_matmul
                                  --invariant) */
+    /* Storage tiers below the pool (cache.h "Tiers"), borrowed: the caller creates them
+     * (pgd_tier_ram_create, pgd_tier_disk_create) and closes them after pe_ctx_destroy.
+     * NULL / 0: none. */
+    const pgd_tier_use *tiers;
+    uint32_t n_tiers;
+    /* Pins the block-hash key (pgd_cache_params.hash_key: a disk tier's stable key, or
+     * --hash-key-file), so that hashes match across restarts and instances; NULL: a
+     * random key per context. Borrowed for pe_ctx_create. */
+    const uint8_t *hash_key;
+    size_t hash_key_len;
 } pe_ctx_params;
 
 /* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,

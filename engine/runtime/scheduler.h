@@ -101,6 +101,11 @@ typedef struct pe_usage {
     uint32_t cached_tokens;     /* of those, matched from the cache at first admission */
     uint32_t completion_tokens; /* tokens passed to the callback */
     int status;                 /* pgd_status: PGD_OK unless the finish is PE_FINISH_ERROR */
+    /* cached_tokens by where they came from: the pool, and each tier of the context
+     * (pe_ctx_params.tiers[i]; pgd_tier_name for its name); they add up to cached_tokens. */
+    uint32_t cached_pool_tokens;
+    uint32_t cached_tier_tokens[PGD_MAX_TIERS];
+    uint32_t n_tiers;
 } pe_usage;
 /* pe_usage.status of a PE_FINISH_ERROR request: PGD_ENOSPC when its tokens (prompt plus
  * those generated so far) do not fit the pool even with no other request running;

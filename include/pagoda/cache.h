@@ -46,6 +46,7 @@
 #include "pagoda.h"
 #include "policy.h"
 #include "pool.h"
+#include "tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +74,28 @@ typedef struct pgd_seq pgd_seq;     /* opaque; owned by its cache */
 typedef void (*pgd_register_fn)(void *ud, pgd_hash hash, pgd_hash parent, uint32_t depth,
                                 uint32_t page);
 typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
+
+/* Tiers: each entry of pgd_cache_params.tiers is one tier (tier.h) in the hierarchy
+ * pool -> tiers[0] -> tiers[1] -> ... The tiers are borrowed (close them after
+ * pgd_cache_destroy); pgd_cache_create binds each to the cache's record identity.
+ *   Demotion, write-back (the default): a registered page that the pool evicts, and that
+ *   no tier holds yet, is copied (under the lock, one memcpy) to the write-back queue and
+ *   written to tiers[0] by a mover thread; what a tier evicts to make room goes to the
+ *   next tier (spill). Write-through (write_through on a tier): every page registered by
+ *   a commit, or matched admit_hits times (0: at commit), is also written to that tier,
+ *   so a crash loses nothing that tier was given.
+ *   Promotion: pgd_seq_match pins the pool prefix, then asks the tiers which of the next
+ *   blocks they hold (in a row); it allocates pool pages for that run and queues their
+ *   fills on the movers, and returns the pool prefix plus the run. The pages fill in the
+ *   background: pgd_seq_ready / pgd_seq_wait before the sequence's K/V is read (attention)
+ *   or extended. A fill that fails (record damaged or gone) cuts the sequence back to the
+ *   pages before it: the engine computes the rest. */
+#define PGD_MAX_TIERS 8
+typedef struct pgd_tier_use {
+    pgd_tier *tier;      /* borrowed */
+    int write_through;   /* nonzero: registered pages are written to this tier too */
+    uint32_t admit_hits; /* write-through admission: after this many matches (0: at once) */
+} pgd_tier_use;
 
 typedef struct pgd_cache_params {
     pgd_pool_params pool;     /* geometry and capacity of the page pool */
@@ -102,7 +125,14 @@ typedef struct pgd_cache_params {
     /* A user eviction policy (policy.h), borrowed while the cache lives; NULL: policy. */
     const pgd_policy_ops *policy_ops;
     void *policy_ud; /* pgd_policy_init.ud of policy_ops->create */
-} pgd_cache_params;  /* append fields only */
+    /* Storage tiers below the pool, fastest first (see "Tiers" below); NULL / 0: none. */
+    const pgd_tier_use *tiers;
+    uint32_t n_tiers;         /* at most PGD_MAX_TIERS */
+    uint32_t tier_threads;    /* mover threads; 0: 2 */
+    uint32_t writeback_pages; /* pages copied out of the pool waiting for a mover (the
+                                 write-back queue); 0: 256. Full: an evicted page is
+                                 dropped (counted), never waited for */
+} pgd_cache_params;           /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
@@ -162,6 +192,55 @@ PGD_API int64_t pgd_seq_match_hashed(pgd_cache *c, pgd_seq *s, const int32_t *to
  * Returns the number of pages matched, PGD_ESTATE or PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes,
                                      size_t n_hashes);
+
+/* Where a sequence's matched prefix came from (after a match): tokens pinned in the pool,
+ * and tokens being promoted from each tier (tier_tokens[i] for pgd_cache_params.tiers[i]).
+ * While promotions run the sum is the matched length; after a failed fill (see
+ * pgd_seq_ready) the tier figures count what was really filled. */
+typedef struct pgd_match_info {
+    uint64_t pool_tokens;
+    uint64_t tier_tokens[PGD_MAX_TIERS];
+    uint32_t n_tiers;
+} pgd_match_info;
+PGD_API void pgd_seq_match_info(pgd_cache *c, const pgd_seq *s, pgd_match_info *out);
+/* Non-blocking: returns 1 when no promotion of s is pending (every promoted page filled
+ * and registered in the prefix index), 0 while some run. When a fill failed, the sequence
+ * was cut back to the pages before the first failed one (pgd_seq_length and
+ * pgd_seq_n_committed say the new length) and 1 is returned: compute from there. */
+PGD_API int pgd_seq_ready(pgd_cache *c, pgd_seq *s);
+/* Blocks until pgd_seq_ready(s) would return 1. Returns PGD_OK. grow, truncate, commit,
+ * write_kv, write_slot, fork and destroy wait this way themselves; attention (attn.h) does
+ * not: an engine calls pgd_seq_ready / pgd_seq_wait before it reads a matched sequence. */
+PGD_API int pgd_seq_wait(pgd_cache *c, pgd_seq *s);
+/* Prefetch (on admission): starts moving the blocks hashes[0..n) (a chain, from its
+ * first block; pgd_cache_hash_tokens) that a slower tier holds and tiers[0] does not, up
+ * into tiers[0], in the background, so that the match that follows promotes from the
+ * fastest tier. Blocks in the pool are skipped. Returns the number of blocks queued. */
+PGD_API int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n);
+/* Swap-out (preemption): queues a copy of every registered page of s that no tier holds
+ * to tiers[0] now, so the pages survive their eviction from the pool. Returns the pages
+ * queued (0 without tiers). The sequence is unchanged (destroy it after). */
+PGD_API int pgd_seq_park(pgd_cache *c, pgd_seq *s);
+/* Waits until the write-back queue is empty and every queued move is done, then flushes
+ * every tier (pgd_tier_flush). Returns PGD_OK or the first flush error. */
+PGD_API int pgd_cache_flush(pgd_cache *c);
+
+/* Movement counters of tier i (pgd_cache_params.tiers[i]), as this cache saw them. */
+typedef struct pgd_cache_tier_stats {
+    uint64_t hit_pages, hit_tokens;          /* promoted by a match (pages, tokens) */
+    uint64_t miss_pages;                     /* matches that looked past the pool and past tier i */
+    uint64_t promoted_pages, promoted_bytes; /* fills done from tier i into the pool */
+    uint64_t promote_failed;                 /* fills that failed (record damaged, gone, I/O) */
+    uint64_t demoted_pages, demoted_bytes;   /* pages written to tier i (any path) */
+    uint64_t demote_dropped;                 /* evicted pages not demoted: queue full, put failed */
+    uint64_t writeback_depth;                /* pages waiting in the write-back queue (all tiers) */
+    uint64_t prefetched_pages;               /* moved up into tier i by pgd_cache_prefetch */
+    uint64_t parked_pages;                   /* queued by pgd_seq_park */
+} pgd_cache_tier_stats;
+/* Fills *out for tier i. Returns PGD_OK or PGD_EINVAL (i >= n_tiers). */
+PGD_API int pgd_cache_get_tier_stats(pgd_cache *c, uint32_t i, pgd_cache_tier_stats *out);
+PGD_API uint32_t pgd_cache_n_tiers(const pgd_cache *c);
+PGD_API pgd_tier *pgd_cache_tier(pgd_cache *c, uint32_t i);
 
 /* Extends the sequence by n_tokens positions, allocating the pages they need. When the
  * pool has no free page, evicts unreferenced cached pages through the policy.

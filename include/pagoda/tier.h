@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier.h - storage tiers below the pool: page records keyed by block hash.
+ *
+ *     pool (pages, prefix index)  ->  tier 0 (e.g. RAM)  ->  tier 1 (e.g. disk)  -> ...
+ *
+ * A tier stores *page records*: one pool page's payload (its K/V bytes in the pool's
+ * codec, then its key bounds when the pool keeps them) under the page's block hash, with
+ * a header that says which model and geometry it belongs to and a checksum. The cache
+ * manager (cache.h, pgd_cache_params.tiers) moves pages between the pool and its tiers on
+ * background mover threads: demotion (write-back of evicted pages, or write-through of
+ * committed ones) and promotion (the run of a prompt's blocks beyond the pool prefix that
+ * the tiers hold). Each tier indexes its own records (a disk tier must, to survive a
+ * restart; a shared remote tier must, since other instances write to it): the cache asks
+ * the tiers, fastest first, which blocks they hold.
+ *
+ * THE PAGE RECORD (format version 1). All integers little-endian; a record is a 128-byte
+ * header followed by payload_bytes of payload:
+ *
+ *   off size field
+ *     0    8 magic "PGDKVREC"
+ *     8    4 version (1)
+ *    12    4 header_bytes (128)
+ *    16   16 model fingerprint (lo, hi)           } the identity (pgd_record_ident):
+ *    32    4 kv_type of the pool (pgd_kv_type)     } a record is data only for a cache
+ *    36    4 n_layers                              } whose identity is equal in every
+ *    40    4 n_kv_heads                            } field
+ *    44    4 head_dim                              }
+ *    48    4 page_tokens                           }
+ *    52    4 flags (PGD_RECORD_ROTATED, PGD_RECORD_KEY_BOUNDS)
+ *    56    8 rotate_seed (0 unless ROTATED)        }
+ *    64   16 block hash (lo, hi)
+ *    80   16 parent hash ({0, 0} for the first block of a chain)
+ *    96    8 payload_bytes: bytes after the header, as stored
+ *   104    4 store_type: pgd_kv_type of the stored payload (== kv_type unless a tier
+ *            re-encoded it, a lossy choice the user made, e.g. ram:8G:q8_0)
+ *   108    4 compression: PGD_RECORD_RAW, PGD_RECORD_LZ4, PGD_RECORD_ZSTD
+ *   112    8 raw_bytes: payload bytes once decompressed (the store_type's page bytes plus
+ *            the key bounds bytes)
+ *   120    8 checksum: XXH3-64 (seed 0) of header bytes 0..119 followed by the payload
+ *
+ * A raw payload (store_type == kv_type, RAW) is exactly the page as the pool holds it
+ * (pgd_pool_page_bytes bytes, layout.h) followed, with PGD_RECORD_KEY_BOUNDS, by the key
+ * bounds: [n_layers][n_kv_heads] x (min[head_dim], max[head_dim]) f32.
+ * A record whose magic, version, lengths or checksum is wrong is damaged (PGD_ECORRUPT);
+ * one of another identity is foreign (PGD_EINVAL). Either is a miss: the tier counts it
+ * and drops (damaged) or ignores (foreign) it; it is never data.
+ *
+ * Thread-safety: every pgd_tier_* call is safe from any thread (each tier has its own
+ * lock). Lock order: the cache lock, then a tier's lock; a tier never calls into the cache.
+ */
+#ifndef PAGODA_TIER_H
+#define PAGODA_TIER_H
+
+#include "pagoda.h"
+#include "pool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- page records ---- */
+
+#define PGD_RECORD_VERSION 1
+#define PGD_RECORD_HEADER_BYTES 128
+
+enum { PGD_RECORD_ROTATED = 1, PGD_RECORD_KEY_BOUNDS = 2 };           /* flags */
+enum { PGD_RECORD_RAW = 0, PGD_RECORD_LZ4 = 1, PGD_RECORD_ZSTD = 2 }; /* compression */
+
+/* What a record must match to be data for a cache: model and page geometry. */
+typedef struct pgd_record_ident {
+    pgd_hash model_fingerprint;
+    uint32_t kv_type; /* pgd_kv_type of the pool */
+    uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
+    uint32_t flags;        /* PGD_RECORD_ROTATED | PGD_RECORD_KEY_BOUNDS */
+    uint64_t rotate_seed;  /* 0 unless ROTATED */
+    uint64_t page_bytes;   /* pgd_pool_page_bytes of such a pool (derived, not stored) */
+    uint64_t bounds_bytes; /* key bounds bytes per page: 0 without KEY_BOUNDS (derived) */
+} pgd_record_ident;
+
+/* Fills *out from pool params (geometry, kv type, rotation, key bounds) and a model
+ * fingerprint; derives page_bytes and bounds_bytes. Returns PGD_OK or PGD_EINVAL (params
+ * that pgd_pool_params_check refuses). Pure. */
+PGD_API int pgd_record_ident_make(const pgd_pool_params *pool, pgd_hash model_fingerprint,
+                                  pgd_record_ident *out);
+/* Non-zero when a and b are the same identity (every stored field). */
+PGD_API int pgd_record_ident_eq(const pgd_record_ident *a, const pgd_record_ident *b);
+
+/* A record's header, decoded. */
+typedef struct pgd_record_info {
+    pgd_record_ident ident; /* page_bytes / bounds_bytes derived from the geometry */
+    pgd_hash block, parent;
+    uint64_t payload_bytes; /* as stored */
+    uint32_t store_type;    /* pgd_kv_type of the payload */
+    uint32_t compression;   /* PGD_RECORD_* */
+    uint64_t raw_bytes;     /* decompressed payload bytes */
+} pgd_record_info;
+
+/* Writes the 128-byte header of a record for info (ident, block, parent, payload_bytes,
+ * store_type, compression, raw_bytes) whose payload is payload[0..payload_bytes), checksum
+ * included. Returns PGD_OK or PGD_EINVAL (an unknown type or compression). Pure. */
+PGD_API int pgd_record_write_header(const pgd_record_info *info, const void *payload, void *header);
+/* Decodes and verifies a header and its payload (payload may be NULL to check the header
+ * alone: magic, version, lengths; then the checksum is not checked and has_payload = 0).
+ * expect (may be NULL) is the identity the record must have. payload_len is the bytes
+ * available at payload (a record longer than that is damaged).
+ * Returns PGD_OK (*out filled), PGD_ECORRUPT (damaged: magic, version, header_bytes,
+ * lengths that disagree with the geometry, checksum), PGD_EINVAL (foreign: the identity
+ * differs from expect; *out filled). Pure. */
+PGD_API int pgd_record_read_header(const void *header, const void *payload, uint64_t payload_len,
+                                   const pgd_record_ident *expect, pgd_record_info *out);
+
+/* ---- tiers ---- */
+
+typedef struct pgd_tier pgd_tier; /* opaque handle: ops + state + name */
+
+#define PGD_TIER_HIST_BUCKETS 12
+/* Upper bounds in microseconds of the latency histogram buckets (the last is +inf):
+ * 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, +inf. */
+PGD_API const double *pgd_tier_hist_bounds_us(void);
+
+typedef struct pgd_tier_stats {
+    uint64_t bytes_used;     /* payload + headers held */
+    uint64_t bytes_capacity; /* the bound */
+    uint64_t n_records;
+    uint64_t n_puts, n_put_bytes;             /* records written (raw bytes given) */
+    uint64_t n_gets, n_get_bytes;             /* records read into the pool (raw bytes) */
+    uint64_t n_get_misses;                    /* gets of a block the tier did not have */
+    uint64_t n_corrupt;                       /* damaged records found (get, scan): dropped */
+    uint64_t n_foreign;                       /* records of another identity seen (scan): ignored */
+    uint64_t n_io_errors;                     /* failed reads or writes (not ENOSPC) */
+    uint64_t n_evictions;                     /* records dropped for capacity */
+    uint64_t n_put_refused;                   /* puts refused: full (ENOSPC) or over capacity */
+    int full;                                 /* nonzero: writes stopped (disk full) */
+    uint64_t get_hist[PGD_TIER_HIST_BUCKETS]; /* get latency (pgd_tier_hist_bounds_us) */
+    uint64_t put_hist[PGD_TIER_HIST_BUCKETS]; /* put latency */
+} pgd_tier_stats;
+
+/* Called by put for each record it evicts to make room, with the tier's lock released,
+ * the record's raw payload (page bytes, then bounds bytes; borrowed for the call), so the
+ * caller can write it to the next tier (demotion). */
+typedef void (*pgd_tier_spill_fn)(void *ud, pgd_hash block, pgd_hash parent, const void *page,
+                                  const void *bounds);
+
+/* The ops table of a tier (built-in: ram, disk; user: pgd_tier_wrap). Every member is
+ * required; state is the pointer given to pgd_tier_wrap. Members may be called from
+ * several threads at once. */
+typedef struct pgd_tier_ops {
+    const char *name; /* "ram", "disk", ...: metrics and usage report it */
+    /* Sets the identity of the records this tier serves (once, by pgd_cache_create):
+     * a disk tier scans its directory here. PGD_OK, PGD_EBUSY (bound to another
+     * identity), PGD_EIO. */
+    int (*bind)(void *state, const pgd_record_ident *ident);
+    /* Stores the record of block (parent: its chain parent) from the raw payload: page
+     * (ident.page_bytes) and bounds (ident.bounds_bytes, NULL when 0). A block already
+     * held is not written again (PGD_OK). May evict records (spill, when not NULL, gets
+     * each). PGD_OK, PGD_ENOSPC (no room, writes stopped), PGD_EIO, PGD_ENOMEM. */
+    int (*put)(void *state, pgd_hash block, pgd_hash parent, const void *page, const void *bounds,
+               pgd_tier_spill_fn spill, void *spill_ud);
+    /* Reads block's record into page / bounds (raw, as put took them), verifying it: a
+     * damaged record is dropped and counted. PGD_OK, PGD_ENOTFOUND (not held, or damaged:
+     * a miss either way), PGD_EIO. */
+    int (*get)(void *state, pgd_hash block, void *page, void *bounds);
+    /* How many of hashes[0..n) in a row, from the first, this tier holds. */
+    size_t (*lookup)(void *state, const pgd_hash *hashes, size_t n);
+    /* Drops block's record. PGD_OK or PGD_ENOTFOUND. */
+    int (*del)(void *state, pgd_hash block);
+    void (*stats)(void *state, pgd_tier_stats *out);
+    /* Makes every completed put durable (disk: fsync). PGD_OK or PGD_EIO. */
+    int (*flush)(void *state);
+    /* Frees the state (pgd_tier_close). */
+    void (*close)(void *state);
+} pgd_tier_ops;
+
+/* Wraps a user tier (ops borrowed while the tier lives; every member required) in a
+ * handle. Returns PGD_OK, PGD_EINVAL (a NULL member) or PGD_ENOMEM. */
+PGD_API int pgd_tier_wrap(const pgd_tier_ops *ops, void *state, pgd_tier **out);
+/* Closes a tier (ops->close). NULL: no-op. No cache may still use it. */
+PGD_API void pgd_tier_close(pgd_tier *t);
+PGD_API const char *pgd_tier_name(const pgd_tier *t);
+/* Dispatch to the ops (see pgd_tier_ops for what each returns). */
+PGD_API int pgd_tier_bind(pgd_tier *t, const pgd_record_ident *ident);
+PGD_API int pgd_tier_put(pgd_tier *t, pgd_hash block, pgd_hash parent, const void *page,
+                         const void *bounds, pgd_tier_spill_fn spill, void *spill_ud);
+PGD_API int pgd_tier_get(pgd_tier *t, pgd_hash block, void *page, void *bounds);
+PGD_API size_t pgd_tier_lookup(pgd_tier *t, const pgd_hash *hashes, size_t n);
+PGD_API int pgd_tier_del(pgd_tier *t, pgd_hash block);
+PGD_API void pgd_tier_get_stats(pgd_tier *t, pgd_tier_stats *out);
+PGD_API int pgd_tier_flush(pgd_tier *t);
+
+/* ---- the RAM tier (src/tier/ram.c) ---- */
+
+typedef struct pgd_tier_ram_params {
+    uint64_t capacity_bytes;    /* bound on bytes held (headers included); >= one record */
+    int store_type;             /* -1: the pool's codec (lossless, default); else a
+                                   pgd_kv_type to re-encode into (lossy: q8_0, q4_0) */
+    uint32_t compression;       /* PGD_RECORD_RAW (default), _LZ4, _ZSTD (lossless) */
+    const pgd_allocator *alloc; /* NULL: libc */
+    pgd_log_fn log;             /* NULL: silent */
+    void *log_ud;
+} pgd_tier_ram_params; /* append fields only */
+
+PGD_API pgd_tier_ram_params pgd_tier_ram_default_params(void);
+/* Creates an empty RAM tier (LRU within itself). Returns PGD_OK, PGD_EINVAL, PGD_ENOMEM. */
+PGD_API int pgd_tier_ram_create(const pgd_tier_ram_params *p, pgd_tier **out);
+
+/* ---- the disk tier (src/tier/disk.c) ---- */
+
+typedef struct pgd_tier_disk_params {
+    const char *dir;         /* directory (created 0700 if absent); borrowed for the call */
+    uint64_t capacity_bytes; /* bound on bytes of records on disk */
+    int fsync;               /* nonzero: fsync each record before it becomes visible */
+    int o_direct;            /* nonzero: O_DIRECT record I/O (page-aligned, padded) */
+    const pgd_allocator *alloc;
+    pgd_log_fn log;
+    void *log_ud;
+} pgd_tier_disk_params; /* append fields only */
+
+PGD_API pgd_tier_disk_params pgd_tier_disk_default_params(void);
+/* Opens (or creates) a disk tier in p->dir: takes its lock file (a second process on the
+ * same directory gets PGD_EBUSY, with a log line naming the holder), creates the stable
+ * hash key (dir/key, 32 random bytes, mode 0600) if absent. The records are scanned by
+ * bind. Returns PGD_OK, PGD_EINVAL, PGD_EBUSY, PGD_EIO (unreadable or unwritable
+ * directory: the log names it), PGD_ENOMEM. */
+PGD_API int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out);
+/* The directory's stable hash key (32 bytes) into key[0..32); for pgd_cache_params.hash_key
+ * so that block hashes match after a restart. PGD_OK or PGD_EINVAL (not a disk tier). */
+PGD_API int pgd_tier_disk_key(const pgd_tier *t, uint8_t key[32]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PAGODA_TIER_H */
