@@ -610,7 +610,13 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
     while (done) {
         req *r = done;
         done = r->next;
-        pe_usage u = {r->n_prompt, r->n_cached, r->n_gen, r->status};
+        pe_usage u;
+        memset(&u, 0, sizeof u);
+        u.prompt_tokens = r->n_prompt;
+        u.cached_tokens = r->n_cached;
+        u.completion_tokens = r->n_gen;
+        u.status = r->status;
+        u.cached_pool_tokens = r->n_cached;
         r->cb(r->ud, r->id, -1, r->finish, &u);
         req_destroy(s, r);
     }
