@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(gcc g++ make cmake pkgconf git libxxhash-dev libjansson-dev libpcre2-dev clang clang-format libclang-rt-14-dev
+PKGS=(gcc g++ make cmake pkgconf git libxxhash-dev liblz4-dev libzstd-dev libjansson-dev libpcre2-dev clang clang-format libclang-rt-14-dev
       valgrind libmicrohttpd-dev libcurl4-openssl-dev strace)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -2,8 +2,8 @@
 # test.sh - builds and runs the whole test suite:
 #   - source checks (checksrc, clang-format);
 #   - the normal build's ctest (build/);
-#   - libpagoda alone (build-lib/: PGD_BUILD_ENGINE/SERVER/TOOLS=OFF, so libxxhash is the only
-#     package looked for, which the script checks): its own tests, then installed, and every
+#   - libpagoda alone (build-lib/: PGD_BUILD_ENGINE/SERVER/TOOLS=OFF, so libxxhash, liblz4 and
+#     libzstd are the only packages looked for, which the script checks): its own tests, then installed, and every
 #     examples/*.c built against the installed library through pkg-config and run;
 #   - unless --quick: an ASan+UBSan pass (build-asan/) over everything but the threaded tests
 #     (-LE thread), plus the server's HTTP tests (-L http), and a TSan pass (build-tsan/) over
@@ -48,11 +48,11 @@ PGD_BUILD_DIR=build-lib scripts/setup.sh -DPGD_BUILD_ENGINE=OFF -DPGD_BUILD_SERV
 # Every pkg-config lookup leaves __pkg_config_checked_<PREFIX> in the cache.
 looked=$(sed -n 's/^__pkg_config_checked_\([A-Za-z0-9_]*\):.*/\1/p' build-lib/CMakeCache.txt |
     sort | tr '\n' ' ')
-if [ "$looked" != "XXHASH " ]; then
-    echo "build-lib: the library alone looked for more than libxxhash: $looked" >&2
+if [ "$looked" != "LZ4 XXHASH ZSTD " ]; then
+    echo "build-lib: the library alone looked for more than libxxhash, liblz4, libzstd: $looked" >&2
     exit 1
 fi
-echo "build-lib: only libxxhash looked for"
+echo "build-lib: only libxxhash, liblz4 and libzstd looked for"
 run_ctest build-lib -j2
 
 echo "== install + pkg-config clients (examples/*.c) =="
