@@ -5,7 +5,9 @@
  * hit figures as a table or one JSON object. Option handling and output only; the model
  * is described in sim.h and in the usage text. Token counts take decimal suffixes (K =
  * 10^3) or binary ones (Ki = 2^10); byte sizes (--bytes-per-token) binary ones, as the
- * other commands' sizes.
+ * other commands' sizes. The bytes a block weighs when it moves come from
+ * --bytes-per-token or from a model's geometry (--model, --kv-type: the engine's GGUF
+ * loader and pgd_kv_bytes_per_token).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -52,8 +54,9 @@ static void usage(FILE *f, const char *cmd)
             "tier evicts only blocks of which it holds no child. After the pool's hits, the\n"
             "next blocks that some tier holds, in a row, are hits of the fastest tier holding\n"
             "each; they are promoted into the pool and their tier copy stays. Every block is a\n"
-            "pool hit, a tier hit or a miss. Bytes moved: blocks * block-tokens *\n"
-            "--bytes-per-token (page payload; record headers not counted).\n"
+            "pool hit, a tier hit or a miss. Bytes moved: blocks * the bytes of a block\n"
+            "(block-tokens * --bytes-per-token, or from --model and --kv-type; K/V payload\n"
+            "only, record headers not counted).\n"
             "\n"
             "options:\n"
             "  --policy NAME          eviction policy: lru (default) or belady (offline\n"
@@ -68,6 +71,10 @@ static void usage(FILE *f, const char *cmd)
             "  --bytes-per-token N    KV bytes per token of the model, for the bytes moved per\n"
             "                         tier (2 * layers * kv_heads * head_dim * element bytes;\n"
             "                         K, M, G suffixes: powers of 1024); default: not shown\n"
+            "  --model FILE.gguf      or take the bytes from this model's geometry (layers,\n"
+            "                         KV heads, head_dim) and --kv-type\n"
+            "  --kv-type TYPE         the pool's KV type with --model: f32, f16 (default),\n"
+            "                         bf16, q8_0, q4_0, kivi2 (scales and padding counted)\n"
             "  --json                 print one JSON object instead of a table\n"
             "  --strict               stop at the first bad line (exit 1); by default bad\n"
             "                         lines are reported with their line number and skipped\n"
@@ -174,22 +181,28 @@ static json_t *jint(uint64_t v)
     return json_integer(v > INT64_MAX ? INT64_MAX : (json_int_t)v);
 }
 
-/* Bytes of n blocks at bpt bytes per token, saturating. */
-static uint64_t blocks_bytes(uint64_t n, uint32_t block_tokens, uint64_t bpt)
+/* What a block weighs when it moves between tiers (--bytes-per-token or --model). */
+typedef struct kv_size {
+    uint64_t page_bytes; /* bytes of one block's K/V; 0: unknown, bytes are not shown */
+    double token_bytes;  /* page_bytes / block_tokens */
+    char source[192];    /* where the figure comes from, for the table */
+} kv_size;
+
+/* Bytes of n blocks, saturating. */
+static uint64_t blocks_bytes(uint64_t n, const kv_size *kv)
 {
-    uint64_t per = (uint64_t)block_tokens * bpt;
-    if (per && n > UINT64_MAX / per) return UINT64_MAX;
-    return n * per;
+    if (kv->page_bytes && n > UINT64_MAX / kv->page_bytes) return UINT64_MAX;
+    return n * kv->page_bytes;
 }
 
-/* A byte count in JSON: null when --bytes-per-token was not given. */
-static json_t *jbytes(uint64_t n, uint32_t block_tokens, uint64_t bpt)
+/* A byte count in JSON: null when the size of a block is unknown. */
+static json_t *jbytes(uint64_t n, const kv_size *kv)
 {
-    return bpt ? jint(blocks_bytes(n, block_tokens, bpt)) : json_null();
+    return kv->page_bytes ? jint(blocks_bytes(n, kv)) : json_null();
 }
 
 /* The tier part of the JSON object (only with --tier). */
-static void json_tiers(json_t *o, const sim_params *sp, const sim_result *r, uint64_t bpt)
+static void json_tiers(json_t *o, const sim_params *sp, const sim_result *r, const kv_size *kv)
 {
     json_t *arr = json_array();
     uint64_t cached_blocks = r->hit_blocks, cached_tokens = r->hit_tokens;
@@ -204,16 +217,18 @@ static void json_tiers(json_t *o, const sim_params *sp, const sim_result *r, uin
         json_object_set_new(e, "hit_tokens", jint(t->hit_tokens));
         json_object_set_new(e, "token_hit_ratio", json_real(ratio(t->hit_tokens, r->tokens)));
         json_object_set_new(e, "promoted_blocks", jint(t->hit_blocks));
-        json_object_set_new(e, "promoted_bytes", jbytes(t->hit_blocks, sp->block_tokens, bpt));
+        json_object_set_new(e, "promoted_bytes", jbytes(t->hit_blocks, kv));
         json_object_set_new(e, "demoted_blocks", jint(t->demoted_blocks));
-        json_object_set_new(e, "demoted_bytes", jbytes(t->demoted_blocks, sp->block_tokens, bpt));
+        json_object_set_new(e, "demoted_bytes", jbytes(t->demoted_blocks, kv));
         json_object_set_new(e, "evicted_blocks", jint(t->evicted_blocks));
         json_object_set_new(e, "resident_blocks", jint(t->resident_blocks));
         json_array_append_new(arr, e);
         cached_blocks += t->hit_blocks;
         cached_tokens += t->hit_tokens;
     }
-    json_object_set_new(o, "bytes_per_token", bpt ? jint(bpt) : json_null());
+    json_object_set_new(o, "bytes_per_page", kv->page_bytes ? jint(kv->page_bytes) : json_null());
+    json_object_set_new(o, "bytes_per_token",
+                        kv->page_bytes ? json_real(kv->token_bytes) : json_null());
     json_object_set_new(o, "tiers", arr);
     json_object_set_new(o, "miss_blocks", jint(r->miss_blocks));
     json_object_set_new(o, "miss_tokens", jint(r->miss_tokens));
@@ -222,7 +237,7 @@ static void json_tiers(json_t *o, const sim_params *sp, const sim_result *r, uin
 }
 
 static int print_json(const char *trace, const sim_params *sp, const sim_result *r,
-                      const trace_load_stats *ls, double load_s, uint64_t bpt)
+                      const trace_load_stats *ls, double load_s, const kv_size *kv)
 {
     json_t *o = json_object();
     int rc;
@@ -248,7 +263,7 @@ static int print_json(const char *trace, const sim_params *sp, const sim_result 
     json_object_set_new(o, "elapsed_s", json_real(r->elapsed_s));
     json_object_set_new(o, "blocks_per_s",
                         json_real(r->elapsed_s > 0 ? (double)r->blocks / r->elapsed_s : 0.0));
-    if (sp->n_tiers) json_tiers(o, sp, r, bpt);
+    if (sp->n_tiers) json_tiers(o, sp, r, kv);
     rc = json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     json_decref(o);
     if (rc != 0) return -1;
@@ -256,13 +271,13 @@ static int print_json(const char *trace, const sim_params *sp, const sim_result 
 }
 
 /* A byte count for the table: "-" without --bytes-per-token, else B / KiB / ... / PiB. */
-static const char *fmt_bytes(char *buf, size_t len, uint64_t n, uint32_t block_tokens, uint64_t bpt)
+static const char *fmt_bytes(char *buf, size_t len, uint64_t n, const kv_size *kv)
 {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     double v;
     int u = 0;
-    if (!bpt) return "-";
-    v = (double)blocks_bytes(n, block_tokens, bpt);
+    if (!kv->page_bytes) return "-";
+    v = (double)blocks_bytes(n, kv);
     while (v >= 1024.0 && u < 5) {
         v /= 1024.0;
         u++;
@@ -275,7 +290,7 @@ static const char *fmt_bytes(char *buf, size_t len, uint64_t n, uint32_t block_t
 }
 
 /* The per-tier table (only with --tier): where each block was found, what moved. */
-static void print_tiers(const sim_params *sp, const sim_result *r, uint64_t bpt)
+static void print_tiers(const sim_params *sp, const sim_result *r, const kv_size *kv)
 {
     char up[32], down[32];
     uint64_t cb = r->hit_blocks, ct = r->hit_tokens;
@@ -293,10 +308,9 @@ static void print_tiers(const sim_params *sp, const sim_result *r, uint64_t bpt)
                sp->tiers[i].name, (unsigned long long)t->capacity_tokens,
                (unsigned long long)t->hit_blocks, ratio(t->hit_blocks, r->blocks),
                (unsigned long long)t->hit_tokens, ratio(t->hit_tokens, r->tokens),
-               (unsigned long long)t->hit_blocks,
-               fmt_bytes(up, sizeof up, t->hit_blocks, sp->block_tokens, bpt),
+               (unsigned long long)t->hit_blocks, fmt_bytes(up, sizeof up, t->hit_blocks, kv),
                (unsigned long long)t->demoted_blocks,
-               fmt_bytes(down, sizeof down, t->demoted_blocks, sp->block_tokens, bpt),
+               fmt_bytes(down, sizeof down, t->demoted_blocks, kv),
                (unsigned long long)t->evicted_blocks, (unsigned long long)t->resident_blocks);
         cb += t->hit_blocks;
         ct += t->hit_tokens;
@@ -306,9 +320,9 @@ static void print_tiers(const sim_params *sp, const sim_result *r, uint64_t bpt)
            ratio(r->miss_tokens, r->tokens));
     printf("%-6s %12s %10llu %7.4f %12llu %7.4f\n", "cached", "-", (unsigned long long)cb,
            ratio(cb, r->blocks), (unsigned long long)ct, ratio(ct, r->tokens));
-    if (bpt) {
-        printf("(bytes: blocks * %u tokens * %llu bytes per token)\n", sp->block_tokens,
-               (unsigned long long)bpt);
+    if (kv->page_bytes) {
+        printf("(bytes: %llu per block of %u tokens, %.6g per token: %s)\n",
+               (unsigned long long)kv->page_bytes, sp->block_tokens, kv->token_bytes, kv->source);
     }
 }
 
@@ -333,6 +347,42 @@ static void print_table(const sim_params *sp, const sim_result *r, const trace_l
     printf("%-18s %.0f\n", "blocks/s", r->elapsed_s > 0 ? (double)r->blocks / r->elapsed_s : 0.0);
 }
 
+/*
+ * Sets *kv from a model's geometry (layers, KV heads, head_dim) and a KV type: the bytes
+ * a block of block_tokens takes in a pool of that type (scales and padding included).
+ * Returns 0, or CLI_EXIT_FAIL (unloadable model) / CLI_EXIT_USAGE (a type that does not
+ * fit the geometry) after printing why.
+ */
+static int kv_from_model(const char *cmd, const char *path, pgd_kv_type type, uint32_t block,
+                         kv_size *kv)
+{
+    pe_model *m = NULL;
+    const pe_hparams *hp;
+    char err[256];
+    double tb;
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: --model: cannot load '%s': %s\n", cmd, path, err);
+        return CLI_EXIT_FAIL;
+    }
+    hp = pe_model_hparams(m);
+    tb = pgd_kv_bytes_per_token(type, block, hp->n_layer, hp->n_head_kv, hp->head_dim);
+    if (tb <= 0) {
+        fprintf(stderr,
+                "%s: --kv-type: %s does not fit this model's geometry (blocks of %u tokens, "
+                "head_dim %u)\n",
+                cmd, pgd_kv_type_name(type), block, hp->head_dim);
+        pe_model_destroy(m);
+        return CLI_EXIT_USAGE;
+    }
+    kv->page_bytes = (uint64_t)(tb * block + 0.5);
+    kv->token_bytes = (double)kv->page_bytes / block;
+    snprintf(kv->source, sizeof kv->source,
+             "model %s: %u layers * %u KV heads * head_dim %u, KV %s", pe_model_name(m),
+             hp->n_layer, hp->n_head_kv, hp->head_dim, pgd_kv_type_name(type));
+    pe_model_destroy(m);
+    return 0;
+}
+
 enum {
     OPT_POLICY = 256,
     OPT_CAPACITY,
@@ -342,7 +392,9 @@ enum {
     OPT_QUIET,
     OPT_CHECK,
     OPT_TIER,
-    OPT_BYTES_PER_TOKEN
+    OPT_BYTES_PER_TOKEN,
+    OPT_MODEL,
+    OPT_KV_TYPE
 };
 
 int cmd_replay(int argc, char **argv)
@@ -357,10 +409,12 @@ int cmd_replay(int argc, char **argv)
         {"check", no_argument, NULL, OPT_CHECK},
         {"tier", required_argument, NULL, OPT_TIER},
         {"bytes-per-token", required_argument, NULL, OPT_BYTES_PER_TOKEN},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"kv-type", required_argument, NULL, OPT_KV_TYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *cmd = argv[0], *path, *name;
+    const char *cmd = argv[0], *path, *name, *model = NULL;
     sim_params sp;
     sim_result res;
     trace_set ts = {0};
@@ -369,12 +423,15 @@ int cmd_replay(int argc, char **argv)
     uint64_t capacity = DEFAULT_CAPACITY_TOKENS, block = DEFAULT_BLOCK_TOKENS, bpt = 0;
     sim_tier tiers[SIM_MAX_TIERS];
     uint32_t n_tiers = 0;
-    int json = 0, strict = 0, quiet = 0, check = 0, opt, rc = CLI_EXIT_FAIL, prc;
+    pgd_kv_type kv_type = PGD_KV_F16;
+    kv_size kv;
+    int have_kv_type = 0, json = 0, strict = 0, quiet = 0, check = 0, opt, rc = CLI_EXIT_FAIL, prc;
     char err[256];
     FILE *f;
     double t0, load_s;
 
     memset(&sp, 0, sizeof sp);
+    memset(&kv, 0, sizeof kv);
     sp.policy = PGD_POLICY_LRU;
     optind = 0; /* glibc: full re-initialisation, in case another command parsed first */
     for (;;) {
@@ -416,6 +473,18 @@ int cmd_replay(int argc, char **argv)
                 return cli_usage_error(cmd);
             }
             break;
+        case OPT_MODEL:
+            model = optarg;
+            break;
+        case OPT_KV_TYPE:
+            if (pgd_kv_type_parse(optarg, &kv_type) != PGD_OK) {
+                fprintf(stderr,
+                        "%s: --kv-type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, kivi2\n",
+                        cmd, optarg);
+                return cli_usage_error(cmd);
+            }
+            have_kv_type = 1;
+            break;
         case OPT_BLOCK:
             if (cli_parse_u64(cmd, "--block-tokens", optarg, 1, SIM_MAX_BLOCK_TOKENS, &block) !=
                 0) {
@@ -455,6 +524,23 @@ int cmd_replay(int argc, char **argv)
                 (unsigned long long)capacity, (unsigned long long)block);
         return cli_usage_error(cmd);
     }
+    if (model && bpt) {
+        fprintf(stderr, "%s: --model and --bytes-per-token both size a block: give one\n", cmd);
+        return cli_usage_error(cmd);
+    }
+    if (have_kv_type && !model) {
+        fprintf(stderr, "%s: --kv-type needs --model (the geometry it applies to)\n", cmd);
+        return cli_usage_error(cmd);
+    }
+    if (bpt) {
+        kv.page_bytes = bpt * block;
+        kv.token_bytes = (double)bpt;
+        snprintf(kv.source, sizeof kv.source, "--bytes-per-token");
+    } else if (model) {
+        prc = kv_from_model(cmd, model, kv_type, (uint32_t)block, &kv);
+        if (prc == CLI_EXIT_USAGE) return cli_usage_error(cmd);
+        if (prc != 0) return prc;
+    }
     sp.capacity_tokens = capacity;
     sp.block_tokens = (uint32_t)block;
     sp.progress = !quiet && isatty(STDERR_FILENO);
@@ -493,13 +579,13 @@ int cmd_replay(int argc, char **argv)
                 cmd, (unsigned long long)res.length_mismatch, sp.block_tokens);
     }
     if (json) {
-        if (print_json(name, &sp, &res, &ls, load_s, bpt) != 0) {
+        if (print_json(name, &sp, &res, &ls, load_s, &kv) != 0) {
             fprintf(stderr, "%s: cannot write the JSON output\n", cmd);
             goto done;
         }
     } else {
         print_table(&sp, &res, &ls);
-        if (n_tiers) print_tiers(&sp, &res, bpt);
+        if (n_tiers) print_tiers(&sp, &res, &kv);
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "%s: cannot write the output: %s\n", cmd, strerror(errno));

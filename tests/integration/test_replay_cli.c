@@ -11,7 +11,8 @@
  * input exits 1. Tiers (--tier): the JSON and the table report each tier, pool hits +
  * tier hits + misses = blocks and tokens, bytes follow --bytes-per-token, the pool's
  * figures are those of a replay without tiers, a tier of 0 tokens changes nothing, token
- * counts take decimal and binary suffixes, bad specs are named. JSON output is parsed
+ * counts take decimal and binary suffixes, bad specs are named, --model sizes a block
+ * from the model's geometry (stories260K, when the models directory has it). JSON output is parsed
  * with jansson.
  */
 #include <stdio.h>
@@ -258,7 +259,8 @@ static int test_tiers_json(void)
     T_ASSERT(o != NULL);
     T_EQ(get_int(o, "hit_blocks"), get_int(base, "hit_blocks"));
     T_EQ(get_int(o, "evictions"), get_int(base, "evictions"));
-    T_EQ(get_int(o, "bytes_per_token"), 2048);
+    T_EQ(get_int(o, "bytes_per_page"), 512 * 2048);
+    T_ASSERT(json_number_value(json_object_get(o, "bytes_per_token")) == 2048.0);
     T_EQ(json_array_size(json_object_get(o, "tiers")), 2);
     t0 = tier_at(o, 0);
     t1 = tier_at(o, 1);
@@ -280,6 +282,7 @@ static int test_tiers_json(void)
     T_ASSERT(o != NULL);
     T_EQ(tier_totals(o, 0), 0);
     T_ASSERT(json_is_null(json_object_get(o, "bytes_per_token")));
+    T_ASSERT(json_is_null(json_object_get(o, "bytes_per_page")));
     T_EQ(get_int(tier_at(o, 0), "capacity_blocks"), 0);
     T_EQ(get_int(tier_at(o, 0), "hit_blocks"), 0);
     T_EQ(get_int(tier_at(o, 0), "demoted_blocks"), 0);
@@ -299,6 +302,31 @@ static int test_tiers_json(void)
     T_EQ(tier_totals(o, 0), 0);
     json_decref(o);
     json_decref(base);
+    return 0;
+}
+
+/* Bytes from a model's geometry: stories260K has 5 layers, 4 KV heads, head_dim 8, so a
+ * 512-token block is 2 * 5 * 4 * 8 * 512 elements: 327680 bytes in f16, twice in f32. */
+static int test_tiers_model_bytes(void)
+{
+    char model[1024], extra[2048];
+    json_t *o;
+    if (!t_model_file(model, sizeof model, "stories260K.gguf")) {
+        printf("  (no %s: model bytes not tested)\n", model);
+        return 0;
+    }
+    snprintf(extra, sizeof extra, "--tier ram:1M --model '%s'", model);
+    o = replay("lru", "64Ki", extra);
+    T_ASSERT(o != NULL);
+    T_EQ(get_int(o, "bytes_per_page"), 327680);
+    T_EQ(tier_totals(o, 327680), 0);
+    json_decref(o);
+    snprintf(extra, sizeof extra, "--tier ram:1M --model '%s' --kv-type f32", model);
+    o = replay("lru", "64Ki", extra);
+    T_ASSERT(o != NULL);
+    T_EQ(get_int(o, "bytes_per_page"), 655360);
+    T_ASSERT(json_number_value(json_object_get(o, "bytes_per_token")) == 1280.0);
+    json_decref(o);
     return 0;
 }
 
@@ -520,6 +548,14 @@ static int test_usage_errors(void)
     T_EQ(expect_exit(args, 2, "out of range"), 0);
     snprintf(args, sizeof args, "replay --tier ram:1M --bytes-per-token 1.5K '%s'", p);
     T_EQ(expect_exit(args, 2, "not a size in bytes"), 0);
+    snprintf(args, sizeof args, "replay --kv-type f16 '%s'", p);
+    T_EQ(expect_exit(args, 2, "--kv-type needs --model"), 0);
+    snprintf(args, sizeof args, "replay --model x.gguf --bytes-per-token 2 '%s'", p);
+    T_EQ(expect_exit(args, 2, "give one"), 0);
+    snprintf(args, sizeof args, "replay --model x.gguf --kv-type f8 '%s'", p);
+    T_EQ(expect_exit(args, 2, "--kv-type: 'f8' is not one of"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:1M --model /nonexistent/m.gguf '%s'", p);
+    T_EQ(expect_exit(args, 1, "--model: cannot load '/nonexistent/m.gguf'"), 0);
     T_EQ(expect_exit("replay --help", 0, "--tier KIND:TOKENS"), 0);
     T_EQ(expect_exit("replay --help", 0, "3M = 3000000"), 0);
     T_EQ(expect_exit("replay --help", 0, "--capacity-tokens"), 0);
@@ -549,6 +585,7 @@ int main(int argc, char **argv)
     T_RUN(test_stdin_small_blocks_huge_ids);
     T_RUN(test_text_table);
     T_RUN(test_tiers_json);
+    T_RUN(test_tiers_model_bytes);
     T_RUN(test_tiers_table);
     T_RUN(test_bad_lines_counted);
     T_RUN(test_strict_stops);
