@@ -54,7 +54,9 @@ static void usage(FILE *f, const char *cmd)
             "tier evicts only blocks of which it holds no child. After the pool's hits, the\n"
             "next blocks that some tier holds, in a row, are hits of the fastest tier holding\n"
             "each; they are promoted into the pool and their tier copy stays. Every block is a\n"
-            "pool hit, a tier hit or a miss. Bytes moved: blocks * the bytes of a block\n"
+            "pool hit, a tier hit or a miss. Hit shares are of all blocks (tokens); a tier's\n"
+            "local ratio is of the blocks that reached it (missed the pool and the faster\n"
+            "tiers). Bytes moved: blocks * the bytes of a block\n"
             "(block-tokens * --bytes-per-token, or from --model and --kv-type; K/V payload\n"
             "only, record headers not counted).\n"
             "\n"
@@ -216,6 +218,9 @@ static void json_tiers(json_t *o, const sim_params *sp, const sim_result *r, con
         json_object_set_new(e, "block_hit_ratio", json_real(ratio(t->hit_blocks, r->blocks)));
         json_object_set_new(e, "hit_tokens", jint(t->hit_tokens));
         json_object_set_new(e, "token_hit_ratio", json_real(ratio(t->hit_tokens, r->tokens)));
+        json_object_set_new(e, "reached_blocks", jint(r->blocks - cached_blocks));
+        json_object_set_new(e, "local_block_hit_ratio",
+                            json_real(ratio(t->hit_blocks, r->blocks - cached_blocks)));
         json_object_set_new(e, "promoted_blocks", jint(t->hit_blocks));
         json_object_set_new(e, "promoted_bytes", jbytes(t->hit_blocks, kv));
         json_object_set_new(e, "demoted_blocks", jint(t->demoted_blocks));
@@ -294,32 +299,33 @@ static void print_tiers(const sim_params *sp, const sim_result *r, const kv_size
 {
     char up[32], down[32];
     uint64_t cb = r->hit_blocks, ct = r->hit_tokens;
-    printf("\n%-6s %12s %10s %7s %12s %7s %10s %12s %10s %12s %10s %10s\n", "tier", "capacity",
-           "hit blocks", "share", "hit tokens", "share", "promoted", "bytes up", "demoted",
+    printf("\n%-6s %12s %10s %7s %7s %12s %7s %10s %12s %10s %12s %10s %10s\n", "tier", "capacity",
+           "hit blocks", "share", "local", "hit tokens", "share", "promoted", "bytes up", "demoted",
            "bytes down", "evicted", "held");
-    printf("%-6s %12llu %10llu %7.4f %12llu %7.4f %10s %12s %10s %12s %10llu %10s\n", "pool",
+    printf("%-6s %12llu %10llu %7.4f %7.4f %12llu %7.4f %10s %12s %10s %12s %10llu %10s\n", "pool",
            (unsigned long long)r->capacity_tokens, (unsigned long long)r->hit_blocks,
-           ratio(r->hit_blocks, r->blocks), (unsigned long long)r->hit_tokens,
-           ratio(r->hit_tokens, r->tokens), "-", "-", "-", "-", (unsigned long long)r->evictions,
-           "-");
+           ratio(r->hit_blocks, r->blocks), ratio(r->hit_blocks, r->blocks),
+           (unsigned long long)r->hit_tokens, ratio(r->hit_tokens, r->tokens), "-", "-", "-", "-",
+           (unsigned long long)r->evictions, "-");
     for (uint32_t i = 0; i < r->n_tiers; i++) {
         const sim_tier_result *t = &r->tiers[i];
-        printf("%-6s %12llu %10llu %7.4f %12llu %7.4f %10llu %12s %10llu %12s %10llu %10llu\n",
+        printf("%-6s %12llu %10llu %7.4f %7.4f %12llu %7.4f %10llu %12s %10llu %12s %10llu "
+               "%10llu\n",
                sp->tiers[i].name, (unsigned long long)t->capacity_tokens,
                (unsigned long long)t->hit_blocks, ratio(t->hit_blocks, r->blocks),
-               (unsigned long long)t->hit_tokens, ratio(t->hit_tokens, r->tokens),
-               (unsigned long long)t->hit_blocks, fmt_bytes(up, sizeof up, t->hit_blocks, kv),
-               (unsigned long long)t->demoted_blocks,
+               ratio(t->hit_blocks, r->blocks - cb), (unsigned long long)t->hit_tokens,
+               ratio(t->hit_tokens, r->tokens), (unsigned long long)t->hit_blocks,
+               fmt_bytes(up, sizeof up, t->hit_blocks, kv), (unsigned long long)t->demoted_blocks,
                fmt_bytes(down, sizeof down, t->demoted_blocks, kv),
                (unsigned long long)t->evicted_blocks, (unsigned long long)t->resident_blocks);
         cb += t->hit_blocks;
         ct += t->hit_tokens;
     }
-    printf("%-6s %12s %10llu %7.4f %12llu %7.4f\n", "miss", "-", (unsigned long long)r->miss_blocks,
-           ratio(r->miss_blocks, r->blocks), (unsigned long long)r->miss_tokens,
-           ratio(r->miss_tokens, r->tokens));
-    printf("%-6s %12s %10llu %7.4f %12llu %7.4f\n", "cached", "-", (unsigned long long)cb,
-           ratio(cb, r->blocks), (unsigned long long)ct, ratio(ct, r->tokens));
+    printf("%-6s %12s %10llu %7.4f %7s %12llu %7.4f\n", "miss", "-",
+           (unsigned long long)r->miss_blocks, ratio(r->miss_blocks, r->blocks), "-",
+           (unsigned long long)r->miss_tokens, ratio(r->miss_tokens, r->tokens));
+    printf("%-6s %12s %10llu %7.4f %7s %12llu %7.4f\n", "cached", "-", (unsigned long long)cb,
+           ratio(cb, r->blocks), "-", (unsigned long long)ct, ratio(ct, r->tokens));
     if (kv->page_bytes) {
         printf("(bytes: %llu per block of %u tokens, %.6g per token: %s)\n",
                (unsigned long long)kv->page_bytes, sp->block_tokens, kv->token_bytes, kv->source);

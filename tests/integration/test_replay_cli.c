@@ -9,12 +9,13 @@
  * (blocks - distinct ids), for both policies; bad lines are named with their line number
  * and skipped, or stop the replay under --strict; bad command lines exit 2, unreadable
  * input exits 1. Tiers (--tier): the JSON and the table report each tier, pool hits +
- * tier hits + misses = blocks and tokens, bytes follow --bytes-per-token, the pool's
- * figures are those of a replay without tiers, a tier of 0 tokens changes nothing, token
- * counts take decimal and binary suffixes, bad specs are named, --model sizes a block
- * from the model's geometry (stories260K, when the models directory has it). JSON output is parsed
- * with jansson.
+ * tier hits + misses = blocks and tokens, each tier's local ratio is of the blocks that
+ * reached it, bytes follow --bytes-per-token, the pool's figures are those of a replay
+ * without tiers, a tier of 0 tokens changes nothing, token counts take decimal and binary
+ * suffixes, bad specs are named, --model sizes a block from the model's geometry
+ * (stories260K, when the models directory has it). JSON output is parsed with jansson.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -272,6 +273,12 @@ static int test_tiers_json(void)
     T_ASSERT(get_int(t0, "hit_blocks") > 0 && get_int(t1, "hit_blocks") > 0);
     T_ASSERT(get_int(t0, "demoted_blocks") > 0 && get_int(t1, "demoted_blocks") > 0);
     T_EQ(tier_totals(o, 512 * 2048), 0);
+    /* A tier is reached by the blocks the pool and the faster tiers missed. */
+    T_EQ(get_int(t0, "reached_blocks"), get_int(o, "blocks") - get_int(o, "hit_blocks"));
+    T_EQ(get_int(t1, "reached_blocks"), get_int(t0, "reached_blocks") - get_int(t0, "hit_blocks"));
+    T_ASSERT(fabs(json_number_value(json_object_get(t1, "local_block_hit_ratio")) -
+                  (double)get_int(t1, "hit_blocks") / (double)get_int(t1, "reached_blocks")) <
+             1e-9);
     T_ASSERT(get_int(o, "miss_blocks") < get_int(base, "blocks") - get_int(base, "hit_blocks"));
     T_ASSERT(json_number_value(json_object_get(o, "cached_block_ratio")) >
              json_number_value(json_object_get(base, "block_hit_ratio")));
