@@ -12,7 +12,16 @@
  * the first request after the current one that contains the block (UINT64_MAX if none).
  * The current request index only grows, so each slot keeps a cursor that moves forward:
  * every next_use call is O(1) amortized. Pass one also counts distinct blocks, which
- * sizes an "unlimited" pool. LRU with a fixed capacity skips the index altogether.
+ * sizes an "unlimited" pool, and gives each its chain parent. LRU with a fixed capacity
+ * and no tiers skips the index altogether.
+ *
+ * Tiers (model in sim.h) name blocks by their slot in that index, so each tier is a few
+ * arrays over the distinct blocks: an intrusive LRU list (head = least recently used)
+ * and, per block, how many of its children the tier holds (counted whether or not the
+ * block itself is there, so a parent demoted after its children starts with the right
+ * count). The victim is the first block from the head with no child held: O(1) when
+ * blocks arrive leaves first, as the pool evicts them, a walk past held parents
+ * otherwise. The pool's evictions reach the tiers through the cache's on_evict event.
  */
 #include "sim.h"
 
@@ -66,6 +75,7 @@ typedef struct slot {
     uint32_t count;    /* requests containing the block */
     uint32_t cursor;   /* occ[start + cursor] is the next candidate (only moves forward) */
     uint32_t last_req; /* last request counted, so a request counts once */
+    uint32_t parent;   /* slot of the previous block of the chain; NONE for a first block */
 } slot;
 
 typedef struct future {
@@ -113,8 +123,9 @@ static uint32_t future_find(const future *f, pgd_hash key)
     }
 }
 
-/* Returns the slot of key, adding an empty one if needed; NONE when out of memory. */
-static uint32_t future_add(future *f, pgd_hash key)
+/* Returns the slot of key, adding an empty one (child of parent) if needed; NONE when out
+ * of memory. */
+static uint32_t future_add(future *f, pgd_hash key, uint32_t parent)
 {
     uint64_t pos;
     uint32_t s;
@@ -142,6 +153,7 @@ static uint32_t future_add(future *f, pgd_hash key)
     memset(&f->slots[s], 0, sizeof f->slots[s]);
     f->slots[s].key = key;
     f->slots[s].last_req = NONE;
+    f->slots[s].parent = parent;
     f->map[pos] = s;
     return s;
 }
@@ -152,10 +164,12 @@ static int future_build(future *f, const trace_set *t, pgd_hash *hbuf, int with_
     uint64_t total = 0;
     if (map_resize(f, 1024) != 0) return -1;
     for (size_t r = 0; r < t->n_reqs; r++) {
+        uint32_t parent = NONE;
         chain_all(t, r, hbuf);
         for (uint64_t i = 0; i < t->reqs[r].n_ids; i++) {
-            uint32_t s = future_add(f, hbuf[i]);
+            uint32_t s = future_add(f, hbuf[i], parent);
             if (s == NONE) return -1;
+            parent = s;
             if (f->slots[s].last_req != (uint32_t)r) {
                 f->slots[s].last_req = (uint32_t)r;
                 f->slots[s].count++;
@@ -198,6 +212,195 @@ static uint64_t next_use(void *ud, pgd_hash h)
     return sl->cursor < sl->count ? f->occ[sl->start + sl->cursor] : UINT64_MAX;
 }
 
+/* ---- the tiers ---- */
+
+typedef struct tier_lru {
+    uint64_t cap_blocks;   /* 0: the tier is skipped */
+    uint64_t n_blocks;     /* held */
+    uint32_t head, tail;   /* least / most recently used; NONE when empty */
+    uint32_t *prev, *next; /* [n_slots] links of held blocks */
+    uint32_t *n_child;     /* [n_slots] children the tier holds (held or not itself) */
+    uint8_t *in;           /* [n_slots] 1 if held */
+} tier_lru;
+
+typedef struct tier_set {
+    const future *fut; /* block slots and parents */
+    tier_lru t[SIM_MAX_TIERS];
+    uint32_t n;
+    sim_tier_result *res; /* [n] the result's per-tier counters */
+} tier_set;
+
+static void tiers_deinit(tier_set *ts)
+{
+    for (uint32_t i = 0; i < ts->n; i++) {
+        free(ts->t[i].prev);
+        free(ts->t[i].next);
+        free(ts->t[i].n_child);
+        free(ts->t[i].in);
+    }
+    memset(ts, 0, sizeof *ts);
+}
+
+/* Allocates n tiers of the given capacities (in blocks) over f's blocks. 0 or -1. */
+static int tiers_init(tier_set *ts, const future *f, const uint64_t *cap_blocks, uint32_t n,
+                      sim_tier_result *res)
+{
+    size_t nb = f->n_slots ? f->n_slots : 1;
+    ts->fut = f;
+    ts->res = res;
+    for (uint32_t i = 0; i < n; i++) {
+        tier_lru *t = &ts->t[i];
+        ts->n = i + 1;
+        t->cap_blocks = cap_blocks[i];
+        t->head = t->tail = NONE;
+        if (t->cap_blocks == 0) continue;
+        t->prev = malloc(nb * sizeof *t->prev);
+        t->next = malloc(nb * sizeof *t->next);
+        t->n_child = calloc(nb, sizeof *t->n_child);
+        t->in = calloc(nb, 1);
+        if (!t->prev || !t->next || !t->n_child || !t->in) return -1;
+    }
+    ts->n = n;
+    return 0;
+}
+
+static int tier_holds(const tier_lru *t, uint32_t b)
+{
+    return t->cap_blocks != 0 && t->in[b];
+}
+
+static void lru_unlink(tier_lru *t, uint32_t b)
+{
+    uint32_t p = t->prev[b], n = t->next[b];
+    if (p != NONE)
+        t->next[p] = n;
+    else
+        t->head = n;
+    if (n != NONE)
+        t->prev[n] = p;
+    else
+        t->tail = p;
+}
+
+static void lru_push(tier_lru *t, uint32_t b)
+{
+    t->prev[b] = t->tail;
+    t->next[b] = NONE;
+    if (t->tail != NONE)
+        t->next[t->tail] = b;
+    else
+        t->head = b;
+    t->tail = b;
+}
+
+/* Marks held block b most recently used (a hit). */
+static void tier_touch(tier_lru *t, uint32_t b)
+{
+    lru_unlink(t, b);
+    lru_push(t, b);
+}
+
+/* The least recently used block of which t holds no child; t is not empty. */
+static uint32_t tier_victim(const tier_lru *t)
+{
+    for (uint32_t b = t->head; b != NONE; b = t->next[b]) {
+        if (t->n_child[b] == 0) return b;
+    }
+    return t->head; /* unreachable: the held blocks form a forest, which has a leaf */
+}
+
+static void tier_remove(tier_set *ts, tier_lru *t, uint32_t b)
+{
+    uint32_t p = ts->fut->slots[b].parent;
+    lru_unlink(t, b);
+    t->in[b] = 0;
+    t->n_blocks--;
+    if (p != NONE) t->n_child[p]--;
+}
+
+/* Writes block b into the first tier from i on that has a capacity, unless that tier
+ * holds it already; what the tier evicts for room goes on down. The last tier drops. */
+static void tiers_demote(tier_set *ts, uint32_t i, uint32_t b)
+{
+    for (; i < ts->n; i++) {
+        tier_lru *t = &ts->t[i];
+        uint32_t p = ts->fut->slots[b].parent;
+        if (t->cap_blocks == 0) continue;
+        if (t->in[b]) return;
+        lru_push(t, b);
+        t->in[b] = 1;
+        t->n_blocks++;
+        if (p != NONE) t->n_child[p]++;
+        ts->res[i].demoted_blocks++;
+        if (t->n_blocks <= t->cap_blocks) return;
+        /* Inserted first, so that b's parent is not a leaf now: b may be the victim. */
+        b = tier_victim(t);
+        tier_remove(ts, t, b);
+        ts->res[i].evicted_blocks++;
+    }
+}
+
+/* The fastest tier holding block b, or -1. */
+static int tiers_find(const tier_set *ts, uint32_t b)
+{
+    for (uint32_t i = 0; i < ts->n; i++) {
+        if (tier_holds(&ts->t[i], b)) return (int)i;
+    }
+    return -1;
+}
+
+/* The pool's on_evict event: demotes the block unless a tier holds it already. */
+static void on_pool_evict(void *ud, pgd_hash hash, uint32_t page)
+{
+    tier_set *ts = ud;
+    uint32_t b = future_find(ts->fut, hash);
+    (void)page;
+    if (b == NONE || tiers_find(ts, b) >= 0) return;
+    tiers_demote(ts, 0, b);
+}
+
+/* Walks every tier: links, held counts, child counts and the capacity bound agree.
+ * Returns 0, or -1 with the reason in err. O(tiers * blocks). */
+static int tiers_check(const tier_set *ts, char *err, size_t errlen)
+{
+    uint32_t *kids = calloc(ts->fut->n_slots ? ts->fut->n_slots : 1, sizeof *kids);
+    int rc = -1;
+    if (!kids) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t i = 0; i < ts->n; i++) {
+        const tier_lru *t = &ts->t[i];
+        uint64_t n = 0, held = 0;
+        uint32_t prev = NONE;
+        if (t->cap_blocks == 0) continue;
+        for (uint32_t b = t->head; b != NONE; b = t->next[b]) {
+            if (!t->in[b] || t->prev[b] != prev || ++n > t->n_blocks) goto bad;
+            prev = b;
+        }
+        if (prev != t->tail || n != t->n_blocks || n > t->cap_blocks) goto bad;
+        memset(kids, 0, ts->fut->n_slots * sizeof *kids);
+        for (uint32_t b = 0; b < ts->fut->n_slots; b++) {
+            uint32_t p = ts->fut->slots[b].parent;
+            held += t->in[b];
+            if (t->in[b] && p != NONE) kids[p]++;
+        }
+        if (held != n) goto bad;
+        for (uint32_t b = 0; b < ts->fut->n_slots; b++) {
+            if (kids[b] != t->n_child[b]) goto bad;
+        }
+        continue;
+    bad:
+        snprintf(err, errlen, "tier %u (%llu of %llu blocks held) is inconsistent", i,
+                 (unsigned long long)t->n_blocks, (unsigned long long)t->cap_blocks);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(kids);
+    return rc;
+}
+
 /* ---- the replay ---- */
 
 /* a + b, saturating: token totals of absurd traces stay meaningful as "at least". */
@@ -216,6 +419,14 @@ static uint64_t request_tokens(const trace_rec *rec, uint32_t bt, int *mismatch)
     return full;
 }
 
+/* Tokens of block j of a request of the given tokens (the last block may be partial). */
+static uint64_t block_tokens_of(uint64_t tokens, uint64_t j, uint64_t bt)
+{
+    uint64_t lo = j * bt < tokens ? j * bt : tokens;
+    uint64_t hi = (j + 1) * bt < tokens ? (j + 1) * bt : tokens;
+    return hi - lo;
+}
+
 static void progress(size_t done, size_t total, double *last, int *shown)
 {
     double t = now_s();
@@ -230,7 +441,11 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
 {
     const uint64_t bt = p->block_tokens;
     future fut = {0};
+    tier_set ts = {0};
     pgd_hash *hbuf = NULL;
+    uint32_t *rbuf = NULL; /* [max_ids] blocks of the run the tiers hold */
+    uint8_t *tbuf = NULL;  /* [max_ids] the tier of each */
+    uint64_t tier_cap[SIM_MAX_TIERS];
     pgd_cache *c = NULL;
     pgd_cache_params cp = pgd_cache_default_params();
     pgd_cache_stats cs;
@@ -244,6 +459,10 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
                  (unsigned long long)bt, SIM_MAX_BLOCK_TOKENS);
         return -1;
     }
+    if (p->n_tiers > SIM_MAX_TIERS || (p->n_tiers && !p->tiers)) {
+        snprintf(err, errlen, "%u tiers (at most %u)", p->n_tiers, SIM_MAX_TIERS);
+        return -1;
+    }
     if (t->n_reqs >= NONE) {
         snprintf(err, errlen, "too many requests (%zu; at most %u)", t->n_reqs, NONE - 1);
         return -1;
@@ -252,9 +471,12 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
         if (t->reqs[r].n_ids > max_ids) max_ids = t->reqs[r].n_ids;
     }
     hbuf = malloc((max_ids ? max_ids : 1) * sizeof *hbuf);
-    if (!hbuf) goto nomem;
+    rbuf = malloc((max_ids ? max_ids : 1) * sizeof *rbuf);
+    tbuf = malloc(max_ids ? max_ids : 1);
+    if (!hbuf || !rbuf || !tbuf) goto nomem;
 
-    need_future = p->policy == PGD_POLICY_BELADY || p->capacity_tokens == 0;
+    /* Tiers name blocks by their slot in the future index. */
+    need_future = p->policy == PGD_POLICY_BELADY || p->capacity_tokens == 0 || p->n_tiers > 0;
     if (need_future && future_build(&fut, t, hbuf, p->policy == PGD_POLICY_BELADY) != 0) {
         goto nomem;
     }
@@ -271,6 +493,13 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
     }
     res->capacity_pages = pages;
     res->capacity_tokens = pages * bt;
+    res->n_tiers = p->n_tiers;
+    for (uint32_t i = 0; i < p->n_tiers; i++) {
+        tier_cap[i] = p->tiers[i].capacity_tokens / bt;
+        res->tiers[i].capacity_blocks = tier_cap[i];
+        res->tiers[i].capacity_tokens = tier_cap[i] * bt;
+    }
+    if (p->n_tiers && tiers_init(&ts, &fut, tier_cap, p->n_tiers, res->tiers) != 0) goto nomem;
 
     cp.pool.metadata_only = 1;
     cp.pool.page_tokens = (uint32_t)bt;
@@ -281,6 +510,10 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
     if (p->policy == PGD_POLICY_BELADY) {
         cp.next_use = next_use;
         cp.next_use_ud = &fut;
+    }
+    if (ts.n) {
+        cp.on_evict = on_pool_evict;
+        cp.event_ud = &ts;
     }
     rc = pgd_cache_create(&cp, &c);
     if (rc != PGD_OK) {
@@ -298,6 +531,7 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
         uint64_t tokens = request_tokens(rec, (uint32_t)bt, &mismatch), hit_tokens;
         pgd_seq *s = NULL;
         int64_t k;
+        uint64_t m = 0; /* blocks k .. k+m-1 are held by the tiers */
 
         res->requests++;
         res->blocks += n;
@@ -322,6 +556,19 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
         res->hit_blocks += (uint64_t)k;
         hit_tokens = (uint64_t)k * bt < tokens ? (uint64_t)k * bt : tokens;
         res->hit_tokens = sat_add(res->hit_tokens, hit_tokens);
+        /* The run beyond the pool prefix that the tiers hold, as a match finds it; touched
+         * deepest first, so that a prefix stays newer than its extensions. */
+        for (uint64_t i = (uint64_t)k; i < n && ts.n; i++) {
+            uint32_t b = future_find(&fut, hbuf[i]);
+            int ti = b == NONE ? -1 : tiers_find(&ts, b);
+            if (ti < 0) break;
+            rbuf[m] = b;
+            tbuf[m] = (uint8_t)ti;
+            m++;
+        }
+        for (uint64_t j = m; j-- > 0;)
+            tier_touch(&ts.t[tbuf[j]], rbuf[j]);
+        /* Promoted and computed blocks alike take a pool page; demotions happen here. */
         for (uint64_t i = (uint64_t)k; i < n; i++) {
             st = pgd_seq_grow(c, s, (size_t)bt);
             if (st == PGD_ENOSPC) {
@@ -335,6 +582,11 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
                 pgd_seq_destroy(c, s);
                 goto done;
             }
+            if (i - (uint64_t)k < m) {
+                sim_tier_result *tr = &res->tiers[tbuf[i - (uint64_t)k]];
+                tr->hit_blocks++;
+                tr->hit_tokens = sat_add(tr->hit_tokens, block_tokens_of(tokens, i, bt));
+            }
         }
         pgd_seq_destroy(c, s);
         if (p->check) {
@@ -343,11 +595,20 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
                 snprintf(err, errlen, "request %zu: pgd_cache_check: %s", r + 1, pgd_strerror(st));
                 goto done;
             }
+            if (ts.n && tiers_check(&ts, err, errlen) != 0) goto done;
         }
         if (p->progress && (r & 4095) == 4095) progress(r + 1, t->n_reqs, &last, &shown);
     }
     pgd_cache_get_stats(c, &cs);
     res->evictions = cs.n_evictions;
+    res->miss_blocks = res->blocks - res->hit_blocks;
+    res->miss_tokens = res->tokens - res->hit_tokens;
+    for (uint32_t i = 0; i < ts.n; i++) {
+        res->tiers[i].resident_blocks = ts.t[i].n_blocks;
+        res->miss_blocks -= res->tiers[i].hit_blocks;
+        res->miss_tokens -= res->miss_tokens < res->tiers[i].hit_tokens ? res->miss_tokens
+                                                                        : res->tiers[i].hit_tokens;
+    }
     res->elapsed_s = now_s() - t0;
     rc = 0;
     goto done;
@@ -356,7 +617,10 @@ nomem:
 done:
     if (shown) fprintf(stderr, "\r\033[K");
     pgd_cache_destroy(c);
+    tiers_deinit(&ts);
     future_deinit(&fut);
     free(hbuf);
+    free(rbuf);
+    free(tbuf);
     return rc;
 }

@@ -19,7 +19,29 @@
  * Tokens: a request's tokens are its input_length, unless input_length does not reach
  * into its last block ((n-1)*block_tokens < input_length fails, e.g. 0 or a trace made
  * with another block size): then n*block_tokens, and the request is counted in
- * length_mismatch. Hit tokens of a request with k hit blocks: min(tokens, k*block_tokens).
+ * length_mismatch. Hit tokens of a request with k hit blocks: min(tokens, k*block_tokens);
+ * block j holds min(tokens, (j+1)*bt) - min(tokens, j*bt) of them (the last may be partial).
+ *
+ * Tiers (params.tiers, fastest first) model the storage below the pool as the cache
+ * manager moves pages (cache.h "Tiers"), write-back: each tier is an LRU over the same
+ * block hashes, holding at most capacity_tokens / block_tokens blocks.
+ *
+ *     pool --evict--> tier 0 --evict--> tier 1 --> ... --> dropped
+ *          <-----promote (copy stays in the tier)-----
+ *
+ *   Demotion: a block the pool evicts that no tier holds is written to tier 0; a block a
+ *   tier evicts for room is written to the next tier unless that one holds it already
+ *   (the last tier drops it). A tier of capacity 0 is skipped: it changes nothing.
+ *   Eviction within a tier keeps the pool's leaf-only rule: the victim is the least
+ *   recently used block of which the tier holds no child (its chain successor), so a
+ *   tier loses the ends of its prefixes first.
+ *   Promotion: after the pool's match of k blocks, the blocks k, k+1, ... that some tier
+ *   holds, in a row, are tier hits, each counted in the fastest tier holding it (the
+ *   tiers were missed by the pool and by the faster tiers); they are touched (deepest
+ *   first, as the pool releases them) and inserted into the pool like computed blocks, and
+ *   their tier copies stay. So the pool's own hits do not depend on the tiers.
+ *   Every block is a pool hit, a tier hit or a miss: blocks = hit_blocks + the tiers'
+ *   hit_blocks + miss_blocks (the same for tokens).
  */
 #ifndef PGD_TOOLS_SIM_H
 #define PGD_TOOLS_SIM_H
@@ -33,13 +55,38 @@
 /* Largest block size: keeps blocks * block_tokens far from overflow. */
 #define SIM_MAX_BLOCK_TOKENS (1u << 20)
 
+/* Most tiers below the pool (as the cache manager allows). */
+#define SIM_MAX_TIERS PGD_MAX_TIERS
+
+/* One tier below the pool. */
+typedef struct sim_tier {
+    char name[16];            /* a label ("ram", "disk"): every tier is the same LRU model */
+    uint64_t capacity_tokens; /* rounded down to whole blocks; 0: the tier changes nothing */
+} sim_tier;
+
 typedef struct sim_params {
     pgd_policy_kind policy;
     uint64_t capacity_tokens; /* 0: unlimited, a page for every distinct block */
     uint32_t block_tokens;    /* tokens per block and page; power of two */
     int progress;             /* non-zero: \r progress line on stderr */
     int check;                /* non-zero: pgd_cache_check() after every request */
+    const sim_tier *tiers;    /* [n_tiers] below the pool, fastest first; borrowed */
+    uint32_t n_tiers;         /* 0: no tiers; at most SIM_MAX_TIERS */
 } sim_params;
+
+/* What one tier saw. Blocks moved are whole pages: bytes = blocks * block_tokens * bytes
+ * per token of the model. */
+typedef struct sim_tier_result {
+    uint64_t capacity_blocks;
+    uint64_t capacity_tokens; /* capacity_blocks * block_tokens */
+    uint64_t hit_blocks;      /* missed by the pool and the faster tiers, found here and
+                                 promoted (copied up into the pool); a block that finds no
+                                 pool page (request larger than the pool) is a miss */
+    uint64_t hit_tokens;      /* the tokens of those blocks */
+    uint64_t demoted_blocks;  /* written into this tier (from the pool or the tier above) */
+    uint64_t evicted_blocks;  /* dropped for room (then demoted to the next tier, if any) */
+    uint64_t resident_blocks; /* held at the end of the replay */
+} sim_tier_result;
 
 typedef struct sim_result {
     uint64_t capacity_pages;
@@ -53,11 +100,15 @@ typedef struct sim_result {
     uint64_t uncached_blocks; /* blocks not inserted: request larger than the pool */
     uint64_t length_mismatch; /* requests whose input_length disagrees with their blocks */
     double elapsed_s;         /* set-up (Belady's future index) + replay */
+    uint32_t n_tiers;         /* params.n_tiers */
+    sim_tier_result tiers[SIM_MAX_TIERS];
+    uint64_t miss_blocks; /* blocks neither the pool nor a tier held */
+    uint64_t miss_tokens;
 } sim_result;
 
 /*
  * Replays t. Returns 0, or -1 with a reason in err (bad parameters, capacity too large
- * for the pool, out of memory, cache integrity check failed).
+ * for the pool, out of memory, cache or tier integrity check failed).
  */
 int sim_run(const sim_params *p, const trace_set *t, sim_result *out, char *err, size_t errlen);
 

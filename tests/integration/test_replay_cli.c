@@ -8,8 +8,14 @@
  * unlimited answer; an unlimited capacity finds exactly the hits the generator counted
  * (blocks - distinct ids), for both policies; bad lines are named with their line number
  * and skipped, or stop the replay under --strict; bad command lines exit 2, unreadable
- * input exits 1. JSON output is parsed with jansson.
+ * input exits 1. Tiers (--tier): the JSON and the table report each tier, pool hits +
+ * tier hits + misses = blocks and tokens, each tier's local ratio is of the blocks that
+ * reached it, bytes follow --bytes-per-token, the pool's figures are those of a replay
+ * without tiers, a tier of 0 tokens changes nothing, token counts take decimal and binary
+ * suffixes, bad specs are named, --model sizes a block from the model's geometry
+ * (stories260K, when the models directory has it). JSON output is parsed with jansson.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -211,6 +217,146 @@ static int test_text_table(void)
     return 0;
 }
 
+/* ---- tiers ---- */
+
+static json_t *tier_at(json_t *o, size_t i)
+{
+    return json_array_get(json_object_get(o, "tiers"), i);
+}
+
+/* Pool hits + tier hits + misses = blocks, and the same for tokens; bytes per block. */
+static int tier_totals(json_t *o, long long bytes_per_block)
+{
+    long long b = get_int(o, "hit_blocks") + get_int(o, "miss_blocks");
+    long long tk = get_int(o, "hit_tokens") + get_int(o, "miss_tokens");
+    json_t *arr = json_object_get(o, "tiers");
+    T_ASSERT(json_is_array(arr));
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *t = json_array_get(arr, i);
+        b += get_int(t, "hit_blocks");
+        tk += get_int(t, "hit_tokens");
+        T_EQ(get_int(t, "promoted_blocks"), get_int(t, "hit_blocks"));
+        T_ASSERT(get_int(t, "resident_blocks") <= get_int(t, "capacity_blocks"));
+        if (bytes_per_block) {
+            T_EQ(get_int(t, "promoted_bytes"), get_int(t, "promoted_blocks") * bytes_per_block);
+            T_EQ(get_int(t, "demoted_bytes"), get_int(t, "demoted_blocks") * bytes_per_block);
+        } else {
+            T_ASSERT(json_is_null(json_object_get(t, "promoted_bytes")));
+        }
+    }
+    T_EQ(b, get_int(o, "blocks"));
+    T_EQ(tk, get_int(o, "tokens"));
+    return 0;
+}
+
+static int test_tiers_json(void)
+{
+    json_t *base, *o, *t0, *t1;
+    base = replay("lru", "64Ki", "");
+    T_ASSERT(base != NULL);
+    T_EQ(get_int(base, "capacity_tokens"), 65536);
+    T_ASSERT(json_object_get(base, "tiers") == NULL); /* no tiers: the output is as it was */
+    o = replay("lru", "64Ki", "--check --tier ram:100K --tier disk:1Mi --bytes-per-token 2K");
+    T_ASSERT(o != NULL);
+    T_EQ(get_int(o, "hit_blocks"), get_int(base, "hit_blocks"));
+    T_EQ(get_int(o, "evictions"), get_int(base, "evictions"));
+    T_EQ(get_int(o, "bytes_per_page"), 512 * 2048);
+    T_ASSERT(json_number_value(json_object_get(o, "bytes_per_token")) == 2048.0);
+    T_EQ(json_array_size(json_object_get(o, "tiers")), 2);
+    t0 = tier_at(o, 0);
+    t1 = tier_at(o, 1);
+    T_ASSERT(strcmp(json_string_value(json_object_get(t0, "name")), "ram") == 0);
+    T_ASSERT(strcmp(json_string_value(json_object_get(t1, "name")), "disk") == 0);
+    T_EQ(get_int(t0, "capacity_blocks"), 100000 / 512); /* K = 1000, rounded to blocks */
+    T_EQ(get_int(t0, "capacity_tokens"), 100000 / 512 * 512);
+    T_EQ(get_int(t1, "capacity_blocks"), 2048); /* Mi = 2^20 */
+    T_ASSERT(get_int(t0, "hit_blocks") > 0 && get_int(t1, "hit_blocks") > 0);
+    T_ASSERT(get_int(t0, "demoted_blocks") > 0 && get_int(t1, "demoted_blocks") > 0);
+    T_EQ(tier_totals(o, 512 * 2048), 0);
+    /* A tier is reached by the blocks the pool and the faster tiers missed. */
+    T_EQ(get_int(t0, "reached_blocks"), get_int(o, "blocks") - get_int(o, "hit_blocks"));
+    T_EQ(get_int(t1, "reached_blocks"), get_int(t0, "reached_blocks") - get_int(t0, "hit_blocks"));
+    T_ASSERT(fabs(json_number_value(json_object_get(t1, "local_block_hit_ratio")) -
+                  (double)get_int(t1, "hit_blocks") / (double)get_int(t1, "reached_blocks")) <
+             1e-9);
+    T_ASSERT(get_int(o, "miss_blocks") < get_int(base, "blocks") - get_int(base, "hit_blocks"));
+    T_ASSERT(json_number_value(json_object_get(o, "cached_block_ratio")) >
+             json_number_value(json_object_get(base, "block_hit_ratio")));
+    json_decref(o);
+
+    /* Without --bytes-per-token the bytes are null; a first tier of 0 changes nothing. */
+    o = replay("lru", "64Ki", "--tier ram:0 --tier disk:1Mi");
+    T_ASSERT(o != NULL);
+    T_EQ(tier_totals(o, 0), 0);
+    T_ASSERT(json_is_null(json_object_get(o, "bytes_per_token")));
+    T_ASSERT(json_is_null(json_object_get(o, "bytes_per_page")));
+    T_EQ(get_int(tier_at(o, 0), "capacity_blocks"), 0);
+    T_EQ(get_int(tier_at(o, 0), "hit_blocks"), 0);
+    T_EQ(get_int(tier_at(o, 0), "demoted_blocks"), 0);
+    {
+        json_t *alone = replay("lru", "64Ki", "--tier disk:1Mi");
+        T_ASSERT(alone != NULL);
+        T_EQ(get_int(tier_at(o, 1), "hit_blocks"), get_int(tier_at(alone, 0), "hit_blocks"));
+        T_EQ(get_int(tier_at(o, 1), "demoted_blocks"),
+             get_int(tier_at(alone, 0), "demoted_blocks"));
+        T_EQ(get_int(o, "miss_blocks"), get_int(alone, "miss_blocks"));
+        json_decref(alone);
+    }
+    json_decref(o);
+    o = replay("belady", "64Ki", "--tier ram:0");
+    T_ASSERT(o != NULL);
+    T_EQ(get_int(o, "miss_blocks"), get_int(o, "blocks") - get_int(o, "hit_blocks"));
+    T_EQ(tier_totals(o, 0), 0);
+    json_decref(o);
+    json_decref(base);
+    return 0;
+}
+
+/* Bytes from a model's geometry: stories260K has 5 layers, 4 KV heads, head_dim 8, so a
+ * 512-token block is 2 * 5 * 4 * 8 * 512 elements: 327680 bytes in f16, twice in f32. */
+static int test_tiers_model_bytes(void)
+{
+    char model[1024], extra[2048];
+    json_t *o;
+    if (!t_model_file(model, sizeof model, "stories260K.gguf")) {
+        printf("  (no %s: model bytes not tested)\n", model);
+        return 0;
+    }
+    snprintf(extra, sizeof extra, "--tier ram:1M --model '%s'", model);
+    o = replay("lru", "64Ki", extra);
+    T_ASSERT(o != NULL);
+    T_EQ(get_int(o, "bytes_per_page"), 327680);
+    T_EQ(tier_totals(o, 327680), 0);
+    json_decref(o);
+    snprintf(extra, sizeof extra, "--tier ram:1M --model '%s' --kv-type f32", model);
+    o = replay("lru", "64Ki", extra);
+    T_ASSERT(o != NULL);
+    T_EQ(get_int(o, "bytes_per_page"), 655360);
+    T_ASSERT(json_number_value(json_object_get(o, "bytes_per_token")) == 1280.0);
+    json_decref(o);
+    return 0;
+}
+
+static int test_tiers_table(void)
+{
+    char args[4096], p[1024];
+    path_of(p, sizeof p, "trace.jsonl");
+    snprintf(args, sizeof args,
+             "replay --capacity-tokens 32K --tier ram:64K --tier disk:640K --bytes-per-token 1K "
+             "'%s'",
+             p);
+    T_EQ(run(args), 0);
+    T_ASSERT(strstr(out, "hit blocks") && strstr(out, "bytes up") && strstr(out, "bytes down"));
+    T_ASSERT(strstr(out, "\npool ") && strstr(out, "\nram ") && strstr(out, "\ndisk "));
+    T_ASSERT(strstr(out, "\nmiss ") && strstr(out, "\ncached ") && strstr(out, "GiB"));
+    T_ASSERT(strstr(out, "capacity tokens    31744 (62 pages)") != NULL); /* 32K = 32000 */
+    /* Without tiers, no tier table. */
+    snprintf(args, sizeof args, "replay --capacity-tokens 32K '%s'", p);
+    T_EQ(run(args), 0);
+    T_ASSERT(strstr(out, "bytes up") == NULL && strstr(out, "\nmiss ") == NULL);
+    return 0;
+}
+
 /* ---- bad input ---- */
 
 /* One good line (1), bad lines of every kind, blank lines (11, 16), another good line (13)
@@ -376,6 +522,49 @@ static int test_usage_errors(void)
     snprintf(args, sizeof args, "replay '%s' '%s'", p, p);
     T_EQ(expect_exit(args, 2, "one TRACE"), 0);
     T_EQ(expect_exit("replay", 2, "missing TRACE"), 0);
+    snprintf(args, sizeof args, "replay --capacity-tokens 3X '%s'", p);
+    T_EQ(expect_exit(args, 2, "not a non-negative integer"), 0);
+    snprintf(args, sizeof args, "replay --capacity-tokens 99999999999999999999 '%s'", p);
+    T_EQ(expect_exit(args, 2, "out of range"), 0);
+    snprintf(args, sizeof args, "replay --capacity-tokens 20000000000000T '%s'", p);
+    T_EQ(expect_exit(args, 2, "out of range"), 0);
+    snprintf(args, sizeof args, "replay --tier ram '%s'", p);
+    T_EQ(expect_exit(args, 2, "--tier: 'ram' is not KIND:TOKENS"), 0);
+    snprintf(args, sizeof args, "replay --tier disk:/var/cache/pagoda:30M '%s'", p);
+    T_EQ(expect_exit(args, 2, "is not KIND:TOKENS"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:8G:q8_0 '%s'", p);
+    T_EQ(expect_exit(args, 2, "is not KIND:TOKENS"), 0);
+    snprintf(args, sizeof args, "replay --tier ssd:3M '%s'", p);
+    T_EQ(expect_exit(args, 2, "unknown tier kind 'ssd' (ram or disk)"), 0);
+    snprintf(args, sizeof args, "replay --tier :3M '%s'", p);
+    T_EQ(expect_exit(args, 2, "unknown tier kind ''"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:3X '%s'", p);
+    T_EQ(expect_exit(args, 2, "--tier: '3X' is not a non-negative integer"), 0);
+    snprintf(args, sizeof args, "replay --tier ram: '%s'", p);
+    T_EQ(expect_exit(args, 2, "--tier: '' is not a non-negative integer"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:-1 '%s'", p);
+    T_EQ(expect_exit(args, 2, "not a non-negative integer"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:3Mib '%s'", p);
+    T_EQ(expect_exit(args, 2, "not a non-negative integer"), 0);
+    snprintf(args, sizeof args,
+             "replay --tier ram:1 --tier ram:1 --tier ram:1 --tier ram:1 --tier ram:1 "
+             "--tier ram:1 --tier ram:1 --tier ram:1 --tier disk:1 '%s'",
+             p);
+    T_EQ(expect_exit(args, 2, "at most 8 tiers"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:1M --bytes-per-token 0 '%s'", p);
+    T_EQ(expect_exit(args, 2, "out of range"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:1M --bytes-per-token 1.5K '%s'", p);
+    T_EQ(expect_exit(args, 2, "not a size in bytes"), 0);
+    snprintf(args, sizeof args, "replay --kv-type f16 '%s'", p);
+    T_EQ(expect_exit(args, 2, "--kv-type needs --model"), 0);
+    snprintf(args, sizeof args, "replay --model x.gguf --bytes-per-token 2 '%s'", p);
+    T_EQ(expect_exit(args, 2, "give one"), 0);
+    snprintf(args, sizeof args, "replay --model x.gguf --kv-type f8 '%s'", p);
+    T_EQ(expect_exit(args, 2, "--kv-type: 'f8' is not one of"), 0);
+    snprintf(args, sizeof args, "replay --tier ram:1M --model /nonexistent/m.gguf '%s'", p);
+    T_EQ(expect_exit(args, 1, "--model: cannot load '/nonexistent/m.gguf'"), 0);
+    T_EQ(expect_exit("replay --help", 0, "--tier KIND:TOKENS"), 0);
+    T_EQ(expect_exit("replay --help", 0, "3M = 3000000"), 0);
     T_EQ(expect_exit("replay --help", 0, "--capacity-tokens"), 0);
     T_EQ(expect_exit("help replay", 0, "--block-tokens"), 0);
     T_EQ(expect_exit("help gen-trace", 0, "--expect"), 0);
@@ -402,6 +591,9 @@ int main(int argc, char **argv)
     T_RUN(test_unlimited_is_exact);
     T_RUN(test_stdin_small_blocks_huge_ids);
     T_RUN(test_text_table);
+    T_RUN(test_tiers_json);
+    T_RUN(test_tiers_model_bytes);
+    T_RUN(test_tiers_table);
     T_RUN(test_bad_lines_counted);
     T_RUN(test_strict_stops);
     T_RUN(test_last_line);
