@@ -2,8 +2,8 @@
 /*
  * bench_tier_disk.c - the measurement behind the disk tier's layout (src/tier/disk.c).
  *
- * Layout: write and read N records of a given size (default ~180 KiB, a 1B-shape
- * f16 page of 16 tokens, and ~45 KiB, its q8_0 page... rounded) laid out two ways:
+ * Layout: write and read N records of a given size (default 180 KiB and 45 KiB, a
+ * quarter: an f16 page and about a q4_0 one) laid out two ways:
  *   files    one file per record, DIR/records/XX/<32 hex>.rec, written as a temp file and
  *            renamed (what a torn write needs to stay invisible), pwrite / pread
  *   segment  one append-only segment file, pwrite at its end, pread at an offset
@@ -27,6 +27,12 @@
  * a torn write is never visible (rename), and one damaged record is one file to
  * quarantine. The disk tier uses one file per record.
  *
+ * Then "tier": the same records through the disk tier itself (pgd_tier_put of a chain,
+ * pgd_tier_get warm and cold in random order, and the restart: close, create, bind). In a
+ * later run on the same machine, loaded by other builds (files write 410 us there), the
+ * tier's put cost 450 us, its gets 54 warm / 319 cold, its scan 7.6 us per 180 KiB record:
+ * what the files layout costs plus the checksums.
+ *
  * Figures are per record (microseconds) and MiB/s; the checksum folds bytes read back.
  */
 #include <dirent.h>
@@ -49,7 +55,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_tier_disk [options]\n"
-               "Disk tier layout: one file per record vs one append-only segment file.\n"
+               "Disk tier layout: one file per record vs one append-only segment file, then\n"
+               "the disk tier itself (put, get warm and cold, restart scan).\n"
                "  --records N   records per size (default 1000)\n"
                "  --sizes A,B   record payload bytes (default 184320,46080)\n"
                "  --dir D       scratch directory, created and emptied (default\n"
@@ -330,6 +337,120 @@ out:
     return rc;
 }
 
+/* ---- the disk tier itself ---- */
+
+static pgd_hash tier_hash(const run_ctx *c, size_t i)
+{
+    pgd_hash h = {c->hash[i], ~c->hash[i]};
+    return h;
+}
+
+/* Drops the page cache of every record file of the tier at tdir (clean pages only). */
+static void tier_drop(const run_ctx *c, const char *tdir)
+{
+    char path[4400], hex[33];
+    for (size_t i = 0; i < c->n; i++) {
+        pgd_hash_hex(tier_hash(c, i), hex);
+        snprintf(path, sizeof path, "%s/records/%.2s/%s.rec", tdir, hex, hex);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        (void)fdatasync(fd);
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+}
+
+static int tier_open(const run_ctx *c, const char *tdir, const pgd_record_ident *id, pgd_tier **out)
+{
+    pgd_tier_disk_params p = pgd_tier_disk_default_params();
+    p.dir = tdir;
+    p.capacity_bytes = 2 * (uint64_t)(c->n + 1) * (HDR + id->page_bytes);
+    p.fsync = c->fsync_each;
+    if (pgd_tier_disk_create(&p, out) != PGD_OK) return -1;
+    if (pgd_tier_bind(*out, id) != PGD_OK) {
+        pgd_tier_close(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int tier_gets(run_ctx *c, pgd_tier *t)
+{
+    for (size_t k = 0; k < c->n; k++) {
+        size_t i = c->order[k];
+        if (pgd_tier_get(t, tier_hash(c, i), c->rbuf, NULL) != PGD_OK) return -1;
+        if (c->rbuf[0] != (uint8_t)i) return -1;
+        c->checksum = fold_bytes(c->checksum, c->rbuf, c->size);
+    }
+    return 0;
+}
+
+/* put, get warm, get cold and restart (close, create, bind: the scan) through the disk
+ * tier, on records of c->size payload bytes (a geometry of c->size / 1024 f16 layers). */
+static int run_tier(run_ctx *c, int json)
+{
+    char tdir[4096], path[4200];
+    pgd_pool_params pp = pgd_pool_default_params();
+    pgd_record_ident id;
+    pgd_tier *t = NULL;
+    pgd_hash parent = {0, 0}, fp = {1, 2};
+    pgd_tier_stats st;
+    double t0;
+    int rc = -1;
+
+    pp.n_layers = (uint32_t)((c->size + 1023) / 1024); /* 2 x 16 tokens x 16 x f16 = 1 KiB */
+    pp.n_kv_heads = 1;
+    pp.head_dim = 16;
+    pp.page_tokens = 16;
+    pp.capacity_pages = 1;
+    if (pgd_record_ident_make(&pp, fp, &id) != PGD_OK || id.page_bytes > c->size + 1023) return -1;
+    uint8_t *page = calloc(1, id.page_bytes);
+    uint8_t *rb = realloc(c->rbuf, id.page_bytes + HDR);
+    if (!page || !rb) {
+        free(page);
+        return -1;
+    }
+    c->rbuf = rb;
+    snprintf(tdir, sizeof tdir, "%s/tier", c->dir);
+    if (tier_open(c, tdir, &id, &t) != 0) goto out;
+    for (size_t i = 0; i < id.page_bytes; i++)
+        page[i] = c->buf[HDR + i % c->size];
+    t0 = bench_now_s();
+    for (size_t i = 0; i < c->n; i++) {
+        page[0] = (uint8_t)i;
+        if (pgd_tier_put(t, tier_hash(c, i), parent, page, NULL, NULL, NULL) != PGD_OK) goto out;
+        parent = tier_hash(c, i);
+    }
+    report(c, json, "tier", "put", bench_now_s() - t0);
+    t0 = bench_now_s();
+    if (tier_gets(c, t) != 0) goto out;
+    report(c, json, "tier", "get warm", bench_now_s() - t0);
+    tier_drop(c, tdir);
+    t0 = bench_now_s();
+    if (tier_gets(c, t) != 0) goto out;
+    report(c, json, "tier", "get cold", bench_now_s() - t0);
+    pgd_tier_close(t);
+    t = NULL;
+    t0 = bench_now_s();
+    if (tier_open(c, tdir, &id, &t) != 0) goto out;
+    report(c, json, "tier", "scan", bench_now_s() - t0);
+    pgd_tier_get_stats(t, &st);
+    if (st.n_records != c->n) goto out;
+    rc = 0;
+out:
+    pgd_tier_close(t);
+    if (pgd_tier_disk_clear(tdir, NULL, NULL, NULL) == PGD_OK) {
+        snprintf(path, sizeof path, "%s/key", tdir);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/LOCK", tdir);
+        unlink(path);
+        rmdir(tdir);
+    }
+    free(page);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option own[] = {{"records", required_argument, NULL, 'n'},
@@ -412,6 +533,10 @@ int main(int argc, char **argv)
             c.buf[i] = (uint8_t)bench_rng(&seed);
         if (run_layouts(&c, cli.a.json) != 0) {
             fprintf(stderr, "bench_tier_disk: layout run failed in %s: %s\n", dir, strerror(errno));
+            goto next;
+        }
+        if (run_tier(&c, cli.a.json) != 0) {
+            fprintf(stderr, "bench_tier_disk: disk tier run failed in %s\n", dir);
             goto next;
         }
         checksum = fold(checksum, c.checksum);
