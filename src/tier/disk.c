@@ -1192,6 +1192,10 @@ int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out)
     d->mu_ok = 1;
     rc = check_dir(d->dir, &d->lg);
     if (rc != PGD_OK) goto fail;
+    /* An absolute path, so that a later chdir of the process does not move the tier. */
+    char *abs = realpath(p->dir, NULL);
+    if (abs && strlen(abs) <= DIR_MAX_BYTES) snprintf(d->dir, sizeof d->dir, "%s", abs);
+    free(abs); /* realpath's malloc, not ours */
     rc = take_lock(d->dir, &d->lg, &d->lock_fd);
     if (rc != PGD_OK) goto fail;
     rc = load_key(d->dir, &d->lg, d->key);
