@@ -658,7 +658,17 @@ static int test_lock_and_key(void)
     T_EQ(file_mode(path), 0600);
     *strrchr(path, '/') = '\0';
     T_EQ(file_mode(path), 0700);
+    T_ASSERT(strcmp(pgd_tier_name(b), "disk") == 0);
     pgd_tier_close(b);
+    /* Another tier's handle is not a disk tier. */
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    pgd_tier *ram = NULL;
+    rp.capacity_bytes = 1 << 20;
+    T_OK(pgd_tier_ram_create(&rp, &ram));
+    T_EQ(pgd_tier_disk_key(ram, k2), PGD_EINVAL);
+    T_EQ(pgd__tier_disk_fault(ram, EIO, 0, 1), PGD_EINVAL);
+    T_ASSERT(strcmp(pgd_tier_name(ram), "ram") == 0);
+    pgd_tier_close(ram);
     rm_rf(dir);
     return 0;
 }
