@@ -97,7 +97,9 @@ typedef struct promo {
     int done;         /* set by the job under c->mu; then result[] is final */
     pgd_hash *hashes; /* [n] block hashes */
     uint32_t *pages;  /* [n] pool pages (also s->table[k0 ..]) */
-    uint8_t *src;     /* [n] the tier each page is read from */
+    uint8_t *src;     /* [n] the tier each page is read from (set by match) */
+    uint8_t *from;    /* [n] the tier each page was read from (set by the job: final once
+                         done; a record may have spilled one tier down meanwhile) */
     int *result;      /* [n] the fill's status; PROMO_SKIPPED after the first failure */
 } promo;
 
@@ -504,6 +506,8 @@ static void spill_down(void *ud, pgd_hash block, pgd_hash parent, const void *pa
                        const void *bounds)
 {
     spill_ctx *sc = ud;
+    if (sc->tier >= sc->c->n_tiers || pgd_tier_lookup(sc->c->tiers[sc->tier].tier, &block, 1))
+        return; /* off the last tier, or already held there (write-through): nothing to do */
     put_chain(sc->c, sc->tier, block, parent, page, bounds, sc->t);
 }
 
@@ -1156,10 +1160,10 @@ static int scan_grow(pgd_cache *c)
     return PGD_OK;
 }
 
-/* One block: the record, then hashes[n], result[n], pages[n], src[n]. */
+/* One block: the record, then hashes[n], result[n], pages[n], src[n], from[n]. */
 static promo *promo_alloc(pgd_cache *c, size_t n)
 {
-    size_t each = sizeof(pgd_hash) + sizeof(int) + sizeof(uint32_t) + 1;
+    size_t each = sizeof(pgd_hash) + sizeof(int) + sizeof(uint32_t) + 2;
     promo *pr = pgd__malloc(&c->al, sizeof *pr + n * each);
     if (!pr) return NULL;
     memset(pr, 0, sizeof *pr);
@@ -1167,6 +1171,7 @@ static promo *promo_alloc(pgd_cache *c, size_t n)
     pr->result = (int *)(pr->hashes + n);
     pr->pages = (uint32_t *)(pr->result + n);
     pr->src = (uint8_t *)(pr->pages + n);
+    pr->from = pr->src + n;
     return pr;
 }
 
@@ -1182,12 +1187,13 @@ static void promo_run(pgd__job *j)
         uint32_t page = pr->pages[i];
         void *bounds = c->ident.bounds_bytes ? pgd__pool_key_bounds_mut(c->pool, page, 0, 0) : NULL;
         void *data = pgd_pool_page_data(c->pool, page);
+        pr->from[i] = pr->src[i];
         rc = pgd_tier_get(c->tiers[pr->src[i]].tier, pr->hashes[i], data, bounds);
         /* Gone since the look-up: a tier that made room may have spilled it one tier
          * down (the record reads the same from any tier). */
         for (uint32_t t = pr->src[i] + 1; rc == PGD_ENOTFOUND && t < c->n_tiers; t++) {
             rc = pgd_tier_get(c->tiers[t].tier, pr->hashes[i], data, bounds);
-            if (rc == PGD_OK) pr->src[i] = (uint8_t)t;
+            if (rc == PGD_OK) pr->from[i] = (uint8_t)t;
         }
         pr->result[i] = rc;
     }
@@ -1196,7 +1202,7 @@ static void promo_run(pgd__job *j)
     const uint64_t rec_bytes = c->ident.page_bytes + c->ident.bounds_bytes;
     lock(c);
     for (i = 0; i < pr->n; i++) {
-        pgd_cache_tier_stats *ts = &c->tst[pr->src[i]];
+        pgd_cache_tier_stats *ts = &c->tst[pr->result[i] == PGD_OK ? pr->from[i] : pr->src[i]];
         if (pr->result[i] == PGD_OK) {
             ts->promoted_pages++;
             ts->promoted_bytes += rec_bytes;
@@ -1291,7 +1297,7 @@ static void settle(pgd_cache *c, pgd_seq *s)
     /* What was really filled, from where (a fill may have read a slower tier). */
     memset(s->match_tier_pages, 0, sizeof s->match_tier_pages);
     for (uint32_t i = 0; i < ok; i++)
-        s->match_tier_pages[pr->src[i]]++;
+        s->match_tier_pages[pr->from[i]]++;
     promo_free(c, pr);
 }
 
