@@ -833,6 +833,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
 {
     uint32_t k = 0, prev = PGD__NONE;
     pgd_hash h = s->last;
+    const int admit = c->page_hits != NULL; /* read once: the loop calls out */
     for (; k < n; k++) {
         h = k < n_hashes ? hashes[k]
                          : pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens,
@@ -843,7 +844,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
         if (en->parent != prev) break;
         pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
         page_ref(c, en->loc_id);
-        if (c->page_hits) admit_hit(c, e, en->loc_id);
+        if (admit) admit_hit(c, e, en->loc_id);
         s->table[k] = en->loc_id;
         s->last = h;
         prev = e;
@@ -1038,7 +1039,6 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
-    if (c->page_hits) c->page_hits[page] = 0;
     pgd_policy_page info = {h, pgd__index_entry(c->ix, e)->depth};
     c->pol->insert(c->pstate, page, &info);
     if (c->on_register) {
@@ -1046,7 +1046,10 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
         if (s->last_entry != PGD__NONE) parent = pgd__index_entry(c->ix, s->last_entry)->hash;
         c->on_register(c->event_ud, h, parent, info.depth, page);
     }
-    if (c->wt_register) write_through(c, c->wt_register, e, page);
+    if (c->n_tiers) { /* one branch without tiers */
+        if (c->page_hits) c->page_hits[page] = 0;
+        if (c->wt_register) write_through(c, c->wt_register, e, page);
+    }
     s->last_entry = e;
     s->last = h;
     c->st.n_registered++;
