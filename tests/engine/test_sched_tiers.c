@@ -13,7 +13,11 @@
  *     failure does) cuts the match back to the pages before it: the rest is computed and
  *     the output is still a cold run's; usage counts only what was really promoted;
  *   - preemption with a RAM tier parks pages (swap) and counts it; without tiers every
- *     preemption is a recompute; either way every request gets its solo output.
+ *     preemption is a recompute; either way every request gets its solo output;
+ *   - prefetch on submit: a prefix only in a disk tier (written by another context with
+ *     the disk tier's key, the tier reopened) is moved up into the RAM tier in front of it
+ *     when the request is queued, and the request gets it as cached tokens and a cold
+ *     run's output.
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) when none is found.
  */
@@ -128,6 +132,8 @@ typedef struct rig {
     pe_sched *s;
 } rig;
 
+static const uint8_t *g_key; /* hash key of the contexts make_ctx creates; NULL: random */
+
 static pe_ctx *make_ctx(uint64_t kv_tokens, const pgd_tier_use *use, uint32_t n_use)
 {
     pe_ctx_params p = pe_ctx_default_params();
@@ -142,6 +148,8 @@ static pe_ctx *make_ctx(uint64_t kv_tokens, const pgd_tier_use *use, uint32_t n_
     p.deterministic = 1;
     p.tiers = use;
     p.n_tiers = n_use;
+    p.hash_key = g_key;
+    p.hash_key_len = g_key ? 32 : 0;
     if (pe_ctx_create(g_model, &p, &c, err, sizeof err)) {
         fprintf(stderr, "pe_ctx_create: %s\n", err);
         return NULL;
@@ -450,6 +458,80 @@ static int test_preempt_swap_or_recompute(void)
     return 0;
 }
 
+static int open_disk(const char *dir, pgd_tier **tier)
+{
+    pgd_tier_disk_params dp = pgd_tier_disk_default_params();
+    dp.dir = dir;
+    dp.capacity_bytes = 16u << 20;
+    return pgd_tier_disk_create(&dp, tier);
+}
+
+static int test_prefetch_on_submit(void)
+{
+    static const char dir[] = "sched_tiers.d";
+    uint64_t seed = 13;
+    int32_t prompt[PROMPT];
+    uint8_t key[32];
+    out cold, warm;
+    pgd_tier *disk, *ram;
+    random_tokens(&seed, prompt, PROMPT);
+    T_OK(run_cold(prompt, PROMPT, GEN, &cold));
+    T_EQ(t_sh("rm -rf sched_tiers.d", (char[64]){0}, 64), 0);
+
+    /* Context 1: the disk tier alone, under its stable key; the pages go to disk. */
+    T_OK(open_disk(dir, &disk));
+    T_OK(pgd_tier_disk_key(disk, key));
+    g_key = key;
+    pgd_tier_use u1 = {disk, 0, 0};
+    pe_ctx *c1 = make_ctx(4096, &u1, 1);
+    T_ASSERT(c1);
+    pe_sched *s1 = make_sched(c1, 4);
+    T_ASSERT(s1);
+    pe_request_params rp = greedy(GEN);
+    uint64_t id;
+    memset(&warm, 0, sizeof warm);
+    T_OK(pe_sched_submit(s1, &rp, prompt, PROMPT, on_token, &warm, &id));
+    T_OK(pe_sched_run_until_idle(s1));
+    T_ASSERT(pgd_cache_clear(pe_ctx_cache(c1)) > 0);
+    T_OK(pgd_cache_flush(pe_ctx_cache(c1)));
+    pe_sched_destroy(s1);
+    pe_ctx_destroy(c1);
+    pgd_tier_close(disk);
+
+    /* Context 2: RAM in front of the reopened disk tier. */
+    pgd_tier_ram_params rmp = pgd_tier_ram_default_params();
+    rmp.capacity_bytes = 4u << 20;
+    T_OK(pgd_tier_ram_create(&rmp, &ram));
+    T_OK(open_disk(dir, &disk));
+    pgd_tier_use u2[2] = {{ram, 0, 0}, {disk, 0, 0}};
+    pe_ctx *c2 = make_ctx(4096, u2, 2);
+    T_ASSERT(c2);
+    pe_sched *s2 = make_sched(c2, 4);
+    T_ASSERT(s2);
+    memset(&warm, 0, sizeof warm);
+    T_OK(pe_sched_submit(s2, &rp, prompt, PROMPT, on_token, &warm, &id));
+    T_OK(pe_sched_run_until_idle(s2));
+    T_OK(pgd_cache_flush(pe_ctx_cache(c2)));
+    pgd_cache_tier_stats t0, t1;
+    T_OK(pgd_cache_get_tier_stats(pe_ctx_cache(c2), 0, &t0));
+    T_OK(pgd_cache_get_tier_stats(pe_ctx_cache(c2), 1, &t1));
+    printf("     prefetched into ram: %" PRIu64 " pages; promoted from ram %" PRIu64
+           ", from disk %" PRIu64 "\n",
+           t0.prefetched_pages, t0.promoted_pages, t1.promoted_pages);
+    T_EQ(t0.prefetched_pages, 6); /* queued at submit, before the match */
+    T_EQ(warm.u.cached_tokens, 96);
+    T_EQ(warm.u.n_tiers, 2);
+    T_EQ(warm.u.cached_tier_tokens[0] + warm.u.cached_tier_tokens[1], 96);
+    if (memcmp(warm.toks, cold.toks, GEN * sizeof(int32_t)))
+        T_FAIL("the output from prefetched pages differs from a cold run's");
+    pe_sched_destroy(s2);
+    pe_ctx_destroy(c2);
+    pgd_tier_close(disk);
+    pgd_tier_close(ram);
+    g_key = NULL;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char buf[1024], err[512];
@@ -464,6 +546,7 @@ int main(int argc, char **argv)
     T_RUN(test_not_ready_left_out);
     T_RUN(test_damaged_record_falls_back);
     T_RUN(test_preempt_swap_or_recompute);
+    T_RUN(test_prefetch_on_submit);
     pe_model_destroy(g_model);
     T_DONE();
 }
