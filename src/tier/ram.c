@@ -438,9 +438,9 @@ static int ram_put(void *state, pgd_hash block, pgd_hash parent, const void *pag
     int rc;
 
     pthread_mutex_lock(&t->mu);
-    if (!t->bound || !page || (t->ident.bounds_bytes && !bounds)) {
+    if (!t->bound || !page || (t->ident.bounds_bytes && !bounds) || pgd_hash_eq(block, parent)) {
         pthread_mutex_unlock(&t->mu);
-        return PGD_EINVAL;
+        return PGD_EINVAL; /* a block is never its own parent (the disk tier refuses it too) */
     }
     uint32_t held = pgd__tmap_find(t->map, block);
     if (held != PGD__NONE) pgd__tmap_touch(t->map, held); /* demoted again: still in use */
