@@ -101,7 +101,7 @@ typedef struct pgd_record_info {
  * included. Returns PGD_OK or PGD_EINVAL (an unknown type or compression). Pure. */
 PGD_API int pgd_record_write_header(const pgd_record_info *info, const void *payload, void *header);
 /* Decodes and verifies a header and its payload (payload may be NULL to check the header
- * alone: magic, version, lengths; then the checksum is not checked and has_payload = 0).
+ * alone: magic, version, lengths; then the checksum is not checked).
  * expect (may be NULL) is the identity the record must have. payload_len is the bytes
  * available at payload (a record longer than that is damaged).
  * Returns PGD_OK (*out filled), PGD_ECORRUPT (damaged: magic, version, header_bytes,
@@ -149,7 +149,9 @@ typedef struct pgd_tier_ops {
     const char *name; /* "ram", "disk", ...: metrics and usage report it */
     /* Sets the identity of the records this tier serves (once, by pgd_cache_create):
      * a disk tier scans its directory here. PGD_OK, PGD_EBUSY (bound to another
-     * identity), PGD_EIO. */
+     * identity), PGD_EIO, PGD_EINVAL (a tier that cannot hold such records: the RAM
+     * tier's store_type refused by the codec for this head_dim, a bound below one
+     * record), PGD_ENOMEM. */
     int (*bind)(void *state, const pgd_record_ident *ident);
     /* Stores the record of block (parent: its chain parent) from the raw payload: page
      * (ident.page_bytes) and bounds (ident.bounds_bytes, NULL when 0). A block already
@@ -159,7 +161,7 @@ typedef struct pgd_tier_ops {
                pgd_tier_spill_fn spill, void *spill_ud);
     /* Reads block's record into page / bounds (raw, as put took them), verifying it: a
      * damaged record is dropped and counted. PGD_OK, PGD_ENOTFOUND (not held, or damaged:
-     * a miss either way), PGD_EIO. */
+     * a miss either way), PGD_EIO, PGD_ENOMEM (decoding scratch; the record stays). */
     int (*get)(void *state, pgd_hash block, void *page, void *bounds);
     /* How many of hashes[0..n) in a row, from the first, this tier holds. */
     size_t (*lookup)(void *state, const pgd_hash *hashes, size_t n);
@@ -201,7 +203,14 @@ typedef struct pgd_tier_ram_params {
 } pgd_tier_ram_params; /* append fields only */
 
 PGD_API pgd_tier_ram_params pgd_tier_ram_default_params(void);
-/* Creates an empty RAM tier (LRU within itself). Returns PGD_OK, PGD_EINVAL, PGD_ENOMEM. */
+/* Creates an empty RAM tier (LRU within itself, leaf-only: it never drops a chain's
+ * middle while it holds the end). Records are allocated at put (one allocation each,
+ * header included), freed at eviction; get verifies the checksum. With compression, a
+ * record that does not shrink is stored RAW (the header says so); zstd runs at level 1.
+ * The tier holds at most capacity_bytes / record bytes records (with compression: /
+ * (header + raw / 16)), about 90 bytes of index each, reserved at bind. Defaults
+ * (pgd_tier_ram_default_params): 1 GiB, the pool's codec, RAW. Returns PGD_OK,
+ * PGD_EINVAL (capacity 0, an unknown store_type or compression), PGD_ENOMEM. */
 PGD_API int pgd_tier_ram_create(const pgd_tier_ram_params *p, pgd_tier **out);
 
 /* ---- the disk tier (src/tier/disk.c) ---- */

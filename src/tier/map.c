@@ -37,6 +37,7 @@ struct pgd__tmap {
     pgd__tmap_slot *slots; /* [capacity] */
     uint32_t *next_free;   /* [capacity] free-list links */
     uint32_t free_head;
+    uint32_t n_pinned;         /* live slots with pins > 0 */
     const pgd_policy_ops *pol; /* borrowed */
     void *pol_state;
 };
@@ -202,6 +203,7 @@ static pgd_policy_page page_info(const pgd__tmap *m, uint32_t s)
 uint32_t pgd__tmap_insert(pgd__tmap *m, pgd_hash block, pgd_hash parent)
 {
     PGD_CHECK(pgd__tmap_find(m, block) == PGD__NONE);
+    if (pgd_hash_eq(parent, block)) parent = no_parent; /* crafted: its own parent */
     uint32_t s = m->free_head;
     if (s == PGD__NONE) return PGD__NONE;
     m->free_head = m->next_free[s];
@@ -242,6 +244,7 @@ void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
     }
     tab_remove(m, m->by_hash, s);
     m->pol->remove(m->pol_state, s);
+    if (sl->pins) m->n_pinned--;
     memset(sl, 0, sizeof *sl);
     m->next_free[s] = m->free_head;
     m->free_head = s;
@@ -263,6 +266,7 @@ void pgd__tmap_pin(pgd__tmap *m, uint32_t s)
 {
     PGD_CHECK(s < m->capacity && m->slots[s].live);
     if (m->slots[s].pins++ == 0) {
+        m->n_pinned++;
         pgd_policy_page info = page_info(m, s);
         m->pol->hit(m->pol_state, s, &info);
     }
@@ -272,6 +276,7 @@ void pgd__tmap_unpin(pgd__tmap *m, uint32_t s)
 {
     PGD_CHECK(s < m->capacity && m->slots[s].live && m->slots[s].pins > 0);
     if (--m->slots[s].pins == 0) {
+        m->n_pinned--;
         pgd_policy_page info = page_info(m, s);
         m->pol->unreferenced(m->pol_state, s, &info);
     }
@@ -283,12 +288,22 @@ static int accept_leaf(void *ctx, uint32_t s)
     return s < m->capacity && m->slots[s].live && !m->slots[s].pins && !m->slots[s].n_children;
 }
 
+static int accept_unpinned(void *ctx, uint32_t s)
+{
+    const pgd__tmap *m = ctx;
+    return s < m->capacity && m->slots[s].live && !m->slots[s].pins;
+}
+
 uint32_t pgd__tmap_victim(pgd__tmap *m)
 {
     uint32_t s = m->pol->victim(m->pol_state, accept_leaf, m);
-    if (s == PGD_POLICY_NO_PAGE) return PGD__NONE;
-    /* A user policy that ignores accept() gets nothing evicted (policy.h). */
-    return accept_leaf(m, s) ? s : PGD__NONE;
+    if (s != PGD_POLICY_NO_PAGE) return accept_leaf(m, s) ? s : PGD__NONE; /* policy.h */
+    /* No leaf, nothing pinned, slots left: the parents form a cycle (A names B, B names
+     * A), which only crafted records make; a forest always has a leaf. Evict in the
+     * policy's order then, so that such records cannot fill a tier for good. */
+    if (m->n_pinned || !m->pol->size(m->pol_state)) return PGD__NONE;
+    s = m->pol->victim(m->pol_state, accept_unpinned, m);
+    return s != PGD_POLICY_NO_PAGE && accept_unpinned(m, s) ? s : PGD__NONE;
 }
 
 const pgd__tmap_slot *pgd__tmap_slot_get(const pgd__tmap *m, uint32_t s)
@@ -346,7 +361,8 @@ int pgd__tmap_check(const pgd__tmap *m, const pgd__log *lg)
             return PGD_ECORRUPT;
         }
     if (n_live != m->n_live || in_hash != n_live || in_parent != want_parent ||
-        n_live + n_free != m->capacity || m->pol->size(m->pol_state) != n_unpinned) {
+        n_live - n_unpinned != m->n_pinned || n_live + n_free != m->capacity ||
+        m->pol->size(m->pol_state) != n_unpinned) {
         pgd__logf(lg, PGD_LOG_ERROR,
                   "tier map check: %u live (%u counted), %u in by_hash, %u in by_parent "
                   "(want %u), %u free, policy set %u (want %u)",

@@ -149,23 +149,24 @@ static void reencode(const ram_tier *t, const uint8_t *src, const pgd__codec *fr
             }
 }
 
-/* Scratch of one put or get, allocated when first needed: a stored raw payload
- * (store_page_bytes + bounds) and f32 rows (raw), a pool raw payload (pool). */
+/* Scratch of one put or get, each buffer allocated when first needed: a stored raw
+ * payload (raw_bytes), f32 rows of one region (f32), a pool raw payload (pool). */
 typedef struct scratch {
     uint8_t *raw;
     float *f32;
     uint8_t *pool;
 } scratch;
 
-static int scratch_get(ram_tier *t, scratch *s)
+static uint8_t *scratch_raw(ram_tier *t, scratch *s)
 {
-    if (s->raw) return PGD_OK;
-    size_t f32_bytes = (size_t)t->ident.page_tokens * t->ident.head_dim * sizeof(float);
-    size_t raw = (size_t)(t->raw_bytes > t->pool_raw_bytes ? t->raw_bytes : t->pool_raw_bytes);
-    s->raw = pgd__malloc(&t->al, raw + f32_bytes + 16);
-    if (!s->raw) return PGD_ENOMEM;
-    s->f32 = (float *)(void *)(s->raw + ((raw + 15) & ~(size_t)15));
-    return PGD_OK;
+    if (!s->raw) s->raw = pgd__malloc(&t->al, (size_t)t->raw_bytes);
+    return s->raw;
+}
+
+static float *scratch_f32(ram_tier *t, scratch *s)
+{
+    if (!s->f32) s->f32 = pgd__malloc(&t->al, (size_t)t->ident.page_tokens * t->ident.head_dim * 4);
+    return s->f32;
 }
 
 static uint8_t *scratch_pool(ram_tier *t, scratch *s)
@@ -177,8 +178,10 @@ static uint8_t *scratch_pool(ram_tier *t, scratch *s)
 static void scratch_free(ram_tier *t, scratch *s)
 {
     pgd__free(&t->al, s->raw);
+    pgd__free(&t->al, s->f32);
     pgd__free(&t->al, s->pool);
     s->raw = NULL;
+    s->f32 = NULL;
     s->pool = NULL;
 }
 
@@ -189,23 +192,27 @@ static int rec_build(ram_tier *t, pgd_hash block, pgd_hash parent, const void *p
                      const void *bounds, scratch *s, ram_rec **out)
 {
     const pgd_record_ident *id = &t->ident;
-    const uint8_t *raw = NULL; /* the stored raw payload, contiguous, when staged */
+    int reencoded = t->store_type != id->kv_type;
     uint64_t cap = t->raw_bytes;
     *out = NULL;
-    if (t->store_type != id->kv_type || t->compression != PGD_RECORD_RAW) {
-        if (scratch_get(t, s) != PGD_OK) return PGD_ENOMEM;
-        if (t->store_type != id->kv_type)
-            reencode(t, page, t->pool_codec, t->pool_region, s->raw, t->store_codec,
-                     t->store_region, t->store_page_bytes, s->f32);
+    if (t->compression == PGD_RECORD_LZ4)
+        cap = (uint64_t)LZ4_compressBound((int)t->raw_bytes);
+    else if (t->compression == PGD_RECORD_ZSTD)
+        cap = ZSTD_compressBound((size_t)t->raw_bytes);
+    if (reencoded && !scratch_f32(t, s)) return PGD_ENOMEM;
+    /* The stored raw payload, contiguous: the pool page itself when it is that (same
+     * codec, no bounds), else staged in scratch. Not needed raw: encoded in place. */
+    const uint8_t *src = page;
+    if (t->compression != PGD_RECORD_RAW && (reencoded || id->bounds_bytes)) {
+        uint8_t *stage = scratch_raw(t, s);
+        if (!stage) return PGD_ENOMEM;
+        if (reencoded)
+            reencode(t, page, t->pool_codec, t->pool_region, stage, t->store_codec, t->store_region,
+                     t->store_page_bytes, s->f32);
         else
-            memcpy(s->raw, page, (size_t)id->page_bytes);
-        if (id->bounds_bytes)
-            memcpy(s->raw + t->store_page_bytes, bounds, (size_t)id->bounds_bytes);
-        raw = s->raw;
-        if (t->compression == PGD_RECORD_LZ4)
-            cap = (uint64_t)LZ4_compressBound((int)t->raw_bytes);
-        else if (t->compression == PGD_RECORD_ZSTD)
-            cap = ZSTD_compressBound((size_t)t->raw_bytes);
+            memcpy(stage, page, (size_t)id->page_bytes);
+        if (id->bounds_bytes) memcpy(stage + t->store_page_bytes, bounds, (size_t)id->bounds_bytes);
+        src = stage;
     }
     ram_rec *r = pgd__malloc(&t->al, sizeof *r + PGD_RECORD_HEADER_BYTES + (size_t)cap);
     if (!r) return PGD_ENOMEM;
@@ -219,24 +226,29 @@ static int rec_build(ram_tier *t, pgd_hash block, pgd_hash parent, const void *p
     info.raw_bytes = t->raw_bytes;
     info.compression = PGD_RECORD_RAW;
     info.payload_bytes = t->raw_bytes;
-    if (!raw) {
-        memcpy(payload, page, (size_t)id->page_bytes);
-        if (id->bounds_bytes) memcpy(payload + id->page_bytes, bounds, (size_t)id->bounds_bytes);
+    if (t->compression == PGD_RECORD_RAW) {
+        if (reencoded)
+            reencode(t, page, t->pool_codec, t->pool_region, payload, t->store_codec,
+                     t->store_region, t->store_page_bytes, s->f32);
+        else
+            memcpy(payload, page, (size_t)id->page_bytes);
+        if (id->bounds_bytes)
+            memcpy(payload + t->store_page_bytes, bounds, (size_t)id->bounds_bytes);
     } else {
         uint64_t n = 0;
         if (t->compression == PGD_RECORD_LZ4) {
-            int c = LZ4_compress_default((const char *)raw, (char *)payload, (int)t->raw_bytes,
+            int c = LZ4_compress_default((const char *)src, (char *)payload, (int)t->raw_bytes,
                                          (int)cap);
             n = c > 0 ? (uint64_t)c : 0;
-        } else if (t->compression == PGD_RECORD_ZSTD) {
-            size_t c = ZSTD_compress(payload, (size_t)cap, raw, (size_t)t->raw_bytes, ZSTD_LEVEL);
+        } else {
+            size_t c = ZSTD_compress(payload, (size_t)cap, src, (size_t)t->raw_bytes, ZSTD_LEVEL);
             n = ZSTD_isError(c) ? 0 : c;
         }
         if (n && n < t->raw_bytes) {
             info.compression = t->compression;
             info.payload_bytes = n;
         } else {
-            memcpy(payload, raw, (size_t)t->raw_bytes); /* incompressible: stored raw */
+            memcpy(payload, src, (size_t)t->raw_bytes); /* incompressible: stored raw */
         }
         if (info.payload_bytes < cap) {
             ram_rec *small = pgd__realloc(
@@ -281,8 +293,8 @@ static int rec_decode(ram_tier *t, const ram_rec *r, pgd_hash block, void *page,
         if (info.store_type == id->kv_type && !id->bounds_bytes) {
             dst = page; /* straight into the pool page */
         } else {
-            if (scratch_get(t, s) != PGD_OK) return PGD_ENOMEM;
-            dst = s->raw;
+            dst = scratch_raw(t, s);
+            if (!dst) return PGD_ENOMEM;
         }
         uint64_t n = 0;
         if (info.compression == PGD_RECORD_LZ4) {
@@ -301,7 +313,7 @@ static int rec_decode(ram_tier *t, const ram_rec *r, pgd_hash block, void *page,
     if (info.store_type == id->kv_type) {
         memcpy(page, raw, (size_t)id->page_bytes);
     } else {
-        if (scratch_get(t, s) != PGD_OK) return PGD_ENOMEM;
+        if (!scratch_f32(t, s)) return PGD_ENOMEM;
         /* raw may be s->raw: decode into page region by region does not overwrite it. */
         reencode(t, raw, t->store_codec, t->store_region, page, t->pool_codec, t->pool_region,
                  id->page_bytes, s->f32);
@@ -426,9 +438,9 @@ static int ram_put(void *state, pgd_hash block, pgd_hash parent, const void *pag
     int rc;
 
     pthread_mutex_lock(&t->mu);
-    if (!t->bound || !page || (t->ident.bounds_bytes && !bounds)) {
+    if (!t->bound || !page || (t->ident.bounds_bytes && !bounds) || pgd_hash_eq(block, parent)) {
         pthread_mutex_unlock(&t->mu);
-        return PGD_EINVAL;
+        return PGD_EINVAL; /* a block is never its own parent (the disk tier refuses it too) */
     }
     uint32_t held = pgd__tmap_find(t->map, block);
     if (held != PGD__NONE) pgd__tmap_touch(t->map, held); /* demoted again: still in use */

@@ -104,8 +104,9 @@ uint32_t pgd__tmap_count(const pgd__tmap *m);
 /* The slot of block, or PGD__NONE. O(1) expected. */
 uint32_t pgd__tmap_find(const pgd__tmap *m, pgd_hash block);
 /* Adds block (absent: PGD_CHECK) under parent; the new slot is unpinned and the newest
- * in the eviction order. Returns the slot, or PGD__NONE when every slot is live (evict
- * first). */
+ * in the eviction order. A block named as its own parent (only crafted records do) is
+ * kept as the first block of a chain. Returns the slot, or PGD__NONE when every slot is
+ * live (evict first). */
 uint32_t pgd__tmap_insert(pgd__tmap *m, pgd_hash block, pgd_hash parent);
 /* Removes a live slot (a leaf or not: its children stay, now without a parent here). */
 void pgd__tmap_remove(pgd__tmap *m, uint32_t slot);
@@ -115,7 +116,9 @@ void pgd__tmap_touch(pgd__tmap *m, uint32_t slot);
 void pgd__tmap_pin(pgd__tmap *m, uint32_t slot);
 void pgd__tmap_unpin(pgd__tmap *m, uint32_t slot);
 /* The slot to evict next: the policy's choice among unpinned slots with no child in the
- * map, or PGD__NONE. Changes nothing (pgd__tmap_remove it). */
+ * map, or PGD__NONE. When no slot is pinned and none is a leaf (parents that form a
+ * cycle: crafted records), the policy's choice among all slots, so that such records
+ * cannot fill a tier for good. Changes nothing (pgd__tmap_remove it). */
 uint32_t pgd__tmap_victim(pgd__tmap *m);
 /* A live slot's data (valid until it is removed). */
 const pgd__tmap_slot *pgd__tmap_slot_get(const pgd__tmap *m, uint32_t slot);
