@@ -3,18 +3,24 @@
  * test_cache_tiers.c - the cache with storage tiers below the pool (cache.h "Tiers"):
  * write-back demotion on eviction, promotion at match (ready / wait, the cut-back on a
  * failed fill), write-through with admission, park, prefetch, the write-back slab's
- * bound, the parameters refused. Real tiers (the RAM tier); pgd_tier_wrap wraps one only
- * to inject faults (a get that fails, a put that stalls).
+ * bound, the parameters refused, a restart from a disk tier. Real tiers (RAM, disk in a
+ * mkdtemp directory); pgd_tier_wrap wraps one only to inject faults (a get that fails, a
+ * put that stalls).
  *
  * Every page's payload and key bounds are a tag computed from its block hash, so every
  * promoted page is checked byte for byte: a page served from a tier that holds anything
  * but what was written under its hash fails the test.
  *
- * The model-based test runs 5 configurations x 6 seeds x 600 steps (under a second):
+ * The model-based test runs 7 configurations x 6 seeds (1 with a disk tier) x 600 steps
+ * (a few seconds):
  * PGD_TEST_LONG=1 runs ten times more, PGD_TEST_SEED=n one seed.
  */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
+#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include <pagoda/cache.h>
 #include <pagoda/tier.h>
@@ -60,6 +66,31 @@ static pgd_tier *ram_tier(uint64_t n_records)
     pgd_tier *t = NULL;
     if (pgd_tier_ram_create(&p, &t) != PGD_OK) return NULL;
     return t;
+}
+
+/* A disk tier in dir (made by mkdtemp), room for n_records of this geometry. */
+static pgd_tier *disk_tier(const char *dir, uint64_t n_records)
+{
+    pgd_tier_disk_params p = pgd_tier_disk_default_params();
+    p.dir = dir;
+    p.capacity_bytes = n_records * (record_bytes() + 4096); /* generous: any layout */
+    p.log = log_stderr;
+    pgd_tier *t = NULL;
+    if (pgd_tier_disk_create(&p, &t) != PGD_OK) return NULL;
+    return t;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A fault-injecting wrapper over a real tier: gets fail (the record dropped, as a damaged
@@ -671,6 +702,52 @@ static int test_spill_to_next_tier(void)
     return 0;
 }
 
+/* RAM over disk: what was written back reaches the disk (spilled from RAM, or parked
+ * to it), and a new cache on the same directory (same hash key, same model) promotes it
+ * from disk after a restart, byte for byte; another model's cache matches nothing. */
+static int test_disk_restart(void)
+{
+    char dir[] = "/tmp/pgd_cache_tiers_XXXXXX";
+    T_ASSERT(mkdtemp(dir));
+    int32_t tk[32];
+    toks(tk, 32, 777);
+    uint8_t key[32];
+    for (int run = 0; run < 3; run++) {
+        pgd_tier *ram = ram_tier(2), *disk = disk_tier(dir, 256);
+        T_ASSERT(ram && disk);
+        T_OK(pgd_tier_disk_key(disk, key));
+        pgd_tier_use use[2] = {{ram, 0, 0}, {disk, 1, 0}};
+        pgd_cache_params p = params(16, use, 2);
+        p.hash_key = key; /* the directory's stable key: hashes match after a restart */
+        p.hash_key_len = sizeof key;
+        if (run == 2) p.model_fingerprint.lo = 99; /* another model */
+        pgd_cache *c = NULL;
+        T_OK(pgd_cache_create(&p, &c));
+        pgd_match_info mi;
+        if (run == 0) {
+            /* Written through to disk at commit; evicted to RAM, which spills. */
+            pgd_seq_destroy(c, feed(c, tk, 32));
+            T_EQ(pgd_cache_clear(c), 8);
+            T_OK(pgd_cache_flush(c));
+            T_EQ(tier_stats(disk).n_records, 8);
+        } else if (run == 1) {
+            T_EQ(probe(c, tk, 32, &mi), 32); /* from disk: the RAM tier is new */
+            T_EQ(mi.pool_tokens, 0);
+            T_EQ(mi.tier_tokens[1], 32);
+            T_EQ(tstats(c, 1).promoted_pages, 8);
+        } else {
+            T_EQ(probe(c, tk, 32, &mi), 0); /* the records are another model's */
+            T_EQ(tier_stats(disk).n_records, 0);
+        }
+        T_OK(pgd_cache_check(c));
+        pgd_cache_destroy(c);
+        pgd_tier_close(ram);
+        pgd_tier_close(disk);
+    }
+    rm_rf(dir);
+    return 0;
+}
+
 /* Destroying a cache, or a sequence, while fills and puts run waits for them. */
 static int test_destroy_while_moving(void)
 {
@@ -803,6 +880,7 @@ typedef struct cfg {
     int roomy;            /* the tiers hold every block: nothing may be lost */
     int t0_write_through; /* write-through on tiers[0] */
     uint32_t t0_admit;    /* its admit_hits */
+    int t1_disk;          /* tiers[1] is a disk tier (in a mkdtemp directory) */
 } cfg;
 
 typedef struct live {
@@ -1051,13 +1129,22 @@ static int run_model(const cfg *cf, uint64_t seed, uint32_t steps, int verbose)
             m->base[b][i] = (int32_t)(t_rand(&m->rng) & 0xffff);
     m->tier[0] = ram_tier(cf->t0_records);
     if (cf->fail_every) m->tier[0] = faulty_tier(m->tier[0], cf->fail_every, &m->fault);
-    if (cf->t1_records) m->tier[1] = ram_tier(cf->t1_records);
+    char dir[] = "/tmp/pgd_cache_tiers_XXXXXX";
+    if (cf->t1_disk) {
+        T_ASSERT(mkdtemp(dir));
+        m->tier[1] = disk_tier(dir, cf->t1_records);
+        T_ASSERT(m->tier[1]);
+    } else if (cf->t1_records) {
+        m->tier[1] = ram_tier(cf->t1_records);
+    }
     pgd_tier_use use[2] = {{m->tier[0], cf->t0_write_through, cf->t0_admit}, {m->tier[1], 0, 0}};
     pgd_cache_params p = params(cf->n_pages, use, cf->t1_records ? 2 : 1);
     p.on_evict = on_evict;
     p.event_ud = m;
     p.tier_threads = 1 + (uint32_t)(seed % 3);
-    if (cf->roomy) p.writeback_pages = 1024; /* so that no demotion is dropped */
+    /* More slots than a run evicts pages: no demotion is dropped, however late the movers
+     * run on a loaded machine. */
+    if (cf->roomy) p.writeback_pages = 8192;
     int rc = pgd_cache_create(&p, &m->c);
     if (rc != PGD_OK) T_FAIL("%s: create: %d", cf->name, rc);
     int failed = 0;
@@ -1085,16 +1172,19 @@ static int run_model(const cfg *cf, uint64_t seed, uint32_t steps, int verbose)
     pgd_cache_destroy(m->c);
     pgd_tier_close(m->tier[0]);
     pgd_tier_close(m->tier[1]);
+    if (cf->t1_disk) rm_rf(dir);
     free(m);
     return failed;
 }
 
 static const cfg cfgs[] = {
-    {"roomy ram", 12, 4096, 0, 0, 1, 0, 0},
-    {"small ram over roomy ram", 12, 6, 4096, 0, 1, 0, 0},
-    {"write-through ram, admit 2", 16, 4096, 0, 0, 1, 1, 2},
-    {"small tiers", 10, 5, 9, 0, 0, 0, 0},
-    {"failing gets", 12, 4096, 0, 4, 0, 0, 0},
+    {"roomy ram", 12, 4096, 0, 0, 1, 0, 0, 0},
+    {"small ram over roomy ram", 12, 6, 4096, 0, 1, 0, 0, 0},
+    {"small ram over roomy disk", 12, 6, 4096, 0, 1, 0, 0, 1},
+    {"small ram over small disk", 10, 4, 12, 0, 0, 0, 0, 1},
+    {"write-through ram, admit 2", 16, 4096, 0, 0, 1, 1, 2, 0},
+    {"small tiers", 10, 5, 9, 0, 0, 0, 0, 0},
+    {"failing gets", 12, 4096, 0, 4, 0, 0, 0, 0},
 };
 
 static int test_model(void)
@@ -1107,7 +1197,8 @@ static int test_model(void)
             if (run_model(&cfgs[k], strtoull(one, NULL, 10), steps, 1)) return 1;
             continue;
         }
-        for (uint64_t seed = 1; seed <= seeds; seed++)
+        /* The disk configurations flush (fsync) often: fewer seeds. */
+        for (uint64_t seed = 1; seed <= (cfgs[k].t1_disk ? (seeds + 5) / 6 : seeds); seed++)
             if (run_model(&cfgs[k], seed, steps, 0)) return 1;
     }
     return 0;
@@ -1125,6 +1216,7 @@ int main(void)
     T_RUN(test_slab_full_drops);
     T_RUN(test_spill_to_next_tier);
     T_RUN(test_destroy_while_moving);
+    T_RUN(test_disk_restart);
     T_RUN(test_alloc_failures);
     T_RUN(test_model);
     T_DONE();
