@@ -210,6 +210,11 @@ static int tiers_create(pgd_cache *c, const pgd_cache_params *p, const pgd_pool_
     if (p->n_tiers == 0) return PGD_OK;
     int rc = pgd_record_ident_make(pp, p->model_fingerprint, &c->ident);
     if (rc != PGD_OK) return rc;
+    /* Moves copy exactly these many bytes of a page and of its bounds. */
+    PGD_CHECK(c->ident.page_bytes == pgd_pool_page_bytes(c->pool));
+    PGD_CHECK(c->ident.bounds_bytes == (c->g.key_bounds ? 2ull * c->g.n_layers * c->g.n_kv_heads *
+                                                              c->g.head_dim * sizeof(float)
+                                                        : 0));
     for (uint32_t i = 0; i < p->n_tiers; i++) {
         const pgd_tier_use *u = &p->tiers[i];
         rc = pgd_tier_bind(u->tier, &c->ident);
