@@ -105,6 +105,8 @@ typedef struct faulty {
     pthread_cond_t cv;
     int hold_puts;   /* puts wait while set */
     int n_puts_held; /* puts waiting now */
+    int hold_gets;   /* gets wait while set */
+    int n_gets_held; /* gets waiting now */
 } faulty;
 
 static int f_bind(void *st, const pgd_record_ident *id)
@@ -127,6 +129,13 @@ static int f_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void 
 static int f_get(void *st, pgd_hash b, void *page, void *bounds)
 {
     faulty *f = st;
+    pthread_mutex_lock(&f->mu);
+    f->n_gets_held++;
+    pthread_cond_broadcast(&f->cv);
+    while (f->hold_gets)
+        pthread_cond_wait(&f->cv, &f->mu);
+    f->n_gets_held--;
+    pthread_mutex_unlock(&f->mu);
     uint64_t n = atomic_fetch_add(&f->n_calls, 1);
     int fail = (f->fail_every && mix(n + 0x9e37) % f->fail_every == 0) ||
                ((f->fail_block.lo || f->fail_block.hi) && pgd_hash_eq(b, f->fail_block));
@@ -190,6 +199,23 @@ static void hold_puts(faulty *f, int on)
     pthread_mutex_lock(&f->mu);
     f->hold_puts = on;
     pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void hold_gets(faulty *f, int on)
+{
+    pthread_mutex_lock(&f->mu);
+    f->hold_gets = on;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Waits until a get is held at the gate. */
+static void wait_get_held(faulty *f)
+{
+    pthread_mutex_lock(&f->mu);
+    while (f->n_gets_held == 0)
+        pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -812,6 +838,132 @@ static int test_disk_restart(void)
     return 0;
 }
 
+/* Every call that mutates a sequence waits for its promotion first: with the fill held
+ * at the tier, the call does not return; released, it returns on a settled sequence. */
+enum {
+    OP_GROW,
+    OP_TRUNCATE,
+    OP_COMMIT,
+    OP_COMMIT_HASHES,
+    OP_WRITE_KV,
+    OP_WRITE_SLOT,
+    OP_FORK,
+    OP_PARK,
+    OP_WAIT,
+    OP_DESTROY,
+    N_OPS
+};
+
+typedef struct op_call {
+    pgd_cache *c;
+    pgd_seq *s, *fork;
+    int op;
+    atomic_int done;
+    int rc;
+} op_call;
+
+static void *op_thread(void *arg)
+{
+    op_call *o = arg;
+    static const float kv[NH * HD];
+    uint32_t page, slot;
+    switch (o->op) {
+    case OP_GROW:
+        o->rc = pgd_seq_grow(o->c, o->s, 1);
+        break;
+    case OP_TRUNCATE:
+        o->rc = pgd_seq_truncate(o->c, o->s, 24);
+        break;
+    case OP_COMMIT:
+        o->rc = pgd_seq_commit(o->c, o->s, NULL, 0);
+        break;
+    case OP_COMMIT_HASHES:
+        o->rc = pgd_seq_commit_hashes(o->c, o->s, NULL, 0);
+        break;
+    case OP_WRITE_KV:
+        o->rc = pgd_seq_write_kv(o->c, o->s, 24, 0, 0, kv, kv);
+        break;
+    case OP_WRITE_SLOT:
+        o->rc = pgd_seq_write_slot(o->c, o->s, 24, &page, &slot);
+        break;
+    case OP_FORK:
+        o->rc = pgd_seq_fork(o->c, o->s, &o->fork);
+        break;
+    case OP_PARK:
+        o->rc = pgd_seq_park(o->c, o->s);
+        break;
+    case OP_WAIT:
+        o->rc = pgd_seq_wait(o->c, o->s);
+        break;
+    default:
+        pgd_seq_destroy(o->c, o->s);
+        o->rc = 0;
+        break;
+    }
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+static int test_calls_wait_for_promotion(void)
+{
+    faulty *f = NULL;
+    pgd_tier *t = faulty_tier(ram_tier(64), 0, &f);
+    T_ASSERT(t);
+    pgd_tier_use use = {t, 0, 0};
+    pgd_cache *c = make_cache(16, &use, 1);
+    T_ASSERT(c);
+    int32_t tk[24];
+    toks(tk, 24, 6000);
+    pgd_hash hs[6];
+    pgd_cache_hash_tokens(c, "a", 1, tk, 24, hs, 6);
+    pgd_seq_destroy(c, feed(c, tk, 24));
+    for (int op = 0; op < N_OPS; op++) {
+        T_EQ(pgd_cache_clear(c), 6);
+        T_OK(pgd_cache_flush(c));
+        op_call o;
+        memset(&o, 0, sizeof o);
+        o.c = c;
+        o.op = op;
+        T_OK(pgd_seq_create(c, "a", 1, &o.s));
+        hold_gets(f, 1);
+        if (op == OP_COMMIT_HASHES)
+            T_EQ(pgd_seq_match_hashes(c, o.s, hs, 6), 6);
+        else
+            T_EQ(pgd_seq_match(c, o.s, tk, 24), 24);
+        wait_get_held(f);
+        T_EQ(pgd_seq_ready(c, o.s), 0);
+        pthread_t th;
+        T_ASSERT(pthread_create(&th, NULL, op_thread, &o) == 0);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (atomic_load(&o.done)) T_FAIL("op %d returned before the fill was done", op);
+        T_OK(pgd_cache_check(c)); /* the lock is free while it waits */
+        hold_gets(f, 0);
+        pthread_join(th, NULL);
+        if (op == OP_WRITE_SLOT)
+            T_EQ(o.rc, PGD_EINVAL); /* position 24 is the length: refused, after the wait */
+        else if (o.rc < 0)
+            T_FAIL("op %d: %d", op, o.rc);
+        if (op != OP_DESTROY) {
+            T_EQ(pgd_seq_ready(c, o.s), 1);
+            T_EQ(pgd_seq_n_committed(c, o.s), 24);
+            const uint32_t *ids;
+            pgd_seq_pages(c, o.s, &ids);
+            for (int i = 0; i < 6; i++)
+                T_ASSERT(page_tagged(c, ids[i], hs[i]));
+            if (o.fork) {
+                T_EQ(pgd_seq_length(c, o.fork), 24);
+                pgd_seq_destroy(c, o.fork);
+            }
+            pgd_seq_destroy(c, o.s);
+        }
+        T_OK(pgd_cache_check(c));
+    }
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
 /* Destroying a cache, or a sequence, while fills and puts run waits for them. */
 static int test_destroy_while_moving(void)
 {
@@ -1281,6 +1433,7 @@ int main(void)
     T_RUN(test_slab_full_drops);
     T_RUN(test_spill_to_next_tier);
     T_RUN(test_destroy_while_moving);
+    T_RUN(test_calls_wait_for_promotion);
     T_RUN(test_disk_restart);
     T_RUN(test_alloc_failures);
     T_RUN(test_model);
