@@ -154,6 +154,7 @@ struct pgd_cache {
     uint64_t slot_bytes;   /* page_bytes + bounds_bytes, rounded up to 64 */
     uint32_t *page_hits;   /* [n_pages] matches of a registered page (wt_admit), or NULL */
     uint32_t n_promos;     /* pending promotion records */
+    int warned_full;       /* the write-back queue was full once (logged once) */
     pgd_hash *scan_hashes; /* [scan_cap] match's look-up past the pool (lock held) */
     uint8_t *scan_src;     /* [scan_cap] the tier holding each */
     size_t scan_cap;
@@ -210,6 +211,11 @@ static int tiers_create(pgd_cache *c, const pgd_cache_params *p, const pgd_pool_
     if (p->n_tiers == 0) return PGD_OK;
     int rc = pgd_record_ident_make(pp, p->model_fingerprint, &c->ident);
     if (rc != PGD_OK) return rc;
+    /* Moves copy exactly these many bytes of a page and of its bounds. */
+    PGD_CHECK(c->ident.page_bytes == pgd_pool_page_bytes(c->pool));
+    PGD_CHECK(c->ident.bounds_bytes == (c->g.key_bounds ? 2ull * c->g.n_layers * c->g.n_kv_heads *
+                                                              c->g.head_dim * sizeof(float)
+                                                        : 0));
     for (uint32_t i = 0; i < p->n_tiers; i++) {
         const pgd_tier_use *u = &p->tiers[i];
         rc = pgd_tier_bind(u->tier, &c->ident);
@@ -609,6 +615,13 @@ static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
     wb_slot *w = slot_take(c);
     if (!w) {
         c->tst[t].demote_dropped++;
+        if (!c->warned_full) { /* once: the counter says how often */
+            c->warned_full = 1;
+            pgd__logf(&c->log, PGD_LOG_WARN,
+                      "cache: the write-back queue is full (%u pages): pages leaving the pool "
+                      "are dropped, not demoted (counted in demote_dropped)",
+                      c->n_slots);
+        }
         return PGD_ENOSPC;
     }
     memcpy(w->buf, pgd_pool_page_data(c->pool, page), c->ident.page_bytes);

@@ -148,7 +148,9 @@ PGD_API pgd_cache_params pgd_cache_default_params(void);
  * pool's page count or above 2^31, or what policy_ops->create returned),
  * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
 PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
-/* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight. */
+/* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight.
+ * With tiers it first waits for the moves already queued (they complete; the cached pages
+ * are not demoted) and stops the mover threads; the tiers stay open (the caller's). */
 PGD_API void pgd_cache_destroy(pgd_cache *c);
 
 /* The cache's pool, for payload access only (see locking). Valid while c lives. */
@@ -361,7 +363,9 @@ PGD_API int pgd_cache_clear(pgd_cache *c);
 
 /* Integrity walk of pool, index, policy and every sequence: refcounts equal the holders
  * (sequences + index), the index tree is consistent (parents cached, child counts exact),
- * the policy holds exactly the evictable pages, stats add up. O(pages + table entries).
+ * the policy holds exactly the evictable pages, stats add up; with tiers, each pending
+ * promotion agrees with its sequence and the write-back slots add up. O(pages + table
+ * entries + write-back slots).
  * Returns PGD_OK or PGD_ECORRUPT (detail via the log hook). */
 PGD_API int pgd_cache_check(pgd_cache *c);
 

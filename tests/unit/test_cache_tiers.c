@@ -3,18 +3,24 @@
  * test_cache_tiers.c - the cache with storage tiers below the pool (cache.h "Tiers"):
  * write-back demotion on eviction, promotion at match (ready / wait, the cut-back on a
  * failed fill), write-through with admission, park, prefetch, the write-back slab's
- * bound, the parameters refused. Real tiers (the RAM tier); pgd_tier_wrap wraps one only
- * to inject faults (a get that fails, a put that stalls).
+ * bound, the parameters refused, a restart from a disk tier. Real tiers (RAM, disk in a
+ * mkdtemp directory); pgd_tier_wrap wraps one only to inject faults (a get that fails, a
+ * put that stalls).
  *
  * Every page's payload and key bounds are a tag computed from its block hash, so every
  * promoted page is checked byte for byte: a page served from a tier that holds anything
  * but what was written under its hash fails the test.
  *
- * The model-based test runs 5 configurations x 6 seeds x 600 steps (under a second):
+ * The model-based test runs 7 configurations x 6 seeds (1 with a disk tier) x 600 steps
+ * (a few seconds):
  * PGD_TEST_LONG=1 runs ten times more, PGD_TEST_SEED=n one seed.
  */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
+#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include <pagoda/cache.h>
 #include <pagoda/tier.h>
@@ -62,6 +68,31 @@ static pgd_tier *ram_tier(uint64_t n_records)
     return t;
 }
 
+/* A disk tier in dir (made by mkdtemp), room for n_records of this geometry. */
+static pgd_tier *disk_tier(const char *dir, uint64_t n_records)
+{
+    pgd_tier_disk_params p = pgd_tier_disk_default_params();
+    p.dir = dir;
+    p.capacity_bytes = n_records * (record_bytes() + 4096); /* generous: any layout */
+    p.log = log_stderr;
+    pgd_tier *t = NULL;
+    if (pgd_tier_disk_create(&p, &t) != PGD_OK) return NULL;
+    return t;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* A fault-injecting wrapper over a real tier: gets fail (the record dropped, as a damaged
  * one is) with probability 1 / fail_every, or for one chosen block; puts can be held. */
 typedef struct faulty {
@@ -74,6 +105,8 @@ typedef struct faulty {
     pthread_cond_t cv;
     int hold_puts;   /* puts wait while set */
     int n_puts_held; /* puts waiting now */
+    int hold_gets;   /* gets wait while set */
+    int n_gets_held; /* gets waiting now */
 } faulty;
 
 static int f_bind(void *st, const pgd_record_ident *id)
@@ -96,6 +129,13 @@ static int f_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void 
 static int f_get(void *st, pgd_hash b, void *page, void *bounds)
 {
     faulty *f = st;
+    pthread_mutex_lock(&f->mu);
+    f->n_gets_held++;
+    pthread_cond_broadcast(&f->cv);
+    while (f->hold_gets)
+        pthread_cond_wait(&f->cv, &f->mu);
+    f->n_gets_held--;
+    pthread_mutex_unlock(&f->mu);
     uint64_t n = atomic_fetch_add(&f->n_calls, 1);
     int fail = (f->fail_every && mix(n + 0x9e37) % f->fail_every == 0) ||
                ((f->fail_block.lo || f->fail_block.hi) && pgd_hash_eq(b, f->fail_block));
@@ -159,6 +199,23 @@ static void hold_puts(faulty *f, int on)
     pthread_mutex_lock(&f->mu);
     f->hold_puts = on;
     pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void hold_gets(faulty *f, int on)
+{
+    pthread_mutex_lock(&f->mu);
+    f->hold_gets = on;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Waits until a get is held at the gate. */
+static void wait_get_held(faulty *f)
+{
+    pthread_mutex_lock(&f->mu);
+    while (f->n_gets_held == 0)
+        pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -286,6 +343,70 @@ static pgd_tier_stats tier_stats(pgd_tier *t)
     memset(&st, 0, sizeof st);
     pgd_tier_get_stats(t, &st);
     return st;
+}
+
+/* ---- the movers (tier/mover.c) ---- */
+
+typedef struct tjob {
+    pgd__job job; /* first */
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    int *gate; /* the job waits while *gate is 0 */
+    atomic_int *n_started, *n_done;
+} tjob;
+
+static void tjob_run(pgd__job *j)
+{
+    tjob *t = (tjob *)j;
+    atomic_fetch_add(t->n_started, 1);
+    pthread_mutex_lock(t->mu);
+    while (!*t->gate)
+        pthread_cond_wait(t->cv, t->mu);
+    pthread_mutex_unlock(t->mu);
+    atomic_fetch_add(t->n_done, 1);
+}
+
+/* A bounded FIFO: a full queue refuses (EBUSY), depth counts queued + running, drain
+ * waits for all, destroy runs what is queued. */
+static int test_mover_queue(void)
+{
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    int gate = 0;
+    atomic_int n_started = 0, n_done = 0;
+    pgd__alloc al;
+    pgd__alloc_init(&al, NULL);
+    pgd__log lg = {NULL, NULL};
+    pgd__mover *m = NULL;
+    T_EQ(pgd__mover_create(&al, &lg, 0, 4, &m), PGD_EINVAL);
+    T_EQ(pgd__mover_create(&al, &lg, 65, 4, &m), PGD_EINVAL);
+    T_EQ(pgd__mover_create(&al, &lg, 1, 0, &m), PGD_EINVAL);
+    T_OK(pgd__mover_create(&al, &lg, 1, 2, &m));
+    tjob jobs[4];
+    for (int i = 0; i < 4; i++) {
+        tjob t = {{NULL, tjob_run}, &mu, &cv, &gate, &n_started, &n_done};
+        jobs[i] = t;
+    }
+    T_OK(pgd__mover_submit(m, &jobs[0].job));
+    while (atomic_load(&n_started) == 0) /* the one thread runs it, held at the gate */
+        ;
+    T_OK(pgd__mover_submit(m, &jobs[1].job));
+    T_OK(pgd__mover_submit(m, &jobs[2].job));
+    T_EQ(pgd__mover_submit(m, &jobs[3].job), PGD_EBUSY); /* 2 queued: full */
+    T_EQ(pgd__mover_depth(m), 3);
+    pthread_mutex_lock(&mu);
+    gate = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    pgd__mover_drain(m);
+    T_EQ(pgd__mover_depth(m), 0);
+    T_EQ(atomic_load(&n_done), 3);
+    T_OK(pgd__mover_submit(m, &jobs[3].job));
+    pgd__mover_destroy(m); /* runs it, then joins */
+    T_EQ(atomic_load(&n_done), 4);
+    pgd__mover_destroy(NULL);
+    pgd__mover_drain(NULL);
+    return 0;
 }
 
 /* ---- focused tests ---- */
@@ -671,6 +792,178 @@ static int test_spill_to_next_tier(void)
     return 0;
 }
 
+/* RAM over disk: what was written back reaches the disk (spilled from RAM, or parked
+ * to it), and a new cache on the same directory (same hash key, same model) promotes it
+ * from disk after a restart, byte for byte; another model's cache matches nothing. */
+static int test_disk_restart(void)
+{
+    char dir[] = "/tmp/pgd_cache_tiers_XXXXXX";
+    T_ASSERT(mkdtemp(dir));
+    int32_t tk[32];
+    toks(tk, 32, 777);
+    uint8_t key[32];
+    for (int run = 0; run < 3; run++) {
+        pgd_tier *ram = ram_tier(2), *disk = disk_tier(dir, 256);
+        T_ASSERT(ram && disk);
+        T_OK(pgd_tier_disk_key(disk, key));
+        pgd_tier_use use[2] = {{ram, 0, 0}, {disk, 1, 0}};
+        pgd_cache_params p = params(16, use, 2);
+        p.hash_key = key; /* the directory's stable key: hashes match after a restart */
+        p.hash_key_len = sizeof key;
+        if (run == 2) p.model_fingerprint.lo = 99; /* another model */
+        pgd_cache *c = NULL;
+        T_OK(pgd_cache_create(&p, &c));
+        pgd_match_info mi;
+        if (run == 0) {
+            /* Written through to disk at commit; evicted to RAM, which spills. */
+            pgd_seq_destroy(c, feed(c, tk, 32));
+            T_EQ(pgd_cache_clear(c), 8);
+            T_OK(pgd_cache_flush(c));
+            T_EQ(tier_stats(disk).n_records, 8);
+        } else if (run == 1) {
+            T_EQ(probe(c, tk, 32, &mi), 32); /* from disk: the RAM tier is new */
+            T_EQ(mi.pool_tokens, 0);
+            T_EQ(mi.tier_tokens[1], 32);
+            T_EQ(tstats(c, 1).promoted_pages, 8);
+        } else {
+            T_EQ(probe(c, tk, 32, &mi), 0); /* the records are another model's */
+            T_EQ(tier_stats(disk).n_records, 0);
+        }
+        T_OK(pgd_cache_check(c));
+        pgd_cache_destroy(c);
+        pgd_tier_close(ram);
+        pgd_tier_close(disk);
+    }
+    rm_rf(dir);
+    return 0;
+}
+
+/* Every call that mutates a sequence waits for its promotion first: with the fill held
+ * at the tier, the call does not return; released, it returns on a settled sequence. */
+enum {
+    OP_GROW,
+    OP_TRUNCATE,
+    OP_COMMIT,
+    OP_COMMIT_HASHES,
+    OP_WRITE_KV,
+    OP_WRITE_SLOT,
+    OP_FORK,
+    OP_PARK,
+    OP_WAIT,
+    OP_DESTROY,
+    N_OPS
+};
+
+typedef struct op_call {
+    pgd_cache *c;
+    pgd_seq *s, *fork;
+    int op;
+    atomic_int done;
+    int rc;
+} op_call;
+
+static void *op_thread(void *arg)
+{
+    op_call *o = arg;
+    static const float kv[NH * HD];
+    uint32_t page, slot;
+    switch (o->op) {
+    case OP_GROW:
+        o->rc = pgd_seq_grow(o->c, o->s, 1);
+        break;
+    case OP_TRUNCATE:
+        o->rc = pgd_seq_truncate(o->c, o->s, 24);
+        break;
+    case OP_COMMIT:
+        o->rc = pgd_seq_commit(o->c, o->s, NULL, 0);
+        break;
+    case OP_COMMIT_HASHES:
+        o->rc = pgd_seq_commit_hashes(o->c, o->s, NULL, 0);
+        break;
+    case OP_WRITE_KV:
+        o->rc = pgd_seq_write_kv(o->c, o->s, 24, 0, 0, kv, kv);
+        break;
+    case OP_WRITE_SLOT:
+        o->rc = pgd_seq_write_slot(o->c, o->s, 24, &page, &slot);
+        break;
+    case OP_FORK:
+        o->rc = pgd_seq_fork(o->c, o->s, &o->fork);
+        break;
+    case OP_PARK:
+        o->rc = pgd_seq_park(o->c, o->s);
+        break;
+    case OP_WAIT:
+        o->rc = pgd_seq_wait(o->c, o->s);
+        break;
+    default:
+        pgd_seq_destroy(o->c, o->s);
+        o->rc = 0;
+        break;
+    }
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+static int test_calls_wait_for_promotion(void)
+{
+    faulty *f = NULL;
+    pgd_tier *t = faulty_tier(ram_tier(64), 0, &f);
+    T_ASSERT(t);
+    pgd_tier_use use = {t, 0, 0};
+    pgd_cache *c = make_cache(16, &use, 1);
+    T_ASSERT(c);
+    int32_t tk[24];
+    toks(tk, 24, 6000);
+    pgd_hash hs[6];
+    pgd_cache_hash_tokens(c, "a", 1, tk, 24, hs, 6);
+    pgd_seq_destroy(c, feed(c, tk, 24));
+    for (int op = 0; op < N_OPS; op++) {
+        T_EQ(pgd_cache_clear(c), 6);
+        T_OK(pgd_cache_flush(c));
+        op_call o;
+        memset(&o, 0, sizeof o);
+        o.c = c;
+        o.op = op;
+        T_OK(pgd_seq_create(c, "a", 1, &o.s));
+        hold_gets(f, 1);
+        if (op == OP_COMMIT_HASHES)
+            T_EQ(pgd_seq_match_hashes(c, o.s, hs, 6), 6);
+        else
+            T_EQ(pgd_seq_match(c, o.s, tk, 24), 24);
+        wait_get_held(f);
+        T_EQ(pgd_seq_ready(c, o.s), 0);
+        pthread_t th;
+        T_ASSERT(pthread_create(&th, NULL, op_thread, &o) == 0);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (atomic_load(&o.done)) T_FAIL("op %d returned before the fill was done", op);
+        T_OK(pgd_cache_check(c)); /* the lock is free while it waits */
+        hold_gets(f, 0);
+        pthread_join(th, NULL);
+        if (op == OP_WRITE_SLOT)
+            T_EQ(o.rc, PGD_EINVAL); /* position 24 is the length: refused, after the wait */
+        else if (o.rc < 0)
+            T_FAIL("op %d: %d", op, o.rc);
+        if (op != OP_DESTROY) {
+            T_EQ(pgd_seq_ready(c, o.s), 1);
+            T_EQ(pgd_seq_n_committed(c, o.s), 24);
+            const uint32_t *ids;
+            pgd_seq_pages(c, o.s, &ids);
+            for (int i = 0; i < 6; i++)
+                T_ASSERT(page_tagged(c, ids[i], hs[i]));
+            if (o.fork) {
+                T_EQ(pgd_seq_length(c, o.fork), 24);
+                pgd_seq_destroy(c, o.fork);
+            }
+            pgd_seq_destroy(c, o.s);
+        }
+        T_OK(pgd_cache_check(c));
+    }
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
 /* Destroying a cache, or a sequence, while fills and puts run waits for them. */
 static int test_destroy_while_moving(void)
 {
@@ -803,6 +1096,7 @@ typedef struct cfg {
     int roomy;            /* the tiers hold every block: nothing may be lost */
     int t0_write_through; /* write-through on tiers[0] */
     uint32_t t0_admit;    /* its admit_hits */
+    int t1_disk;          /* tiers[1] is a disk tier (in a mkdtemp directory) */
 } cfg;
 
 typedef struct live {
@@ -1051,13 +1345,22 @@ static int run_model(const cfg *cf, uint64_t seed, uint32_t steps, int verbose)
             m->base[b][i] = (int32_t)(t_rand(&m->rng) & 0xffff);
     m->tier[0] = ram_tier(cf->t0_records);
     if (cf->fail_every) m->tier[0] = faulty_tier(m->tier[0], cf->fail_every, &m->fault);
-    if (cf->t1_records) m->tier[1] = ram_tier(cf->t1_records);
+    char dir[] = "/tmp/pgd_cache_tiers_XXXXXX";
+    if (cf->t1_disk) {
+        T_ASSERT(mkdtemp(dir));
+        m->tier[1] = disk_tier(dir, cf->t1_records);
+        T_ASSERT(m->tier[1]);
+    } else if (cf->t1_records) {
+        m->tier[1] = ram_tier(cf->t1_records);
+    }
     pgd_tier_use use[2] = {{m->tier[0], cf->t0_write_through, cf->t0_admit}, {m->tier[1], 0, 0}};
     pgd_cache_params p = params(cf->n_pages, use, cf->t1_records ? 2 : 1);
     p.on_evict = on_evict;
     p.event_ud = m;
     p.tier_threads = 1 + (uint32_t)(seed % 3);
-    if (cf->roomy) p.writeback_pages = 1024; /* so that no demotion is dropped */
+    /* More slots than a run evicts pages: no demotion is dropped, however late the movers
+     * run on a loaded machine. */
+    if (cf->roomy) p.writeback_pages = 8192;
     int rc = pgd_cache_create(&p, &m->c);
     if (rc != PGD_OK) T_FAIL("%s: create: %d", cf->name, rc);
     int failed = 0;
@@ -1085,16 +1388,19 @@ static int run_model(const cfg *cf, uint64_t seed, uint32_t steps, int verbose)
     pgd_cache_destroy(m->c);
     pgd_tier_close(m->tier[0]);
     pgd_tier_close(m->tier[1]);
+    if (cf->t1_disk) rm_rf(dir);
     free(m);
     return failed;
 }
 
 static const cfg cfgs[] = {
-    {"roomy ram", 12, 4096, 0, 0, 1, 0, 0},
-    {"small ram over roomy ram", 12, 6, 4096, 0, 1, 0, 0},
-    {"write-through ram, admit 2", 16, 4096, 0, 0, 1, 1, 2},
-    {"small tiers", 10, 5, 9, 0, 0, 0, 0},
-    {"failing gets", 12, 4096, 0, 4, 0, 0, 0},
+    {"roomy ram", 12, 4096, 0, 0, 1, 0, 0, 0},
+    {"small ram over roomy ram", 12, 6, 4096, 0, 1, 0, 0, 0},
+    {"small ram over roomy disk", 12, 6, 4096, 0, 1, 0, 0, 1},
+    {"small ram over small disk", 10, 4, 12, 0, 0, 0, 0, 1},
+    {"write-through ram, admit 2", 16, 4096, 0, 0, 1, 1, 2, 0},
+    {"small tiers", 10, 5, 9, 0, 0, 0, 0, 0},
+    {"failing gets", 12, 4096, 0, 4, 0, 0, 0, 0},
 };
 
 static int test_model(void)
@@ -1107,7 +1413,8 @@ static int test_model(void)
             if (run_model(&cfgs[k], strtoull(one, NULL, 10), steps, 1)) return 1;
             continue;
         }
-        for (uint64_t seed = 1; seed <= seeds; seed++)
+        /* The disk configurations flush (fsync) often: fewer seeds. */
+        for (uint64_t seed = 1; seed <= (cfgs[k].t1_disk ? (seeds + 5) / 6 : seeds); seed++)
             if (run_model(&cfgs[k], seed, steps, 0)) return 1;
     }
     return 0;
@@ -1115,6 +1422,7 @@ static int test_model(void)
 
 int main(void)
 {
+    T_RUN(test_mover_queue);
     T_RUN(test_refused_params);
     T_RUN(test_writeback_once_and_promote);
     T_RUN(test_match_kinds_and_mixed_prefix);
@@ -1125,6 +1433,8 @@ int main(void)
     T_RUN(test_slab_full_drops);
     T_RUN(test_spill_to_next_tier);
     T_RUN(test_destroy_while_moving);
+    T_RUN(test_calls_wait_for_promotion);
+    T_RUN(test_disk_restart);
     T_RUN(test_alloc_failures);
     T_RUN(test_model);
     T_DONE();

@@ -3,7 +3,9 @@
  * test_threads_tiers.c - concurrent callers on one cache with two tiers below the pool
  * (a small RAM tier spilling to a larger one), racing the mover threads: workers match
  * (promotions), wait or poll, grow, write, commit, park and destroy sequences whose prompts
- * share prefixes, while another thread evicts, clears, prefetches and flushes. Every page
+ * share prefixes, while another thread evicts, clears, prefetches and flushes; 1 in 16
+ * gets fails in either tier, so fills fall back to the next tier or fail, and sequences
+ * are cut back. Every page
  * a sequence holds once its promotion settled is checked to carry the tag of its block
  * hash, so a fill that raced an eviction or a reuse of its page shows up. Bounded in time
  * (about a second); pgd_cache_check at the end. Run under -DPGD_SANITIZE=thread.
@@ -155,6 +157,52 @@ static void *evictor(void *arg)
     return NULL;
 }
 
+/* A wrapper over a real tier whose gets fail 1 in 16 (the record dropped, as a damaged one
+ * is), so fills fail and sequences are cut back while everything else runs. */
+static atomic_uint_fast64_t n_gets;
+static atomic_int n_failed_gets;
+
+static int w_bind(void *st, const pgd_record_ident *id)
+{
+    return pgd_tier_bind(st, id);
+}
+static int w_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
+                 pgd_tier_spill_fn spill, void *ud)
+{
+    return pgd_tier_put(st, b, p, page, bounds, spill, ud);
+}
+static int w_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    if (mix(atomic_fetch_add(&n_gets, 1) + 12345) % 16 == 0) {
+        pgd_tier_del(st, b);
+        atomic_fetch_add(&n_failed_gets, 1);
+        return PGD_ENOTFOUND;
+    }
+    return pgd_tier_get(st, b, page, bounds);
+}
+static size_t w_lookup(void *st, const pgd_hash *h, size_t n)
+{
+    return pgd_tier_lookup(st, h, n);
+}
+static int w_del(void *st, pgd_hash b)
+{
+    return pgd_tier_del(st, b);
+}
+static void w_stats(void *st, pgd_tier_stats *out)
+{
+    pgd_tier_get_stats(st, out);
+}
+static int w_flush(void *st)
+{
+    return pgd_tier_flush(st);
+}
+static void w_close(void *st)
+{
+    pgd_tier_close(st);
+}
+static const pgd_tier_ops failing_ops = {"failing", w_bind,  w_put,   w_get,  w_lookup,
+                                         w_del,     w_stats, w_flush, w_close};
+
 static pgd_tier *ram_tier(uint64_t n_records)
 {
     pgd_tier_ram_params p = pgd_tier_ram_default_params();
@@ -169,8 +217,10 @@ static int test_concurrent_tiers(void)
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < MAXP * PT; i++)
             streams[k][i] = i < 2 * PT ? 5 + i : (int32_t)(t_rand(&rng) % 1000);
-    pgd_tier *t0 = ram_tier(12), *t1 = ram_tier(4096);
-    T_ASSERT(t0 && t1);
+    pgd_tier *t0 = NULL, *t1 = NULL, *in0 = ram_tier(12), *in1 = ram_tier(4096);
+    T_ASSERT(in0 && in1);
+    T_OK(pgd_tier_wrap(&failing_ops, in0, &t0));
+    T_OK(pgd_tier_wrap(&failing_ops, in1, &t1));
     pgd_tier_use use[2] = {{t0, 0, 0}, {t1, 1, 1}};
     pgd_cache_params p = pgd_cache_default_params();
     p.pool.n_layers = NL;
@@ -208,11 +258,11 @@ static int test_concurrent_tiers(void)
     T_OK(pgd_cache_get_tier_stats(cache, 1, &b));
     T_EQ(a.writeback_depth, 0);
     printf("  promoted %llu + %llu pages, demoted %llu + %llu, dropped %llu + %llu, "
-           "failed fills %llu\n",
+           "failed fills %llu (%d gets failed)\n",
            (unsigned long long)a.promoted_pages, (unsigned long long)b.promoted_pages,
            (unsigned long long)a.demoted_pages, (unsigned long long)b.demoted_pages,
            (unsigned long long)a.demote_dropped, (unsigned long long)b.demote_dropped,
-           (unsigned long long)(a.promote_failed + b.promote_failed));
+           (unsigned long long)(a.promote_failed + b.promote_failed), atomic_load(&n_failed_gets));
     T_ASSERT(a.promoted_pages + b.promoted_pages > 0);
     pgd_cache_destroy(cache);
     pgd_tier_close(t0);
