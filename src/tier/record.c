@@ -23,8 +23,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "pgd_int.h"
-#include "pagoda/tier.h"
+#include "tier/tier_int.h"
 
 static const uint8_t magic[8] = {'P', 'G', 'D', 'K', 'V', 'R', 'E', 'C'};
 
@@ -241,4 +240,45 @@ int pgd_record_read_header(const void *header, const void *payload, uint64_t pay
     *out = in;
     if (expect && !pgd_record_ident_eq(expect, &in.ident)) return PGD_EINVAL;
     return PGD_OK;
+}
+
+/* ---- checksums for tiers (tier_int.h) ---- */
+
+uint64_t pgd__record_checksum(const void *header, const void *const *parts,
+                              const uint64_t *part_bytes, int n_parts)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, header, CHECKSUM_OFF);
+    for (int i = 0; i < n_parts; i++)
+        if (part_bytes[i]) XXH3_64bits_update(&st, parts[i], (size_t)part_bytes[i]);
+    return XXH3_64bits_digest(&st);
+}
+
+uint64_t pgd__record_stored_checksum(const void *header)
+{
+    return get64((const uint8_t *)header + CHECKSUM_OFF);
+}
+
+/* 16 KiB: a chunk copied is still in L1/L2 when it is hashed. */
+enum { COPY_CHUNK = 16 << 10 };
+
+int pgd__record_copy_verified(const void *header, const void *payload, void *page,
+                              uint64_t page_bytes, void *bounds, uint64_t bounds_bytes)
+{
+    XXH3_state_t st;
+    const uint8_t *src = payload;
+    uint8_t *dst[2] = {page, bounds};
+    uint64_t n[2] = {page_bytes, bounds_bytes};
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, header, CHECKSUM_OFF);
+    for (int part = 0; part < 2; part++)
+        for (uint64_t off = 0; off < n[part]; off += COPY_CHUNK) {
+            size_t len = (size_t)(n[part] - off < COPY_CHUNK ? n[part] - off : COPY_CHUNK);
+            memcpy(dst[part] + off, src, len);
+            XXH3_64bits_update(&st, dst[part] + off, len);
+            src += len;
+        }
+    return XXH3_64bits_digest(&st) == get64((const uint8_t *)header + CHECKSUM_OFF) ? PGD_OK
+                                                                                    : PGD_ECORRUPT;
 }

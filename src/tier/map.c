@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * map.c - the record map of a tier (tier_int.h): block hash -> slot, child counts within
+ * the map, and leaf-only eviction through a policy ops table (LRU by default).
+ *
+ *     by_hash[] (>= 2x capacity)   slots[capacity]                 by_parent[] (>= 2x cap.)
+ *     +----+----+----+----+        +------+--------+----------+    +----+----+----+----+
+ *     | s3 | -- | s0 | s7 | ---->  | hash | parent | children | <--| s0 | s3 | -- | s7 |
+ *     +----+----+----+----+        +------+--------+----------+    +----+----+----+----+
+ *     keyed by slot.hash           pins, depth, live               keyed by slot.parent
+ *
+ * Both tables use open addressing with linear probing and backward-shift deletion (no
+ * tombstones), as the prefix index does (index.c). by_parent is a multimap: siblings share
+ * a key and lie in one cluster, so the children of a block present in the map are the
+ * entries of its cluster whose parent is that block; insert counts them there, which is
+ * how a parent that arrives after its children (demotion evicts leaves first) gets its
+ * count. First blocks of chains (parent {0, 0}) are not in by_parent: they would all
+ * share one cluster.
+ *
+ * Cost: find, insert, remove O(1) expected (insert walks the cluster of its own hash in
+ * by_parent, which holds its siblings' entries when it has many). victim() is the
+ * policy's: LRU walks from the oldest slot to the first leaf, which is the oldest itself
+ * unless gets touched parents after their children.
+ * Callers: ram.c and disk.c, under their lock. Invariant (pgd__tmap_check): every live
+ * slot is in by_hash once, and in by_parent once unless a first block; n_children counts
+ * the live slots whose parent is the slot's block; the policy's set is exactly the
+ * unpinned live slots.
+ */
+#include "tier/tier_int.h"
+
+struct pgd__tmap {
+    pgd__alloc al;
+    uint32_t capacity, n_live;
+    uint32_t mask;         /* table slots - 1 */
+    uint32_t *by_hash;     /* [mask + 1] slot or PGD__NONE */
+    uint32_t *by_parent;   /* [mask + 1] slot or PGD__NONE */
+    pgd__tmap_slot *slots; /* [capacity] */
+    uint32_t *next_free;   /* [capacity] free-list links */
+    uint32_t free_head;
+    const pgd_policy_ops *pol; /* borrowed */
+    void *pol_state;
+};
+
+static const pgd_hash no_parent = {0, 0};
+
+static int is_root(pgd_hash parent)
+{
+    return pgd_hash_eq(parent, no_parent);
+}
+
+/* ---- create / destroy ---- */
+
+void pgd__tmap_destroy(pgd__tmap *m)
+{
+    if (!m) return;
+    pgd__alloc al = m->al;
+    if (m->pol_state) m->pol->destroy(m->pol_state);
+    pgd__free(&al, m->by_hash);
+    pgd__free(&al, m->by_parent);
+    pgd__free(&al, m->slots);
+    pgd__free(&al, m->next_free);
+    pgd__free(&al, m);
+}
+
+int pgd__tmap_create(const pgd__alloc *al, uint32_t capacity, const pgd_policy_ops *policy,
+                     pgd__tmap **out)
+{
+    uint64_t n_tab = 16;
+    *out = NULL;
+    if (capacity == 0 || capacity > (1u << 30)) return PGD_EINVAL;
+    if (!policy) policy = pgd_policy_builtin(PGD_POLICY_LRU);
+    while (n_tab < 2ull * capacity)
+        n_tab <<= 1;
+    pgd__tmap *m = pgd__calloc(al, 1, sizeof *m);
+    if (!m) return PGD_ENOMEM;
+    m->al = *al;
+    m->capacity = capacity;
+    m->mask = (uint32_t)(n_tab - 1);
+    m->pol = policy;
+    m->by_hash = pgd__malloc(al, (size_t)n_tab * sizeof *m->by_hash);
+    m->by_parent = pgd__malloc(al, (size_t)n_tab * sizeof *m->by_parent);
+    m->slots = pgd__calloc(al, capacity, sizeof *m->slots);
+    m->next_free = pgd__malloc(al, (size_t)capacity * sizeof *m->next_free);
+    if (!m->by_hash || !m->by_parent || !m->slots || !m->next_free) {
+        pgd__tmap_destroy(m);
+        return PGD_ENOMEM;
+    }
+    memset(m->by_hash, 0xff, (size_t)n_tab * sizeof *m->by_hash);
+    memset(m->by_parent, 0xff, (size_t)n_tab * sizeof *m->by_parent);
+    for (uint32_t i = 0; i < capacity; i++)
+        m->next_free[i] = i + 1 < capacity ? i + 1 : PGD__NONE;
+    m->free_head = 0;
+    pgd_policy_init init;
+    memset(&init, 0, sizeof init);
+    init.n_pages = capacity;
+    init.alloc = &m->al.a;
+    int rc = policy->create(&init, &m->pol_state);
+    if (rc != PGD_OK) {
+        m->pol_state = NULL;
+        pgd__tmap_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return PGD_OK;
+}
+
+uint32_t pgd__tmap_capacity(const pgd__tmap *m)
+{
+    return m->capacity;
+}
+
+uint32_t pgd__tmap_count(const pgd__tmap *m)
+{
+    return m->n_live;
+}
+
+/* ---- the two tables ---- */
+
+/* Home of a key in either table (both words mixed: the murmur3 finalizer, as index.c). */
+static uint32_t home(const pgd__tmap *m, pgd_hash h)
+{
+    uint64_t x = h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (uint32_t)x & m->mask;
+}
+
+/* The key of slot s in table tab (by_hash: its hash; by_parent: its parent). */
+static pgd_hash key_of(const pgd__tmap *m, const uint32_t *tab, uint32_t s)
+{
+    return tab == m->by_hash ? m->slots[s].hash : m->slots[s].parent;
+}
+
+/* Position of slot s in tab (it must be there). */
+static uint32_t position(const pgd__tmap *m, const uint32_t *tab, uint32_t s)
+{
+    uint32_t i = home(m, key_of(m, tab, s));
+    while (tab[i] != s) {
+        PGD_CHECK(tab[i] != PGD__NONE);
+        i = (i + 1) & m->mask;
+    }
+    return i;
+}
+
+static void tab_insert(pgd__tmap *m, uint32_t *tab, uint32_t s)
+{
+    uint32_t i = home(m, key_of(m, tab, s));
+    while (tab[i] != PGD__NONE)
+        i = (i + 1) & m->mask;
+    tab[i] = s;
+}
+
+/* Backward-shift deletion of slot s from tab: later members of the cluster move into the
+ * hole when their home does not lie cyclically in (hole, their position]. */
+static void tab_remove(pgd__tmap *m, uint32_t *tab, uint32_t s)
+{
+    uint32_t hole = position(m, tab, s), j = hole;
+    for (;;) {
+        j = (j + 1) & m->mask;
+        uint32_t f = tab[j];
+        if (f == PGD__NONE) break;
+        uint32_t h = home(m, key_of(m, tab, f));
+        int stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+        if (!stays) {
+            tab[hole] = f;
+            hole = j;
+        }
+    }
+    tab[hole] = PGD__NONE;
+}
+
+uint32_t pgd__tmap_find(const pgd__tmap *m, pgd_hash block)
+{
+    for (uint32_t i = home(m, block);; i = (i + 1) & m->mask) {
+        uint32_t s = m->by_hash[i];
+        if (s == PGD__NONE) return PGD__NONE;
+        if (pgd_hash_eq(m->slots[s].hash, block)) return s;
+    }
+}
+
+/* Live slots whose parent is block (its cluster in by_parent). */
+static uint32_t count_children(const pgd__tmap *m, pgd_hash block)
+{
+    uint32_t n = 0;
+    if (is_root(block)) return 0;
+    for (uint32_t i = home(m, block);; i = (i + 1) & m->mask) {
+        uint32_t s = m->by_parent[i];
+        if (s == PGD__NONE) return n;
+        if (pgd_hash_eq(m->slots[s].parent, block)) n++;
+    }
+}
+
+/* ---- insert / remove ---- */
+
+static pgd_policy_page page_info(const pgd__tmap *m, uint32_t s)
+{
+    pgd_policy_page info = {m->slots[s].hash, m->slots[s].depth};
+    return info;
+}
+
+uint32_t pgd__tmap_insert(pgd__tmap *m, pgd_hash block, pgd_hash parent)
+{
+    PGD_CHECK(pgd__tmap_find(m, block) == PGD__NONE);
+    uint32_t s = m->free_head;
+    if (s == PGD__NONE) return PGD__NONE;
+    m->free_head = m->next_free[s];
+    pgd__tmap_slot *sl = &m->slots[s];
+    sl->hash = block;
+    sl->parent = parent;
+    sl->pins = 0;
+    sl->live = 1;
+    sl->n_children = count_children(m, block);
+    sl->depth = 0;
+    if (!is_root(parent)) {
+        uint32_t p = pgd__tmap_find(m, parent);
+        if (p != PGD__NONE) {
+            m->slots[p].n_children++;
+            sl->depth = m->slots[p].depth + 1;
+        }
+        tab_insert(m, m->by_parent, s);
+    }
+    tab_insert(m, m->by_hash, s);
+    m->n_live++;
+    pgd_policy_page info = page_info(m, s);
+    m->pol->insert(m->pol_state, s, &info);
+    m->pol->unreferenced(m->pol_state, s, &info);
+    return s;
+}
+
+void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live);
+    pgd__tmap_slot *sl = &m->slots[s];
+    if (!is_root(sl->parent)) {
+        uint32_t p = pgd__tmap_find(m, sl->parent);
+        if (p != PGD__NONE) {
+            PGD_CHECK(m->slots[p].n_children > 0);
+            m->slots[p].n_children--;
+        }
+        tab_remove(m, m->by_parent, s);
+    }
+    tab_remove(m, m->by_hash, s);
+    m->pol->remove(m->pol_state, s);
+    memset(sl, 0, sizeof *sl);
+    m->next_free[s] = m->free_head;
+    m->free_head = s;
+    m->n_live--;
+}
+
+/* ---- order and pins ---- */
+
+void pgd__tmap_touch(pgd__tmap *m, uint32_t s)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live);
+    if (m->slots[s].pins) return; /* it becomes the newest when unpinned */
+    pgd_policy_page info = page_info(m, s);
+    m->pol->hit(m->pol_state, s, &info);
+    m->pol->unreferenced(m->pol_state, s, &info);
+}
+
+void pgd__tmap_pin(pgd__tmap *m, uint32_t s)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live);
+    if (m->slots[s].pins++ == 0) {
+        pgd_policy_page info = page_info(m, s);
+        m->pol->hit(m->pol_state, s, &info);
+    }
+}
+
+void pgd__tmap_unpin(pgd__tmap *m, uint32_t s)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live && m->slots[s].pins > 0);
+    if (--m->slots[s].pins == 0) {
+        pgd_policy_page info = page_info(m, s);
+        m->pol->unreferenced(m->pol_state, s, &info);
+    }
+}
+
+static int accept_leaf(void *ctx, uint32_t s)
+{
+    const pgd__tmap *m = ctx;
+    return s < m->capacity && m->slots[s].live && !m->slots[s].pins && !m->slots[s].n_children;
+}
+
+uint32_t pgd__tmap_victim(pgd__tmap *m)
+{
+    uint32_t s = m->pol->victim(m->pol_state, accept_leaf, m);
+    if (s == PGD_POLICY_NO_PAGE) return PGD__NONE;
+    /* A user policy that ignores accept() gets nothing evicted (policy.h). */
+    return accept_leaf(m, s) ? s : PGD__NONE;
+}
+
+const pgd__tmap_slot *pgd__tmap_slot_get(const pgd__tmap *m, uint32_t s)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live);
+    return &m->slots[s];
+}
+
+/* ---- check ---- */
+
+int pgd__tmap_check(const pgd__tmap *m, const pgd__log *lg)
+{
+    uint32_t n_tab = m->mask + 1, n_live = 0, n_free = 0, n_unpinned = 0;
+    uint32_t in_hash = 0, in_parent = 0, want_parent = 0;
+    for (uint32_t i = 0; i < n_tab; i++) {
+        uint32_t s = m->by_hash[i];
+        if (s != PGD__NONE) {
+            if (s >= m->capacity || !m->slots[s].live || pgd__tmap_find(m, m->slots[s].hash) != s)
+                goto bad_table;
+            in_hash++;
+        }
+        s = m->by_parent[i];
+        if (s != PGD__NONE) {
+            if (s >= m->capacity || !m->slots[s].live || is_root(m->slots[s].parent) ||
+                position(m, m->by_parent, s) != i)
+                goto bad_table;
+            in_parent++;
+        }
+    }
+    for (uint32_t s = 0; s < m->capacity; s++) {
+        const pgd__tmap_slot *sl = &m->slots[s];
+        int in_set = m->pol->contains(m->pol_state, s);
+        if (!sl->live) {
+            if (in_set) goto bad_slot;
+            continue;
+        }
+        n_live++;
+        if (!is_root(sl->parent)) want_parent++;
+        if (!sl->pins) n_unpinned++;
+        if (in_set != !sl->pins) goto bad_slot;
+        /* Brute force: the children of s are the live slots whose parent is s's block. */
+        uint32_t kids = 0;
+        for (uint32_t c = 0; c < m->capacity; c++)
+            if (m->slots[c].live && pgd_hash_eq(m->slots[c].parent, sl->hash) && !is_root(sl->hash))
+                kids++;
+        if (kids != sl->n_children) {
+            pgd__logf(lg, PGD_LOG_ERROR, "tier map check: slot %u counts %u children, has %u", s,
+                      sl->n_children, kids);
+            return PGD_ECORRUPT;
+        }
+    }
+    for (uint32_t s = m->free_head; s != PGD__NONE; s = m->next_free[s])
+        if (s >= m->capacity || m->slots[s].live || ++n_free > m->capacity) {
+            pgd__logf(lg, PGD_LOG_ERROR, "tier map check: bad free list at %u", s);
+            return PGD_ECORRUPT;
+        }
+    if (n_live != m->n_live || in_hash != n_live || in_parent != want_parent ||
+        n_live + n_free != m->capacity || m->pol->size(m->pol_state) != n_unpinned) {
+        pgd__logf(lg, PGD_LOG_ERROR,
+                  "tier map check: %u live (%u counted), %u in by_hash, %u in by_parent "
+                  "(want %u), %u free, policy set %u (want %u)",
+                  n_live, m->n_live, in_hash, in_parent, want_parent, n_free,
+                  m->pol->size(m->pol_state), n_unpinned);
+        return PGD_ECORRUPT;
+    }
+    return PGD_OK;
+bad_table:
+    pgd__logf(lg, PGD_LOG_ERROR, "tier map check: a table holds a bad slot");
+    return PGD_ECORRUPT;
+bad_slot:
+    pgd__logf(lg, PGD_LOG_ERROR, "tier map check: the policy's set disagrees with the pins");
+    return PGD_ECORRUPT;
+}

@@ -1,0 +1,718 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_tier_ram.c - the RAM tier (src/tier/ram.c) and the record map it is built on
+ * (src/tier/map.c): a randomized run against a reference model (a plain array of what
+ * should be held, in LRU order), leaf-only eviction, the byte bound, spill of exactly the
+ * evicted records, a record damaged in memory is a miss, and every storage option
+ * round-trips (lz4 / zstd: bytes equal; q8_0 / q4_0 re-encoding: within the codec's
+ * bound), threads.
+ */
+#include <math.h>
+#include <pthread.h>
+
+#include "tier/tier_int.h"
+#include "t.h"
+
+static const pgd_hash fp = {0xfeedull, 0xbeefull};
+
+static pgd_pool_params geometry(pgd_kv_type type, int key_bounds)
+{
+    pgd_pool_params p = pgd_pool_default_params();
+    p.n_layers = 2;
+    p.n_kv_heads = 2;
+    p.head_dim = 64;
+    p.page_tokens = 16;
+    p.kv_type = type;
+    p.key_bounds = key_bounds;
+    return p;
+}
+
+/* Block (chain c, depth d): parent (c, d - 1), or {0, 0} at depth 0. */
+static pgd_hash block_of(uint32_t c, uint32_t d)
+{
+    pgd_hash h = {0x9E3779B97F4A7C15ull * (c + 1) + d, 0xC2B2AE3D27D4EB4Full * (d + 1) + c};
+    return h;
+}
+
+static pgd_hash parent_of(uint32_t c, uint32_t d)
+{
+    pgd_hash none = {0, 0};
+    return d ? block_of(c, d - 1) : none;
+}
+
+/* The raw payload of a block: bytes derived from its hash. */
+static void fill(uint8_t *buf, uint64_t n, pgd_hash h)
+{
+    uint64_t s = h.lo ^ (h.hi << 1) ^ 1;
+    for (uint64_t i = 0; i < n; i++)
+        buf[i] = (uint8_t)(t_rand(&s) >> 56);
+}
+
+/* fill, then (zero_mid) bytes 100 .. n-100 zeroed for blocks whose hash is odd: a
+ * compressible payload. */
+static void fill_block(uint8_t *buf, uint64_t n, pgd_hash h, int zero_mid)
+{
+    fill(buf, n, h);
+    if (zero_mid && (h.lo & 1) && n > 200) memset(buf + 100, 0, (size_t)n - 200);
+}
+
+/* ---- the record map alone ---- */
+
+static int test_map(void)
+{
+    pgd__alloc al;
+    pgd__tmap *m;
+    pgd__alloc_init(&al, NULL);
+    T_EQ(pgd__tmap_create(&al, 0, NULL, &m), PGD_EINVAL);
+    T_EQ(pgd__tmap_create(&al, 8, pgd_policy_builtin(PGD_POLICY_BELADY), &m), PGD_EINVAL);
+    T_OK(pgd__tmap_create(&al, 8, NULL, &m));
+    /* A chain inserted leaf first (as demotion does): the child counts come right. */
+    uint32_t s[4];
+    for (int d = 3; d >= 0; d--) {
+        s[d] = pgd__tmap_insert(m, block_of(0, (uint32_t)d), parent_of(0, (uint32_t)d));
+        T_ASSERT(s[d] != PGD__NONE);
+        T_OK(pgd__tmap_check(m, NULL));
+    }
+    for (int d = 0; d < 4; d++)
+        T_EQ(pgd__tmap_slot_get(m, s[d])->n_children, d < 3 ? 1 : 0);
+    /* The leaf is the only victim, whatever the age order says. */
+    T_EQ(pgd__tmap_victim(m), s[3]);
+    pgd__tmap_touch(m, s[3]);
+    T_EQ(pgd__tmap_victim(m), s[3]);
+    /* A pinned leaf is not a victim, and nothing else is a leaf. */
+    pgd__tmap_pin(m, s[3]);
+    T_EQ(pgd__tmap_victim(m), PGD__NONE);
+    T_OK(pgd__tmap_check(m, NULL));
+    pgd__tmap_unpin(m, s[3]);
+    /* Siblings: two children of depth 1. */
+    uint32_t sib = pgd__tmap_insert(m, block_of(9, 0), block_of(0, 1));
+    T_EQ(pgd__tmap_slot_get(m, s[1])->n_children, 2);
+    T_OK(pgd__tmap_check(m, NULL));
+    /* Removing a middle block: its children stay, parentless. */
+    pgd__tmap_remove(m, s[1]);
+    T_EQ(pgd__tmap_slot_get(m, s[0])->n_children, 0);
+    T_OK(pgd__tmap_check(m, NULL));
+    T_EQ(pgd__tmap_find(m, block_of(0, 1)), PGD__NONE);
+    T_EQ(pgd__tmap_find(m, block_of(0, 2)), s[2]);
+    /* Back: it counts both its children again. */
+    s[1] = pgd__tmap_insert(m, block_of(0, 1), parent_of(0, 1));
+    T_EQ(pgd__tmap_slot_get(m, s[1])->n_children, 2);
+    T_EQ(pgd__tmap_slot_get(m, s[0])->n_children, 1);
+    T_OK(pgd__tmap_check(m, NULL));
+    (void)sib;
+    /* Full. */
+    for (uint32_t c = 1; pgd__tmap_count(m) < 8; c++)
+        T_ASSERT(pgd__tmap_insert(m, block_of(c, 0), parent_of(c, 0)) != PGD__NONE);
+    T_EQ(pgd__tmap_insert(m, block_of(100, 0), parent_of(100, 0)), PGD__NONE);
+    T_OK(pgd__tmap_check(m, NULL));
+    pgd__tmap_destroy(m);
+    pgd__tmap_destroy(NULL);
+    return 0;
+}
+
+/* Random operations on a small map against brute force, many collisions (capacity 64,
+ * 200 blocks in 20 chains). */
+static int test_map_random(void)
+{
+    pgd__alloc al;
+    pgd__tmap *m;
+    uint64_t seed = 7;
+    pgd__alloc_init(&al, NULL);
+    T_OK(pgd__tmap_create(&al, 64, NULL, &m));
+    for (int it = 0; it < 20000; it++) {
+        uint32_t c = (uint32_t)(t_rand(&seed) % 20), d = (uint32_t)(t_rand(&seed) % 10);
+        pgd_hash h = block_of(c, d);
+        uint32_t s = pgd__tmap_find(m, h);
+        int op = (int)(t_rand(&seed) % 4);
+        if (s == PGD__NONE && op < 3) {
+            if (pgd__tmap_count(m) == 64) {
+                uint32_t v = pgd__tmap_victim(m);
+                T_ASSERT(v != PGD__NONE); /* nothing pinned: a forest has a leaf */
+                T_EQ(pgd__tmap_slot_get(m, v)->n_children, 0);
+                pgd__tmap_remove(m, v);
+            }
+            T_ASSERT(pgd__tmap_insert(m, h, parent_of(c, d)) != PGD__NONE);
+        } else if (s != PGD__NONE && op == 3) {
+            pgd__tmap_remove(m, s);
+        } else if (s != PGD__NONE) {
+            pgd__tmap_touch(m, s);
+        }
+        if (it % 97 == 0) T_OK(pgd__tmap_check(m, NULL));
+    }
+    T_OK(pgd__tmap_check(m, NULL));
+    pgd__tmap_destroy(m);
+    return 0;
+}
+
+/* ---- the RAM tier against a reference model ---- */
+
+typedef struct spilled {
+    pgd_hash block[64];
+    int n;
+    int zero_mid; /* the payloads were made by fill_block(..., 1) */
+    int bad;      /* a spilled payload that is not the block's */
+    uint64_t page_bytes, bounds_bytes;
+} spilled;
+
+static void on_spill(void *ud, pgd_hash block, pgd_hash parent, const void *page,
+                     const void *bounds)
+{
+    spilled *sp = ud;
+    static uint8_t want[1 << 20];
+    (void)parent;
+    fill_block(want, sp->page_bytes + sp->bounds_bytes, block, sp->zero_mid);
+    if (memcmp(want, page, (size_t)sp->page_bytes) != 0) sp->bad = 1;
+    if (sp->bounds_bytes &&
+        (!bounds || memcmp(want + sp->page_bytes, bounds, (size_t)sp->bounds_bytes) != 0))
+        sp->bad = 1;
+    if (!sp->bounds_bytes && bounds) sp->bad = 1;
+    if (sp->n < 64) sp->block[sp->n] = block;
+    sp->n++;
+}
+
+/* The model: held blocks in LRU order, oldest first. */
+typedef struct model {
+    uint32_t c[256], d[256];
+    int n;
+} model;
+
+static int model_find(const model *md, uint32_t c, uint32_t d)
+{
+    for (int i = 0; i < md->n; i++)
+        if (md->c[i] == c && md->d[i] == d) return i;
+    return -1;
+}
+
+static void model_take(model *md, int i)
+{
+    memmove(md->c + i, md->c + i + 1, (size_t)(md->n - i - 1) * sizeof md->c[0]);
+    memmove(md->d + i, md->d + i + 1, (size_t)(md->n - i - 1) * sizeof md->d[0]);
+    md->n--;
+}
+
+static void model_push(model *md, uint32_t c, uint32_t d)
+{
+    md->c[md->n] = c;
+    md->d[md->n] = d;
+    md->n++;
+}
+
+static void model_touch(model *md, int i)
+{
+    uint32_t c = md->c[i], d = md->d[i];
+    model_take(md, i);
+    model_push(md, c, d);
+}
+
+/* The oldest held block with no held child. */
+static int model_victim(const model *md)
+{
+    for (int i = 0; i < md->n; i++)
+        if (model_find(md, md->c[i], md->d[i] + 1) < 0) return i;
+    return -1;
+}
+
+static int run_model(int key_bounds, uint64_t seed)
+{
+    pgd_pool_params pp = geometry(PGD_KV_F16, key_bounds);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    uint64_t rec_bytes = PGD_RECORD_HEADER_BYTES + id.page_bytes + id.bounds_bytes;
+    const int cap_records = 12;
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = rec_bytes * cap_records + rec_bytes / 2; /* not a multiple */
+    pgd_tier *t;
+    T_OK(pgd_tier_ram_create(&rp, &t));
+    T_EQ(pgd_tier_put(t, block_of(0, 0), parent_of(0, 0), "x", NULL, NULL, NULL), PGD_EINVAL);
+    T_OK(pgd_tier_bind(t, &id));
+    T_OK(pgd_tier_bind(t, &id)); /* the same identity again */
+    pgd_record_ident other = id;
+    other.model_fingerprint.lo ^= 1;
+    T_EQ(pgd_tier_bind(t, &other), PGD_EBUSY);
+
+    static uint8_t buf[1 << 20], want[1 << 20];
+    uint8_t *page = buf, *bounds = key_bounds ? buf + id.page_bytes : NULL;
+    model md = {{0}, {0}, 0};
+    uint64_t n_puts = 0, n_gets = 0, n_misses = 0, n_evictions = 0;
+    for (int it = 0; it < 6000; it++) {
+        uint32_t c = (uint32_t)(t_rand(&seed) % 6), d = (uint32_t)(t_rand(&seed) % 6);
+        pgd_hash h = block_of(c, d);
+        int op = (int)(t_rand(&seed) % 10), i = model_find(&md, c, d);
+        spilled sp;
+        memset(&sp, 0, sizeof sp);
+        sp.page_bytes = id.page_bytes;
+        sp.bounds_bytes = id.bounds_bytes;
+        if (op < 5) { /* put */
+            fill(buf, id.page_bytes + id.bounds_bytes, h);
+            int want_victims[64], nv = 0;
+            if (i >= 0) {
+                model_touch(&md, i);
+            } else {
+                while (md.n >= cap_records) {
+                    int v = model_victim(&md);
+                    T_ASSERT(v >= 0);
+                    want_victims[nv++] = (int)(md.c[v] * 100 + md.d[v]);
+                    model_take(&md, v);
+                }
+                model_push(&md, c, d);
+                n_puts++;
+                n_evictions += (uint64_t)nv;
+            }
+            T_EQ(pgd_tier_put(t, h, parent_of(c, d), page, bounds, on_spill, &sp), PGD_OK);
+            T_EQ(sp.n, nv);
+            T_EQ(sp.bad, 0);
+            /* Victims come in eviction order: each the model's choice at its turn. */
+            for (int k = 0; k < nv; k++) {
+                uint32_t vc = (uint32_t)want_victims[k] / 100, vd = (uint32_t)want_victims[k] % 100;
+                T_ASSERT(pgd_hash_eq(sp.block[k], block_of(vc, vd)));
+            }
+        } else if (op < 8) { /* get */
+            memset(buf, 0, (size_t)(id.page_bytes + id.bounds_bytes));
+            int rc = pgd_tier_get(t, h, page, bounds);
+            if (i >= 0) {
+                T_EQ(rc, PGD_OK);
+                fill(want, id.page_bytes + id.bounds_bytes, h);
+                T_ASSERT(memcmp(buf, want, (size_t)(id.page_bytes + id.bounds_bytes)) == 0);
+                model_touch(&md, i);
+                n_gets++;
+            } else {
+                T_EQ(rc, PGD_ENOTFOUND);
+                n_misses++;
+            }
+        } else if (op == 8) { /* del */
+            T_EQ(pgd_tier_del(t, h), i >= 0 ? PGD_OK : PGD_ENOTFOUND);
+            if (i >= 0) model_take(&md, i);
+        } else { /* lookup of chain c from its start */
+            pgd_hash run[6];
+            size_t want_run = 0;
+            for (uint32_t k = 0; k < 6; k++)
+                run[k] = block_of(c, k);
+            while (want_run < 6 && model_find(&md, c, (uint32_t)want_run) >= 0)
+                want_run++;
+            T_EQ(pgd_tier_lookup(t, run, 6), want_run);
+        }
+        pgd_tier_stats st;
+        pgd_tier_get_stats(t, &st);
+        T_EQ(st.n_records, md.n);
+        T_EQ(st.bytes_used, (uint64_t)md.n * rec_bytes);
+        T_ASSERT(st.bytes_used <= st.bytes_capacity);
+        if (it % 50 == 0) T_OK(pgd__tier_ram_check(t));
+    }
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_puts, n_puts);
+    T_EQ(st.n_gets, n_gets);
+    T_EQ(st.n_get_misses, n_misses);
+    T_EQ(st.n_evictions, n_evictions);
+    T_ASSERT(n_evictions > 200 && n_gets > 500 && n_misses > 200); /* the run did evict */
+    T_EQ(st.n_put_bytes, n_puts * (id.page_bytes + id.bounds_bytes));
+    T_EQ(st.n_get_bytes, n_gets * (id.page_bytes + id.bounds_bytes));
+    T_EQ(st.n_corrupt, 0);
+    uint64_t n_hist = 0;
+    for (int b = 0; b < PGD_TIER_HIST_BUCKETS; b++)
+        n_hist += st.get_hist[b];
+    T_EQ(n_hist, n_gets);
+    T_OK(pgd_tier_flush(t));
+    pgd_tier_close(t);
+    return 0;
+}
+
+static int test_model(void)
+{
+    T_OK(run_model(0, 1));
+    T_OK(run_model(1, 2));
+    return 0;
+}
+
+/* The victim's order is the model's: check it strictly on a simple case. */
+static int test_eviction_order(void)
+{
+    pgd_pool_params pp = geometry(PGD_KV_F16, 0);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = 3 * (PGD_RECORD_HEADER_BYTES + id.page_bytes);
+    pgd_tier *t;
+    T_OK(pgd_tier_ram_create(&rp, &t));
+    T_OK(pgd_tier_bind(t, &id));
+    static uint8_t page[1 << 20];
+    spilled sp;
+    memset(&sp, 0, sizeof sp);
+    sp.page_bytes = id.page_bytes;
+    /* Chain 0 of three blocks put root first: the root is the oldest but not a leaf. */
+    for (uint32_t d = 0; d < 3; d++) {
+        fill(page, id.page_bytes, block_of(0, d));
+        T_OK(pgd_tier_put(t, block_of(0, d), parent_of(0, d), page, NULL, on_spill, &sp));
+    }
+    T_EQ(sp.n, 0);
+    fill(page, id.page_bytes, block_of(1, 0));
+    T_OK(pgd_tier_put(t, block_of(1, 0), parent_of(1, 0), page, NULL, on_spill, &sp));
+    T_EQ(sp.n, 1);
+    T_ASSERT(pgd_hash_eq(sp.block[0], block_of(0, 2))); /* the end of the chain, not its root */
+    T_EQ(sp.bad, 0);
+    pgd_hash run[3] = {block_of(0, 0), block_of(0, 1), block_of(0, 2)};
+    T_EQ(pgd_tier_lookup(t, run, 3), 2);
+    /* A put of a block held is no write and no eviction. */
+    T_OK(pgd_tier_put(t, block_of(0, 0), parent_of(0, 0), page, NULL, on_spill, &sp));
+    T_EQ(sp.n, 1);
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_puts, 4);
+    /* Without a spill callback the victim is dropped. */
+    fill(page, id.page_bytes, block_of(2, 0));
+    T_OK(pgd_tier_put(t, block_of(2, 0), parent_of(2, 0), page, NULL, NULL, NULL));
+    T_EQ(pgd_tier_lookup(t, run, 3), 1);
+    T_OK(pgd__tier_ram_check(t));
+    pgd_tier_close(t);
+    return 0;
+}
+
+/* A record damaged in memory is a miss, counted, dropped; never data, never spilled. */
+static int test_corrupt(void)
+{
+    for (uint32_t comp = PGD_RECORD_RAW; comp <= PGD_RECORD_ZSTD; comp++) {
+        pgd_pool_params pp = geometry(PGD_KV_F16, 1);
+        pgd_record_ident id;
+        T_OK(pgd_record_ident_make(&pp, fp, &id));
+        pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+        rp.capacity_bytes = 4 * (PGD_RECORD_HEADER_BYTES + id.page_bytes + id.bounds_bytes);
+        rp.compression = comp;
+        pgd_tier *t;
+        T_OK(pgd_tier_ram_create(&rp, &t));
+        T_OK(pgd_tier_bind(t, &id));
+        static uint8_t buf[1 << 20];
+        uint8_t *bounds = buf + id.page_bytes;
+        /* Compressible content, so lz4 / zstd really compress. */
+        for (uint32_t c = 0; c < 4; c++) {
+            memset(buf, (int)c, (size_t)(id.page_bytes + id.bounds_bytes));
+            T_OK(pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, bounds, NULL, NULL));
+        }
+        T_OK(pgd__tier_ram_corrupt(t, block_of(0, 0), 128 + 5)); /* payload */
+        T_OK(pgd__tier_ram_corrupt(t, block_of(1, 0), 70));      /* block hash in header */
+        T_OK(pgd__tier_ram_corrupt(t, block_of(2, 0), 121));     /* checksum */
+        T_EQ(pgd__tier_ram_corrupt(t, block_of(9, 0), 1), PGD_ENOTFOUND);
+        for (uint32_t c = 0; c < 3; c++) {
+            T_EQ(pgd_tier_get(t, block_of(c, 0), buf, bounds), PGD_ENOTFOUND);
+            pgd_hash h = block_of(c, 0);
+            T_EQ(pgd_tier_lookup(t, &h, 1), 0); /* dropped */
+        }
+        T_OK(pgd_tier_get(t, block_of(3, 0), buf, bounds));
+        T_EQ(buf[0], 3);
+        pgd_tier_stats st;
+        pgd_tier_get_stats(t, &st);
+        T_EQ(st.n_corrupt, 3);
+        T_EQ(st.n_records, 1);
+        T_OK(pgd__tier_ram_check(t));
+        /* Damaged, then evicted: not spilled. */
+        for (uint32_t c = 4; c < 7; c++) { /* incompressible: the bound is reached */
+            fill(buf, id.page_bytes + id.bounds_bytes, block_of(c, 0));
+            T_OK(pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, bounds, NULL, NULL));
+        }
+        T_OK(pgd__tier_ram_corrupt(t, block_of(3, 0), 128 + 1));
+        spilled sp;
+        memset(&sp, 0, sizeof sp);
+        sp.page_bytes = id.page_bytes;
+        sp.bounds_bytes = id.bounds_bytes;
+        fill(buf, id.page_bytes + id.bounds_bytes, block_of(7, 0));
+        T_OK(pgd_tier_put(t, block_of(7, 0), parent_of(7, 0), buf, bounds, on_spill, &sp));
+        T_EQ(sp.n, 0);
+        pgd_tier_get_stats(t, &st);
+        T_EQ(st.n_corrupt, 4);
+        T_EQ(st.n_evictions, 1);
+        pgd_tier_close(t);
+    }
+    return 0;
+}
+
+/* ---- storage options ---- */
+
+/* A page of realistic K/V in the pool's codec: random-walk values along each row and
+ * across rows (correlated, not zeros), a few outliers. */
+static void realistic_page(const pgd_record_ident *id, uint8_t *page, uint64_t seed)
+{
+    const pgd__codec *codec = pgd__codec_get((pgd_kv_type)id->kv_type);
+    size_t region =
+        pgd__codec_region_bytes((pgd_kv_type)id->kv_type, id->page_tokens, id->head_dim);
+    size_t n = (size_t)id->page_tokens * id->head_dim;
+    float *rows = malloc(n * sizeof *rows);
+    memset(page, 0, (size_t)id->page_bytes);
+    for (size_t r = 0; r < 2ull * id->n_layers * id->n_kv_heads; r++) {
+        float x = 0;
+        for (size_t i = 0; i < n; i++) {
+            x += ((float)(t_rand(&seed) >> 40) / (float)(1 << 24) - 0.5f) * 0.2f;
+            rows[i] = i % id->head_dim == 7 ? 4 * x : x;
+        }
+        codec->encode_page(r % 2 ? PGD__V : PGD__K, page + r * region, id->page_tokens,
+                           id->head_dim, rows, id->page_tokens);
+    }
+    free(rows);
+}
+
+/* f32 values of a page in the pool's codec. */
+static void decode_page(const pgd_record_ident *id, const uint8_t *page, float *out)
+{
+    const pgd__codec *codec = pgd__codec_get((pgd_kv_type)id->kv_type);
+    size_t region =
+        pgd__codec_region_bytes((pgd_kv_type)id->kv_type, id->page_tokens, id->head_dim);
+    size_t n = (size_t)id->page_tokens * id->head_dim;
+    for (size_t r = 0; r < 2ull * id->n_layers * id->n_kv_heads; r++)
+        codec->decode_rows(r % 2 ? PGD__V : PGD__K, page + r * region, id->page_tokens,
+                           id->head_dim, 0, id->page_tokens, out + r * n);
+}
+
+/* Puts and gets a realistic page (+ bounds) through a tier of these options. Lossless
+ * (store -1): bytes equal. Lossy: within the stored codec's bound, per 32-value block
+ * (q8_0: d / 2, d = amax / 127; q4_0: |d|, d = amax / 8; plus f16 rounding of d and of
+ * the value written back), bounds exact. Returns the bytes held (for the capacity gain). */
+static int round_trip(pgd_kv_type pool_type, int store, uint32_t comp, uint64_t *held)
+{
+    pgd_pool_params pp = geometry(pool_type, 1);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = 64ull << 20;
+    rp.store_type = store;
+    rp.compression = comp;
+    pgd_tier *t;
+    T_OK(pgd_tier_ram_create(&rp, &t));
+    T_OK(pgd_tier_bind(t, &id));
+    size_t raw = (size_t)(id.page_bytes + id.bounds_bytes);
+    uint8_t *in = malloc(raw), *out = malloc(raw);
+    size_t nv = (size_t)id.page_bytes; /* at most this many values */
+    float *a = malloc(nv * sizeof *a), *b = malloc(nv * sizeof *b);
+    uint64_t bytes = 0;
+    const int n_pages = 8;
+    for (int k = 0; k < n_pages; k++) {
+        realistic_page(&id, in, (uint64_t)k + 100);
+        float *fb = (float *)(void *)(in + id.page_bytes);
+        for (uint64_t i = 0; i < id.bounds_bytes / 4; i++)
+            fb[i] = (float)i * 0.25f - (float)k;
+        T_OK(pgd_tier_put(t, block_of((uint32_t)k, 0), parent_of((uint32_t)k, 0), in,
+                          in + id.page_bytes, NULL, NULL));
+        memset(out, 0xee, raw);
+        T_OK(pgd_tier_get(t, block_of((uint32_t)k, 0), out, out + id.page_bytes));
+        T_ASSERT(memcmp(in + id.page_bytes, out + id.page_bytes, (size_t)id.bounds_bytes) == 0);
+        if (store < 0 || store == (int)pool_type) {
+            T_ASSERT(memcmp(in, out, (size_t)id.page_bytes) == 0);
+        } else {
+            decode_page(&id, in, a);
+            decode_page(&id, out, b);
+            size_t n = 2ull * id.n_layers * id.n_kv_heads * id.page_tokens * id.head_dim;
+            for (size_t blk = 0; blk < n; blk += 32) {
+                float amax = 0;
+                for (size_t i = blk; i < blk + 32; i++)
+                    amax = fmaxf(amax, fabsf(a[i]));
+                float bound = store == PGD_KV_Q8_0 ? amax / 127 / 2 : amax / 8;
+                bound = bound * 1.01f + 1e-6f;
+                /* Writing the value back in the pool's codec rounds once more. */
+                if (pool_type == PGD_KV_Q8_0) bound += amax * 1.2f / 127 / 2;
+                float rel = pool_type == PGD_KV_F16    ? 1.0f / 2000
+                            : pool_type == PGD_KV_BF16 ? 1.0f / 250
+                                                       : 1e-6f;
+                for (size_t i = blk; i < blk + 32; i++) {
+                    float tol = bound + fabsf(a[i]) * rel;
+                    if (fabsf(a[i] - b[i]) > tol)
+                        T_FAIL("store %d value %zu: %g vs %g (bound %g)", store, i, a[i], b[i],
+                               tol);
+                }
+            }
+        }
+    }
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_records, n_pages);
+    T_EQ(st.n_corrupt, 0);
+    bytes = st.bytes_used;
+    /* Spill of a compressed / re-encoded record gives the pool's codec back: the bytes
+     * get gives. */
+    T_OK(pgd__tier_ram_check(t));
+    *held = bytes;
+    free(in);
+    free(out);
+    free(a);
+    free(b);
+    pgd_tier_close(t);
+    return 0;
+}
+
+static int test_options_round_trip(void)
+{
+    pgd_kv_type pools[] = {PGD_KV_F16, PGD_KV_Q8_0, PGD_KV_BF16, PGD_KV_F32};
+    for (size_t p = 0; p < 4; p++) {
+        uint64_t raw_held, held;
+        T_OK(round_trip(pools[p], -1, PGD_RECORD_RAW, &raw_held));
+        for (uint32_t comp = PGD_RECORD_RAW; comp <= PGD_RECORD_ZSTD; comp++) {
+            T_OK(round_trip(pools[p], -1, comp, &held));
+            T_ASSERT(held <= raw_held);
+            T_OK(round_trip(pools[p], (int)pools[p], comp, &held)); /* store = pool: lossless */
+            T_OK(round_trip(pools[p], PGD_KV_Q8_0, comp, &held));
+            if (pools[p] != PGD_KV_Q8_0) T_ASSERT(held < raw_held);
+            T_OK(round_trip(pools[p], PGD_KV_Q4_0, comp, &held));
+            T_ASSERT(held < raw_held);
+        }
+    }
+    /* zstd of realistic f16 K/V shrinks it (f16 exponents are redundant). */
+    uint64_t raw_held, z_held;
+    T_OK(round_trip(PGD_KV_F16, -1, PGD_RECORD_RAW, &raw_held));
+    T_OK(round_trip(PGD_KV_F16, -1, PGD_RECORD_ZSTD, &z_held));
+    T_ASSERT(z_held < raw_held);
+    if (getenv("T_VERBOSE"))
+        printf("f16 pages: raw %llu bytes, zstd %llu\n", (unsigned long long)raw_held,
+               (unsigned long long)z_held);
+    return 0;
+}
+
+/* Spill of records stored compressed or re-encoded hands the pool's codec over. */
+static int test_spill_decodes(void)
+{
+    pgd_pool_params pp = geometry(PGD_KV_F16, 1);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    for (uint32_t comp = PGD_RECORD_RAW; comp <= PGD_RECORD_ZSTD; comp++) {
+        pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+        rp.capacity_bytes = 2 * (PGD_RECORD_HEADER_BYTES + id.page_bytes + id.bounds_bytes);
+        rp.compression = comp;
+        pgd_tier *t;
+        T_OK(pgd_tier_ram_create(&rp, &t));
+        T_OK(pgd_tier_bind(t, &id));
+        static uint8_t buf[1 << 20];
+        spilled sp;
+        memset(&sp, 0, sizeof sp);
+        sp.page_bytes = id.page_bytes;
+        sp.bounds_bytes = id.bounds_bytes;
+        /* Random bytes do not compress (stored raw), half the blocks do. */
+        sp.zero_mid = 1;
+        uint32_t n = 0;
+        while (sp.n < 3) {
+            fill_block(buf, id.page_bytes + id.bounds_bytes, block_of(n, 0), 1);
+            T_OK(pgd_tier_put(t, block_of(n, 0), parent_of(n, 0), buf, buf + id.page_bytes,
+                              on_spill, &sp));
+            n++;
+            T_ASSERT(n < 10000);
+        }
+        T_EQ(sp.bad, 0);
+        pgd_tier_close(t);
+    }
+    return 0;
+}
+
+/* Refused combinations and parameters. */
+static int test_refusals(void)
+{
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    pgd_tier *t = NULL;
+    T_EQ(rp.store_type, -1);
+    T_EQ(rp.compression, PGD_RECORD_RAW);
+    rp.capacity_bytes = 0;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    rp = pgd_tier_ram_default_params();
+    rp.compression = 3;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    rp = pgd_tier_ram_default_params();
+    rp.store_type = 6;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    T_EQ(pgd_tier_ram_create(NULL, &t), PGD_EINVAL);
+    T_ASSERT(t == NULL);
+    /* q8_0 storage of a head_dim the codec refuses (48). */
+    pgd_pool_params pp = geometry(PGD_KV_F16, 0);
+    pp.head_dim = 48;
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    rp = pgd_tier_ram_default_params();
+    rp.store_type = PGD_KV_Q8_0;
+    T_OK(pgd_tier_ram_create(&rp, &t));
+    T_EQ(pgd_tier_bind(t, &id), PGD_EINVAL);
+    pgd_tier_close(t);
+    /* A bound below one record. */
+    rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = id.page_bytes;
+    T_OK(pgd_tier_ram_create(&rp, &t));
+    T_EQ(pgd_tier_bind(t, &id), PGD_EINVAL);
+    T_EQ(pgd_tier_lookup(t, &id.model_fingerprint, 1), 0); /* unbound: holds nothing */
+    T_EQ(pgd_tier_del(t, id.model_fingerprint), PGD_ENOTFOUND);
+    T_EQ(strcmp(pgd_tier_name(t), "ram"), 0);
+    pgd_tier_close(t);
+    return 0;
+}
+
+/* ---- threads ---- */
+
+typedef struct worker {
+    pgd_tier *t;
+    uint64_t page_bytes;
+    uint64_t seed;
+    int bad;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    uint8_t *buf = malloc((size_t)w->page_bytes), *want = malloc((size_t)w->page_bytes);
+    for (int it = 0; it < 3000; it++) {
+        uint32_t c = (uint32_t)(t_rand(&w->seed) % 16), d = (uint32_t)(t_rand(&w->seed) % 4);
+        pgd_hash h = block_of(c, d);
+        int op = (int)(t_rand(&w->seed) % 4);
+        if (op < 2) {
+            fill(buf, w->page_bytes, h);
+            if (pgd_tier_put(w->t, h, parent_of(c, d), buf, NULL, NULL, NULL) != PGD_OK) w->bad = 1;
+        } else if (op == 2) {
+            int rc = pgd_tier_get(w->t, h, buf, NULL);
+            fill(want, w->page_bytes, h);
+            if (rc == PGD_OK && memcmp(buf, want, (size_t)w->page_bytes) != 0) w->bad = 1;
+            if (rc != PGD_OK && rc != PGD_ENOTFOUND) w->bad = 1;
+        } else {
+            pgd_tier_del(w->t, h);
+        }
+    }
+    free(buf);
+    free(want);
+    return NULL;
+}
+
+static int test_threads(void)
+{
+    pgd_pool_params pp = geometry(PGD_KV_F16, 0);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    for (uint32_t comp = PGD_RECORD_RAW; comp <= PGD_RECORD_LZ4; comp++) {
+        pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+        rp.capacity_bytes = 20 * (PGD_RECORD_HEADER_BYTES + id.page_bytes);
+        rp.compression = comp;
+        pgd_tier *t;
+        T_OK(pgd_tier_ram_create(&rp, &t));
+        T_OK(pgd_tier_bind(t, &id));
+        pthread_t th[4];
+        worker w[4];
+        for (int i = 0; i < 4; i++) {
+            w[i].t = t;
+            w[i].page_bytes = id.page_bytes;
+            w[i].seed = (uint64_t)i + 11;
+            w[i].bad = 0;
+            pthread_create(&th[i], NULL, work, &w[i]);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            T_EQ(w[i].bad, 0);
+        }
+        T_OK(pgd__tier_ram_check(t));
+        pgd_tier_stats st;
+        pgd_tier_get_stats(t, &st);
+        T_ASSERT(st.bytes_used <= st.bytes_capacity);
+        pgd_tier_close(t);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    T_RUN(test_map);
+    T_RUN(test_map_random);
+    T_RUN(test_model);
+    T_RUN(test_eviction_order);
+    T_RUN(test_corrupt);
+    T_RUN(test_options_round_trip);
+    T_RUN(test_spill_decodes);
+    T_RUN(test_refusals);
+    T_RUN(test_threads);
+    T_DONE();
+}
