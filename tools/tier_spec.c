@@ -94,10 +94,10 @@ static int parse_disk(const char *cmd, cli_tier_spec *o, char **f, int n)
         } else if (!strcmp(a, "direct")) {
             if (have_direct++) return bad(cmd, o, "option given twice", a);
             o->o_direct = 1;
-        } else if (!strncmp(a, "write-through", 13) && (a[13] == '\0' || a[13] == '=')) {
+        } else if (!strcmp(a, "write-through") || !strncmp(a, "write-through=", 14)) {
             if (have_wt++) return bad(cmd, o, "option given twice", a);
             o->write_through = 1;
-            if (a[13] == '=') {
+            if (a[13] != '\0') { /* write-through=N */
                 char opt[CLI_TIER_PATH_MAX + 96];
                 uint64_t v;
                 snprintf(opt, sizeof opt, "--tier '%s': write-through=N", o->text);
@@ -288,6 +288,14 @@ void cli_tiers_close(cli_tiers *t)
     }
     memset(t->key, 0, sizeof t->key);
     t->key_len = 0;
+}
+
+int cli_cache_write_back(pgd_cache *c)
+{
+    int rc = pgd_cache_flush(c);
+    while (rc == PGD_OK && pgd_cache_evict(c, 64) > 0)
+        rc = pgd_cache_flush(c);
+    return rc;
 }
 
 /* ---- help ---- */

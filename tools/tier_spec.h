@@ -91,6 +91,13 @@ void cli_tiers_apply(const cli_tiers *t, pe_ctx_params *cp);
 /* Closes every open tier (after pe_ctx_destroy). Safe on a zeroed or half-open t. */
 void cli_tiers_close(cli_tiers *t);
 
+/* Evicts every cached page of c (none may be held by a sequence to be evicted) through
+ * the write-back path into its tiers, a batch at a time (the write-back queue is bounded:
+ * a full one drops pages), flushing the tiers after each batch: what `pagoda run` does at
+ * exit so that the next run finds its pages in a disk tier. Returns PGD_OK or the first
+ * flush error. */
+int cli_cache_write_back(pgd_cache *c);
+
 /* Prints the --help block of the two options (syntax, sizes, fsync policy, write-back vs
  * write-through, the hash key), indented as the commands' option lists are. */
 void cli_tier_help(FILE *out);
