@@ -368,6 +368,13 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
     gauge(b, "pagoda_requests_waiting", "Requests queued for admission.", ss.n_waiting);
     counter(b, "pagoda_preemptions_total",
             "Running requests released for lack of KV pages and requeued.", ss.n_preemptions);
+    head(b, "pagoda_preemptions_by_kind_total", "counter",
+         "Preemptions by how the released request's pages were kept: swap (parked in the "
+         "first tier) or recompute (dropped to the pool's cache).");
+    ps_buf_printf(b, "pagoda_preemptions_by_kind_total{kind=\"swap\"} %llu\n",
+                  (unsigned long long)ss.n_preempt_swap);
+    ps_buf_printf(b, "pagoda_preemptions_by_kind_total{kind=\"recompute\"} %llu\n",
+                  (unsigned long long)ss.n_preempt_recompute);
     /* One request, one count in each of the three, at its end (finished, failed or
      * cancelled): total = cached + computed. The scheduler's own counters (recomputes
      * after preemption, matches at re-admission) are the prefill_* ones below. */
