@@ -13,6 +13,8 @@
 //     the preemptions by kind;
 //   - after a restart on the same disk directory: served from the tiers (the RAM tier
 //     starts empty), and from "disk" with the disk tier alone;
+//   - write-through: a clean restart with no eviction in between serves from "disk", and
+//     so does one after kill -9 during writes, with the cold greedy outputs;
 //   - a second server on a disk directory in use exits 1 with a clear error; two tiers of
 //     one name get the keys "disk" and "disk2".
 // Every greedy answer (temperature 0) equals the first cold one of its prompt.
@@ -230,6 +232,48 @@ test('after a restart on the same disk directory the prompt is served from disk'
   await srv.stop();
   srv = null;
   srv = await startServer(model.path, [...SERVE, ...TIERS]); // for the tests below
+});
+
+test('write-through: a restart, even after kill -9, serves what was committed', T, async () => {
+  assert.ok(cold1 !== null);
+  const wtDir = path.join(dir, 'wt');
+  const WT = [...SERVE, '--tier', `disk:${wtDir}:4M:write-through`];
+  let s1 = await startServer(model.path, WT);
+  const P2 = randomTokens(2, 100);
+  const first = await post(s1, '/v1/completions', { prompt: P1, max_tokens: MAX, temperature: 0 });
+  assert.equal(first.json.choices[0].text, cold1);
+  const cold2 = (await post(s1, '/v1/completions',
+    { prompt: P2, max_tokens: MAX, temperature: 0 })).json.choices[0].text;
+  await s1.stop(); // no eviction happened: the disk has the pages because of write-through
+  s1 = await startServer(model.path, WT);
+  const r = await post(s1, '/v1/completions', { prompt: P1, max_tokens: MAX, temperature: 0 });
+  const t = byTier(r.json.usage, ['pool', 'disk']);
+  console.log(`# write-through, after a clean restart: ${JSON.stringify(t)}`);
+  assert.ok(t.disk > 0, JSON.stringify(r.json.usage));
+  assert.equal(r.json.choices[0].text, cold1);
+  // kill -9 with other prompts in flight (computed, written through): what is served
+  // after the restart verifies, and greedy outputs stay those of a cold recompute.
+  const busy = [];
+  for (let i = 0; i < 4; i++)
+    busy.push(post(s1, '/v1/completions', { prompt: randomTokens(3000 + i, 200), max_tokens: 4 })
+      .catch(() => null));
+  await sleep(20);
+  s1.proc.kill('SIGKILL');
+  await s1.exited;
+  await Promise.all(busy);
+  s1 = await startServer(model.path, WT);
+  try {
+    for (const [p, cold] of [[P1, cold1], [P2, cold2]]) {
+      const q = await post(s1, '/v1/completions', { prompt: p, max_tokens: MAX, temperature: 0 });
+      const u = byTier(q.json.usage, ['pool', 'disk']);
+      assert.ok(u.disk > 0, JSON.stringify(q.json.usage));
+      assert.equal(q.json.choices[0].text, cold);
+    }
+    const m = await metrics(s1);
+    assert.equal(m['pagoda_tier_io_errors_total{tier="disk"}'], 0);
+  } finally {
+    await s1.stop();
+  }
 });
 
 // Runs `pagoda serve` expecting it to exit by itself; resolves { code, stderr }.
