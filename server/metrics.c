@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * metrics.c - counters, histograms and the Prometheus page (see metrics.h).
+ * metrics.c - counters, histograms and the Prometheus page (see metrics.h), and the
+ * labels of the cache's tiers.
  */
 #include "metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const double ttft_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -101,6 +103,40 @@ void ps_metrics_http_active(ps_metrics *m, int delta)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* ---- tier labels ---- */
+
+static int label_taken(const ps_metrics_info *info, uint32_t n, const char *s)
+{
+    if (strcmp(s, "pool") == 0) return 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(info->tier_labels[i], s) == 0) return 1;
+    return 0;
+}
+
+void ps_metrics_tier_labels(ps_metrics_info *info, pgd_cache *cache)
+{
+    uint32_t n = pgd_cache_n_tiers(cache);
+    if (n > PGD_MAX_TIERS) n = PGD_MAX_TIERS;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *name = pgd_tier_name(pgd_cache_tier(cache, i));
+        char base[PS_TIER_LABEL_MAX - 4]; /* room for a suffix up to "999" */
+        size_t l = 0;
+        for (; name && name[l] && l + 1 < sizeof base; l++) {
+            char ch = name[l];
+            int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                     (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+            base[l] = ok ? ch : '_';
+        }
+        if (!l) base[l++] = 't';
+        base[l] = '\0';
+        char *out = info->tier_labels[i];
+        snprintf(out, PS_TIER_LABEL_MAX, "%s", base);
+        for (unsigned k = 2; label_taken(info, i, out); k++)
+            snprintf(out, PS_TIER_LABEL_MAX, "%s%u", base, k);
+    }
+    info->n_tiers = n;
+}
+
 /* ---- rendering ---- */
 
 static void head(ps_buf *b, const char *name, const char *type, const char *help)
@@ -145,6 +181,145 @@ static void label_value(ps_buf *b, const char *s)
         else
             ps_buf_add(b, s, 1);
     }
+}
+
+/* One sample of a per-tier family: name{tier="label"} v. */
+static void tier_sample(ps_buf *b, const char *name, const char *label, double v)
+{
+    ps_buf_printf(b, "%s{tier=\"%s\"} %.17g\n", name, label, v);
+}
+
+/* A latency histogram of a tier (pgd_tier_stats get_hist / put_hist: counts per bucket,
+ * bounds pgd_tier_hist_bounds_us, the last +Inf), in seconds. The tiers keep no sum of
+ * latencies, so the family has buckets and _count, no _sum. */
+static void tier_hist(ps_buf *b, const char *name, const char *label, const uint64_t *counts)
+{
+    const double *le_us = pgd_tier_hist_bounds_us();
+    uint64_t cum = 0;
+    for (int i = 0; i < PGD_TIER_HIST_BUCKETS - 1; i++) {
+        cum += counts[i];
+        ps_buf_printf(b, "%s_bucket{tier=\"%s\",le=\"%g\"} %llu\n", name, label, le_us[i] * 1e-6,
+                      (unsigned long long)cum);
+    }
+    cum += counts[PGD_TIER_HIST_BUCKETS - 1];
+    ps_buf_printf(b, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n", name, label,
+                  (unsigned long long)cum);
+    ps_buf_printf(b, "%s_count{tier=\"%s\"} %llu\n", name, label, (unsigned long long)cum);
+}
+
+/* The figures of one tier that the page shows: the tier's own (pgd_tier_stats) and the
+ * cache's movement counters of it (pgd_cache_tier_stats). */
+typedef struct tier_snap {
+    pgd_tier_stats t;
+    pgd_cache_tier_stats c;
+} tier_snap;
+
+/* What a per-tier family reads from a snapshot. */
+typedef double (*tier_field_fn)(const tier_snap *ts, uint32_t page_tokens);
+
+#define TIER_FIELD(fname, expr)                                                                    \
+    static double fname(const tier_snap *ts, uint32_t page_tokens)                                 \
+    {                                                                                              \
+        (void)page_tokens;                                                                         \
+        return (double)(expr);                                                                     \
+    }
+TIER_FIELD(tf_bytes_used, ts->t.bytes_used)
+TIER_FIELD(tf_bytes_capacity, ts->t.bytes_capacity)
+TIER_FIELD(tf_records, ts->t.n_records)
+TIER_FIELD(tf_full, ts->t.full ? 1 : 0)
+TIER_FIELD(tf_hit_pages, ts->c.hit_pages)
+TIER_FIELD(tf_hit_tokens, ts->c.hit_tokens)
+TIER_FIELD(tf_miss_pages, ts->c.miss_pages)
+TIER_FIELD(tf_miss_tokens, ts->c.miss_pages *(uint64_t)page_tokens)
+TIER_FIELD(tf_promoted_pages, ts->c.promoted_pages)
+TIER_FIELD(tf_promoted_bytes, ts->c.promoted_bytes)
+TIER_FIELD(tf_promote_failed, ts->c.promote_failed)
+TIER_FIELD(tf_demoted_pages, ts->c.demoted_pages)
+TIER_FIELD(tf_demoted_bytes, ts->c.demoted_bytes)
+TIER_FIELD(tf_demote_dropped, ts->c.demote_dropped)
+TIER_FIELD(tf_prefetched, ts->c.prefetched_pages)
+TIER_FIELD(tf_parked, ts->c.parked_pages)
+TIER_FIELD(tf_evictions, ts->t.n_evictions)
+TIER_FIELD(tf_put_refused, ts->t.n_put_refused)
+TIER_FIELD(tf_corrupt, ts->t.n_corrupt)
+TIER_FIELD(tf_foreign, ts->t.n_foreign)
+TIER_FIELD(tf_io_errors, ts->t.n_io_errors)
+#undef TIER_FIELD
+
+static const struct {
+    const char *name, *type, *help;
+    tier_field_fn f;
+} tier_families[] = {
+    {"pagoda_tier_bytes_used", "gauge", "Bytes of records a tier holds (headers included).",
+     tf_bytes_used},
+    {"pagoda_tier_bytes_capacity", "gauge", "A tier's capacity bound in bytes.", tf_bytes_capacity},
+    {"pagoda_tier_records", "gauge", "Page records a tier holds.", tf_records},
+    {"pagoda_tier_full", "gauge", "1 while a tier's writes are stopped (disk full).", tf_full},
+    {"pagoda_tier_hit_pages_total", "counter", "KV pages matched from a tier (promoted).",
+     tf_hit_pages},
+    {"pagoda_tier_hit_tokens_total", "counter", "Prompt tokens matched from a tier (promoted).",
+     tf_hit_tokens},
+    {"pagoda_tier_miss_pages_total", "counter",
+     "Matches that looked past the pool and found the next page in no tier down to this one.",
+     tf_miss_pages},
+    {"pagoda_tier_miss_tokens_total", "counter", "Those misses in tokens (pages x page tokens).",
+     tf_miss_tokens},
+    {"pagoda_tier_promoted_pages_total", "counter", "KV pages filled from a tier into the pool.",
+     tf_promoted_pages},
+    {"pagoda_tier_promoted_bytes_total", "counter", "Bytes filled from a tier into the pool.",
+     tf_promoted_bytes},
+    {"pagoda_tier_promote_failed_total", "counter",
+     "Fills from a tier that failed (record damaged, gone, I/O): the engine computed them.",
+     tf_promote_failed},
+    {"pagoda_tier_demoted_pages_total", "counter", "KV pages written to a tier (any path).",
+     tf_demoted_pages},
+    {"pagoda_tier_demoted_bytes_total", "counter", "Bytes written to a tier (any path).",
+     tf_demoted_bytes},
+    {"pagoda_tier_demote_dropped_total", "counter",
+     "Evicted KV pages not written to a tier: write-back queue full, or the write failed.",
+     tf_demote_dropped},
+    {"pagoda_tier_prefetched_pages_total", "counter",
+     "Pages moved up into a tier by prefetch on admission.", tf_prefetched},
+    {"pagoda_tier_parked_pages_total", "counter", "Pages queued to a tier by preemption swap-out.",
+     tf_parked},
+    {"pagoda_tier_evictions_total", "counter", "Records a tier dropped for capacity.",
+     tf_evictions},
+    {"pagoda_tier_put_refused_total", "counter",
+     "Writes a tier refused: disk full (ENOSPC) or over capacity.", tf_put_refused},
+    {"pagoda_tier_checksum_failures_total", "counter",
+     "Damaged records a tier found (checksum, format): dropped, never served.", tf_corrupt},
+    {"pagoda_tier_foreign_records_total", "counter",
+     "Records of another model or geometry a tier saw: ignored, never served.", tf_foreign},
+    {"pagoda_tier_io_errors_total", "counter", "Failed tier reads or writes (ENOSPC aside).",
+     tf_io_errors},
+};
+
+static void render_tiers(const ps_metrics_info *info, pgd_cache *cache, ps_buf *b)
+{
+    tier_snap ts[PGD_MAX_TIERS];
+    uint32_t n = info->n_tiers;
+    for (uint32_t i = 0; i < n; i++) {
+        pgd_tier_get_stats(pgd_cache_tier(cache, i), &ts[i].t);
+        if (pgd_cache_get_tier_stats(cache, i, &ts[i].c) != PGD_OK)
+            memset(&ts[i].c, 0, sizeof ts[i].c);
+    }
+    for (size_t f = 0; f < sizeof tier_families / sizeof tier_families[0]; f++) {
+        head(b, tier_families[f].name, tier_families[f].type, tier_families[f].help);
+        for (uint32_t i = 0; i < n; i++)
+            tier_sample(b, tier_families[f].name, info->tier_labels[i],
+                        tier_families[f].f(&ts[i], info->page_tokens));
+    }
+    gauge(b, "pagoda_tier_writeback_queue_pages",
+          "Evicted KV pages copied out of the pool and waiting for a mover (all tiers).",
+          (double)ts[0].c.writeback_depth);
+    head(b, "pagoda_tier_get_latency_seconds", "histogram",
+         "Time a tier took to read one record into a pool page.");
+    for (uint32_t i = 0; i < n; i++)
+        tier_hist(b, "pagoda_tier_get_latency_seconds", info->tier_labels[i], ts[i].t.get_hist);
+    head(b, "pagoda_tier_put_latency_seconds", "histogram",
+         "Time a tier took to store one record.");
+    for (uint32_t i = 0; i < n; i++)
+        tier_hist(b, "pagoda_tier_put_latency_seconds", info->tier_labels[i], ts[i].t.put_hist);
 }
 
 void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, pgd_cache *cache,
@@ -193,6 +368,13 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
     gauge(b, "pagoda_requests_waiting", "Requests queued for admission.", ss.n_waiting);
     counter(b, "pagoda_preemptions_total",
             "Running requests released for lack of KV pages and requeued.", ss.n_preemptions);
+    head(b, "pagoda_preemptions_by_kind_total", "counter",
+         "Preemptions by how the released request's pages were kept: swap (parked in the "
+         "first tier) or recompute (dropped to the pool's cache).");
+    ps_buf_printf(b, "pagoda_preemptions_by_kind_total{kind=\"swap\"} %llu\n",
+                  (unsigned long long)ss.n_preempt_swap);
+    ps_buf_printf(b, "pagoda_preemptions_by_kind_total{kind=\"recompute\"} %llu\n",
+                  (unsigned long long)ss.n_preempt_recompute);
     /* One request, one count in each of the three, at its end (finished, failed or
      * cancelled): total = cached + computed. The scheduler's own counters (recomputes
      * after preemption, matches at re-admission) are the prefill_* ones below. */
@@ -232,6 +414,8 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
                   (unsigned long long)snap.http_other[3]);
     gauge(b, "pagoda_http_requests_active", "HTTP requests being handled, this one included.",
           (double)snap.http_active);
+
+    if (info->n_tiers) render_tiers(info, cache, b);
 
     hist(b, "pagoda_time_to_first_token_seconds",
          "Time from a request's arrival to its first generated token.", &snap.ttft);

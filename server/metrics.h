@@ -7,8 +7,13 @@
  *
  * Thread-safety: one mutex guards everything here; each call holds it for O(buckets).
  * Gauges that live elsewhere (KV pages, running/waiting requests, scheduler and prefix
- * cache counters) are read at render time from pe_sched / pgd_cache stats, so they are
- * never stale.
+ * cache counters, the tiers' figures) are read at render time from pe_sched / pgd_cache /
+ * pgd_tier stats, so they are never stale.
+ *
+ * Tiers (issue 11): each tier of the cache (pgd_cache_tier) gets a label, its
+ * pgd_tier_name, made unique with a number from 2 when two tiers share a name ("disk",
+ * "disk2"); the labels name the tiers both on this page (tier="ram") and in the usage of
+ * a response (usage.pagoda.cached_tokens_by_tier, render.c).
  */
 #ifndef PS_METRICS_H
 #define PS_METRICS_H
@@ -20,6 +25,7 @@
 #include "scheduler.h"
 
 #define PS_HIST_MAX 16
+#define PS_TIER_LABEL_MAX 32 /* bytes of a tier label, NUL included */
 
 typedef struct ps_hist {
     const double *le;                 /* [n] upper bounds in seconds, ascending */
@@ -74,8 +80,16 @@ typedef struct ps_metrics_info {
     uint32_t page_tokens;
     double kv_bytes_per_token; /* K+V of all layers, scales included */
     uint32_t n_ctx;
-    int prefix_cache; /* 0 with --no-prefix-cache */
+    int prefix_cache;                                   /* 0 with --no-prefix-cache */
+    uint32_t n_tiers;                                   /* pgd_cache_n_tiers */
+    char tier_labels[PGD_MAX_TIERS][PS_TIER_LABEL_MAX]; /* ps_metrics_tier_labels */
 } ps_metrics_info;
+
+/* Fills info->n_tiers and info->tier_labels from the cache's tiers: each tier's
+ * pgd_tier_name (a name too long, or with characters other than [A-Za-z0-9_.-], is
+ * shortened and those characters become '_'), then "2", "3", ... on a name already
+ * taken ("pool" is taken from the start: the usage's key for the pool). Once, at start. */
+void ps_metrics_tier_labels(ps_metrics_info *info, pgd_cache *cache);
 
 /* Appends the Prometheus text exposition (version 0.0.4) to out. */
 void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, pgd_cache *cache,

@@ -7,7 +7,8 @@
  *
  * Invariants: only the conn is read (and, for streams, k->out written), so no lock is
  * taken. Usage is exact: completion_tokens counts what the client got (the tokens before
- * a stop string, or the scheduler's count), cached_tokens is the scheduler's.
+ * a stop string, or the scheduler's count), cached_tokens is the scheduler's, and so is
+ * its split by where the tokens came from (usage.pagoda.cached_tokens_by_tier).
  */
 #include <stdlib.h>
 
@@ -33,13 +34,27 @@ int ps__put_json(ps_buf *out, json_t *o)
     return rc;
 }
 
+/* usage: OpenAI's fields, then the extension "pagoda": {"cached_tokens_by_tier": {"pool":
+ * N, <tier label>: N, ...}}, the scheduler's split of cached_tokens (pe_usage; the labels
+ * are the /metrics ones, ps_metrics_tier_labels), whose values add up to cached_tokens. */
 static json_t *usage_json(const conn *k)
 {
+    const ps_metrics_info *info = &k->srv->info;
     uint32_t p = k->usage.prompt_tokens,
              c = k->stopped ? k->tx.n_tokens : k->usage.completion_tokens;
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens",
-                     (json_int_t)c, "total_tokens", (json_int_t)p + c, "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)k->usage.cached_tokens);
+    json_t *by_tier = json_pack("{s:I}", "pool", (json_int_t)k->usage.cached_pool_tokens);
+    for (uint32_t i = 0; by_tier && i < info->n_tiers; i++) {
+        uint32_t n = i < k->usage.n_tiers ? k->usage.cached_tier_tokens[i] : 0;
+        if (json_object_set_new(by_tier, info->tier_labels[i], json_integer((json_int_t)n))) {
+            json_decref(by_tier);
+            by_tier = NULL;
+        }
+    }
+    if (!by_tier) return NULL;
+    return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:o}}", "prompt_tokens", (json_int_t)p,
+                     "completion_tokens", (json_int_t)c, "total_tokens", (json_int_t)p + c,
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)k->usage.cached_tokens,
+                     "pagoda", "cached_tokens_by_tier", by_tier);
 }
 
 /* {"id","object","created","model"} of a response or chunk. */

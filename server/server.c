@@ -297,6 +297,7 @@ int ps_server_start(const ps_server_params *pp, pe_model *m, pe_ctx *ctx, pe_sch
                                pe_model_hparams(m)->n_head_kv, pe_model_hparams(m)->head_dim);
     srv->info.n_ctx = cp->n_ctx;
     srv->info.prefix_cache = p.prefix_cache;
+    ps_metrics_tier_labels(&srv->info, srv->cache);
 
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;

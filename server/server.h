@@ -18,6 +18,10 @@
  * GET /health, GET /metrics. See api.h for request fields, metrics.h for the metrics.
  * A model object carries, besides OpenAI's fields and max_model_len, an extension
  * "pagoda": {"n_vocab", "n_ctx", "page_tokens", "kv_type"}.
+ * Usage (every response, and the final usage chunk of a stream) carries, besides OpenAI's
+ * fields, "pagoda": {"cached_tokens_by_tier": {"pool": N, "<tier>": N, ...}}: where the
+ * prompt_tokens_details.cached_tokens came from, with the context's tiers labelled as on
+ * /metrics (render.c, ps_metrics_tier_labels).
  *
  * Lifecycle: ps_server_start -> (serving) -> ps_server_begin_shutdown (new requests get
  * 503 at once) -> ps_server_wait_idle (in-flight requests finish) -> ps_server_destroy

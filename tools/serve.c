@@ -11,6 +11,12 @@
  * lets requests in flight finish for up to --shutdown-grace seconds (a second signal cuts
  * that short), cancels the rest and exits 0. Everything else goes to stderr.
  *
+ * Tiers (--tier, --hash-key-file; tools/tier_spec.h): they are created before the model
+ * loads (a disk directory another server holds is refused at once, exit 1), given to the
+ * context, and closed after it is destroyed. At shutdown, once the server stopped and
+ * before the context is destroyed, pgd_cache_flush lets the write-back queue drain into
+ * the tiers and makes the disk tiers durable, so what was evicted survives the restart.
+ *
  * The shutdown is bounded: after the grace period a watchdog thread gives the teardown
  * (cancel, close every connection, join every thread) HARD_STOP_S seconds; if it has not
  * finished by then, or another signal comes, the watchdog says which stage stalled and
@@ -31,6 +37,7 @@
 #include "model.h"
 #include "scheduler.h"
 #include "server.h"
+#include "tier_spec.h"
 
 #define DEFAULT_KV_MEMORY (1ull << 30)
 #define DEFAULT_CTX_CAP 8192
@@ -95,7 +102,12 @@ static void usage(FILE *out)
           "      --header-timeout S   a request's headers must arrive within S seconds of\n"
           "                           the connection opening (default 10; 0: no deadline)\n"
           "      --min-body-rate B    after --header-timeout, a body arriving slower than B\n"
-          "                           bytes/s is cut (default 1024; 0: any rate)\n"
+          "                           bytes/s is cut (default 1024; 0: any rate)\n",
+          out);
+    cli_tier_help(out);
+    fputs("                          Responses report cached tokens by tier in\n"
+          "                          usage.pagoda.cached_tokens_by_tier; /metrics has\n"
+          "                          pagoda_tier_* by tier=\"ram\", \"disk\", ...\n"
           "  -h, --help\n",
           out);
 }
@@ -116,7 +128,9 @@ static uint64_t phys_memory_bytes(void)
 /* The shutdown watchdog (see the file comment). */
 typedef struct watchdog {
     sigset_t sigs;
-    int done; /* atomic: the teardown finished */
+    int done;          /* atomic: the teardown finished */
+    const char *stage; /* atomic: what serve.c itself is doing after the server stopped
+                          (NULL: ask the server, ps_server_shutdown_stage) */
 } watchdog;
 
 static void say(const char *s)
@@ -134,7 +148,8 @@ static void *watchdog_main(void *arg)
     say(sig > 0 ? "pagoda serve: second signal during shutdown"
                 : "pagoda serve: shutdown did not finish in " STR(HARD_STOP_S) " s");
     say(" (stalled while: ");
-    say(ps_server_shutdown_stage());
+    const char *stage = __atomic_load_n(&w->stage, __ATOMIC_ACQUIRE);
+    say(stage ? stage : ps_server_shutdown_stage());
     say("); exiting now\n");
     _exit(0);
 }
@@ -235,6 +250,7 @@ int cmd_serve(int argc, char **argv)
                                          {"header-timeout", required_argument, 0, O_HDRTO},
                                          {"min-body-rate", required_argument, 0, O_BODYRATE},
                                          CLI_KV_LONG_OPTIONS,
+                                         CLI_TIER_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda serve";
@@ -245,6 +261,8 @@ int cmd_serve(int argc, char **argv)
     pe_ctx_params cp = pe_ctx_default_params();
     pe_sched_params sp = pe_sched_default_params();
     ps_server_params pp = ps_server_default_params();
+    static cli_tiers tiers; /* large (paths); one serve per process */
+    memset(&tiers, 0, sizeof tiers);
     const char *env_key = getenv("PAGODA_API_KEY");
     if (env_key && *env_key) pp.api_key = env_key;
     int c;
@@ -254,6 +272,9 @@ int cmd_serve(int argc, char **argv)
         if (c == -1) break;
         {
             int kr = cli_kv_option(cmd, c, optarg, &cp);
+            if (kr < 0) return CLI_EXIT_USAGE;
+            if (kr > 0) continue;
+            kr = cli_tier_option(cmd, c, optarg, &tiers);
             if (kr < 0) return CLI_EXIT_USAGE;
             if (kr > 0) continue;
         }
@@ -399,6 +420,9 @@ int cmd_serve(int argc, char **argv)
     pe_ctx *ctx = NULL;
     pe_sched *sched = NULL;
     ps_server *srv = NULL;
+    /* The tiers first: a directory in use or unreadable is an error before the load. */
+    if (cli_tiers_open(cmd, &tiers, cp.log, cp.log_ud)) goto out;
+    cli_tiers_apply(&tiers, &cp);
     if (pe_model_load(model_path, isatty(2) ? cli_load_progress : NULL, &prog, &m, err,
                       sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
@@ -471,6 +495,11 @@ int cmd_serve(int argc, char **argv)
             pgd_kv_type_name(ap->kv_type), bpt, sp.max_running, sp.max_queued,
             sp.no_prefix_cache ? "off" : "on", pe_chat_family_name(ps_server_chat_family(srv)),
             pp.api_key ? ", API key required" : "");
+    for (uint32_t i = 0; i < tiers.n; i++)
+        fprintf(stderr, "%s: tier %u below the pool: %s\n", cmd, i + 1, tiers.specs[i].text);
+    if (tiers.key_len)
+        fprintf(stderr, "%s: block hashes keyed by %s\n", cmd,
+                tiers.key_file ? "--hash-key-file" : "the first disk tier's stable key");
     int v6 = strchr(pp.host, ':') != NULL;
     printf("pagoda serve: listening on http://%s%s%s:%u\n", v6 ? "[" : "", pp.host, v6 ? "]" : "",
            (unsigned)ps_server_port(srv));
@@ -495,6 +524,17 @@ int cmd_serve(int argc, char **argv)
     if (pthread_create(&wt, NULL, watchdog_main, &wd) == 0) pthread_detach(wt);
     ps_server_destroy(srv);
     srv = NULL;
+    if (tiers.n) {
+        /* Nothing steps any more: let the write-back queue drain into the tiers and make
+         * them durable before the context (and its movers) go. */
+        __atomic_store_n(&wd.stage, "flushing the tiers (write-back)", __ATOMIC_RELEASE);
+        int frc = pgd_cache_flush(pe_ctx_cache(ctx));
+        if (frc != PGD_OK)
+            fprintf(stderr,
+                    "%s: flushing the tiers failed: %s (records already written stay "
+                    "valid)\n",
+                    cmd, pgd_strerror(frc));
+    }
     __atomic_store_n(&wd.done, 1, __ATOMIC_RELEASE);
 out:
     __atomic_store_n(&lw.done, 1, __ATOMIC_RELEASE);
@@ -502,6 +542,7 @@ out:
     ps_server_destroy(srv);
     pe_sched_destroy(sched);
     pe_ctx_destroy(ctx);
+    cli_tiers_close(&tiers); /* after the context: it borrowed them */
     pe_model_destroy(m);
     return rc;
 }
