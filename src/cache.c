@@ -100,12 +100,15 @@ typedef struct promo {
     uint8_t *src;     /* [n] the tier each page is read from (set by match) */
     uint8_t *from;    /* [n] the tier each page was read from (set by the job: final once
                          done; a record may have spilled one tier down meanwhile) */
+    uint8_t *origin;  /* [n] 1 + the tier a prefetch moved the block up from, or 0 (set by
+                         match from c->origin: what pgd_seq_match_info reports) */
     int *result;      /* [n] the fill's status; PROMO_SKIPPED after the first failure */
 } promo;
 
 /* A write-back slot: one page copied out of the pool (page bytes, then bounds bytes) and
  * the job that writes it to a tier, or (prefetch) a buffer for a move between tiers. */
 enum { SLOT_FREE = 0, SLOT_PUT = 1, SLOT_PREFETCH = 2 };
+#define PGD__ORIGIN_SLOTS 1024 /* power of two */
 typedef struct wb_slot {
     pgd__job job; /* first member: the mover's node */
     pgd_cache *c;
@@ -159,6 +162,15 @@ struct pgd_cache {
     uint8_t *scan_src;     /* [scan_cap] the tier holding each */
     size_t scan_cap;
     pgd_cache_tier_stats tst[PGD_MAX_TIERS];
+    /* Where prefetched blocks came from, for the usage split: a block that
+     * pgd_cache_prefetch moved from tier T up into tiers[0] is reported by the match that
+     * promotes it as found in T (where it was when its request was queued), not in
+     * tiers[0]. Direct-mapped on the hash (a collision forgets the older block: it is then
+     * reported as tiers[0]'s); entries are cleared when a match consumes them. */
+    struct {
+        pgd_hash block;
+        uint8_t tier; /* 1 + T; 0: empty */
+    } origin[PGD__ORIGIN_SLOTS];
 };
 
 static void lock(pgd_cache *c);
@@ -1179,7 +1191,7 @@ static int scan_grow(pgd_cache *c)
 /* One block: the record, then hashes[n], result[n], pages[n], src[n], from[n]. */
 static promo *promo_alloc(pgd_cache *c, size_t n)
 {
-    size_t each = sizeof(pgd_hash) + sizeof(int) + sizeof(uint32_t) + 2;
+    size_t each = sizeof(pgd_hash) + sizeof(int) + sizeof(uint32_t) + 3;
     promo *pr = pgd__malloc(&c->al, sizeof *pr + n * each);
     if (!pr) return NULL;
     memset(pr, 0, sizeof *pr);
@@ -1188,6 +1200,7 @@ static promo *promo_alloc(pgd_cache *c, size_t n)
     pr->pages = (uint32_t *)(pr->result + n);
     pr->src = (uint8_t *)(pr->pages + n);
     pr->from = pr->src + n;
+    pr->origin = pr->from + n;
     return pr;
 }
 
@@ -1267,6 +1280,14 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
     pr->job.fn = promo_run;
     memcpy(pr->hashes, c->scan_hashes, got * sizeof *pr->hashes);
     memcpy(pr->src, c->scan_src, got);
+    for (uint32_t i = 0; i < got; i++) {
+        uint32_t o = (uint32_t)(pr->hashes[i].lo & (PGD__ORIGIN_SLOTS - 1));
+        pr->origin[i] = 0;
+        if (c->origin[o].tier && pgd_hash_eq(c->origin[o].block, pr->hashes[i])) {
+            pr->origin[i] = c->origin[o].tier;
+            c->origin[o].tier = 0;
+        }
+    }
     if (got == 0 || pgd__mover_submit(c->mover, &pr->job) != PGD_OK) {
         for (uint32_t i = 0; i < got; i++)
             pgd_pool_unref(c->pool, pr->pages[i]); /* fresh, unregistered: freed */
@@ -1278,7 +1299,7 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
         pgd_cache_tier_stats *ts = &c->tst[pr->src[i]];
         ts->hit_pages++;
         ts->hit_tokens += pt;
-        s->match_tier_pages[pr->src[i]]++;
+        s->match_tier_pages[pr->origin[i] ? pr->origin[i] - 1u : pr->src[i]]++;
     }
     s->n_pages = k + got;
     s->len = s->n_committed = (uint64_t)s->n_pages * pt;
@@ -1313,7 +1334,7 @@ static void settle(pgd_cache *c, pgd_seq *s)
     /* What was really filled, from where (a fill may have read a slower tier). */
     memset(s->match_tier_pages, 0, sizeof s->match_tier_pages);
     for (uint32_t i = 0; i < ok; i++)
-        s->match_tier_pages[pr->from[i]]++;
+        s->match_tier_pages[pr->from[i] == 0 && pr->origin[i] ? pr->origin[i] - 1u : pr->from[i]]++;
     promo_free(c, pr);
 }
 
@@ -1397,6 +1418,9 @@ int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n)
         pgd_hash none = {0, 0};
         w->kind = SLOT_PREFETCH;
         w->tier = t;
+        uint32_t o = (uint32_t)(h.lo & (PGD__ORIGIN_SLOTS - 1));
+        c->origin[o].block = h;
+        c->origin[o].tier = (uint8_t)(t + 1);
         w->block = h;
         w->parent = i ? hashes[i - 1] : none;
         w->job.fn = slot_run;

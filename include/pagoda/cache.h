@@ -204,7 +204,9 @@ PGD_API int64_t pgd_seq_match_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *h
 /* Where a sequence's matched prefix came from (after a match): tokens pinned in the pool,
  * and tokens being promoted from each tier (tier_tokens[i] for pgd_cache_params.tiers[i]).
  * While promotions run the sum is the matched length; after a failed fill (see
- * pgd_seq_ready) the tier figures count what was really filled. */
+ * pgd_seq_ready) the tier figures count what was really filled. A block that
+ * pgd_cache_prefetch moved up from a slower tier (its request was queued while it was
+ * there) counts under the tier it was prefetched from: where the request found it. */
 typedef struct pgd_match_info {
     uint64_t pool_tokens;
     uint64_t tier_tokens[PGD_MAX_TIERS];
