@@ -382,17 +382,29 @@ test('SIGTERM while the model loads (its open held 2 s by strace) exits, never s
   p.stdout.on('data', (d) => { out += d; });
   p.stderr.on('data', (d) => { err += d; });
   const exited = new Promise((resolve) => p.on('exit', (code, sig) => resolve({ code, sig })));
+  // strace forks short-lived probes of its own before the tracee: the pid to signal is
+  // the child that has exec'ed `pagoda serve`.
   const child = await until(() => {
     try {
-      const c = readFileSync(`/proc/${p.pid}/task/${p.pid}/children`, 'utf8').trim();
-      return c ? Number(c.split(/\s+/)[0]) : 0;
-    } catch { return 0; }
+      const kids = readFileSync(`/proc/${p.pid}/task/${p.pid}/children`, 'utf8').trim();
+      for (const c of kids.split(/\s+/).filter(Boolean)) {
+        const argv = readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0');
+        if (argv[0] === BIN && argv[1] === 'serve') return Number(c);
+      }
+    } catch { /* gone meanwhile: look again */ }
+    return 0;
   }, 'pagoda under strace');
   await sleep(500);
-  process.kill(child, 'SIGTERM');
-  const timer = setTimeout(() => p.kill('SIGKILL'), 15000);
-  const { code } = await exited;
-  clearTimeout(timer);
+  let code;
+  try {
+    process.kill(child, 'SIGTERM');
+    const timer = setTimeout(() => p.kill('SIGKILL'), 15000);
+    ({ code } = await exited);
+    clearTimeout(timer);
+  } finally {
+    // Never leave a server behind (killing strace would let it run on, detached).
+    try { process.kill(child, 'SIGKILL'); } catch { /* exited */ }
+  }
   assert.doesNotMatch(out, /listening/, 'it never served');
   assert.match(err, /SIGTERM while loading/, err);
   assert.equal(code, 128 + 15);
