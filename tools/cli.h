@@ -26,6 +26,7 @@ int cmd_synth_model(int argc, char **argv); /* synth_model.c */
 int cmd_serve(int argc, char **argv);       /* serve.c */
 int cmd_bench(int argc, char **argv);       /* loadgen.c */
 int cmd_eval(int argc, char **argv);
+int cmd_tier(int argc, char **argv); /* tier.c */
 
 /*
  * Parses s as a decimal integer in [min, max] for option opt of command cmd. Returns 0,

@@ -31,6 +31,7 @@ static const command commands[] = {
     {"serve", cmd_serve, "serve a model over an OpenAI-compatible HTTP API with a prefix cache"},
     {"bench", cmd_bench, "load-test a server: shared-prefix workload, with/without prefix cache"},
     {"eval", cmd_eval, "perplexity of a model over a text, and a KV codec's KL divergence"},
+    {"tier", cmd_tier, "inspect or clear a disk tier's directory (records, checksums)"},
     {"version", cmd_version, "print the version of pagoda and libpagoda"},
     {"help", cmd_help, "show this help, or a command's help: pagoda help COMMAND"},
 };

@@ -227,6 +227,57 @@ PGD_API int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out);
  * so that block hashes match after a restart. PGD_OK or PGD_EINVAL (not a disk tier). */
 PGD_API int pgd_tier_disk_key(const pgd_tier *t, uint8_t key[32]);
 
+/* The directory (disk.c's header has the whole layout):
+ *   DIR/LOCK, DIR/key (0600), DIR/ident (the identity bound last, text),
+ *   DIR/records/XX/<32 hex>.rec (one record per file, XX its first two hex digits),
+ *   DIR/records/XX/<32 hex>.tmp.N (being written; removed by the next bind),
+ *   DIR/quarantine/<32 hex>.rec (damaged records moved aside).
+ * fsync: with p->fsync, a record is fsync'ed, renamed into place, then its directory is
+ * fsync'ed: once put returns, the record survives a crash. Without, a crash may lose the
+ * latest records (never serve a wrong one: a record that does not verify is a miss) and
+ * pgd_tier_flush (syncfs) makes every completed put durable.
+ * Disk full (ENOSPC / EDQUOT): stats.full = 1 and one log line; puts are refused
+ * (n_put_refused) and gets go on; a put is tried again once an eviction or a del freed
+ * space. create also returns PGD_ECORRUPT for a DIR/key that is not a 32-byte key file
+ * (left as it is: moving it away starts afresh, and no record matches again). */
+
+/* What pgd_tier_disk_inspect found in one file. */
+enum {
+    PGD_TIER_DISK_OK = 0,         /* a record that verifies, of the identity bound last (or
+                                     of any identity when DIR/ident is absent) */
+    PGD_TIER_DISK_DAMAGED = 1,    /* a record file that does not verify */
+    PGD_TIER_DISK_FOREIGN = 2,    /* a record that verifies, of another identity */
+    PGD_TIER_DISK_TEMP = 3,       /* a record being written, or cut short by a crash */
+    PGD_TIER_DISK_QUARANTINED = 4 /* a file in quarantine/ (not verified) */
+};
+
+typedef struct pgd_tier_disk_file {
+    const char *path;     /* relative to the directory; borrowed for the call */
+    int kind;             /* PGD_TIER_DISK_* */
+    int has_info;         /* info holds the decoded header (OK, FOREIGN) */
+    pgd_record_info info; /* identity, block, parent, lengths */
+    uint64_t file_bytes;  /* the file's size */
+} pgd_tier_disk_file;
+
+typedef void (*pgd_tier_disk_visit_fn)(void *ud, const pgd_tier_disk_file *f);
+
+/* Walks a disk tier's directory without taking its lock (a running server's directory can
+ * be inspected; a record written or evicted meanwhile may be missed or reported gone) and
+ * changes nothing: each record is read whole and verified (header, name, size, checksum),
+ * and visit is called once for each file of records/ and quarantine/ (other files are
+ * skipped). *bound (may be NULL) gets the identity DIR/ident names. Returns 1 (bound
+ * filled), 0 (no DIR/ident: every record that verifies is OK), PGD_EINVAL (a NULL
+ * argument), PGD_ENOTFOUND (not a disk tier directory: no key and no records/) or PGD_EIO
+ * (dir unreadable). Thread-safe; cost: reads every record. */
+PGD_API int pgd_tier_disk_inspect(const char *dir, pgd_tier_disk_visit_fn visit, void *ud,
+                                  pgd_record_ident *bound);
+/* Removes every record, temp file and quarantined file of a disk tier's directory and its
+ * DIR/ident, keeping DIR/key (so hashes stay stable) and DIR/LOCK; files it does not know
+ * stay. Takes the lock for the duration: PGD_EBUSY (logged) while a tier holds it.
+ * *n_removed (may be NULL) gets the files removed. Returns PGD_OK, PGD_EINVAL, PGD_EBUSY,
+ * PGD_ENOTFOUND (not a disk tier directory) or PGD_EIO (logged). Thread-safe. */
+PGD_API int pgd_tier_disk_clear(const char *dir, pgd_log_fn log, void *log_ud, uint64_t *n_removed);
+
 #ifdef __cplusplus
 }
 #endif
