@@ -43,6 +43,19 @@
  * Attention (pgd__seq_residual) reads, for a query row at position r, the rows of r's own
  * page from the ring and every earlier page from the pool: the source of a key depends only
  * on (key, query) positions, never on how the sequence was computed.
+ * Tiers (params.tiers; cache.h "Tiers"): the index describes pool pages only; each tier
+ * indexes its own records, and the cache asks them (pgd_tier_lookup, fastest first, under
+ * c->mu: lock order cache, then tier). Moves run on mover threads (tier/mover.c), never
+ * holding c->mu during I/O:
+ *   write-back  evict_one -> demote: the page (+ key bounds) is copied into a free slot of
+ *               the write-back slab and a job puts it in tiers[0] (what a tier evicts
+ *               spills to the next); no free slot: dropped, counted. Write-through (at
+ *               register or the admit_hits-th match) and park use the same slots.
+ *   promotion   match -> promote: pool pages for the run of blocks the tiers hold, one
+ *               fill job; the sequence's len / n_committed include the run while n_full
+ *               stays at the pool prefix until settle() registers the pages (a failed fill
+ *               cuts the sequence back). Every call that mutates a sequence waits on c->cv
+ *               for its promotion first; pgd_cache_destroy drains the movers first.
  * Callers: engines, the server, tools. Every public call takes c->mu.
  */
 #include <pthread.h>
@@ -56,20 +69,52 @@ struct pgd_seq {
     pgd_seq *prev, *next; /* live sequences of the cache */
     uint32_t *table;      /* [cap] page ids; n_pages used */
     uint32_t n_pages, cap;
-    uint64_t len;         /* positions reserved (match + grow) */
-    uint64_t n_committed; /* tokens committed (match + commit) */
-    uint32_t n_full;      /* full pages committed: n_committed / page_tokens */
-    int mode;             /* MODE_*: how pages are hashed */
-    int unregistrable;    /* a hash conflict broke the chain: register nothing more */
-    uint32_t last_entry;  /* index entry of page n_full-1, PGD__NONE if none */
-    pgd_hash last;        /* hash of page n_full-1, or the seed */
-    pgd_hash seed;        /* the chain seed h_{-1}; immutable after create (read unlocked) */
-    int32_t *partial;     /* [page_tokens] tokens of the page being filled */
-    uint16_t *ring;       /* staged codecs: f16 ring (see the header), NULL until needed */
-    uint32_t window;      /* ring rows per (layer, K|V, head); 0 while ring is NULL */
-    uint64_t ring_lo;     /* staged: lowest position with a valid ring copy; page start */
-    uint64_t hi;          /* highest position written by pgd_seq_write_kv, plus one */
+    uint64_t len;              /* positions reserved (match + grow) */
+    uint64_t n_committed;      /* tokens committed (match + commit) */
+    uint32_t n_full;           /* full pages committed: n_committed / page_tokens */
+    int mode;                  /* MODE_*: how pages are hashed */
+    int unregistrable;         /* a hash conflict broke the chain: register nothing more */
+    uint32_t last_entry;       /* index entry of page n_full-1, PGD__NONE if none */
+    pgd_hash last;             /* hash of page n_full-1, or the seed */
+    pgd_hash seed;             /* the chain seed h_{-1}; immutable after create (read unlocked) */
+    int32_t *partial;          /* [page_tokens] tokens of the page being filled */
+    uint16_t *ring;            /* staged codecs: f16 ring (see the header), NULL until needed */
+    uint32_t window;           /* ring rows per (layer, K|V, head); 0 while ring is NULL */
+    uint64_t ring_lo;          /* staged: lowest position with a valid ring copy; page start */
+    uint64_t hi;               /* highest position written by pgd_seq_write_kv, plus one */
+    struct promo *promo;       /* the pending promotion of pages n_full.. (tiers), or NULL */
+    uint32_t match_pool_pages; /* pgd_seq_match_info: pool pages matched */
+    uint32_t match_tier_pages[PGD_MAX_TIERS]; /* and pages promoted from each tier */
 };
+
+/* A promotion: the run of pages [k0, k0 + n) of s that the tiers hold, allocated in the
+ * pool by match and filled by one mover job; settle() registers it under the lock. */
+typedef struct promo {
+    pgd__job job; /* first member: the mover's node */
+    pgd_cache *c;
+    pgd_seq *s;
+    uint32_t k0, n;   /* the run: pages k0 .. k0+n-1 of s */
+    int done;         /* set by the job under c->mu; then result[] is final */
+    pgd_hash *hashes; /* [n] block hashes */
+    uint32_t *pages;  /* [n] pool pages (also s->table[k0 ..]) */
+    uint8_t *src;     /* [n] the tier each page is read from (set by match) */
+    uint8_t *from;    /* [n] the tier each page was read from (set by the job: final once
+                         done; a record may have spilled one tier down meanwhile) */
+    int *result;      /* [n] the fill's status; PROMO_SKIPPED after the first failure */
+} promo;
+
+/* A write-back slot: one page copied out of the pool (page bytes, then bounds bytes) and
+ * the job that writes it to a tier, or (prefetch) a buffer for a move between tiers. */
+enum { SLOT_FREE = 0, SLOT_PUT = 1, SLOT_PREFETCH = 2 };
+typedef struct wb_slot {
+    pgd__job job; /* first member: the mover's node */
+    pgd_cache *c;
+    uint8_t *buf; /* [slot_bytes] in c->slab */
+    pgd_hash block, parent;
+    uint32_t tier;      /* PUT: the tier written (spills go below it); PREFETCH: read from */
+    int kind;           /* SLOT_* */
+    uint32_t next_free; /* free list link, PGD__NONE at its end */
+} wb_slot;
 
 struct pgd_cache {
     pthread_mutex_t mu;
@@ -94,7 +139,35 @@ struct pgd_cache {
     uint32_t window;  /* staged codecs: least ring rows of a sequence; 0 for other codecs */
     size_t row_elems; /* f16 elements of one ring row over every (layer, K|V, head) */
     float *scratch;   /* [page_tokens * head_dim + 2 * head_dim] for write_kv (lock held) */
+    /* Tiers (immutable after create, so mover jobs read these fields unlocked). */
+    uint32_t n_tiers;
+    pgd_tier_use tiers[PGD_MAX_TIERS];
+    pgd_record_ident ident; /* of every record this cache writes and reads */
+    pgd__mover *mover;      /* NULL without tiers */
+    uint32_t wt_register;   /* bit t: tiers[t] is write-through at register (admit_hits 0) */
+    uint32_t wt_admit;      /* bit t: tiers[t] is write-through at its admit_hits-th match */
+    /* Tier state (under mu). */
+    pthread_cond_t cv; /* a promotion finished (waited on with mu) */
+    uint8_t *slab;     /* [n_slots][slot_bytes] write-back buffers */
+    wb_slot *slots;    /* [n_slots] */
+    uint32_t n_slots, slot_free, n_slots_busy;
+    uint64_t slot_bytes;   /* page_bytes + bounds_bytes, rounded up to 64 */
+    uint32_t *page_hits;   /* [n_pages] matches of a registered page (wt_admit), or NULL */
+    uint32_t n_promos;     /* pending promotion records */
+    pgd_hash *scan_hashes; /* [scan_cap] match's look-up past the pool (lock held) */
+    uint8_t *scan_src;     /* [scan_cap] the tier holding each */
+    size_t scan_cap;
+    pgd_cache_tier_stats tst[PGD_MAX_TIERS];
 };
+
+static void lock(pgd_cache *c);
+static void unlock(pgd_cache *c);
+static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h);
+static void wait_locked(pgd_cache *c, pgd_seq *s);
+static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_hash *hashes,
+                    size_t n_hashes, size_t n_pages, uint32_t k);
+static void demote(pgd_cache *c, uint32_t entry, uint32_t page);
+static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t page);
 
 pgd_cache_params pgd_cache_default_params(void)
 {
@@ -106,6 +179,100 @@ pgd_cache_params pgd_cache_default_params(void)
 }
 
 /* ---- create / destroy ---- */
+
+/* Refuses tier lists the cache cannot use: too many, a NULL tier, or a pool whose pages
+ * have no host payload to copy (metadata-only, device arena). Pure. */
+static int tiers_check(const pgd_cache_params *p, const pgd__log *lg)
+{
+    if (p->n_tiers == 0) return PGD_OK;
+    const char *why = NULL;
+    if (p->n_tiers > PGD_MAX_TIERS)
+        why = "more tiers than PGD_MAX_TIERS";
+    else if (!p->tiers)
+        why = "n_tiers without a tiers array";
+    else if (p->pool.metadata_only)
+        why = "a metadata-only pool has no pages to move";
+    else if (p->pool.arena_device)
+        why = "a device arena cannot be copied on the host";
+    for (uint32_t i = 0; !why && i < p->n_tiers; i++)
+        if (!p->tiers[i].tier) why = "a NULL tier";
+    if (!why) return PGD_OK;
+    pgd__logf(lg, PGD_LOG_ERROR, "cache: %u tiers refused: %s", p->n_tiers, why);
+    return PGD_EINVAL;
+}
+
+/* Binds the tiers to the cache's record identity and reserves what moves need: the
+ * write-back slab, the admission counters and the mover threads. Returns PGD_OK,
+ * PGD_EINVAL, a bind's PGD_EBUSY / PGD_EIO, or PGD_ENOMEM; tiers_destroy undoes a partial
+ * setup. Called by create before the cache is visible (no lock needed). */
+static int tiers_create(pgd_cache *c, const pgd_cache_params *p, const pgd_pool_params *pp)
+{
+    if (p->n_tiers == 0) return PGD_OK;
+    int rc = pgd_record_ident_make(pp, p->model_fingerprint, &c->ident);
+    if (rc != PGD_OK) return rc;
+    for (uint32_t i = 0; i < p->n_tiers; i++) {
+        const pgd_tier_use *u = &p->tiers[i];
+        rc = pgd_tier_bind(u->tier, &c->ident);
+        if (rc != PGD_OK) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache: tier %u (%s) refused to bind: %s", i,
+                      pgd_tier_name(u->tier), pgd_strerror(rc));
+            return rc;
+        }
+        c->tiers[i] = *u;
+        if (u->write_through && u->admit_hits == 0) c->wt_register |= 1u << i;
+        if (u->write_through && u->admit_hits > 0) c->wt_admit |= 1u << i;
+    }
+    c->n_tiers = p->n_tiers;
+    c->slot_bytes = (c->ident.page_bytes + c->ident.bounds_bytes + 63) / 64 * 64;
+    c->n_slots = p->writeback_pages ? p->writeback_pages : 256;
+    c->slot_free = PGD__NONE;
+    if (c->n_slots > SIZE_MAX / 2 / c->slot_bytes || c->n_slots >= PGD__NONE) {
+        pgd__logf(&c->log, PGD_LOG_ERROR, "cache: writeback_pages %u is too large", c->n_slots);
+        return PGD_EINVAL;
+    }
+    c->slab = pgd__malloc(&c->al, (size_t)c->n_slots * c->slot_bytes);
+    c->slots = pgd__calloc(&c->al, c->n_slots, sizeof *c->slots);
+    if (!c->slab || !c->slots) return PGD_ENOMEM;
+    for (uint32_t i = c->n_slots; i-- > 0;) {
+        c->slots[i].c = c;
+        c->slots[i].buf = c->slab + (size_t)i * c->slot_bytes;
+        c->slots[i].next_free = c->slot_free;
+        c->slot_free = i;
+    }
+    if (c->wt_admit) {
+        c->page_hits = pgd__calloc(&c->al, c->n_pages, sizeof *c->page_hits);
+        if (!c->page_hits) return PGD_ENOMEM;
+    }
+    /* The queue holds every slot's job plus the promotions: one per sequence (max_seqs),
+     * else up to 4096 at once; a full queue refuses a promotion (the engine computes). */
+    uint32_t n_fills = p->max_seqs ? p->max_seqs : 4096;
+    uint32_t n_threads = p->tier_threads ? p->tier_threads : 2;
+    if (n_threads > 64) {
+        pgd__logf(&c->log, PGD_LOG_ERROR, "cache: tier_threads %u is above 64", n_threads);
+        return PGD_EINVAL;
+    }
+    uint64_t max_jobs = (uint64_t)c->n_slots + n_fills;
+    return pgd__mover_create(&c->al, &c->log, n_threads,
+                             max_jobs > UINT32_MAX ? UINT32_MAX : (uint32_t)max_jobs, &c->mover);
+}
+
+/* Stops the movers (running what is queued: nothing may hold mu) and frees the tier
+ * state. Partial-safe. */
+static void tiers_destroy(pgd_cache *c)
+{
+    pgd__mover_destroy(c->mover);
+    c->mover = NULL;
+    pgd__free(&c->al, c->page_hits);
+    pgd__free(&c->al, c->scan_hashes);
+    pgd__free(&c->al, c->scan_src);
+    c->scan_hashes = NULL;
+    c->scan_src = NULL;
+    pgd__free(&c->al, c->slots);
+    pgd__free(&c->al, c->slab);
+    c->page_hits = NULL;
+    c->slots = NULL;
+    c->slab = NULL;
+}
 
 int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
 {
@@ -135,6 +302,8 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: hash_key_len must be 1..256");
         return PGD_EINVAL;
     }
+    rc = tiers_check(p, &lg);
+    if (rc != PGD_OK) return rc;
     c = pgd__calloc(&al, 1, sizeof *c);
     if (!c) return PGD_ENOMEM;
     c->al = al;
@@ -194,6 +363,17 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     if (!c->page_entry) goto fail;
     memset(c->page_entry, 0xff, (size_t)c->n_pages * sizeof *c->page_entry);
     if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail;
+    if (pthread_cond_init(&c->cv, NULL) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        goto fail;
+    }
+    rc = tiers_create(c, p, &pp);
+    if (rc != PGD_OK) {
+        tiers_destroy(c);
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        goto fail;
+    }
     *out = c;
     return PGD_OK;
 fail:
@@ -206,8 +386,17 @@ fail:
     return rc;
 }
 
+static void promo_free(pgd_cache *c, promo *pr)
+{
+    pgd__free(&c->al, pr);
+}
+
 static void seq_free(pgd_cache *c, pgd_seq *s)
 {
+    if (s->promo) {
+        promo_free(c, s->promo);
+        c->n_promos--;
+    }
     pgd__free(&c->al, s->ring);
     pgd__free(&c->al, s->table);
     pgd__free(&c->al, s);
@@ -217,6 +406,8 @@ void pgd_cache_destroy(pgd_cache *c)
 {
     if (!c) return;
     pgd__alloc al = c->al;
+    /* The movers first: their jobs write into pages and promotion records freed below. */
+    tiers_destroy(c);
     while (c->seqs) {
         pgd_seq *s = c->seqs;
         c->seqs = s->next;
@@ -227,6 +418,7 @@ void pgd_cache_destroy(pgd_cache *c)
     c->pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
+    pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     pgd__free(&al, c);
 }
@@ -285,6 +477,176 @@ static int accept_leaf(void *ctx, uint32_t page)
     return e && e->n_children == 0;
 }
 
+/* ---- tier movement: write-back slots and their jobs ----
+ *
+ * Every move out of the pool copies the page (and its key bounds) into a slot under the
+ * lock, one memcpy, and queues the slot's job; the job writes the tier with no lock held
+ * and takes mu only to give the slot back and count. A full slab drops the move (counted
+ * in demote_dropped), so the request path never waits for a tier. */
+
+/* What one job did, counted per tier, published under mu when it ends. */
+typedef struct tally {
+    uint32_t demoted[PGD_MAX_TIERS];
+    uint32_t dropped[PGD_MAX_TIERS];
+    uint32_t prefetched[PGD_MAX_TIERS];
+} tally;
+
+typedef struct spill_ctx {
+    pgd_cache *c;
+    uint32_t tier; /* where the spilled records go */
+    tally *t;
+} spill_ctx;
+
+static int put_chain(pgd_cache *c, uint32_t t, pgd_hash block, pgd_hash parent, const void *page,
+                     const void *bounds, tally *ta);
+
+/* A tier evicted a record to make room: it goes one tier down (the tier's lock is not
+ * held, nor mu). */
+static void spill_down(void *ud, pgd_hash block, pgd_hash parent, const void *page,
+                       const void *bounds)
+{
+    spill_ctx *sc = ud;
+    if (sc->tier >= sc->c->n_tiers || pgd_tier_lookup(sc->c->tiers[sc->tier].tier, &block, 1))
+        return; /* off the last tier, or already held there (write-through): nothing to do */
+    put_chain(sc->c, sc->tier, block, parent, page, bounds, sc->t);
+}
+
+/* Writes a record to tiers[t], its spills to tiers[t + 1] and so on. No lock held. */
+static int put_chain(pgd_cache *c, uint32_t t, pgd_hash block, pgd_hash parent, const void *page,
+                     const void *bounds, tally *ta)
+{
+    if (t >= c->n_tiers) return PGD_OK; /* spilled off the last tier: gone */
+    spill_ctx next = {c, t + 1, ta};
+    int rc = pgd_tier_put(c->tiers[t].tier, block, parent, page, bounds,
+                          t + 1 < c->n_tiers ? spill_down : NULL, &next);
+    if (rc == PGD_OK)
+        ta->demoted[t]++;
+    else
+        ta->dropped[t]++;
+    return rc;
+}
+
+static void tally_publish(pgd_cache *c, const tally *ta)
+{
+    const uint64_t rec_bytes = c->ident.page_bytes + c->ident.bounds_bytes;
+    for (uint32_t t = 0; t < c->n_tiers; t++) {
+        c->tst[t].demoted_pages += ta->demoted[t];
+        c->tst[t].demoted_bytes += ta->demoted[t] * rec_bytes;
+        c->tst[t].demote_dropped += ta->dropped[t];
+        c->tst[t].prefetched_pages += ta->prefetched[t];
+    }
+}
+
+static void slot_release(pgd_cache *c, wb_slot *w)
+{
+    w->kind = SLOT_FREE;
+    w->next_free = c->slot_free;
+    c->slot_free = (uint32_t)(w - c->slots);
+    c->n_slots_busy--;
+}
+
+/* The job of a slot: a put (demotion, write-through, park) or a prefetch (read from a
+ * slower tier, write to tiers[0]). */
+static void slot_run(pgd__job *j)
+{
+    wb_slot *w = (wb_slot *)j;
+    pgd_cache *c = w->c;
+    tally ta;
+    memset(&ta, 0, sizeof ta);
+    void *bounds = c->ident.bounds_bytes ? w->buf + c->ident.page_bytes : NULL;
+    if (w->kind == SLOT_PREFETCH) {
+        if (pgd_tier_get(c->tiers[w->tier].tier, w->block, w->buf, bounds) == PGD_OK &&
+            put_chain(c, 0, w->block, w->parent, w->buf, bounds, &ta) == PGD_OK)
+            ta.prefetched[0]++;
+    } else {
+        put_chain(c, w->tier, w->block, w->parent, w->buf, bounds, &ta);
+    }
+    lock(c);
+    tally_publish(c, &ta);
+    slot_release(c, w);
+    unlock(c); /* the last touch of c: drain may free it after */
+}
+
+/* Non-zero when some tier at or below `from` holds block (one look-up per tier). */
+static int held_below(pgd_cache *c, uint32_t from, pgd_hash block)
+{
+    for (uint32_t t = from; t < c->n_tiers; t++)
+        if (pgd_tier_lookup(c->tiers[t].tier, &block, 1)) return 1;
+    return 0;
+}
+
+/* Non-zero when a slot is moving block now (so it is not queued twice). O(slots). */
+static int in_flight(const pgd_cache *c, pgd_hash block)
+{
+    if (c->n_slots_busy == 0) return 0;
+    for (uint32_t i = 0; i < c->n_slots; i++)
+        if (c->slots[i].kind != SLOT_FREE && pgd_hash_eq(c->slots[i].block, block)) return 1;
+    return 0;
+}
+
+/* Takes a free slot, or NULL when the slab is full. */
+static wb_slot *slot_take(pgd_cache *c)
+{
+    if (c->slot_free == PGD__NONE) return NULL;
+    wb_slot *w = &c->slots[c->slot_free];
+    c->slot_free = w->next_free;
+    c->n_slots_busy++;
+    return w;
+}
+
+/* The parent hash of an index entry's block ({0, 0} for a first block). */
+static pgd_hash entry_parent(const pgd_cache *c, uint32_t entry)
+{
+    pgd_hash none = {0, 0};
+    uint32_t p = pgd__index_entry(c->ix, entry)->parent;
+    return p == PGD__NONE ? none : pgd__index_entry(c->ix, p)->hash;
+}
+
+/* Copies registered page (index entry `entry`) into a slot and queues its put to
+ * tiers[t]. Returns PGD_OK, or PGD_ENOSPC (slab or queue full: counted as dropped). */
+static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
+{
+    wb_slot *w = slot_take(c);
+    if (!w) {
+        c->tst[t].demote_dropped++;
+        return PGD_ENOSPC;
+    }
+    memcpy(w->buf, pgd_pool_page_data(c->pool, page), c->ident.page_bytes);
+    if (c->ident.bounds_bytes)
+        memcpy(w->buf + c->ident.page_bytes, pgd__pool_key_bounds_mut(c->pool, page, 0, 0),
+               c->ident.bounds_bytes);
+    w->kind = SLOT_PUT;
+    w->tier = t;
+    w->block = pgd__index_entry(c->ix, entry)->hash;
+    w->parent = entry_parent(c, entry);
+    w->job.fn = slot_run;
+    if (pgd__mover_submit(c->mover, &w->job) != PGD_OK) {
+        slot_release(c, w);
+        c->tst[t].demote_dropped++;
+        return PGD_ENOSPC;
+    }
+    return PGD_OK;
+}
+
+/* Write-back: an evicted registered page that no tier holds (nor is being moved) goes to
+ * tiers[0]. Called by evict_one after on_evict, before the page is unindexed. Lock held. */
+static void demote(pgd_cache *c, uint32_t entry, uint32_t page)
+{
+    pgd_hash h = pgd__index_entry(c->ix, entry)->hash;
+    if (in_flight(c, h) || held_below(c, 0, h)) return;
+    queue_put(c, 0, entry, page);
+}
+
+/* Write-through: registered page to every tier of mask that lacks it. Lock held. */
+static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t page)
+{
+    pgd_hash h = pgd__index_entry(c->ix, entry)->hash;
+    if (in_flight(c, h)) return;
+    for (uint32_t t = 0; t < c->n_tiers; t++)
+        if ((mask >> t & 1) && !pgd_tier_lookup(c->tiers[t].tier, &h, 1))
+            queue_put(c, t, entry, page);
+}
+
 /* Evicts one page through the policy: reports it (on_evict, payload still intact), then
  * unindexes and frees it. Returns 1, or 0 when nothing is evictable (or a user policy chose
  * a page that is not an evictable leaf: refused, logged). */
@@ -302,6 +664,7 @@ static int evict_one(pgd_cache *c)
     uint32_t e = c->page_entry[page];
     c->pol->remove(c->pstate, page);
     if (c->on_evict) c->on_evict(c->event_ud, pgd__index_entry(c->ix, e)->hash, page);
+    if (c->n_tiers) demote(c, e, page);
     pgd__index_remove(c->ix, e);
     c->page_entry[page] = PGD__NONE;
     pgd_pool_unref(c->pool, page);
@@ -384,6 +747,7 @@ void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
 {
     if (!s) return;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     /* Deepest page first: the policy then evicts a released prefix from its end. */
     for (uint32_t i = s->n_pages; i-- > 0;)
         page_unref(c, s->table[i]);
@@ -402,6 +766,7 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     pgd_seq *s;
     *out = NULL;
     lock(c);
+    if (src->promo) wait_locked(c, src);
     /* Only the last page may be shared uncommitted: then any page a sequence holds past
      * its own chain sits right after it, and a holder of a cached page holds all of the
      * page's ancestors (what makes every evictable page reachable leaf-first). */
@@ -448,6 +813,16 @@ out:
 
 /* ---- match ---- */
 
+/* Write-through admission: the matched page (entry e) counts one more hit; at a tier's
+ * admit_hits-th it is written to that tier. Lock held. */
+static void admit_hit(pgd_cache *c, uint32_t e, uint32_t page)
+{
+    uint32_t hits = ++c->page_hits[page], mask = 0;
+    for (uint32_t t = 0; t < c->n_tiers; t++)
+        if ((c->wt_admit >> t & 1) && c->tiers[t].admit_hits == hits) mask |= 1u << t;
+    if (mask) write_through(c, mask, e, page);
+}
+
 /* Pins the longest cached chain of full pages for an empty sequence whose table has room
  * for n pages, and makes them its prefix. Page k's hash is hashes[k] for k < n_hashes,
  * else it is computed from tokens here, lazily (a prompt that diverges early costs one
@@ -458,6 +833,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
 {
     uint32_t k = 0, prev = PGD__NONE;
     pgd_hash h = s->last;
+    const int admit = c->page_hits != NULL; /* read once: the loop calls out */
     for (; k < n; k++) {
         h = k < n_hashes ? hashes[k]
                          : pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens,
@@ -468,6 +844,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
         if (en->parent != prev) break;
         pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
         page_ref(c, en->loc_id);
+        if (admit) admit_hit(c, e, en->loc_id);
         s->table[k] = en->loc_id;
         s->last = h;
         prev = e;
@@ -504,7 +881,9 @@ static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_t
     uint32_t k = pin_chain(c, s, tokens, hashes, n_hashes, n_pages);
     s->mode = tokens ? MODE_TOKENS : MODE_HASHES;
     count_query(c, n_pages, n_tokens, k);
-    rc = tokens ? (int64_t)s->len : (int64_t)k;
+    s->match_pool_pages = k;
+    if (c->n_tiers && k < n_pages) promote(c, s, tokens, hashes, n_hashes, n_pages, k);
+    rc = tokens ? (int64_t)s->len : (int64_t)s->n_pages;
 out:
     unlock(c);
     return rc;
@@ -546,6 +925,7 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
 {
     int rc = PGD_OK;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     /* No sequence can outgrow the pool: this bound also keeps the arithmetic exact. */
     uint64_t max_len = (uint64_t)c->n_pages * c->page_tokens;
     if (n_tokens > max_len - s->len) {
@@ -584,6 +964,7 @@ int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
 {
     int rc = PGD_OK;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     if (n_tokens < s->n_committed || n_tokens > s->len) {
         rc = PGD_ESTATE;
         goto out;
@@ -665,6 +1046,10 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
         if (s->last_entry != PGD__NONE) parent = pgd__index_entry(c->ix, s->last_entry)->hash;
         c->on_register(c->event_ud, h, parent, info.depth, page);
     }
+    if (c->n_tiers) { /* one branch without tiers */
+        if (c->page_hits) c->page_hits[page] = 0;
+        if (c->wt_register) write_through(c, c->wt_register, e, page);
+    }
     s->last_entry = e;
     s->last = h;
     c->st.n_registered++;
@@ -679,6 +1064,7 @@ static int commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_toke
     int rc = 0;
     const uint32_t pt = c->page_tokens;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     if (s->mode == MODE_HASHES) {
         rc = PGD_ESTATE;
         goto out;
@@ -732,6 +1118,7 @@ int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size
     int rc = 0;
     if (n_hashes && !hashes) return PGD_EINVAL;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     if (s->mode == MODE_TOKENS || s->n_committed % c->page_tokens) {
         rc = PGD_ESTATE;
         goto out;
@@ -749,6 +1136,296 @@ int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size
 out:
     unlock(c);
     return rc;
+}
+
+/* ---- promotion: tier -> pool ----
+ *
+ * match pins the pool prefix (pages 0..k-1), then asks the tiers, page by page and fastest
+ * first, which of the next blocks they hold (stopping at the first none holds), allocates
+ * pool pages for that run and queues ONE fill job for it. The sequence's length includes
+ * the run at once, n_full stays k: the pages are registered by settle(), under the lock,
+ * once the job is done (pgd_seq_ready / pgd_seq_wait, and every call that mutates the
+ * sequence waits first). A failed fill cuts the sequence back to the pages before it. */
+
+enum { PROMO_SKIPPED = 1 }; /* result[] of the pages after a failed fill: not read */
+
+/* Doubles the match scan arrays. Returns PGD_OK or PGD_ENOMEM (unchanged). Lock held. */
+static int scan_grow(pgd_cache *c)
+{
+    size_t cap = c->scan_cap ? c->scan_cap * 2 : 64;
+    pgd_hash *h = pgd__realloc(&c->al, c->scan_hashes, cap * sizeof *h);
+    if (!h) return PGD_ENOMEM;
+    c->scan_hashes = h;
+    uint8_t *src = pgd__realloc(&c->al, c->scan_src, cap * sizeof *src);
+    if (!src) return PGD_ENOMEM;
+    c->scan_src = src;
+    c->scan_cap = cap;
+    return PGD_OK;
+}
+
+/* One block: the record, then hashes[n], result[n], pages[n], src[n], from[n]. */
+static promo *promo_alloc(pgd_cache *c, size_t n)
+{
+    size_t each = sizeof(pgd_hash) + sizeof(int) + sizeof(uint32_t) + 2;
+    promo *pr = pgd__malloc(&c->al, sizeof *pr + n * each);
+    if (!pr) return NULL;
+    memset(pr, 0, sizeof *pr);
+    pr->hashes = (pgd_hash *)(pr + 1);
+    pr->result = (int *)(pr->hashes + n);
+    pr->pages = (uint32_t *)(pr->result + n);
+    pr->src = (uint8_t *)(pr->pages + n);
+    pr->from = pr->src + n;
+    return pr;
+}
+
+/* The fill job: reads the run's records into its pool pages (payload, then the writable
+ * key bounds), stopping at the first failure, and publishes the results under mu. */
+static void promo_run(pgd__job *j)
+{
+    promo *pr = (promo *)j;
+    pgd_cache *c = pr->c;
+    int rc = PGD_OK;
+    uint32_t i = 0;
+    for (; i < pr->n && rc == PGD_OK; i++) {
+        uint32_t page = pr->pages[i];
+        void *bounds = c->ident.bounds_bytes ? pgd__pool_key_bounds_mut(c->pool, page, 0, 0) : NULL;
+        void *data = pgd_pool_page_data(c->pool, page);
+        pr->from[i] = pr->src[i];
+        rc = pgd_tier_get(c->tiers[pr->src[i]].tier, pr->hashes[i], data, bounds);
+        /* Gone since the look-up: a tier that made room may have spilled it one tier
+         * down (the record reads the same from any tier). */
+        for (uint32_t t = pr->src[i] + 1; rc == PGD_ENOTFOUND && t < c->n_tiers; t++) {
+            rc = pgd_tier_get(c->tiers[t].tier, pr->hashes[i], data, bounds);
+            if (rc == PGD_OK) pr->from[i] = (uint8_t)t;
+        }
+        pr->result[i] = rc;
+    }
+    for (; i < pr->n; i++)
+        pr->result[i] = PROMO_SKIPPED;
+    const uint64_t rec_bytes = c->ident.page_bytes + c->ident.bounds_bytes;
+    lock(c);
+    for (i = 0; i < pr->n; i++) {
+        pgd_cache_tier_stats *ts = &c->tst[pr->result[i] == PGD_OK ? pr->from[i] : pr->src[i]];
+        if (pr->result[i] == PGD_OK) {
+            ts->promoted_pages++;
+            ts->promoted_bytes += rec_bytes;
+        } else if (pr->result[i] < 0) {
+            ts->promote_failed++;
+        }
+    }
+    pr->done = 1;
+    pthread_cond_broadcast(&c->cv);
+    unlock(c); /* the last touch of c and pr: settle may free pr now */
+}
+
+/* Starts the promotion of pages k.. of s (see the section comment). Page j's hash is
+ * hashes[j] for j < n_hashes, else computed from tokens. Leaves s as pin_chain did when
+ * nothing is promoted (no tier holds page k, no pool page, no memory, the queue full).
+ * Lock held. */
+static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_hash *hashes,
+                    size_t n_hashes, size_t n_pages, uint32_t k)
+{
+    const uint32_t pt = c->page_tokens;
+    uint64_t avail = n_available(c);
+    size_t n = 0;
+    pgd_hash h = s->last;
+    for (size_t j = k; j < n_pages && n < avail; j++) {
+        h = j < n_hashes ? hashes[j] : pgd__hash_block(&c->hasher, h, tokens + j * pt, pt);
+        if (pgd__index_find(c->ix, h) != PGD__NONE) break; /* cached under another chain */
+        uint32_t t = 0;
+        while (t < c->n_tiers && !pgd_tier_lookup(c->tiers[t].tier, &h, 1))
+            c->tst[t++].miss_pages++;
+        if (t == c->n_tiers) break;
+        if (n == c->scan_cap && scan_grow(c) != PGD_OK) break;
+        c->scan_hashes[n] = h;
+        c->scan_src[n] = (uint8_t)t;
+        n++;
+    }
+    if (n == 0) return;
+    promo *pr = promo_alloc(c, n);
+    if (!pr) return;
+    uint32_t got = 0;
+    while (got < n && alloc_page(c, &pr->pages[got]) == PGD_OK)
+        got++;
+    pr->c = c;
+    pr->s = s;
+    pr->k0 = k;
+    pr->n = got;
+    pr->job.fn = promo_run;
+    memcpy(pr->hashes, c->scan_hashes, got * sizeof *pr->hashes);
+    memcpy(pr->src, c->scan_src, got);
+    if (got == 0 || pgd__mover_submit(c->mover, &pr->job) != PGD_OK) {
+        for (uint32_t i = 0; i < got; i++)
+            pgd_pool_unref(c->pool, pr->pages[i]); /* fresh, unregistered: freed */
+        promo_free(c, pr);
+        return;
+    }
+    for (uint32_t i = 0; i < got; i++) {
+        s->table[k + i] = pr->pages[i];
+        pgd_cache_tier_stats *ts = &c->tst[pr->src[i]];
+        ts->hit_pages++;
+        ts->hit_tokens += pt;
+        s->match_tier_pages[pr->src[i]]++;
+    }
+    s->n_pages = k + got;
+    s->len = s->n_committed = (uint64_t)s->n_pages * pt;
+    s->ring_lo = s->hi = s->len; /* promoted pages are read from the pool, as matched ones */
+    s->promo = pr;
+    c->n_promos++;
+}
+
+/* Registers a finished promotion's pages in order, up to the first failed fill, and cuts
+ * the sequence back there (as pin_chain would have left it). No-op while the job runs.
+ * Lock held. */
+static void settle(pgd_cache *c, pgd_seq *s)
+{
+    promo *pr = s->promo;
+    if (!pr || !pr->done) return;
+    s->promo = NULL;
+    c->n_promos--;
+    uint32_t ok = 0;
+    while (ok < pr->n && pr->result[ok] == PGD_OK)
+        ok++;
+    for (uint32_t i = 0; i < ok; i++) {
+        register_page(c, s, pr->k0 + i, pr->hashes[i]); /* may dedup: fine */
+        s->n_full++;
+    }
+    if (ok < pr->n) {
+        uint32_t cut = pr->k0 + ok;
+        while (s->n_pages > cut)
+            page_unref(c, s->table[--s->n_pages]);
+        s->len = s->n_committed = (uint64_t)cut * c->page_tokens;
+        s->ring_lo = s->hi = s->len;
+    }
+    /* What was really filled, from where (a fill may have read a slower tier). */
+    memset(s->match_tier_pages, 0, sizeof s->match_tier_pages);
+    for (uint32_t i = 0; i < ok; i++)
+        s->match_tier_pages[pr->from[i]]++;
+    promo_free(c, pr);
+}
+
+/* Waits for s's promotion (if any) and settles it. Lock held (released while waiting). */
+static void wait_locked(pgd_cache *c, pgd_seq *s)
+{
+    while (s->promo && !s->promo->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    settle(c, s);
+}
+
+int pgd_seq_ready(pgd_cache *c, pgd_seq *s)
+{
+    int r = 1;
+    lock(c);
+    if (s->promo) {
+        if (s->promo->done)
+            settle(c, s);
+        else
+            r = 0;
+    }
+    unlock(c);
+    return r;
+}
+
+int pgd_seq_wait(pgd_cache *c, pgd_seq *s)
+{
+    lock(c);
+    wait_locked(c, s);
+    unlock(c);
+    return PGD_OK;
+}
+
+void pgd_seq_match_info(pgd_cache *c, const pgd_seq *s, pgd_match_info *out)
+{
+    memset(out, 0, sizeof *out);
+    lock(c);
+    out->pool_tokens = (uint64_t)s->match_pool_pages * c->page_tokens;
+    out->n_tiers = c->n_tiers;
+    for (uint32_t t = 0; t < c->n_tiers; t++)
+        out->tier_tokens[t] = (uint64_t)s->match_tier_pages[t] * c->page_tokens;
+    unlock(c);
+}
+
+/* ---- park, prefetch, flush, tier stats ---- */
+
+int pgd_seq_park(pgd_cache *c, pgd_seq *s)
+{
+    int n = 0;
+    lock(c);
+    wait_locked(c, s);
+    for (uint32_t i = 0; c->n_tiers && i < s->n_full; i++) {
+        uint32_t page = s->table[i], e = c->page_entry[page];
+        if (e == PGD__NONE) continue; /* a private page (a hash conflict broke the chain) */
+        pgd_hash h = pgd__index_entry(c->ix, e)->hash;
+        if (in_flight(c, h) || held_below(c, 0, h)) continue;
+        if (queue_put(c, 0, e, page) != PGD_OK) break; /* the slab is full */
+        c->tst[0].parked_pages++;
+        n++;
+    }
+    unlock(c);
+    return n;
+}
+
+int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n)
+{
+    int queued = 0;
+    if (n && !hashes) return PGD_EINVAL;
+    if (c->n_tiers < 2) return 0;
+    lock(c);
+    for (size_t i = 0; i < n && queued < INT32_MAX; i++) {
+        pgd_hash h = hashes[i];
+        if (pgd__index_find(c->ix, h) != PGD__NONE) continue; /* in the pool */
+        if (pgd_tier_lookup(c->tiers[0].tier, &h, 1) || in_flight(c, h)) continue;
+        uint32_t t = 1;
+        while (t < c->n_tiers && !pgd_tier_lookup(c->tiers[t].tier, &h, 1))
+            t++;
+        if (t == c->n_tiers) break; /* nobody holds it: the chain ends here */
+        wb_slot *w = slot_take(c);
+        if (!w) break;
+        pgd_hash none = {0, 0};
+        w->kind = SLOT_PREFETCH;
+        w->tier = t;
+        w->block = h;
+        w->parent = i ? hashes[i - 1] : none;
+        w->job.fn = slot_run;
+        if (pgd__mover_submit(c->mover, &w->job) != PGD_OK) {
+            slot_release(c, w);
+            break;
+        }
+        queued++;
+    }
+    unlock(c);
+    return queued;
+}
+
+int pgd_cache_flush(pgd_cache *c)
+{
+    int rc = PGD_OK;
+    pgd__mover_drain(c->mover); /* without mu: the jobs take it */
+    for (uint32_t t = 0; t < c->n_tiers; t++) {
+        int r = pgd_tier_flush(c->tiers[t].tier);
+        if (r != PGD_OK && rc == PGD_OK) rc = r;
+    }
+    return rc;
+}
+
+int pgd_cache_get_tier_stats(pgd_cache *c, uint32_t i, pgd_cache_tier_stats *out)
+{
+    if (i >= c->n_tiers) return PGD_EINVAL;
+    lock(c);
+    *out = c->tst[i];
+    out->writeback_depth = c->n_slots_busy;
+    unlock(c);
+    return PGD_OK;
+}
+
+uint32_t pgd_cache_n_tiers(const pgd_cache *c)
+{
+    return c->n_tiers; /* set once by create: no lock */
+}
+
+pgd_tier *pgd_cache_tier(pgd_cache *c, uint32_t i)
+{
+    return i < c->n_tiers ? c->tiers[i].tier : NULL;
 }
 
 /* ---- write access ---- */
@@ -780,6 +1457,7 @@ int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id
 {
     int rc = PGD_OK;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     uint64_t i = pos / c->page_tokens;
     if (pos >= s->len || i < s->n_full) {
         rc = PGD_EINVAL;
@@ -859,6 +1537,7 @@ int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32
     int rc = PGD_OK;
     if (!s || (n && (!k || !v))) return PGD_EINVAL;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     if (!c->scratch || c->g.arena_device || layer >= c->g.n_layers || pos0 > s->len ||
         n > s->len - pos0 || pos0 / pt < s->n_full || (c->window && pos0 < s->ring_lo)) {
         pgd__logf(&c->log, PGD_LOG_ERROR,
@@ -921,6 +1600,7 @@ int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t 
 {
     int rc = PGD_OK;
     lock(c);
+    if (s->promo) wait_locked(c, s);
     if (!c->window) {
         rc = PGD_EINVAL;
         goto out;
@@ -1035,15 +1715,33 @@ static int check_locked(pgd_cache *c)
     uint32_t *holders = pgd__calloc(&c->al, c->n_pages, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
-    uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0;
+    uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0, n_promos = 0;
     for (const pgd_seq *s = c->seqs; s; s = s->next) {
         n_seqs++;
         uint64_t want_pages = (s->len + c->page_tokens - 1) / c->page_tokens;
-        if (s->n_pages != want_pages || s->n_committed > s->len ||
-            s->n_full != s->n_committed / c->page_tokens || s->hi > s->len ||
-            s->ring_lo % c->page_tokens || (s->ring && !c->window)) {
+        /* A pending promotion's pages count as committed, not yet as full (registered). */
+        uint32_t want_full = s->promo ? s->promo->k0 : (uint32_t)(s->n_committed / c->page_tokens);
+        if (s->n_pages != want_pages || s->n_committed > s->len || s->n_full != want_full ||
+            s->hi > s->len || s->ring_lo % c->page_tokens || (s->ring && !c->window)) {
             pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: sequence lengths disagree");
             goto out;
+        }
+        if (s->promo) {
+            const promo *pr = s->promo;
+            n_promos++;
+            int bad = pr->s != s || pr->c != c || pr->n == 0 || s->n_pages != pr->k0 + pr->n ||
+                      s->len != s->n_committed ||
+                      s->n_committed != (uint64_t)s->n_pages * c->page_tokens;
+            for (uint32_t i = 0; !bad && i < pr->n; i++)
+                bad = s->table[pr->k0 + i] != pr->pages[i] || pr->src[i] >= c->n_tiers ||
+                      c->page_entry[pr->pages[i]] != PGD__NONE ||
+                      pgd_pool_refcount(c->pool, pr->pages[i]) != 1;
+            if (bad) {
+                pgd__logf(&c->log, PGD_LOG_ERROR,
+                          "cache check: a promotion record disagrees "
+                          "with its sequence");
+                goto out;
+            }
         }
         uint32_t prev = PGD__NONE;
         for (uint32_t i = 0; i < s->n_pages; i++) {
@@ -1067,7 +1765,24 @@ static int check_locked(pgd_cache *c)
             }
         }
     }
-    if (n_seqs != c->n_seqs) goto out;
+    if (n_seqs != c->n_seqs || n_promos != c->n_promos) goto out;
+    if (c->n_tiers) {
+        /* The write-back slab: the free list and the busy slots add up. */
+        uint32_t n_free = 0, n_busy = 0;
+        for (uint32_t i = c->slot_free; i != PGD__NONE && n_free <= c->n_slots;
+             i = c->slots[i].next_free) {
+            if (i >= c->n_slots || c->slots[i].kind != SLOT_FREE) break;
+            n_free++;
+        }
+        for (uint32_t i = 0; i < c->n_slots; i++)
+            n_busy += c->slots[i].kind != SLOT_FREE;
+        if (n_busy != c->n_slots_busy || n_free + n_busy != c->n_slots) {
+            pgd__logf(&c->log, PGD_LOG_ERROR,
+                      "cache check: write-back slab: %u free + %u busy of %u slots (%u counted)",
+                      n_free, n_busy, c->n_slots, c->n_slots_busy);
+            goto out;
+        }
+    }
     for (uint32_t page = 0; page < c->n_pages; page++) {
         uint32_t e = c->page_entry[page];
         uint32_t cached = e != PGD__NONE;
@@ -1095,7 +1810,8 @@ static int check_locked(pgd_cache *c)
         }
     }
     if (n_evictable != c->pol->size(c->pstate)) goto out;
-    /* Every index entry is a pool page that points back at it (no tier is wired in yet). */
+    /* Every index entry is a pool page that points back at it: the index describes the
+     * pool only (each tier indexes its own records). */
     if (pgd__index_size(c->ix) != n_cached) {
         pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: %u index entries but %u cached pages",
                   pgd__index_size(c->ix), n_cached);

@@ -78,8 +78,10 @@ pgd_hash pgd__hash_block(const pgd__hasher *h, pgd_hash prev, const int32_t *tok
 typedef struct pgd__index pgd__index;
 
 /* Where a block's K/V lives: tier 0 is the pool (id = pool page id); tier T > 0 is the
- * T-th storage tier (id = the tier's block id). Only the pool exists today: the cache
- * indexes pool pages only, the index stores and returns any location. */
+ * T-th storage tier (id = the tier's block id). The cache indexes pool pages only: each
+ * storage tier indexes its own records (a disk tier must, to survive a restart; a shared
+ * remote tier must, since others write to it) and the cache asks them (tier.h). The index
+ * stores and returns any location. */
 #define PGD__TIER_POOL 0
 #define PGD__TIER_MAX 254
 typedef struct pgd__loc {
@@ -124,6 +126,35 @@ uint32_t pgd__index_size(const pgd__index *ix);
 uint32_t pgd__index_capacity(const pgd__index *ix);
 /* Integrity: table and entries agree, child counts exact, parents live. */
 int pgd__index_check(const pgd__index *ix, const pgd__log *lg);
+
+/* ---- mover threads (tier/mover.c) ----
+ *
+ * N threads serving a bounded FIFO of jobs for the cache's tier movement. A job is a node
+ * embedded in its owner's memory: submit allocates nothing and never blocks. fn runs on a
+ * mover thread with no lock held; the mover never touches the job after fn returns. */
+typedef struct pgd__job pgd__job;
+typedef void (*pgd__job_fn)(pgd__job *job);
+struct pgd__job {
+    pgd__job *next; /* queue link (the mover's) */
+    pgd__job_fn fn;
+};
+typedef struct pgd__mover pgd__mover;
+
+/* Starts n_threads (1..64) threads over a queue of at most max_jobs jobs. Returns PGD_OK,
+ * PGD_EINVAL or PGD_ENOMEM (also when a thread cannot start: logged). */
+int pgd__mover_create(const pgd__alloc *al, const pgd__log *lg, uint32_t n_threads,
+                      uint32_t max_jobs, pgd__mover **out);
+/* Queues job (job->fn set by the caller). Returns PGD_OK, or PGD_EBUSY when max_jobs are
+ * queued or the mover is stopping (the job is not queued). Never blocks on a job; may be
+ * called with the cache lock held. */
+int pgd__mover_submit(pgd__mover *m, pgd__job *job);
+/* Waits until no job is queued or running. Must not be called with a lock that jobs take
+ * (the cache lock). NULL: no-op. */
+void pgd__mover_drain(pgd__mover *m);
+/* Jobs queued plus running. */
+uint32_t pgd__mover_depth(pgd__mover *m);
+/* Runs every queued job, then joins the threads and frees the mover. NULL: no-op. */
+void pgd__mover_destroy(pgd__mover *m);
 
 /* ---- eviction policy (policy/, ops table in include/pagoda/policy.h) ---- */
 

@@ -89,7 +89,12 @@ typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
  *   fills on the movers, and returns the pool prefix plus the run. The pages fill in the
  *   background: pgd_seq_ready / pgd_seq_wait before the sequence's K/V is read (attention)
  *   or extended. A fill that fails (record damaged or gone) cuts the sequence back to the
- *   pages before it: the engine computes the rest. */
+ *   pages before it: the engine computes the rest. A fill whose record a tier spilled one
+ *   tier down since the match reads it there. The run is as long as the pool can give
+ *   pages for (free or evictable); a promotion that cannot start (no memory, the mover
+ *   queue full) leaves the match at the pool prefix.
+ *   The write-back queue's slots (writeback_pages) carry every copy out of the pool:
+ *   write-back, write-through, park, and prefetch's moves between tiers. */
 #define PGD_MAX_TIERS 8
 typedef struct pgd_tier_use {
     pgd_tier *tier;      /* borrowed */
@@ -171,7 +176,8 @@ PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
 
 /* Matches the longest cached prefix of tokens[0..n_tokens) in whole pages and pins it:
  * the sequence's page table becomes those pages and its length the cached length.
- * The sequence must be empty. Counts n_tokens as queried and the result as hit.
+ * The sequence must be empty. Counts n_tokens as queried and the pool prefix as hit.
+ * With tiers, the length includes the run being promoted (see "Tiers").
  * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
  * PGD_ESTATE (the sequence was already matched, grown or committed) or PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
@@ -215,7 +221,9 @@ PGD_API int pgd_seq_wait(pgd_cache *c, pgd_seq *s);
 /* Prefetch (on admission): starts moving the blocks hashes[0..n) (a chain, from its
  * first block; pgd_cache_hash_tokens) that a slower tier holds and tiers[0] does not, up
  * into tiers[0], in the background, so that the match that follows promotes from the
- * fastest tier. Blocks in the pool are skipped. Returns the number of blocks queued. */
+ * fastest tier. Blocks in the pool are skipped; the first block no tier holds ends the
+ * chain, and so does a full write-back queue. Returns the number of blocks queued (0 with
+ * fewer than two tiers), or PGD_EINVAL (NULL hashes with n > 0). */
 PGD_API int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n);
 /* Swap-out (preemption): queues a copy of every registered page of s that no tier holds
  * to tiers[0] now, so the pages survive their eviction from the pool. Returns the pages
@@ -334,11 +342,11 @@ typedef struct pgd_cache_stats {
     uint32_t n_pages_evictable; /* cached and held by no sequence */
     uint32_t n_seqs;
     uint64_t n_query_tokens; /* tokens presented to match */
-    uint64_t n_hit_tokens;   /* of those, served from cache */
+    uint64_t n_hit_tokens;   /* of those, served from the pool (tiers: tier stats) */
     uint64_t n_query_pages;
     uint64_t n_hit_pages;
     uint64_t n_evictions;  /* pages evicted by the policy */
-    uint64_t n_registered; /* pages registered by commit */
+    uint64_t n_registered; /* pages registered by commit (and by settled promotions) */
     uint64_t n_dedup;      /* committed pages swapped for a copy already cached */
     uint64_t n_cow_copies;
 } pgd_cache_stats;

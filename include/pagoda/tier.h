@@ -227,7 +227,10 @@ PGD_API int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out);
  * so that block hashes match after a restart. PGD_OK or PGD_EINVAL (not a disk tier). */
 PGD_API int pgd_tier_disk_key(const pgd_tier *t, uint8_t key[32]);
 
-/* The directory (disk.c's header has the whole layout):
+/* Defaults (pgd_tier_disk_default_params): capacity 10 GiB, fsync off, o_direct off (a
+ * filesystem that refuses O_DIRECT gets buffered I/O and a log line). The tier keeps the
+ * directory's absolute path (realpath at create).
+ * The directory (disk.c's header has the whole layout):
  *   DIR/LOCK, DIR/key (0600), DIR/ident (the identity bound last, text),
  *   DIR/records/XX/<32 hex>.rec (one record per file, XX its first two hex digits),
  *   DIR/records/XX/<32 hex>.tmp.N (being written; removed by the next bind),

@@ -264,6 +264,18 @@ static int m_resize(disk *d, uint32_t n)
             uint32_t ns = pgd__tmap_insert(m, sl->hash, sl->parent);
             PGD_CHECK(ns != PGD__NONE);
             b[ns] = d->slot_bytes[v];
+            d->slot_bytes[v] = 0;
+            pgd__tmap_remove(d->map, v);
+        }
+        /* What no victim reaches (a cycle of parents, which only crafted files make):
+         * copied in slot order. A live slot has bytes > 0. */
+        for (uint32_t v = 0; pgd__tmap_count(d->map) && v < pgd__tmap_capacity(d->map); v++) {
+            if (!d->slot_bytes[v]) continue;
+            const pgd__tmap_slot *sl = pgd__tmap_slot_get(d->map, v);
+            uint32_t ns = pgd__tmap_insert(m, sl->hash, sl->parent);
+            PGD_CHECK(ns != PGD__NONE);
+            b[ns] = d->slot_bytes[v];
+            d->slot_bytes[v] = 0;
             pgd__tmap_remove(d->map, v);
         }
         PGD_CHECK(pgd__tmap_count(d->map) == 0);
@@ -616,7 +628,7 @@ static int disk_put(void *state, pgd_hash block, pgd_hash parent, const void *pa
     int rc;
 
     pthread_mutex_lock(&d->mu);
-    if (!d->bound || !page || (d->ident.bounds_bytes && !bounds)) {
+    if (!d->bound || !page || (d->ident.bounds_bytes && !bounds) || pgd_hash_eq(block, parent)) {
         pthread_mutex_unlock(&d->mu);
         return PGD_EINVAL;
     }
@@ -856,7 +868,7 @@ static int scan_one(const disk *d, const char *path, const char *name, scan_rec 
     if (read_full(fd, hdr, sizeof hdr, 0) != 0) goto out;
     if (pgd_record_read_header(hdr, NULL, 0, NULL, &info) != PGD_OK) goto out;
     hash_parse(name, &r->block);
-    if (!pgd_hash_eq(info.block, r->block)) goto out;
+    if (!pgd_hash_eq(info.block, r->block) || pgd_hash_eq(info.parent, info.block)) goto out;
     uint64_t exact = PGD_RECORD_HEADER_BYTES + info.payload_bytes;
     if ((uint64_t)sb.st_size != exact && (uint64_t)sb.st_size != round_up(exact, DIRECT_ALIGN))
         goto out;
@@ -918,7 +930,7 @@ static int disk_bind(void *state, const pgd_record_ident *ident)
      * pages would otherwise reserve ~80 bytes per possible record up front). */
     uint64_t slots = d->capacity_bytes / d->rec_bytes;
     d->max_slots = (uint32_t)(slots > (1u << 30) ? (1u << 30) : slots ? slots : 1);
-    if (m_resize(d, d->max_slots < 4096 ? d->max_slots : 4096) != PGD_OK) {
+    if (m_resize(d, d->max_slots < 64 ? d->max_slots : 64) != PGD_OK) {
         rc = PGD_ENOMEM;
         goto done;
     }
@@ -987,9 +999,15 @@ static int disk_bind(void *state, const pgd_record_ident *ident)
     uint64_t n_over = 0;
     for (size_t i = 0; i < n_recs && rc == PGD_OK; i++) {
         rc = m_insert(d, recs[i].block, recs[i].parent, recs[i].bytes);
-        if (rc == PGD_ENOSPC && evict_one(d, NULL, NULL)) { /* more records than slots */
+        if (rc == PGD_ENOSPC) { /* more records than the capacity holds */
             n_over++;
-            rc = m_insert(d, recs[i].block, recs[i].parent, recs[i].bytes);
+            if (evict_one(d, NULL, NULL)) {
+                rc = m_insert(d, recs[i].block, recs[i].parent, recs[i].bytes);
+            } else { /* nothing evictable (a cycle of parents): this one goes */
+                rec_path(d, recs[i].block, path);
+                unlink(path);
+                rc = PGD_OK;
+            }
         }
     }
     if (rc != PGD_OK) goto done;
@@ -1192,6 +1210,10 @@ int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out)
     d->mu_ok = 1;
     rc = check_dir(d->dir, &d->lg);
     if (rc != PGD_OK) goto fail;
+    /* An absolute path, so that a later chdir of the process does not move the tier. */
+    char *abs = realpath(p->dir, NULL);
+    if (abs && strlen(abs) <= DIR_MAX_BYTES) snprintf(d->dir, sizeof d->dir, "%s", abs);
+    free(abs); /* realpath's malloc, not ours */
     rc = take_lock(d->dir, &d->lg, &d->lock_fd);
     if (rc != PGD_OK) goto fail;
     rc = load_key(d->dir, &d->lg, d->key);

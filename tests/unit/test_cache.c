@@ -8,7 +8,9 @@
  *
  * The model-based test runs 20 seeds x 5000 steps by default (about a second);
  * PGD_TEST_LONG=1 runs 200 seeds x 20000 steps, PGD_TEST_SEED=n runs one seed verbosely.
- * It reads refcounts through pgd_cache_pool(): fine here, the test is single-threaded.
+ * It reads refcounts through pgd_cache_pool(): fine here, the test is single-threaded (with
+ * a tier, the mover threads touch page payloads of pending promotions only, never pool
+ * metadata). test_model_tiers runs it again with a RAM tier below the pool.
  */
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
@@ -1320,12 +1322,19 @@ static void match_bounds(model *m, int salt, const int32_t *t, uint32_t n, uint3
     }
 }
 
+/* Runs of the model with a RAM tier below the pool (test_model_tiers): a match may also
+ * promote pages (and evict for them), so it waits, and counts the pool's part as hit. */
+static pgd_tier *model_tier;
+
 /* Matches t[0..n) into the empty sequence q (tokens or hashes) and checks the result. */
 static int do_match(model *m, mseq *q, const int32_t *t, uint32_t n, int by_hash,
                     int64_t *pages_out)
 {
     uint32_t lo, hi;
     pgd_cache_stats a = stats(m->c), b;
+    pgd_cache_tier_stats ta;
+    memset(&ta, 0, sizeof ta);
+    if (model_tier) pgd_cache_get_tier_stats(m->c, 0, &ta);
     int64_t r;
     match_bounds(m, q->salt, t, n, &lo, &hi);
     if (by_hash) {
@@ -1338,17 +1347,35 @@ static int do_match(model *m, mseq *q, const int32_t *t, uint32_t n, int by_hash
         T_ASSERT(r >= 0 && r <= (int64_t)nh);
         b = stats(m->c);
         T_EQ(b.n_query_tokens - a.n_query_tokens, nh * m->T);
-        T_EQ(b.n_hit_tokens - a.n_hit_tokens, (uint64_t)r * m->T);
         r *= m->T;
     } else {
         r = pgd_seq_match(m->c, q->s, t, n);
         b = stats(m->c);
         T_ASSERT(r >= 0 && r <= (int64_t)n && r % m->T == 0);
         T_EQ(b.n_query_tokens - a.n_query_tokens, n);
-        T_EQ(b.n_hit_tokens - a.n_hit_tokens, r);
     }
-    T_EQ(b.n_hit_pages - a.n_hit_pages, r / m->T);
-    T_EQ(b.n_evictions, a.n_evictions);
+    uint64_t pool_hit = (uint64_t)r;
+    if (model_tier) {
+        pgd_match_info mi;
+        pgd_seq_match_info(m->c, q->s, &mi);
+        T_EQ(mi.pool_tokens + mi.tier_tokens[0], (uint64_t)r);
+        pool_hit = mi.pool_tokens;
+        pgd_cache_tier_stats tb;
+        T_OK(pgd_seq_wait(m->c, q->s));
+        T_OK(pgd_cache_get_tier_stats(m->c, 0, &tb));
+        /* A fill fails only when the tier dropped the record since the match (it made
+         * room for a page this match evicted): the sequence is cut back there. */
+        uint64_t len = pgd_seq_length(m->c, q->s);
+        if (len != (uint64_t)r) {
+            T_ASSERT(len < (uint64_t)r && len >= pool_hit);
+            T_EQ(tb.promote_failed, ta.promote_failed + 1);
+            r = (int64_t)len;
+        }
+    } else {
+        T_EQ(b.n_evictions, a.n_evictions);
+    }
+    T_EQ(b.n_hit_tokens - a.n_hit_tokens, pool_hit);
+    T_EQ(b.n_hit_pages - a.n_hit_pages, pool_hit / m->T);
     uint64_t pages = (uint64_t)r / m->T;
     if (pages > hi) T_FAIL("matched %" PRIu64 " pages, at most %u were ever committed", pages, hi);
     if (pages < lo) T_FAIL("matched %" PRIu64 " pages, %u are held by live seqs", pages, lo);
@@ -1633,7 +1660,10 @@ static int op_probe(model *m)
     rc = do_match(m, &q, r->t, n2, !by_hash, &p2);
     pgd_seq_destroy(m->c, q.s);
     if (rc) return rc;
-    T_EQ(p2, (int64_t)(n2 / m->T) < p1 ? (int64_t)(n2 / m->T) : p1);
+    if (model_tier) /* the pool may have room for more of the run now */
+        T_ASSERT(p2 >= ((int64_t)(n2 / m->T) < p1 ? (int64_t)(n2 / m->T) : p1));
+    else
+        T_EQ(p2, (int64_t)(n2 / m->T) < p1 ? (int64_t)(n2 / m->T) : p1);
     return 0;
 }
 
@@ -1702,6 +1732,11 @@ static int model_run_ex(uint32_t T, uint32_t n_pages, int payload, int policy, u
     p.pool.metadata_only = !payload;
     p.policy = (pgd_policy_kind)policy;
     p.next_use = belady_oracle;
+    pgd_tier_use use = {model_tier, 0, 0};
+    if (model_tier) {
+        p.tiers = &use;
+        p.n_tiers = 1;
+    }
     if (arena) {
         cc.page_bytes = 2ull * NL * NH * ((T * HD * sizeof(float) + 15) / 16 * 16);
         mem = aligned_alloc(64, (size_t)(cc.page_bytes * n_pages));
@@ -1928,6 +1963,46 @@ static int test_match_commit_hashed(void)
     T_EQ(pgd_cache_check(c), PGD_OK);
     pgd_seq_destroy(c, d);
     pgd_cache_destroy(c);
+    return 0;
+}
+
+/* The model-based test with a RAM tier below the pool: evicted pages come back through
+ * promotions, and every check of the plain runs holds (content, refcounts, bounds on what
+ * a match returns), the hit counters counting the pool's part. */
+static int test_model_tiers(void)
+{
+    static const struct {
+        uint32_t T, n_pages;
+        int policy;
+    } cfg[] = {{4, 24, PGD_POLICY_LRU}, {4, 24, PGD_POLICY_BELADY}, {1, 16, PGD_POLICY_LRU}};
+    int lng = getenv("PGD_TEST_LONG") != NULL;
+    pgd_cache_stats tot;
+    uint64_t n_gets = 0, n_puts = 0;
+    memset(&tot, 0, sizeof tot);
+    for (int s = 0; s < (lng ? 30 : 6); s++) {
+        size_t k = (size_t)s % 3;
+        pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+        /* room for about 40 records of this geometry: older ones age out */
+        rp.capacity_bytes = 40 * (PGD_RECORD_HEADER_BYTES + 2ull * NL * NH * cfg[k].T * HD * 4);
+        T_OK(pgd_tier_ram_create(&rp, &model_tier));
+        pgd_cache_stats end;
+        memset(&end, 0, sizeof end);
+        int fail = model_run_ex(cfg[k].T, cfg[k].n_pages, 1, cfg[k].policy, (uint64_t)s + 1,
+                                lng ? 20000 : 3000, 0, s % 2, &end);
+        pgd_tier_stats ts;
+        pgd_tier_get_stats(model_tier, &ts);
+        pgd_tier_close(model_tier);
+        model_tier = NULL;
+        if (fail) return 1;
+        tot.n_registered += end.n_registered;
+        tot.n_evictions += end.n_evictions;
+        n_gets += ts.n_gets;
+        n_puts += ts.n_puts;
+    }
+    T_ASSERT(n_gets > 0);
+    printf("     model with a tier: %" PRIu64 " registered, %" PRIu64 " evicted, %" PRIu64
+           " demoted, %" PRIu64 " promoted\n",
+           tot.n_registered, tot.n_evictions, n_puts, n_gets);
     return 0;
 }
 
@@ -2193,6 +2268,7 @@ int main(void)
     T_RUN(test_match_commit_hashed);
     T_RUN(test_model);
     T_RUN(test_model_arena);
+    T_RUN(test_model_tiers);
     T_RUN(test_copy_hook_failure);
     T_RUN(test_kv_bytes_path_invariant);
     T_DONE();

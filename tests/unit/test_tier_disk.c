@@ -12,6 +12,9 @@
  * miss and lands in quarantine/, foreign records are ignored and left on disk, injected
  * ENOSPC fails no get and sets full (one log line), EIO counts, a regular file or a missing
  * parent as the directory is a clear error, a second create is EBUSY, modes are 0600/0700.
+ * Four threads put / get / del at once; a child process killed (SIGKILL) in the middle of
+ * its writes leaves a directory that opens (the lock died with it) and serves only
+ * records that verify.
  * Scratch directories live under the working directory (the build tree).
  */
 #define _GNU_SOURCE
@@ -19,10 +22,12 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pagoda/tier.h"
@@ -777,6 +782,136 @@ static int test_threads(void)
     return 0;
 }
 
+/* ---- many records: the index grows; crafted parents ---- */
+
+/* Writes a record file for block (parent) by hand, as another writer could. */
+static int craft_record(const char *dir, const pgd_record_ident *id, pgd_hash block,
+                        pgd_hash parent)
+{
+    char path[1200], hex[33];
+    uint8_t hdr[PGD_RECORD_HEADER_BYTES], payload[4096];
+    pgd_record_info info;
+    memset(&info, 0, sizeof info);
+    memset(payload, 0x3c, sizeof payload);
+    info.ident = *id;
+    info.block = block;
+    info.parent = parent;
+    info.payload_bytes = id->page_bytes + id->bounds_bytes;
+    info.store_type = id->kv_type;
+    info.compression = PGD_RECORD_RAW;
+    info.raw_bytes = info.payload_bytes;
+    if (pgd_record_write_header(&info, payload, hdr) != PGD_OK) return -1;
+    pgd_hash_hex(block, hex);
+    snprintf(path, sizeof path, "%s/records/%.2s", dir, hex);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/records/%.2s/%s.rec", dir, hex, hex);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return -1;
+    int ok = write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr &&
+             write(fd, payload, info.payload_bytes) == (ssize_t)info.payload_bytes;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static int test_many_records_and_crafted_parents(void)
+{
+    char dir[1024];
+    pgd_record_ident id = make_ident(11, 0);
+    pgd_tier_stats st;
+    pgd_hash x = {1, 1}, y = {2, 2}, z = {3, 3};
+    scratch(dir, sizeof dir, "many");
+    pgd_tier *t = open_tier(dir, 1000 * rec_bytes(&id), &id, 0);
+    T_ASSERT(t != NULL);
+    /* A record that is its own parent is refused. */
+    uint8_t page[4096] = {0};
+    T_EQ(pgd_tier_put(t, x, x, page, NULL, NULL, NULL), PGD_EINVAL);
+    /* 300 records: the index grows from 64 slots, LRU order kept through each doubling. */
+    for (int k = 0; k < 300; k++)
+        T_OK(put_k(t, &id, k));
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_records, 300);
+    pgd_tier_close(t);
+    /* Crafted files: a cycle of parents (x <-> y) and one that is its own parent (z). */
+    T_OK(craft_record(dir, &id, x, y));
+    T_OK(craft_record(dir, &id, y, x));
+    T_OK(craft_record(dir, &id, z, z));
+    t = open_tier(dir, 1000 * rec_bytes(&id), &id, 0);
+    T_ASSERT(t != NULL);
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_records, 302); /* the cycle is indexed (grown past it), z is damaged */
+    T_EQ(st.n_corrupt, 1);
+    T_EQ(pgd_tier_lookup(t, (pgd_hash[]){x, y}, 2), 2);
+    for (int k = 0; k < 300; k += 37)
+        T_OK(get_k(t, &id, k));
+    pgd_tier_close(t);
+    /* Reopened with room for 10: eviction down to the capacity, the cycle included. */
+    t = open_tier(dir, 10 * rec_bytes(&id), &id, 0);
+    T_ASSERT(t != NULL);
+    pgd_tier_get_stats(t, &st);
+    T_ASSERT(st.n_records <= 10);
+    T_OK(put_k(t, &id, 5000));
+    pgd_tier_close(t);
+    rm_rf(dir);
+    return 0;
+}
+
+/* ---- kill -9 in the middle of writes ---- */
+
+static int test_kill9_during_writes(void)
+{
+    char dir[1024];
+    pgd_record_ident id = make_ident(5, 1);
+    pgd_tier_stats st;
+    int pipefd[2];
+    scratch(dir, sizeof dir, "kill9");
+    T_EQ(pipe(pipefd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    T_ASSERT(pid >= 0);
+    if (pid == 0) {
+        /* The child writes records as fast as it can until it is killed. */
+        close(pipefd[0]);
+        pgd_tier *t = open_tier(dir, 1 << 20, &id, 0);
+        if (!t) _exit(3);
+        for (uint64_t k = 0;; k++) {
+            if (put_k(t, &id, (int)(k % N_BLOCKS)) != PGD_OK) _exit(4);
+            if (k == 8 && write(pipefd[1], "x", 1) != 1) _exit(5);
+            if (k % N_BLOCKS == N_BLOCKS - 1) {
+                for (int j = 0; j < N_BLOCKS; j++)
+                    (void)pgd_tier_del(t, hash_of((uint64_t)j));
+            }
+        }
+    }
+    close(pipefd[1]);
+    char c;
+    T_EQ(read(pipefd[0], &c, 1), 1); /* the child is in its loop */
+    close(pipefd[0]);
+    usleep(20000);
+    T_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    T_EQ(waitpid(pid, &status, 0), pid);
+    T_ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    /* The lock died with the child; nothing damaged is indexed or served. */
+    log_reset();
+    pgd_tier *t = open_tier(dir, 1 << 20, &id, 0);
+    T_ASSERT(t != NULL);
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_corrupt, 0);
+    uint64_t served = 0;
+    for (int k = 0; k < N_BLOCKS; k++) {
+        int rc = get_k(t, &id, k);
+        T_ASSERT(rc == PGD_OK || rc == PGD_ENOTFOUND);
+        served += rc == PGD_OK;
+    }
+    T_EQ(served, st.n_records);
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_corrupt, 0);
+    pgd_tier_close(t);
+    rm_rf(dir);
+    return 0;
+}
+
 typedef struct tally {
     int n[5];
     int bad_info;
@@ -885,6 +1020,8 @@ int main(void)
     T_RUN(test_capacity_and_unbound);
     T_RUN(test_inspect_and_clear);
     T_RUN(test_threads);
+    T_RUN(test_kill9_during_writes);
+    T_RUN(test_many_records_and_crafted_parents);
     if (!t_failed) rm_rf(base);
     T_DONE();
 }

@@ -635,6 +635,212 @@ static int test_refusals(void)
     return 0;
 }
 
+/* Random puts (of compressible and incompressible pages), gets and dels with lz4 / zstd
+ * and q4_0 storage, where record sizes vary: the set held is exactly what was put minus
+ * what was spilled or deleted, the bound holds, every get returns the block's bytes.
+ * The spill callback calls into the tier (lookup): the lock is released for it. */
+typedef struct held_model {
+    pgd_tier *t;
+    uint8_t held[8][8];
+    int n_spilled, bad, reentered;
+    uint64_t page_bytes;
+    int lossless;
+} held_model;
+
+static void on_spill_held(void *ud, pgd_hash block, pgd_hash parent, const void *page,
+                          const void *bounds)
+{
+    held_model *hm = ud;
+    static uint8_t want[1 << 20];
+    (void)parent, (void)bounds;
+    for (uint32_t c = 0; c < 8; c++)
+        for (uint32_t d = 0; d < 8; d++)
+            if (pgd_hash_eq(block, block_of(c, d))) {
+                if (!hm->held[c][d]) hm->bad = 1; /* spilled what was not held */
+                hm->held[c][d] = 0;
+                fill_block(want, hm->page_bytes, block, 1);
+                if (hm->lossless && memcmp(want, page, (size_t)hm->page_bytes) != 0) hm->bad = 1;
+            }
+    /* Into the tier from spill: would deadlock if put held its lock. */
+    if (pgd_tier_lookup(hm->t, &block, 1) != 0) hm->bad = 1; /* it left the map */
+    hm->reentered = 1;
+    hm->n_spilled++;
+}
+
+static int run_held(int store, uint32_t comp, uint64_t seed)
+{
+    pgd_pool_params pp = geometry(PGD_KV_F16, 0);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    /* About 6 incompressible records (a q4_0 record is a quarter of an f16 one). */
+    rp.capacity_bytes = 6 * (PGD_RECORD_HEADER_BYTES + id.page_bytes) / (store >= 0 ? 4 : 1);
+    rp.store_type = store;
+    rp.compression = comp;
+    held_model hm;
+    memset(&hm, 0, sizeof hm);
+    T_OK(pgd_tier_ram_create(&rp, &hm.t));
+    T_OK(pgd_tier_bind(hm.t, &id));
+    hm.page_bytes = id.page_bytes;
+    hm.lossless = store < 0;
+    static uint8_t buf[1 << 20], want[1 << 20];
+    for (int it = 0; it < 3000; it++) {
+        uint32_t c = (uint32_t)(t_rand(&seed) % 8), d = (uint32_t)(t_rand(&seed) % 8);
+        pgd_hash h = block_of(c, d);
+        int op = (int)(t_rand(&seed) % 8);
+        if (op < 4) {
+            fill_block(buf, id.page_bytes, h, 1);
+            T_OK(pgd_tier_put(hm.t, h, parent_of(c, d), buf, NULL, on_spill_held, &hm));
+            hm.held[c][d] = 1;
+        } else if (op < 7) {
+            int rc = pgd_tier_get(hm.t, h, buf, NULL);
+            T_EQ(rc, hm.held[c][d] ? PGD_OK : PGD_ENOTFOUND);
+            fill_block(want, id.page_bytes, h, 1);
+            if (rc == PGD_OK && hm.lossless)
+                T_ASSERT(memcmp(buf, want, (size_t)id.page_bytes) == 0);
+        } else {
+            T_EQ(pgd_tier_del(hm.t, h), hm.held[c][d] ? PGD_OK : PGD_ENOTFOUND);
+            hm.held[c][d] = 0;
+        }
+        T_EQ(hm.bad, 0);
+        uint64_t n_held = 0;
+        for (uint32_t a = 0; a < 8; a++)
+            for (uint32_t b = 0; b < 8; b++) {
+                pgd_hash x = block_of(a, b);
+                T_EQ(pgd_tier_lookup(hm.t, &x, 1), hm.held[a][b]);
+                n_held += hm.held[a][b];
+            }
+        pgd_tier_stats st;
+        pgd_tier_get_stats(hm.t, &st);
+        T_EQ(st.n_records, n_held);
+        T_ASSERT(st.bytes_used <= st.bytes_capacity);
+        if (it % 100 == 0) T_OK(pgd__tier_ram_check(hm.t));
+    }
+    if (hm.n_spilled <= 100 || !hm.reentered)
+        T_FAIL("store %d comp %u: %d spilled", store, comp, hm.n_spilled);
+    pgd_tier_close(hm.t);
+    return 0;
+}
+
+static int test_held_random(void)
+{
+    T_OK(run_held(-1, PGD_RECORD_RAW, 3));
+    T_OK(run_held(-1, PGD_RECORD_LZ4, 4));
+    T_OK(run_held(-1, PGD_RECORD_ZSTD, 5));
+    T_OK(run_held(PGD_KV_Q4_0, PGD_RECORD_ZSTD, 6));
+    return 0;
+}
+
+/* ---- allocation failures ---- */
+
+typedef struct counting {
+    long n_calls, fail_at, n_live;
+} counting;
+
+static void *c_malloc(void *ud, size_t n)
+{
+    counting *a = ud;
+    if (a->fail_at && ++a->n_calls == a->fail_at) return NULL;
+    void *p = malloc(n);
+    if (p) a->n_live++;
+    return p;
+}
+
+static void *c_realloc(void *ud, void *p, size_t n)
+{
+    counting *a = ud;
+    if (!p) return c_malloc(ud, n);
+    if (a->fail_at && ++a->n_calls == a->fail_at) return NULL;
+    return realloc(p, n);
+}
+
+static void c_free(void *ud, void *p)
+{
+    counting *a = ud;
+    if (p) a->n_live--;
+    free(p);
+}
+
+static void arm(counting *a, long n)
+{
+    a->n_calls = 0;
+    a->fail_at = n;
+}
+
+/* Every allocation of create, bind, put (with eviction and spill), get fails in turn:
+ * PGD_ENOMEM (put may succeed with a realloc that shrinks failing), the tier unchanged
+ * and usable, nothing leaked at close. */
+static int test_alloc_failures(void)
+{
+    static uint8_t buf[1 << 20];
+    pgd_pool_params pp = geometry(PGD_KV_F16, 1);
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    int stores[] = {-1, -1, PGD_KV_Q8_0};
+    uint32_t comps[] = {PGD_RECORD_RAW, PGD_RECORD_LZ4, PGD_RECORD_ZSTD};
+    for (int k = 0; k < 3; k++) {
+        counting ca = {0, 0, 0};
+        pgd_allocator al = {c_malloc, c_realloc, c_free, &ca};
+        pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+        rp.capacity_bytes = 2 * (PGD_RECORD_HEADER_BYTES + id.page_bytes + id.bounds_bytes);
+        rp.store_type = stores[k];
+        rp.compression = comps[k];
+        rp.alloc = &al;
+        pgd_tier *t = NULL;
+        int rc;
+        for (long n = 1;; n++) {
+            arm(&ca, n);
+            rc = pgd_tier_ram_create(&rp, &t);
+            if (rc == PGD_OK) break;
+            T_EQ(rc, PGD_ENOMEM);
+            T_ASSERT(t == NULL);
+            T_EQ(ca.n_live, 0);
+        }
+        for (long n = 1;; n++) {
+            arm(&ca, n);
+            rc = pgd_tier_bind(t, &id);
+            if (rc == PGD_OK) break;
+            T_EQ(rc, PGD_ENOMEM);
+        }
+        arm(&ca, 0);
+        /* Three puts into room for two: the third evicts and spills. */
+        for (uint32_t c = 0; c < 3; c++) {
+            fill(buf, id.page_bytes + id.bounds_bytes, block_of(c, 0));
+            spilled sp;
+            memset(&sp, 0, sizeof sp);
+            sp.page_bytes = id.page_bytes;
+            sp.bounds_bytes = id.bounds_bytes;
+            for (long n = 1;; n++) {
+                pgd_tier_stats before, after;
+                pgd_tier_get_stats(t, &before);
+                arm(&ca, n);
+                rc = pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, buf + id.page_bytes,
+                                  k == 0 ? on_spill : NULL, &sp);
+                arm(&ca, 0);
+                T_OK(pgd__tier_ram_check(t));
+                if (rc == PGD_OK) break;
+                T_EQ(rc, PGD_ENOMEM);
+                pgd_tier_get_stats(t, &after);
+                T_EQ(after.n_records, before.n_records);
+                T_EQ(after.bytes_used, before.bytes_used);
+            }
+            T_EQ(sp.bad, 0);
+        }
+        for (long n = 1;; n++) {
+            arm(&ca, n);
+            rc = pgd_tier_get(t, block_of(2, 0), buf, buf + id.page_bytes);
+            arm(&ca, 0);
+            if (rc == PGD_OK) break;
+            T_EQ(rc, PGD_ENOMEM);
+            pgd_hash h = block_of(2, 0);
+            T_EQ(pgd_tier_lookup(t, &h, 1), 1); /* still held */
+        }
+        pgd_tier_close(t);
+        T_EQ(ca.n_live, 0);
+    }
+    return 0;
+}
+
 /* ---- threads ---- */
 
 typedef struct worker {
@@ -713,6 +919,8 @@ int main(void)
     T_RUN(test_options_round_trip);
     T_RUN(test_spill_decodes);
     T_RUN(test_refusals);
+    T_RUN(test_held_random);
+    T_RUN(test_alloc_failures);
     T_RUN(test_threads);
     T_DONE();
 }
