@@ -16,6 +16,14 @@
  * a plain f32 cache runs the same windows in lockstep, and for every scored position we
  * add KL(p_f32 || p_codec) and whether both argmaxes agree (top-1 agreement).
  *
+ * With --tier the codec context has those storage tiers and every chunk goes through the
+ * promotion path: it is computed once (unscored), every page is evicted into the tiers
+ * (write-back) and flushed, then it runs again from an empty sequence whose first half
+ * (the whole pages before the first scored position) is matched and promoted from the
+ * tiers; only the rest is computed and scored, attending to the promoted pages. So a lossy
+ * RAM tier (ram:SIZE:q8_0 / q4_0) shows as KL and top-1 against the f32 reference, which
+ * runs the same positions in the same batches without tiers.
+ *
  * Output: a short table on stdout, or one JSON object with --json. Bad input (missing or
  * empty text, a context that does not fit, text shorter than 2 * ctx) exits 1 with one
  * line on stderr; a bad command line exits 2. Called by the dispatcher in main.c.
@@ -30,6 +38,7 @@
 
 #include "cli.h"
 #include "model.h"
+#include "tier_spec.h"
 
 static void usage(FILE *out)
 {
@@ -55,7 +64,12 @@ static void usage(FILE *out)
           "                            evaluated one at a time, so pair it with -b 1\n"
           "      --deterministic       batch-invariant products (scores do not depend on -b)\n"
           "      --page-tokens N       tokens per KV page, a power of two (default 16)\n"
-          "      --json                one JSON object instead of the table\n"
+          "      --json                one JSON object instead of the table\n",
+          out);
+    cli_tier_help(out);
+    fputs("                          eval: each chunk is computed, evicted to the tiers and\n"
+          "                          run again with its first half promoted from them (KL\n"
+          "                          and top-1 against f32 show a lossy tier's damage)\n"
           "  -h, --help\n",
           out);
 }
@@ -119,10 +133,49 @@ typedef struct eval_run {
     pe_model *m;
     pe_ctx *ctx, *ref; /* ref: the f32 comparison context or NULL */
     uint32_t n_ctx, n_batch;
-    float *lg, *lg_ref; /* [n_batch][V] */
-    double *lp, *lq;    /* [V] scratch */
-    int32_t *chunk;     /* [n_ctx] */
+    float *lg, *lg_ref;    /* [n_batch][V] */
+    double *lp, *lq;       /* [V] scratch */
+    int32_t *chunk;        /* [n_ctx] */
+    int tiered;            /* ctx has tiers: run each chunk through the promotion path */
+    uint64_t n_promoted;   /* prefix tokens matched from the tiers, all chunks */
+    uint64_t n_promotable; /* prefix tokens that could have been */
+    uint64_t tier_tokens[PGD_MAX_TIERS]; /* n_promoted by tier */
 } eval_run;
+
+/* Runs tokens[0..n) of seq in batches of n_batch with no logits. Returns 0 or a status. */
+static int prefill(pe_ctx *ctx, pgd_seq *seq, const int32_t *tokens, uint32_t n, uint32_t n_batch)
+{
+    int rc = 0;
+    for (uint32_t b = 0; b < n && rc == 0; b += n_batch)
+        rc = pe_forward(ctx, seq, tokens + b, n - b < n_batch ? n - b : n_batch, NULL, 0);
+    return rc;
+}
+
+/* The promotion path of one chunk in the tiered context: computes chunk[0..n_ctx) once,
+ * evicts and flushes every page into the tiers, and leaves *seq a new sequence with the
+ * whole pages of chunk[0..first) matched from them (promoted, waited for). Returns the
+ * matched length or a negative status. */
+static int64_t promote_chunk(eval_run *r, pgd_seq **seq, uint32_t first)
+{
+    pgd_cache *c = pe_ctx_cache(r->ctx);
+    pgd_match_info mi;
+    int rc = prefill(r->ctx, *seq, r->chunk, r->n_ctx, r->n_batch);
+    pgd_seq_destroy(c, *seq);
+    *seq = NULL;
+    if (rc == 0) rc = cli_cache_write_back(c);
+    if (rc == 0) rc = pgd_seq_create(c, NULL, 0, seq);
+    if (rc != 0) return rc;
+    int64_t got = pgd_seq_match(c, *seq, r->chunk, first);
+    if (got < 0) return got;
+    pgd_seq_wait(c, *seq);
+    got = (int64_t)pgd_seq_length(c, *seq);
+    pgd_seq_match_info(c, *seq, &mi);
+    for (uint32_t i = 0; i < mi.n_tiers && i < PGD_MAX_TIERS; i++)
+        r->tier_tokens[i] += mi.tier_tokens[i];
+    r->n_promoted += (uint64_t)got;
+    r->n_promotable += first / pgd_cache_page_tokens(c) * pgd_cache_page_tokens(c);
+    return got;
+}
 
 /* Evaluates one chunk (tokens[0..n_ctx) of the text, the first replaced by BOS) in every
  * context and scores its second half. Returns 0 or a negative pgd_status. */
@@ -135,9 +188,18 @@ static int eval_chunk(eval_run *r, const int32_t *tokens, int add_bos, eval_sums
     int rc = 0;
     memcpy(r->chunk, tokens, n_ctx * sizeof *r->chunk);
     if (add_bos) r->chunk[0] = pe_vocab_bos(pe_model_vocab(r->m));
+    uint32_t start = 0;
     for (int k = 0; k < 2 && rc == 0; k++)
         if (ctxs[k]) rc = pgd_seq_create(pe_ctx_cache(ctxs[k]), NULL, 0, &seqs[k]);
-    for (uint32_t b = 0; b < n_ctx && rc == 0; b += r->n_batch) {
+    if (r->tiered && rc == 0) {
+        /* The reference computes the promoted prefix itself; then both run the same
+         * positions in the same batches. */
+        int64_t got = promote_chunk(r, &seqs[0], first);
+        rc = got < 0 ? (int)got : 0;
+        start = got < 0 ? 0 : (uint32_t)got;
+        if (rc == 0 && start) rc = prefill(r->ref, seqs[1], r->chunk, start, r->n_batch);
+    }
+    for (uint32_t b = start; b < n_ctx && rc == 0; b += r->n_batch) {
         uint32_t n = n_ctx - b < r->n_batch ? n_ctx - b : r->n_batch;
         int want = b + n > first;
         for (int k = 0; k < 2 && rc == 0; k++)
@@ -161,7 +223,8 @@ static int eval_chunk(eval_run *r, const int32_t *tokens, int add_bos, eval_sums
 
 static int print_json(const char *model, const char *text, const pe_ctx_params *cp,
                       uint64_t n_tokens, uint32_t n_chunks, const eval_sums *s, double ppl,
-                      double ppl_err, double bpt, double bpt_f32, double secs, int compared)
+                      double ppl_err, double bpt, double bpt_f32, double secs, int compared,
+                      const cli_tiers *tiers, const eval_run *r)
 {
     json_t *o = json_object();
     json_object_set_new(o, "model", json_string(model));
@@ -187,6 +250,19 @@ static int print_json(const char *model, const char *text, const pe_ctx_params *
     json_object_set_new(o, "top1_agree", json_real((double)s->agree / (double)s->n));
     json_object_set_new(o, "compared", json_boolean(compared));
     json_object_set_new(o, "seconds", json_real(secs));
+    if (tiers->n) {
+        /* The promotion path: the tiers as given, and the prefix tokens they served. */
+        json_t *ta = json_array(), *by = json_object();
+        for (uint32_t i = 0; i < tiers->n; i++) {
+            json_array_append_new(ta, json_string(tiers->specs[i].text));
+            json_object_set_new(by, pgd_tier_name(tiers->tiers[i]),
+                                json_integer((json_int_t)r->tier_tokens[i]));
+        }
+        json_object_set_new(o, "tiers", ta);
+        json_object_set_new(o, "promoted_tokens", json_integer((json_int_t)r->n_promoted));
+        json_object_set_new(o, "promotable_tokens", json_integer((json_int_t)r->n_promotable));
+        json_object_set_new(o, "promoted_tokens_by_tier", by);
+    }
     int rc = json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     fputc('\n', stdout);
     json_decref(o);
@@ -203,6 +279,7 @@ int cmd_eval(int argc, char **argv)
                                          {"threads", required_argument, 0, 't'},
                                          {"json", no_argument, 0, O_JSON},
                                          CLI_KV_LONG_OPTIONS,
+                                         CLI_TIER_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda eval";
@@ -212,6 +289,8 @@ int cmd_eval(int argc, char **argv)
     pe_ctx_params cp = pe_ctx_default_params();
     cp.n_ctx = 512;
     cp.kv_type = PGD_KV_F32;
+    cli_tiers tiers;
+    memset(&tiers, 0, sizeof tiers);
     int c;
     optind = 1;
     for (;;) {
@@ -219,6 +298,9 @@ int cmd_eval(int argc, char **argv)
         if (c == -1) break;
         {
             int kr = cli_kv_option(cmd, c, optarg, &cp);
+            if (kr < 0) return CLI_EXIT_USAGE;
+            if (kr > 0) continue;
+            kr = cli_tier_option(cmd, c, optarg, &tiers);
             if (kr < 0) return CLI_EXIT_USAGE;
             if (kr > 0) continue;
         }
@@ -274,6 +356,8 @@ int cmd_eval(int argc, char **argv)
         fprintf(stderr, "%s: %s is empty\n", cmd, text_path);
         goto out;
     }
+    if (cli_tiers_open(cmd, &tiers, pe_log_stderr, NULL)) goto out;
+    cli_tiers_apply(&tiers, &cp);
     if (pe_model_load(model_path, NULL, NULL, &m, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
@@ -302,7 +386,7 @@ int cmd_eval(int argc, char **argv)
     }
     pe_tokenize(pe_model_vocab(m), text, text_len, 1, 0, tokens, (size_t)n_tokens);
 
-    int compared = cp.kv_type != PGD_KV_F32 || cp.kv_rotate || cp.kv_select_pages;
+    int compared = cp.kv_type != PGD_KV_F32 || cp.kv_rotate || cp.kv_select_pages || tiers.n;
     cp.kv_tokens = cp.n_ctx;
     if (pe_ctx_create(m, &cp, &r.ctx, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
@@ -315,12 +399,17 @@ int cmd_eval(int argc, char **argv)
         rp.kv_rotate = 0;
         rp.kv_residual = 0;
         rp.kv_select_pages = 0;
+        rp.tiers = NULL; /* the reference computes everything */
+        rp.n_tiers = 0;
+        rp.hash_key = NULL;
+        rp.hash_key_len = 0;
         if (pe_ctx_create(m, &rp, &r.ref, err, sizeof err)) {
             fprintf(stderr, "%s: f32 reference: %s\n", cmd, err);
             goto out;
         }
     }
     r.m = m;
+    r.tiered = tiers.n > 0;
     r.n_ctx = ap->n_ctx;
     r.n_batch = ap->n_batch;
     r.lg = malloc((size_t)r.n_batch * V * sizeof *r.lg);
@@ -355,7 +444,7 @@ int cmd_eval(int argc, char **argv)
                                           hp->head_dim);
     if (json) {
         if (print_json(model_path, text_path, ap, (uint64_t)n_tokens, n_chunks, &s, ppl, ppl_err,
-                       bpt, bpt32, secs, compared)) {
+                       bpt, bpt32, secs, compared, &tiers, &r)) {
             fprintf(stderr, "%s: cannot write the JSON output\n", cmd);
             goto out;
         }
@@ -372,9 +461,28 @@ int cmd_eval(int argc, char **argv)
         if (compared)
             printf("%-16s %12.1f %10.4f %10s %12s %8s\n", "f32", bpt32,
                    exp(s.nll_ref / (double)s.n), "", "0", "100.00%");
-        char name[64];
-        snprintf(name, sizeof name, "%s%s%s", pgd_kv_type_name(ap->kv_type),
-                 ap->kv_rotate ? "+rotate" : "", ap->kv_select_pages ? "+quest" : "");
+        if (tiers.n) {
+            printf("tiers: %llu of %llu prefix tokens promoted (", (unsigned long long)r.n_promoted,
+                   (unsigned long long)r.n_promotable);
+            for (uint32_t i = 0; i < tiers.n; i++)
+                printf("%s%s %llu", i ? ", " : "", tiers.specs[i].text,
+                       (unsigned long long)r.tier_tokens[i]);
+            printf(")\n");
+        }
+        char name[64], tname[40] = "";
+        if (tiers.n) {
+            /* "+ram:q8_0:zstd": the first tier's kind and, for RAM, how it stores. */
+            const cli_tier_spec *ts = &tiers.specs[0];
+            const char *comp = ts->compression == PGD_RECORD_LZ4    ? ":lz4"
+                               : ts->compression == PGD_RECORD_ZSTD ? ":zstd"
+                                                                    : "";
+            snprintf(tname, sizeof tname, "+%s%s%s%s", ts->kind == CLI_TIER_RAM ? "ram" : "disk",
+                     ts->store_type >= 0 ? ":" : "",
+                     ts->store_type >= 0 ? pgd_kv_type_name((pgd_kv_type)ts->store_type) : "",
+                     comp);
+        }
+        snprintf(name, sizeof name, "%s%s%s%s", pgd_kv_type_name(ap->kv_type),
+                 ap->kv_rotate ? "+rotate" : "", ap->kv_select_pages ? "+quest" : "", tname);
         printf("%-16s %12.1f %10.4f %10.5f %12.6f %7.2f%%\n", name, bpt, ppl, ppl_err,
                s.kl / (double)s.n, 100.0 * (double)s.agree / (double)s.n);
     }
@@ -387,6 +495,7 @@ out:
     free(r.chunk);
     pe_ctx_destroy(r.ref);
     pe_ctx_destroy(r.ctx);
+    cli_tiers_close(&tiers);
     free(tokens);
     pe_model_destroy(m);
     free(text);

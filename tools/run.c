@@ -3,6 +3,12 @@
  * run.c - `pagoda run`: load a GGUF model, prefill the prompt in chunks through the paged
  * KV cache, then sample and stream tokens until -n tokens or an end-of-generation token.
  * Generated text goes to stdout as it is produced; the timing line goes to stderr.
+ *
+ * With --tier, the prompt is first matched against the tiers (pages an earlier run left
+ * there: a disk tier survives the process), its promoted pages are waited for, and only
+ * the rest is computed; the timing line then says how many prompt tokens came from where.
+ * At exit every cached page is evicted through the tiers (write-back) and the tiers are
+ * flushed, so the next run with the same disk tier finds this one's prompt and output.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,6 +19,7 @@
 #include "cli.h"
 #include "model.h"
 #include "sample.h"
+#include "tier_spec.h"
 
 static void usage(FILE *out)
 {
@@ -45,7 +52,11 @@ static void usage(FILE *out)
           "      --deterministic     batch-invariant products: a prompt's logits do not depend\n"
           "                          on its chunking (slower decode on AVX-512)\n"
           "      --page-tokens N     tokens per KV page, a power of two (default 16)\n"
-          "      --no-display-prompt do not echo the prompt\n"
+          "      --no-display-prompt do not echo the prompt\n",
+          out);
+    cli_tier_help(out);
+    fputs("                          run: the prompt is matched in the tiers first, and at\n"
+          "                          exit every page is written back to them and flushed\n"
           "  -h, --help\n",
           out);
 }
@@ -70,6 +81,7 @@ int cmd_run(int argc, char **argv)
                                          {"attn-ref", no_argument, 0, O_AREF},
                                          {"no-display-prompt", no_argument, 0, O_NDP},
                                          CLI_KV_LONG_OPTIONS,
+                                         CLI_TIER_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "pagoda run";
@@ -81,6 +93,8 @@ int cmd_run(int argc, char **argv)
     pe_ctx_params cp = pe_ctx_default_params();
     pe_sampler_params sp = pe_sampler_default_params();
     sp.seed = 3735928559u;
+    cli_tiers tiers;
+    memset(&tiers, 0, sizeof tiers);
     int c;
     optind = 1;
     for (;;) {
@@ -88,6 +102,9 @@ int cmd_run(int argc, char **argv)
         if (c == -1) break;
         {
             int kr = cli_kv_option(cmd, c, optarg, &cp);
+            if (kr < 0) return CLI_EXIT_USAGE;
+            if (kr > 0) continue;
+            kr = cli_tier_option(cmd, c, optarg, &tiers);
             if (kr < 0) return CLI_EXIT_USAGE;
             if (kr > 0) continue;
         }
@@ -198,6 +215,9 @@ int cmd_run(int argc, char **argv)
     pgd_seq *seq = NULL;
     char *piece = NULL;
     int show = isatty(2);
+    /* The tiers first: a disk tier held by another process fails before the model loads. */
+    if (cli_tiers_open(cmd, &tiers, pe_log_stderr, NULL)) goto out;
+    cli_tiers_apply(&tiers, &cp);
     if (pe_model_load(model_path, show ? cli_load_progress : NULL, &prog, &m, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
@@ -258,7 +278,22 @@ int cmd_run(int argc, char **argv)
     }
 
     double t0 = cli_now_s();
-    for (int64_t i = 0; i < n_prompt; i += ap->n_batch) {
+    /* With tiers: match all but the last token (its logits are needed), wait for the
+     * promoted pages, and compute from the sequence's length (a failed fill cuts it). */
+    int64_t n_cached = 0;
+    pgd_match_info mi;
+    memset(&mi, 0, sizeof mi);
+    if (tiers.n) {
+        int64_t mrc = pgd_seq_match(pe_ctx_cache(ctx), seq, toks, (size_t)n_prompt - 1);
+        if (mrc < 0) {
+            fprintf(stderr, "%s: prefix match failed: %s\n", cmd, pgd_strerror((int)mrc));
+            goto out;
+        }
+        pgd_seq_wait(pe_ctx_cache(ctx), seq);
+        n_cached = (int64_t)pgd_seq_length(pe_ctx_cache(ctx), seq);
+        pgd_seq_match_info(pe_ctx_cache(ctx), seq, &mi);
+    }
+    for (int64_t i = n_cached; i < n_prompt; i += ap->n_batch) {
         uint32_t n = (uint32_t)(n_prompt - i < ap->n_batch ? n_prompt - i : ap->n_batch);
         int frc = pe_forward(ctx, seq, toks + i, n, i + n == n_prompt ? logits : NULL, 0);
         if (frc < 0) {
@@ -294,13 +329,38 @@ int cmd_run(int argc, char **argv)
     pgd_cache_stats st;
     pgd_cache_get_stats(pe_ctx_cache(ctx), &st);
     double tp = t1 - t0, tg = t2 - t1;
+    char cached[256] = "";
+    if (tiers.n) {
+        /* " | cached: N tokens (pool N, ram N, disk N)": from pgd_seq_match_info. */
+        uint64_t in_tiers = 0;
+        for (uint32_t i = 0; i < mi.n_tiers; i++)
+            in_tiers += mi.tier_tokens[i];
+        uint64_t in_pool = (uint64_t)n_cached > in_tiers ? (uint64_t)n_cached - in_tiers : 0;
+        int w = snprintf(cached, sizeof cached, " | cached: %lld tokens (pool %llu",
+                         (long long)n_cached, (unsigned long long)in_pool);
+        for (uint32_t i = 0; i < mi.n_tiers && i < tiers.n && w > 0 && w < (int)sizeof cached; i++)
+            w += snprintf(cached + w, sizeof cached - (size_t)w, ", %s %llu",
+                          pgd_tier_name(tiers.tiers[i]), (unsigned long long)mi.tier_tokens[i]);
+        if (w > 0 && w < (int)sizeof cached) snprintf(cached + w, sizeof cached - (size_t)w, ")");
+    }
     fprintf(stderr,
             "prompt: %lld tokens, %.2f s, %.1f t/s | generated: %llu tokens, %.2f s, %.1f t/s"
-            " | KV pages used: %u of %u (%u tokens each, %s)\n",
+            " | KV pages used: %u of %u (%u tokens each, %s)%s\n",
             (long long)n_prompt, tp, tp > 0 ? n_prompt / tp : 0.0, (unsigned long long)n_gen, tg,
             tg > 0 ? n_gen / tg : 0.0, st.n_pages_used, st.n_pages_total, ap->page_tokens,
-            pgd_kv_type_name(ap->kv_type));
+            pgd_kv_type_name(ap->kv_type), cached);
     rc = CLI_EXIT_OK;
+    if (tiers.n) {
+        /* Commit what the generated tokens filled, then write everything back. */
+        pgd_seq_destroy(pe_ctx_cache(ctx), seq);
+        seq = NULL;
+        int wrc = cli_cache_write_back(pe_ctx_cache(ctx));
+        if (wrc != PGD_OK) {
+            fprintf(stderr, "%s: writing the KV pages back to the tiers: %s\n", cmd,
+                    pgd_strerror(wrc));
+            rc = CLI_EXIT_FAIL;
+        }
+    }
 out:
     if (seq) pgd_seq_destroy(pe_ctx_cache(ctx), seq);
     pe_sampler_destroy(smp);
@@ -308,6 +368,7 @@ out:
     free(logits);
     free(toks);
     pe_ctx_destroy(ctx);
+    cli_tiers_close(&tiers);
     pe_model_destroy(m);
     free(owned_prompt);
     return rc;

@@ -27,6 +27,11 @@
  *                   cache is f16) and attended by a scalar loop here: the reference that
  *                   the paged paths are tested against; one sequence per step only
  *
+ * Storage tiers (pe_ctx_params.tiers) go to the cache as they are: a match may promote
+ * pages from them, and a batch waits for its sequences' promotions (pgd_seq_wait) before
+ * it reads their lengths; callers that want to overlap that wait with other work check
+ * pgd_seq_ready first (the scheduler does).
+ *
  * Callers: tools/run.c, tools/eval.c, the scheduler, tests. Uses include/pagoda only.
  */
 #include <math.h>
@@ -140,6 +145,38 @@ static void tp_parallel(void *exec_ud, pgd_task_fn fn, void *fn_ud, uint32_t n_t
     pe_tp_run(exec_ud, fn, fn_ud, n_tasks);
 }
 
+/* Writes ", tiers ram, disk" (the names of p's tiers) into buf, or "" without tiers. */
+static void tier_names(const pgd_cache_params *p, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < p->n_tiers && len < n; i++) {
+        const char *name = p->tiers[i].tier ? pgd_tier_name(p->tiers[i].tier) : "(none)";
+        int w = snprintf(buf + len, n - len, "%s%s", i ? ", " : ", tiers ", name);
+        if (w < 0) break;
+        len += (size_t)w;
+    }
+}
+
+/* What a pgd_cache_create failure means when the cache has tiers (their bind is where
+ * EBUSY and EIO come from), as a clause to append to the status; "" otherwise. */
+static const char *tier_why(const pgd_cache_params *p, int rc)
+{
+    if (!p->n_tiers) return "";
+    switch (rc) {
+    case PGD_EBUSY:
+        return " (a tier is bound to another model or geometry, or its directory's lock is "
+               "held by another process)";
+    case PGD_EIO:
+        return " (a tier's directory or records could not be read or written; the lines "
+               "above say which)";
+    case PGD_EINVAL:
+        return " (bad tier parameters: a NULL tier, or more than the cache takes)";
+    default:
+        return "";
+    }
+}
+
 int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err, size_t errlen)
 {
     const pe_hparams *hp = &m->hp;
@@ -176,6 +213,20 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.model_fingerprint = m->fingerprint;
     cp.log = c->p.log; /* the cache hands it to its pool */
     cp.log_ud = c->p.log_ud;
+    cp.tiers = c->p.tiers;
+    cp.n_tiers = c->p.tiers ? c->p.n_tiers : 0;
+    cp.hash_key = c->p.hash_key;
+    cp.hash_key_len = c->p.hash_key ? c->p.hash_key_len : 0;
+    c->p.hash_key = NULL; /* borrowed for pe_ctx_create only */
+    c->p.hash_key_len = 0;
+    if (cp.n_tiers > PGD_MAX_TIERS) {
+        pe__errf(err, errlen, "%u storage tiers: at most %d", cp.n_tiers, PGD_MAX_TIERS);
+        goto fail;
+    }
+    if (cp.hash_key && (cp.hash_key_len < 1 || cp.hash_key_len > 256)) {
+        pe__errf(err, errlen, "hash key of %zu bytes: it takes 1 to 256", cp.hash_key_len);
+        goto fail;
+    }
     /* The library's own rules (codec geometry, rotation), explained in one line. */
     char why[160];
     if (pgd_pool_params_check(&cp.pool, why, sizeof why) != PGD_OK) {
@@ -191,9 +242,11 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->mm_flags = c->p.deterministic ? PE_MM_INVARIANT : 0;
     int rc = pgd_cache_create(&cp, &c->cache);
     if (rc != PGD_OK) {
-        pe__errf(err, errlen, "KV cache of %llu tokens (%s): %s",
-                 (unsigned long long)c->p.kv_tokens, pgd_kv_type_name(c->p.kv_type),
-                 pgd_strerror(rc));
+        char tiers[128];
+        tier_names(&cp, tiers, sizeof tiers);
+        pe__errf(err, errlen, "KV cache of %llu tokens (%s%s): %s%s",
+                 (unsigned long long)c->p.kv_tokens, pgd_kv_type_name(c->p.kv_type), tiers,
+                 pgd_strerror(rc), tier_why(&cp, rc));
         goto fail;
     }
     c->pool = pgd_cache_pool(c->cache);
@@ -348,6 +401,9 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
     for (uint32_t i = 0; i < n_items; i++) {
         const pe_batch_item *it = &items[i];
         if (!it->seq || !it->n || it->n > c->p.n_batch - n) return PGD_EINVAL;
+        /* A matched sequence whose tier pages are still being filled: wait, since a failed
+         * fill cuts its length back (a no-op when nothing is pending). */
+        pgd_seq_wait(c->cache, it->seq);
         pos0[i] = pgd_seq_length(c->cache, it->seq);
         if (pos0[i] + it->n > c->p.n_ctx) return PGD_EINVAL;
         for (uint32_t t = 0; t < it->n; t++)

@@ -12,7 +12,10 @@
  *    are guarded by s->mu. A request's progress (toks, n_tok, n_done, sampler, logits) is
  *    touched by the stepping thread only.
  *  - A running request owns a sequence whose length is n_done (tokens toks[0..n_done) have
- *    K/V); a waiting or done request owns none.
+ *    K/V); a waiting or done request owns none. A running request with `promoting` set
+ *    has pages still being filled from the tiers: it is left out of every batch until
+ *    pgd_seq_ready says they are done (settle), and n_done may then shrink to the
+ *    sequence's length (a failed fill).
  *  - While a step's forward pass and sampling run (in_flight), cancel only flags running
  *    requests; the step releases them. Requests are freed by the stepping thread only,
  *    after their final callback.
@@ -22,20 +25,23 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct req {
     uint64_t id;
     pe_token_cb cb;
     void *ud;
-    int32_t *toks;      /* [cap]: prompt, then generated tokens */
-    uint32_t n_tok;     /* tokens in toks */
-    uint32_t n_prompt;  /* submitted prompt */
-    uint32_t n_gen;     /* tokens passed to the callback */
-    uint32_t max_gen;   /* generation limit (max_tokens, bounded by the context) */
-    uint32_t n_done;    /* tokens with K/V in seq */
-    uint32_t n_prefill; /* n_tok at admission: positions below are prompt work */
-    uint32_t n_cached;  /* matched at first admission */
-    pgd_hash *hashes;   /* [cap / page_tokens]: block hashes of toks at (re)queue time */
+    int32_t *toks;          /* [cap]: prompt, then generated tokens */
+    uint32_t n_tok;         /* tokens in toks */
+    uint32_t n_prompt;      /* submitted prompt */
+    uint32_t n_gen;         /* tokens passed to the callback */
+    uint32_t max_gen;       /* generation limit (max_tokens, bounded by the context) */
+    uint32_t n_done;        /* tokens with K/V in seq */
+    uint32_t n_prefill;     /* n_tok at admission: positions below are prompt work */
+    uint32_t n_cached;      /* matched at first admission */
+    uint32_t n_cached_pool; /* of those, pinned in the pool */
+    uint32_t n_cached_tier[PGD_MAX_TIERS]; /* of those, promoted from tier i */
+    pgd_hash *hashes; /* [cap / page_tokens]: block hashes of toks at (re)queue time */
     uint32_t n_hash;
     uint8_t *salt;
     size_t salt_len;
@@ -49,6 +55,8 @@ typedef struct req {
     int admitted;    /* admitted at least once */
     int preempted;   /* requeued by preemption: goes first */
     int cancelled;   /* flagged by cancel while a step was in flight */
+    int promoting;   /* admitted; tier pages of its match may still be filling */
+    int first_match; /* promoting, and this is the first admission: fill n_cached* */
     int32_t out_tok; /* token to pass to the callback this step, -1 none */
     pe_finish finish;
     int status;       /* pgd_status of a PE_FINISH_ERROR finish; PGD_OK otherwise */
@@ -85,7 +93,18 @@ struct pe_sched {
     pe_batch_item *items; /* [max_running] */
     req **item_req;       /* [max_running] */
     int32_t *ev_tok;      /* [max_running]: token callbacks of a step, captured locked */
+    uint32_t n_tiers;     /* the cache's storage tiers */
+    /* The preemption cost model (scheduler.h "Preemption"). */
+    double page_bytes;  /* payload bytes of one pool page */
+    double flops_token; /* matrix-product FLOPs of one token (F) */
+    double flops_attn;  /* attention FLOPs coefficient: 2 * n_layer * n_head * head_dim */
+    double flops_per_s; /* measured forward rate (R); PE_SCHED_FLOPS_PER_S at first */
 };
+
+/* The preemption cost model's constants (scheduler.h "Preemption"). */
+#define PE_SCHED_COPY_BYTES_PER_S 4e9 /* page copy out to the RAM tier and back, each way */
+#define PE_SCHED_FLOPS_PER_S 2e10     /* forward rate before a step has measured it */
+#define PE_SCHED_RATE_MIN_TOKENS 64   /* steps with fewer tokens do not measure R */
 
 pe_sched_params pe_sched_default_params(void)
 {
@@ -170,6 +189,17 @@ int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
     s->n_vocab = pe_model_hparams(p.model)->n_vocab;
     s->pt = pgd_cache_page_tokens(s->cache);
     s->next_id = 1;
+    s->n_tiers = pgd_cache_n_tiers(s->cache);
+    {
+        const pe_hparams *hp = pe_model_hparams(p.model);
+        const double E = hp->n_embd, Q = (double)hp->n_head * hp->head_dim;
+        const double KV = (double)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+        s->page_bytes = (double)pgd_pool_page_bytes(pgd_cache_pool(s->cache));
+        s->flops_token =
+            2.0 * hp->n_layer * (E * Q + 2 * E * KV + Q * E + 3 * E * F) + 2.0 * E * hp->n_vocab;
+        s->flops_attn = 2.0 * hp->n_layer * Q;
+        s->flops_per_s = PE_SCHED_FLOPS_PER_S;
+    }
     s->waiting = calloc((size_t)p.max_queued + p.max_running, sizeof *s->waiting);
     s->running = calloc(p.max_running, sizeof *s->running);
     s->items = calloc(p.max_running, sizeof *s->items);
@@ -271,6 +301,13 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
     for (size_t i = 0; i < n; i++)
         pe_sampler_accept(r->smp, prompt[i]);
     rehash(s, r);
+    /* Prefetch: start moving the pages its match will want (all but the last token's)
+     * up from the slower tiers now, so they are in the fastest one, or resident, when it
+     * is admitted. Before the queue takes r: once queued, the stepping thread owns it. */
+    if (s->n_tiers && !s->p.no_prefix_cache) {
+        size_t n_match = (n - 1) / s->pt;
+        pgd_cache_prefetch(s->cache, r->hashes, n_match < r->n_hash ? n_match : r->n_hash);
+    }
 
     pthread_mutex_lock(&s->mu);
     if (s->n_waiting >= s->p.max_queued) {
@@ -519,9 +556,13 @@ static void admit(pe_sched *s)
         w->n_prefill = w->n_tok;
         w->admit_seq = ++s->admit_counter;
         w->preempted = 0;
+        /* With tiers, part of the match may still be filling: settle() finds out. */
+        w->promoting = s->n_tiers && cached > 0;
+        w->first_match = w->promoting && !w->admitted;
         if (!w->admitted) {
             w->admitted = 1;
             w->n_cached = (uint32_t)cached;
+            w->n_cached_pool = (uint32_t)cached;
         }
         s->st.n_prompt_tokens_cached += (uint64_t)cached;
         s->running[s->n_running++] = w;
@@ -529,7 +570,22 @@ static void admit(pe_sched *s)
     }
 }
 
-/* Releases the newest running request and requeues it at the front. Lock held. */
+/* Returns 1 when parking r's pages in the tiers (swap) costs less than recomputing them
+ * (scheduler.h "Preemption" states the formula), 0 when recompute does or there is no
+ * tier. Lock held. */
+static int swap_cheaper(const pe_sched *s, const req *r)
+{
+    if (!s->n_tiers || s->p.no_prefix_cache) return 0;
+    const double n_pages = (double)(r->n_done / s->pt), n = n_pages * s->pt;
+    if (n_pages == 0) return 0;
+    const double swap_s = 2.0 * n_pages * s->page_bytes / PE_SCHED_COPY_BYTES_PER_S;
+    const double recompute_s = (n * s->flops_token + s->flops_attn * n * n) / s->flops_per_s;
+    return swap_s < recompute_s;
+}
+
+/* Releases the newest running request and requeues it at the front: its pages are parked
+ * in the tiers first when that is cheaper than recomputing them (swap), else dropped to
+ * the pool's cache (recompute). Lock held. */
 static void preempt_newest(pe_sched *s)
 {
     uint32_t k = 0;
@@ -538,6 +594,14 @@ static void preempt_newest(pe_sched *s)
     req *r = s->running[k];
     memmove(&s->running[k], &s->running[k + 1], (s->n_running - k - 1) * sizeof *s->running);
     s->n_running--;
+    if (!r->promoting && swap_cheaper(s, r)) {
+        pgd_seq_park(s->cache, r->seq);
+        s->st.n_preempt_swap++;
+    } else {
+        s->st.n_preempt_recompute++;
+    }
+    r->promoting = 0;
+    r->first_match = 0;
     pgd_seq_destroy(s->cache, r->seq);
     r->seq = NULL;
     r->n_done = 0;
@@ -552,6 +616,49 @@ static void preempt_newest(pe_sched *s)
 
 /* ---- step ---- */
 
+/* A promoting request whose pages are all filled: its length may have been cut back by a
+ * failed fill (n_done and, at the first admission, n_cached follow it), and at the first
+ * admission the cached tokens are split by where they came from. Lock held. */
+static void match_done(pe_sched *s, req *r)
+{
+    uint64_t len = pgd_seq_length(s->cache, r->seq);
+    if (len < r->n_done) {
+        s->st.n_prompt_tokens_cached -= r->n_done - len;
+        r->n_done = (uint32_t)len;
+    }
+    if (r->first_match) {
+        pgd_match_info mi;
+        uint64_t in_tiers = 0;
+        pgd_seq_match_info(s->cache, r->seq, &mi);
+        r->n_cached = r->n_done;
+        for (uint32_t i = 0; i < mi.n_tiers && i < PGD_MAX_TIERS; i++) {
+            uint64_t t = mi.tier_tokens[i];
+            if (t > r->n_cached - in_tiers) t = r->n_cached - in_tiers;
+            r->n_cached_tier[i] = (uint32_t)t;
+            in_tiers += t;
+        }
+        r->n_cached_pool = r->n_cached - (uint32_t)in_tiers;
+    }
+    r->promoting = 0;
+    r->first_match = 0;
+}
+
+/* Settles every running request whose promotions are done. Returns the first one still
+ * promoting, or NULL. Lock held. */
+static req *settle(pe_sched *s)
+{
+    req *first = NULL;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        req *r = s->running[i];
+        if (!r->promoting || r->cancelled) continue;
+        if (pgd_seq_ready(s->cache, r->seq))
+            match_done(s, r);
+        else if (!first)
+            first = r;
+    }
+    return first;
+}
+
 /* Fills s->items with decode tokens first, then prefill chunks, within the budget.
  * Returns the number of items. Lock held. */
 static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
@@ -565,6 +672,7 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
         for (uint32_t i = 0; i < s->n_running && budget; i++) {
             req *r = s->running[i];
             uint32_t rem = r->n_tok - r->n_done;
+            if (r->promoting || r->cancelled) continue; /* not ready, or being released */
             if ((pass == 0) != (rem == 1)) continue;
             uint32_t k = rem < s->p.chunk ? rem : s->p.chunk;
             if (k > budget) k = budget;
@@ -582,6 +690,13 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
     }
     *n_tokens = s->p.step_tokens - budget;
     return n;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Samples the next token of r from its logits; sets out_tok and finish. Stepping thread. */
@@ -616,7 +731,10 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
         u.cached_tokens = r->n_cached;
         u.completion_tokens = r->n_gen;
         u.status = r->status;
-        u.cached_pool_tokens = r->n_cached;
+        u.cached_pool_tokens = r->n_cached_pool;
+        u.n_tiers = s->n_tiers;
+        for (uint32_t i = 0; i < s->n_tiers && i < PGD_MAX_TIERS; i++)
+            u.cached_tier_tokens[i] = r->n_cached_tier[i];
         r->cb(r->ud, r->id, -1, r->finish, &u);
         req_destroy(s, r);
     }
@@ -632,12 +750,32 @@ int pe_sched_step(pe_sched *s)
     admit(s);
     for (;;) {
         rc = 0;
+        req *pending = settle(s);
         n_items = build_batch(s, &n_tokens);
+        if (!n_items && pending) {
+            /* Nothing else can run: wait for the oldest admission's promotions, without
+             * the lock (in flight, so cancel only flags it). */
+            pgd_seq *seq = pending->seq;
+            s->in_flight = 1;
+            pthread_mutex_unlock(&s->mu);
+            pgd_seq_wait(s->cache, seq);
+            pthread_mutex_lock(&s->mu);
+            s->in_flight = 0;
+            reap_cancelled(s);
+            continue;
+        }
         if (!n_items) break;
         s->in_flight = 1;
         pthread_mutex_unlock(&s->mu);
+        double t0 = now_s();
         rc = pe_forward_batch(s->ctx, s->items, n_items);
+        double dt = now_s() - t0;
         pthread_mutex_lock(&s->mu);
+        if (rc == 0 && n_tokens >= PE_SCHED_RATE_MIN_TOKENS && dt > 0) {
+            /* R of the cost model: this step's matrix-product rate, smoothed. */
+            double r = (double)n_tokens * s->flops_token / dt;
+            s->flops_per_s = 0.75 * s->flops_per_s + 0.25 * r;
+        }
         if (rc != PGD_ENOSPC) break;
         s->in_flight = 0;
         reap_cancelled(s);

@@ -30,11 +30,30 @@
  * When the request picked does not fit the free pages, admission stops for this step. With
  * no_prefix_cache nothing is matched or shared and admission is first come, first served.
  *
+ * Storage tiers (the context's pe_ctx_params.tiers): the match at admission may include
+ * pages promoted from a tier, filled in the background. Such a request is admitted (its
+ * pages are allocated) but left out of each batch until pgd_seq_ready says its pages are
+ * filled, while the other requests run; when nothing else can run, the step waits for it
+ * (pgd_seq_wait). Once filled it resumes from the sequence's length: a fill that failed
+ * (a damaged or vanished record) cut the sequence back, and the rest is computed.
+ * pe_usage splits cached_tokens by where they came from (pgd_seq_match_info, after the
+ * fills). pe_sched_submit starts a prefetch of the request's pages (pgd_cache_prefetch),
+ * so that by admission they sit in the fastest tier.
+ *
  * Preemption: when the pool cannot hold a step's tokens (PGD_ENOSPC, nothing changed),
- * the newest running request is released (its sequence destroyed; its pages stay cached
- * until evicted) and requeued at the front with prompt + generated tokens as its new
- * prompt; the step is retried. A request that does not fit even alone finishes with
- * PE_FINISH_ERROR and status PGD_ENOSPC.
+ * the newest running request is released and requeued at the front with prompt +
+ * generated tokens as its new prompt; the step is retried. Released how, by cost: with
+ * tiers, its P registered pages (n = P * page_tokens tokens) are either parked in the
+ * first tier (swap: pgd_seq_park, then destroy; the requeued request matches them back)
+ * or just dropped to the pool's cache (recompute: destroy), whichever is cheaper:
+ *     swap      = 2 * P * page_bytes / B                  (out to the tier and back in)
+ *     recompute = (n * F + 2 * n_layer * n_head * head_dim * n^2) / R
+ * with B = 4e9 bytes/s (a memcpy-class copy, PE_SCHED_COPY_BYTES_PER_S in scheduler.c),
+ * F = the model's matrix-product FLOPs per token (2 * weights of every layer and the
+ * output), the n^2 term attention's, and R the forward rate the scheduler measures on its
+ * own steps of 64 tokens or more (smoothed; 2e10 FLOP/s before the first). Without tiers
+ * it is always recompute. pe_sched_stats counts each. A request that does not fit even
+ * alone finishes with PE_FINISH_ERROR and status PGD_ENOSPC.
  *
  * Threads: submit, cancel and stats may be called from any thread while one thread calls
  * step (and only that one: step, run_until_idle and destroy must not overlap). One mutex
@@ -163,6 +182,8 @@ typedef struct pe_sched_stats {
     uint64_t n_prompt_tokens_cached;   /* prefill tokens matched from the cache */
     uint64_t n_generated_tokens;       /* tokens sampled */
     uint64_t n_steps;                  /* steps that ran a forward pass */
+    uint64_t n_preempt_swap;           /* preemptions that parked the pages in a tier */
+    uint64_t n_preempt_recompute;      /* preemptions that dropped them (recomputed later) */
 } pe_sched_stats;
 
 /* Fills *out. Any thread. O(1). */

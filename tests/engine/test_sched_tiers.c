@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_sched_tiers.c - the scheduler (engine/runtime/scheduler.c) over a cache with storage
+ * tiers, on stories260K (f32 KV, batch-invariant products, so a cached prefix gives the
+ * very tokens a cold run gives):
+ *   - a request whose prefix is only in the RAM tier (computed, then evicted from the pool
+ *     into the tier) is admitted with its whole pages cached from "ram" (pe_usage:
+ *     cached_tier_tokens[0], nothing from the pool) and produces a cold run's tokens;
+ *   - a request whose promotion is not done yet (a tier whose get is held back) is left
+ *     out of the batch while another request keeps decoding; once the fills are let go it
+ *     finishes with a cold run's tokens;
+ *   - a damaged record (a wrapped tier whose get fails for one block, as a checksum
+ *     failure does) cuts the match back to the pages before it: the rest is computed and
+ *     the output is still a cold run's; usage counts only what was really promoted;
+ *   - preemption with a RAM tier parks pages (swap) and counts it; without tiers every
+ *     preemption is a recompute; either way every request gets its solo output.
+ * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
+ * source tree; skipped (77) when none is found.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "scheduler.h"
+#include "t.h"
+
+#define MAX_OUT 128
+
+static pe_model *g_model;
+
+typedef struct out {
+    int32_t toks[MAX_OUT];
+    uint32_t n;
+    int n_final;
+    pe_finish finish;
+    pe_usage u;
+} out;
+
+static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe_usage *u)
+{
+    out *o = ud;
+    (void)id;
+    if (why == PE_FINISH_NONE) {
+        if (o->n < MAX_OUT) o->toks[o->n++] = tok;
+        return;
+    }
+    o->finish = why;
+    o->u = *u;
+    o->n_final++;
+}
+
+/* ---- a wrapped RAM tier: get can be held back (a gate) or fail for one block ---- */
+
+typedef struct wrap {
+    pgd_tier *inner; /* a real RAM tier */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int gate_closed; /* get waits while set */
+    int fail_set;    /* get of fail_block fails as a damaged record does */
+    pgd_hash fail_block;
+    uint64_t n_gets, n_failed;
+} wrap;
+
+static int w_bind(void *st, const pgd_record_ident *id)
+{
+    return pgd_tier_bind(((wrap *)st)->inner, id);
+}
+static int w_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
+                 pgd_tier_spill_fn spill, void *ud)
+{
+    return pgd_tier_put(((wrap *)st)->inner, b, p, page, bounds, spill, ud);
+}
+static int w_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    wrap *w = st;
+    pthread_mutex_lock(&w->mu);
+    while (w->gate_closed)
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->n_gets++;
+    int fail = w->fail_set && pgd_hash_eq(b, w->fail_block);
+    if (fail) w->n_failed++;
+    pthread_mutex_unlock(&w->mu);
+    if (fail) return PGD_ENOTFOUND; /* damaged: dropped, a miss */
+    return pgd_tier_get(w->inner, b, page, bounds);
+}
+static size_t w_lookup(void *st, const pgd_hash *h, size_t n)
+{
+    return pgd_tier_lookup(((wrap *)st)->inner, h, n);
+}
+static int w_del(void *st, pgd_hash b)
+{
+    return pgd_tier_del(((wrap *)st)->inner, b);
+}
+static void w_stats(void *st, pgd_tier_stats *o)
+{
+    pgd_tier_get_stats(((wrap *)st)->inner, o);
+}
+static int w_flush(void *st)
+{
+    return pgd_tier_flush(((wrap *)st)->inner);
+}
+static void w_close(void *st)
+{
+    (void)st; /* the test closes the inner tier itself */
+}
+
+static const pgd_tier_ops wrap_ops = {"ram", w_bind,  w_put,   w_get,  w_lookup,
+                                      w_del, w_stats, w_flush, w_close};
+
+static void gate(wrap *w, int closed)
+{
+    pthread_mutex_lock(&w->mu);
+    w->gate_closed = closed;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- contexts ---- */
+
+typedef struct rig {
+    pgd_tier *ram;  /* the real RAM tier */
+    pgd_tier *tier; /* what the cache sees: ram itself, or the wrapper around it */
+    wrap w;
+    pgd_tier_use use;
+    pe_ctx *ctx;
+    pe_sched *s;
+} rig;
+
+static pe_ctx *make_ctx(uint64_t kv_tokens, const pgd_tier_use *use, uint32_t n_use)
+{
+    pe_ctx_params p = pe_ctx_default_params();
+    char err[256];
+    pe_ctx *c;
+    p.n_ctx = 512;
+    p.n_batch = 256;
+    p.page_tokens = 16;
+    p.kv_type = PGD_KV_F32;
+    p.n_threads = 2;
+    p.kv_tokens = kv_tokens;
+    p.deterministic = 1;
+    p.tiers = use;
+    p.n_tiers = n_use;
+    if (pe_ctx_create(g_model, &p, &c, err, sizeof err)) {
+        fprintf(stderr, "pe_ctx_create: %s\n", err);
+        return NULL;
+    }
+    return c;
+}
+
+static pe_sched *make_sched(pe_ctx *c, uint32_t max_running)
+{
+    pe_sched_params p = pe_sched_default_params();
+    pe_sched *s;
+    p.model = g_model;
+    p.max_running = max_running;
+    p.max_queued = 16;
+    if (pe_sched_create(c, &p, &s)) return NULL;
+    return s;
+}
+
+/* A context with one RAM tier of 4 MiB (wrapped when wrapped is set), and a scheduler. */
+static int rig_open(rig *r, int wrapped, uint64_t kv_tokens, uint32_t max_running)
+{
+    memset(r, 0, sizeof *r);
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = 4u << 20;
+    T_OK(pgd_tier_ram_create(&rp, &r->ram));
+    r->tier = r->ram;
+    if (wrapped) {
+        r->w.inner = r->ram;
+        pthread_mutex_init(&r->w.mu, NULL);
+        pthread_cond_init(&r->w.cv, NULL);
+        T_OK(pgd_tier_wrap(&wrap_ops, &r->w, &r->tier));
+    }
+    r->use.tier = r->tier;
+    r->ctx = make_ctx(kv_tokens, &r->use, 1);
+    T_ASSERT(r->ctx);
+    r->s = make_sched(r->ctx, max_running);
+    T_ASSERT(r->s);
+    return 0;
+}
+
+static void rig_close(rig *r)
+{
+    pe_sched_destroy(r->s);
+    pe_ctx_destroy(r->ctx);
+    if (r->tier != r->ram) {
+        pgd_tier_close(r->tier);
+        pthread_mutex_destroy(&r->w.mu);
+        pthread_cond_destroy(&r->w.cv);
+    }
+    pgd_tier_close(r->ram);
+}
+
+static pe_request_params greedy(uint32_t max_tokens)
+{
+    pe_request_params rp = pe_request_default_params();
+    rp.max_tokens = max_tokens;
+    rp.sampler.temp = 0;
+    rp.stop_on_eog = 0;
+    return rp;
+}
+
+static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
+}
+
+/* Runs one request alone on a fresh context without tiers; its tokens into *o. */
+static int run_cold(const int32_t *prompt, uint32_t n, uint32_t max_tokens, out *o)
+{
+    pe_ctx *c = make_ctx(4096, NULL, 0);
+    T_ASSERT(c);
+    pe_sched *s = make_sched(c, 4);
+    T_ASSERT(s);
+    pe_request_params rp = greedy(max_tokens);
+    uint64_t id;
+    memset(o, 0, sizeof *o);
+    T_OK(pe_sched_submit(s, &rp, prompt, n, on_token, o, &id));
+    T_OK(pe_sched_run_until_idle(s));
+    T_EQ(o->n_final, 1);
+    T_EQ(o->n, max_tokens);
+    T_EQ(o->u.cached_tokens, 0);
+    T_EQ(o->u.n_tiers, 0);
+    pe_sched_destroy(s);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
+/* Runs prompt to completion on r, then evicts every page from the pool into the tier. */
+static int fill_tier(rig *r, const int32_t *prompt, uint32_t n, uint32_t max_tokens)
+{
+    out o;
+    uint64_t id;
+    pe_request_params rp = greedy(max_tokens);
+    memset(&o, 0, sizeof o);
+    T_OK(pe_sched_submit(r->s, &rp, prompt, n, on_token, &o, &id));
+    T_OK(pe_sched_run_until_idle(r->s));
+    T_EQ(o.n_final, 1);
+    pgd_cache *c = pe_ctx_cache(r->ctx);
+    T_ASSERT(pgd_cache_clear(c) > 0);
+    T_OK(pgd_cache_flush(c));
+    pgd_cache_stats cs;
+    pgd_cache_get_stats(c, &cs);
+    T_EQ(cs.n_pages_cached, 0);
+    pgd_tier_stats ts;
+    pgd_tier_get_stats(r->ram, &ts);
+    T_ASSERT(ts.n_records >= n / 16);
+    return 0;
+}
+
+#define PROMPT 100
+#define GEN 24
+
+static int test_prefix_from_ram(void)
+{
+    uint64_t seed = 5;
+    int32_t prompt[PROMPT];
+    out cold, warm;
+    random_tokens(&seed, prompt, PROMPT);
+    prompt[0] = 1;
+    T_OK(run_cold(prompt, PROMPT, GEN, &cold));
+    rig r;
+    T_OK(rig_open(&r, 0, 4096, 4));
+    T_OK(fill_tier(&r, prompt, PROMPT, GEN));
+    pe_request_params rp = greedy(GEN);
+    uint64_t id;
+    memset(&warm, 0, sizeof warm);
+    T_OK(pe_sched_submit(r.s, &rp, prompt, PROMPT, on_token, &warm, &id));
+    T_OK(pe_sched_run_until_idle(r.s));
+    T_EQ(warm.n_final, 1);
+    T_EQ(warm.n, GEN);
+    /* All but the last token are matched: 99 tokens, 6 whole pages. */
+    T_EQ(warm.u.cached_tokens, 96);
+    T_EQ(warm.u.n_tiers, 1);
+    T_EQ(warm.u.cached_tier_tokens[0], 96);
+    T_EQ(warm.u.cached_pool_tokens, 0);
+    T_EQ(warm.u.prompt_tokens, PROMPT);
+    if (memcmp(warm.toks, cold.toks, GEN * sizeof(int32_t)))
+        T_FAIL("the output from the RAM tier's pages differs from a cold run's");
+    pgd_cache_tier_stats cts;
+    T_OK(pgd_cache_get_tier_stats(pe_ctx_cache(r.ctx), 0, &cts));
+    T_EQ(cts.hit_tokens, 96);
+    T_EQ(cts.promoted_pages, 6);
+    pe_sched_stats st;
+    pe_sched_get_stats(r.s, &st);
+    T_EQ(st.n_prompt_tokens_cached, 96);
+    T_OK(pgd_cache_check(pe_ctx_cache(r.ctx)));
+    rig_close(&r);
+    return 0;
+}
+
+static int test_not_ready_left_out(void)
+{
+    uint64_t seed = 7;
+    int32_t prompt[PROMPT], other[40];
+    out cold, a, b;
+    random_tokens(&seed, prompt, PROMPT);
+    random_tokens(&seed, other, 40);
+    T_OK(run_cold(prompt, PROMPT, GEN, &cold));
+    rig r;
+    T_OK(rig_open(&r, 1, 4096, 4));
+    T_OK(fill_tier(&r, prompt, PROMPT, GEN));
+    pe_request_params rp = greedy(100);
+    uint64_t id;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    T_OK(pe_sched_submit(r.s, &rp, other, 40, on_token, &a, &id));
+    T_OK(pe_sched_step(r.s)); /* a's prefill */
+    T_OK(pe_sched_step(r.s));
+    gate(&r.w, 1);
+    rp = greedy(GEN);
+    T_OK(pe_sched_submit(r.s, &rp, prompt, PROMPT, on_token, &b, &id));
+    uint32_t a_before = a.n;
+    for (int i = 0; i < 6; i++) {
+        T_OK(pe_sched_step(r.s));
+        pe_sched_stats st;
+        pe_sched_get_stats(r.s, &st);
+        T_EQ(st.n_running, 2); /* b is admitted, its pages allocated */
+    }
+    T_EQ(a.n, a_before + 6); /* a decoded every step */
+    T_EQ(b.n, 0);            /* b waited for its fills */
+    gate(&r.w, 0);
+    T_OK(pe_sched_run_until_idle(r.s));
+    T_EQ(b.n_final, 1);
+    T_EQ(b.u.cached_tokens, 96);
+    T_EQ(b.u.cached_tier_tokens[0], 96);
+    if (memcmp(b.toks, cold.toks, GEN * sizeof(int32_t)))
+        T_FAIL("the output after a held-back promotion differs from a cold run's");
+    T_OK(pgd_cache_check(pe_ctx_cache(r.ctx)));
+    rig_close(&r);
+    return 0;
+}
+
+static int test_damaged_record_falls_back(void)
+{
+    uint64_t seed = 9;
+    int32_t prompt[PROMPT];
+    pgd_hash h[PROMPT / 16];
+    out cold, warm;
+    random_tokens(&seed, prompt, PROMPT);
+    T_OK(run_cold(prompt, PROMPT, GEN, &cold));
+    rig r;
+    T_OK(rig_open(&r, 1, 4096, 4));
+    T_OK(fill_tier(&r, prompt, PROMPT, GEN));
+    T_EQ(pgd_cache_hash_tokens(pe_ctx_cache(r.ctx), NULL, 0, prompt, PROMPT, h, PROMPT / 16),
+         PROMPT / 16);
+    r.w.fail_set = 1;
+    r.w.fail_block = h[2]; /* the third page's record is damaged */
+    pe_request_params rp = greedy(GEN);
+    uint64_t id;
+    memset(&warm, 0, sizeof warm);
+    T_OK(pe_sched_submit(r.s, &rp, prompt, PROMPT, on_token, &warm, &id));
+    T_OK(pe_sched_run_until_idle(r.s));
+    T_EQ(warm.n_final, 1);
+    T_EQ(warm.n, GEN);
+    T_EQ(r.w.n_failed, 1);
+    /* Cut back to the two pages before the damaged one; the rest was computed. */
+    T_EQ(warm.u.cached_tokens, 32);
+    T_EQ(warm.u.cached_tier_tokens[0] + warm.u.cached_pool_tokens, 32);
+    if (memcmp(warm.toks, cold.toks, GEN * sizeof(int32_t)))
+        T_FAIL("the output after a damaged record differs from a cold run's");
+    pe_sched_stats st;
+    pe_sched_get_stats(r.s, &st);
+    T_EQ(st.n_prompt_tokens_cached, 32);
+    T_OK(pgd_cache_check(pe_ctx_cache(r.ctx)));
+    rig_close(&r);
+    return 0;
+}
+
+#define N_LONG 6
+
+/* A pool of 128 tokens for 6 requests of 40 + 60: preemption; with_tier: a RAM tier. */
+static int preempt_run(int with_tier, pe_sched_stats *st)
+{
+    uint64_t seed = 37;
+    int32_t prompts[N_LONG][40];
+    static out alone[N_LONG], batch[N_LONG];
+    for (int i = 0; i < N_LONG; i++) {
+        random_tokens(&seed, prompts[i], 40);
+        T_OK(run_cold(prompts[i], 40, 60, &alone[i]));
+    }
+    rig r;
+    pe_ctx *c;
+    pe_sched *s;
+    if (with_tier) {
+        T_OK(rig_open(&r, 0, 128, 4));
+        c = r.ctx;
+        s = r.s;
+    } else {
+        c = make_ctx(128, NULL, 0);
+        T_ASSERT(c);
+        s = make_sched(c, 4);
+        T_ASSERT(s);
+    }
+    pe_request_params rp = greedy(60);
+    for (int i = 0; i < N_LONG; i++) {
+        uint64_t id;
+        memset(&batch[i], 0, sizeof batch[i]);
+        T_OK(pe_sched_submit(s, &rp, prompts[i], 40, on_token, &batch[i], &id));
+    }
+    for (int n = 0; n < 10000; n++) {
+        int rc = pe_sched_step(s);
+        T_OK(rc);
+        T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+        pe_sched_get_stats(s, st);
+        if (rc == 0 && st->n_running + st->n_waiting == 0) break;
+    }
+    T_EQ(st->n_running + st->n_waiting, 0);
+    T_ASSERT(st->n_preemptions > 0);
+    T_EQ(st->n_preempt_swap + st->n_preempt_recompute, st->n_preemptions);
+    for (int i = 0; i < N_LONG; i++) {
+        T_EQ(batch[i].n_final, 1);
+        T_EQ(batch[i].n, 60);
+        if (memcmp(batch[i].toks, alone[i].toks, 60 * sizeof(int32_t)))
+            T_FAIL("request %d: output after preemption (%s) differs from solo", i,
+                   with_tier ? "tier" : "no tier");
+    }
+    if (with_tier) {
+        pgd_cache_tier_stats cts;
+        T_OK(pgd_cache_get_tier_stats(pe_ctx_cache(c), 0, &cts));
+        printf("     with a RAM tier: %" PRIu64 " preemptions, %" PRIu64 " swaps, %" PRIu64
+               " pages parked, %" PRIu64 " prompt tokens computed\n",
+               st->n_preemptions, st->n_preempt_swap, cts.parked_pages,
+               st->n_prompt_tokens_computed);
+        rig_close(&r);
+    } else {
+        printf("     without tiers: %" PRIu64 " preemptions, all recomputed, %" PRIu64
+               " prompt tokens computed\n",
+               st->n_preemptions, st->n_prompt_tokens_computed);
+        pe_sched_destroy(s);
+        pe_ctx_destroy(c);
+    }
+    return 0;
+}
+
+static int test_preempt_swap_or_recompute(void)
+{
+    pe_sched_stats st;
+    T_OK(preempt_run(0, &st));
+    T_EQ(st.n_preempt_swap, 0);
+    T_EQ(st.n_preempt_recompute, st.n_preemptions);
+    /* stories260K: a page is 16 tokens x 5 layers x 2 x 32 floats = 20 KiB, a few us to
+     * move, against ~0.5 MFLOP per token to recompute: swap wins. */
+    T_OK(preempt_run(1, &st));
+    T_ASSERT(st.n_preempt_swap > 0);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    char buf[1024], err[512];
+    const char *path = argc > 1 ? argv[1] : NULL;
+    if (!path && t_model_file(buf, sizeof buf, "stories260K.gguf")) path = buf;
+    if (!path) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR or pass a model path)");
+    if (pe_model_load(path, NULL, NULL, &g_model, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    T_RUN(test_prefix_from_ram);
+    T_RUN(test_not_ready_left_out);
+    T_RUN(test_damaged_record_falls_back);
+    T_RUN(test_preempt_swap_or_recompute);
+    pe_model_destroy(g_model);
+    T_DONE();
+}

@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_tier_spec.c - the --tier / --hash-key-file parser of the engine commands
+ * (tools/tier_spec.c, compiled in):
+ *   - good specs give the fields they spell (sizes with K/M/G/T, binary; ram re-encoding
+ *     and compression in any order; disk fsync, direct, write-through[=N]);
+ *   - each bad spec fails with exactly one line on stderr that names the wrong part;
+ *   - more than PGD_MAX_TIERS tiers, --hash-key-file twice are refused;
+ *   - cli_tiers_open creates the tiers in order: the hash key is the first disk tier's
+ *     stable key (the same after reopening), or the key file's bytes; a key file that is
+ *     empty or over 256 bytes is refused; a directory held by another open tier is EBUSY;
+ *   - the --help block spells out the syntax, the sizes, the fsync policy and both modes.
+ * argv[1]: a scratch directory.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "t.h"
+#include "tier_spec.h"
+
+static const char *g_dir = "tier_spec.d";
+static char g_err[4096];
+
+/* Runs cli_tier_spec_parse with stderr captured into g_err. */
+static int parse(const char *spec, cli_tier_spec *o)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+    int rc = cli_tier_spec_parse("pagoda run", spec, o);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    t_slurp(path, g_err, sizeof g_err);
+    return rc;
+}
+
+static int lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static int test_good_specs(void)
+{
+    cli_tier_spec o;
+    T_OK(parse("ram:8G", &o));
+    T_EQ(o.kind, CLI_TIER_RAM);
+    T_EQ(o.capacity_bytes, 8ull << 30);
+    T_EQ(o.store_type, -1);
+    T_EQ(o.compression, PGD_RECORD_RAW);
+    T_EQ(g_err[0], '\0');
+    T_OK(parse("ram:512k:zstd:q4_0", &o));
+    T_EQ(o.capacity_bytes, 512ull << 10);
+    T_EQ(o.store_type, PGD_KV_Q4_0);
+    T_EQ(o.compression, PGD_RECORD_ZSTD);
+    T_OK(parse("ram:3M:q8_0:lz4", &o));
+    T_EQ(o.store_type, PGD_KV_Q8_0);
+    T_EQ(o.compression, PGD_RECORD_LZ4);
+    T_OK(parse("ram:4096", &o));
+    T_EQ(o.capacity_bytes, 4096);
+
+    T_OK(parse("disk:/var/cache/pagoda:100G", &o));
+    T_EQ(o.kind, CLI_TIER_DISK);
+    T_ASSERT(!strcmp(o.path, "/var/cache/pagoda"));
+    T_EQ(o.capacity_bytes, 100ull << 30);
+    T_EQ(o.fsync, 0);
+    T_EQ(o.o_direct, 0);
+    T_EQ(o.write_through, 0);
+    T_OK(parse("disk:rel/dir:2T:write-through:fsync:direct", &o));
+    T_ASSERT(!strcmp(o.path, "rel/dir"));
+    T_EQ(o.capacity_bytes, 2ull << 40);
+    T_EQ(o.fsync, 1);
+    T_EQ(o.o_direct, 1);
+    T_EQ(o.write_through, 1);
+    T_EQ(o.admit_hits, 0);
+    T_OK(parse("disk:d:64M:write-through=3", &o));
+    T_EQ(o.write_through, 1);
+    T_EQ(o.admit_hits, 3);
+    return 0;
+}
+
+/* Each bad spec: -1, one line, which contains the wrong part (and the command). */
+static int test_bad_specs(void)
+{
+    static const struct {
+        const char *spec, *part;
+    } cases[] = {
+        {"ram", "ram"},
+        {"ram:", "ram:"},
+        {"ram:8X", "8X"},
+        {"ram:0", "0"},
+        {"ram:-1G", "-1G"},
+        {"ram:8G:q5_1", "q5_1"},
+        {"ram:8G:q8_0:q4_0", "q4_0"},
+        {"ram:8G:lz4:zstd", "zstd"},
+        {"ram:8G:fsync", "fsync"},
+        {"tape:/dev/st0:8G", "tape"},
+        {"", "unknown tier kind"},
+        {"disk", "disk:PATH:SIZE"},
+        {"disk:/tmp/x", "disk:PATH:SIZE"},
+        {"disk::8G", "empty"},
+        {"disk:/tmp/x:", "size"},
+        {"disk:/tmp/x:1.5G", "1.5G"},
+        {"disk:/tmp/x:8G:fsinc", "fsinc"},
+        {"disk:/tmp/x:8G:fsync:fsync", "fsync"},
+        {"disk:/tmp/x:8G:write-through=", "write-through=N"},
+        {"disk:/tmp/x:8G:write-through=two", "two"},
+        {"disk:/tmp/x:8G:write-throughput", "write-throughput"},
+        {"disk:C:/x:8G", "x"},
+        {"disk:a:1G:fsync:direct:write-through:fsync:x:y", "too many"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_tier_spec o;
+        if (parse(cases[i].spec, &o) != -1) T_FAIL("'%s' was accepted", cases[i].spec);
+        if (lines(g_err) != 1) T_FAIL("'%s': %d lines: %s", cases[i].spec, lines(g_err), g_err);
+        if (!strstr(g_err, cases[i].part) || !strstr(g_err, "pagoda run: --tier '"))
+            T_FAIL("'%s': the message does not name '%s': %s", cases[i].spec, cases[i].part, g_err);
+    }
+    return 0;
+}
+
+static int test_options(void)
+{
+    cli_tiers t;
+    memset(&t, 0, sizeof t);
+    char spec[64];
+    for (int i = 0; i < PGD_MAX_TIERS; i++) {
+        snprintf(spec, sizeof spec, "ram:%dM", i + 1);
+        T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &t), 1);
+    }
+    T_EQ(t.n, PGD_MAX_TIERS);
+    T_EQ(t.specs[7].capacity_bytes, 8ull << 20);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, "ram:1M", &t), -1);
+    T_EQ(cli_tier_option("x", 'm', "model", &t), 0);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, "k", &t), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, "k", &t), -1);
+    T_ASSERT(!strcmp(t.key_file, "k"));
+    return 0;
+}
+
+static int test_open_and_keys(void)
+{
+    char d1[1024], d2[1024], spec[1200], kf[1100];
+    uint8_t key1[32];
+    cli_tiers t, u;
+    snprintf(d1, sizeof d1, "%s/disk1", g_dir);
+    snprintf(d2, sizeof d2, "%s/disk2", g_dir);
+
+    memset(&t, 0, sizeof t);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, "ram:1M", &t), 1);
+    snprintf(spec, sizeof spec, "disk:%s:4M:write-through=2", d1);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &t), 1);
+    snprintf(spec, sizeof spec, "disk:%s:4M", d2);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &t), 1);
+    T_OK(cli_tiers_open("x", &t, NULL, NULL));
+    T_ASSERT(t.tiers[0] && t.tiers[1] && t.tiers[2]);
+    T_ASSERT(!strcmp(pgd_tier_name(t.tiers[0]), "ram"));
+    T_ASSERT(!strcmp(pgd_tier_name(t.tiers[1]), "disk"));
+    T_EQ(t.use[1].write_through, 1);
+    T_EQ(t.use[1].admit_hits, 2);
+    T_EQ(t.use[2].write_through, 0);
+    T_EQ(t.key_len, 32);
+    T_OK(pgd_tier_disk_key(t.tiers[1], key1));
+    T_ASSERT(!memcmp(t.key, key1, 32));
+    pe_ctx_params cp = pe_ctx_default_params();
+    cli_tiers_apply(&t, &cp);
+    T_ASSERT(cp.tiers == t.use);
+    T_EQ(cp.n_tiers, 3);
+    T_ASSERT(cp.hash_key == t.key);
+    T_EQ(cp.hash_key_len, 32);
+
+    /* d1 is held: a second open of it is refused, and nothing stays open. */
+    memset(&u, 0, sizeof u);
+    snprintf(spec, sizeof spec, "disk:%s:4M", d1);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, "ram:1M", &u), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &u), 1);
+    T_EQ(cli_tiers_open("x", &u, NULL, NULL), -1);
+    T_ASSERT(!u.tiers[0] && !u.tiers[1]);
+    cli_tiers_close(&t);
+
+    /* Reopened: the same stable key. */
+    memset(&u, 0, sizeof u);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &u), 1);
+    T_OK(cli_tiers_open("x", &u, NULL, NULL));
+    T_EQ(u.key_len, 32);
+    T_ASSERT(!memcmp(u.key, key1, 32));
+    cli_tiers_close(&u);
+
+    /* A key file wins over the disk key; empty or too long is refused. */
+    snprintf(kf, sizeof kf, "%s/key.bin", g_dir);
+    T_OK(t_write_all(kf, "tenant-key", 10));
+    memset(&u, 0, sizeof u);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &u), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &u), 1);
+    T_OK(cli_tiers_open("x", &u, NULL, NULL));
+    T_EQ(u.key_len, 10);
+    T_ASSERT(!memcmp(u.key, "tenant-key", 10));
+    cli_tiers_close(&u);
+    T_OK(t_write_all(kf, "", 0));
+    memset(&u, 0, sizeof u);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &u), 1);
+    T_EQ(cli_tiers_open("x", &u, NULL, NULL), -1);
+    char big[257];
+    memset(big, 'k', sizeof big);
+    T_OK(t_write_all(kf, big, 256));
+    memset(&u, 0, sizeof u);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &u), 1);
+    T_OK(cli_tiers_open("x", &u, NULL, NULL));
+    T_EQ(u.key_len, 256);
+    cli_tiers_close(&u);
+    T_OK(t_write_all(kf, big, 257));
+    memset(&u, 0, sizeof u);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &u), 1);
+    T_EQ(cli_tiers_open("x", &u, NULL, NULL), -1);
+    return 0;
+}
+
+static int test_help(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/help.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    T_ASSERT(f);
+    cli_tier_help(f);
+    fclose(f);
+    static char buf[8192];
+    t_slurp(path, buf, sizeof buf);
+    const char *want[] = {"ram:SIZE[:q8_0|q4_0][:lz4|zstd]",
+                          "disk:PATH:SIZE[:fsync][:direct][:write-through[=N]]",
+                          "K, M, G or T",
+                          "fsync policy",
+                          "Write-back (the default)",
+                          "write-through",
+                          "--hash-key-file"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(buf, want[i])) T_FAIL("--help lacks '%s'", want[i]);
+    for (const char *l = buf; *l;) {
+        const char *e = strchr(l, '\n');
+        T_ASSERT(e);
+        if (e - l > 90) T_FAIL("a --help line is %d columns", (int)(e - l));
+        l = e + 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) g_dir = argv[1];
+    if (t_scratch_dir(g_dir)) return 1;
+    T_RUN(test_good_specs);
+    T_RUN(test_bad_specs);
+    T_RUN(test_options);
+    T_RUN(test_open_and_keys);
+    T_RUN(test_help);
+    T_DONE();
+}
