@@ -190,9 +190,9 @@ static void tier_sample(ps_buf *b, const char *name, const char *label, double v
 }
 
 /* A latency histogram of a tier (pgd_tier_stats get_hist / put_hist: counts per bucket,
- * bounds pgd_tier_hist_bounds_us, the last +Inf), in seconds. The tiers keep no sum of
- * latencies, so the family has buckets and _count, no _sum. */
-static void tier_hist(ps_buf *b, const char *name, const char *label, const uint64_t *counts)
+ * bounds pgd_tier_hist_bounds_us, the last +Inf; get_ns_sum / put_ns_sum), in seconds. */
+static void tier_hist(ps_buf *b, const char *name, const char *label, const uint64_t *counts,
+                      uint64_t sum_ns)
 {
     const double *le_us = pgd_tier_hist_bounds_us();
     uint64_t cum = 0;
@@ -204,6 +204,7 @@ static void tier_hist(ps_buf *b, const char *name, const char *label, const uint
     cum += counts[PGD_TIER_HIST_BUCKETS - 1];
     ps_buf_printf(b, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n", name, label,
                   (unsigned long long)cum);
+    ps_buf_printf(b, "%s_sum{tier=\"%s\"} %.9f\n", name, label, (double)sum_ns * 1e-9);
     ps_buf_printf(b, "%s_count{tier=\"%s\"} %llu\n", name, label, (unsigned long long)cum);
 }
 
@@ -315,11 +316,13 @@ static void render_tiers(const ps_metrics_info *info, pgd_cache *cache, ps_buf *
     head(b, "pagoda_tier_get_latency_seconds", "histogram",
          "Time a tier took to read one record into a pool page.");
     for (uint32_t i = 0; i < n; i++)
-        tier_hist(b, "pagoda_tier_get_latency_seconds", info->tier_labels[i], ts[i].t.get_hist);
+        tier_hist(b, "pagoda_tier_get_latency_seconds", info->tier_labels[i], ts[i].t.get_hist,
+                  ts[i].t.get_ns_sum);
     head(b, "pagoda_tier_put_latency_seconds", "histogram",
          "Time a tier took to store one record.");
     for (uint32_t i = 0; i < n; i++)
-        tier_hist(b, "pagoda_tier_put_latency_seconds", info->tier_labels[i], ts[i].t.put_hist);
+        tier_hist(b, "pagoda_tier_put_latency_seconds", info->tier_labels[i], ts[i].t.put_hist,
+                  ts[i].t.put_ns_sum);
 }
 
 void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, pgd_cache *cache,

@@ -134,6 +134,8 @@ typedef struct pgd_tier_stats {
     int full;                                 /* nonzero: writes stopped (disk full) */
     uint64_t get_hist[PGD_TIER_HIST_BUCKETS]; /* get latency (pgd_tier_hist_bounds_us) */
     uint64_t put_hist[PGD_TIER_HIST_BUCKETS]; /* put latency */
+    uint64_t get_ns_sum, put_ns_sum;          /* total latency of the gets / puts counted in
+                                                 get_hist / put_hist, nanoseconds */
 } pgd_tier_stats;
 
 /* Called by put for each record it evicts to make room, with the tier's lock released,

@@ -680,7 +680,7 @@ static int disk_put(void *state, pgd_hash block, pgd_hash parent, const void *pa
         } else {
             d->st.n_puts++;
             d->st.n_put_bytes += d->ident.page_bytes + d->ident.bounds_bytes;
-            pgd__tier_hist_add(d->st.put_hist, pgd__tier_now_ns() - t0);
+            pgd__tier_lat_add(d->st.put_hist, &d->st.put_ns_sum, pgd__tier_now_ns() - t0);
             if (d->st.full) {
                 d->st.full = 0;
                 pgd__logf(&d->lg, PGD_LOG_INFO, "disk tier %s: writes resumed", d->dir);
@@ -731,7 +731,7 @@ static int disk_get(void *state, pgd_hash block, void *page, void *bounds)
     case PGD_OK:
         d->st.n_gets++;
         d->st.n_get_bytes += d->ident.page_bytes + d->ident.bounds_bytes;
-        pgd__tier_hist_add(d->st.get_hist, pgd__tier_now_ns() - t0);
+        pgd__tier_lat_add(d->st.get_hist, &d->st.get_ns_sum, pgd__tier_now_ns() - t0);
         break;
     case PGD_ENOTFOUND: /* evicted meanwhile, or removed behind the tier's back */
         if (slot != PGD__NONE) m_remove(d, slot);

@@ -483,7 +483,7 @@ static int ram_put(void *state, pgd_hash block, pgd_hash parent, const void *pag
         t->st.bytes_used += r->bytes;
         t->st.n_puts++;
         t->st.n_put_bytes += t->pool_raw_bytes;
-        pgd__tier_hist_add(t->st.put_hist, pgd__tier_now_ns() - t0);
+        pgd__tier_lat_add(t->st.put_hist, &t->st.put_ns_sum, pgd__tier_now_ns() - t0);
         rc = PGD_OK;
     }
     pthread_mutex_unlock(&t->mu);
@@ -529,7 +529,7 @@ static int ram_get(void *state, pgd_hash block, void *page, void *bounds)
     } else if (rc == PGD_OK) {
         t->st.n_gets++;
         t->st.n_get_bytes += t->pool_raw_bytes;
-        pgd__tier_hist_add(t->st.get_hist, pgd__tier_now_ns() - t0);
+        pgd__tier_lat_add(t->st.get_hist, &t->st.get_ns_sum, pgd__tier_now_ns() - t0);
     }
     rec_release(t, r);
     pthread_mutex_unlock(&t->mu);

@@ -137,3 +137,9 @@ void pgd__tier_hist_add(uint64_t hist[PGD_TIER_HIST_BUCKETS], uint64_t ns)
 {
     hist[pgd__tier_hist_bucket(ns)]++;
 }
+
+void pgd__tier_lat_add(uint64_t hist[PGD_TIER_HIST_BUCKETS], uint64_t *sum, uint64_t ns)
+{
+    hist[pgd__tier_hist_bucket(ns)]++;
+    *sum += ns;
+}

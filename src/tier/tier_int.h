@@ -37,6 +37,8 @@ uint64_t pgd__tier_now_us(void);
 uint32_t pgd__tier_hist_bucket(uint64_t ns);
 /* hist[bucket of ns]++ (the caller holds whatever lock guards hist). */
 void pgd__tier_hist_add(uint64_t hist[PGD_TIER_HIST_BUCKETS], uint64_t ns);
+/* hist[bucket of ns]++ and *sum += ns (pgd_tier_stats get_hist + get_ns_sum, ...). */
+void pgd__tier_lat_add(uint64_t hist[PGD_TIER_HIST_BUCKETS], uint64_t *sum, uint64_t ns);
 
 /* ---- record internals (record.c) ---- */
 

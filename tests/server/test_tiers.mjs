@@ -189,6 +189,8 @@ test('/metrics: the tier families by tier, latency histograms, preemptions by ki
   assert.ok(m['pagoda_tier_promoted_pages_total{tier="ram"}'] > 0);
   assert.ok(m['pagoda_tier_put_latency_seconds_count{tier="ram"}'] > 0);
   assert.ok(m['pagoda_tier_get_latency_seconds_count{tier="ram"}'] > 0);
+  assert.ok(m['pagoda_tier_get_latency_seconds_sum{tier="ram"}'] > 0);
+  assert.ok(m['pagoda_tier_put_latency_seconds_sum{tier="ram"}'] > 0);
   assert.equal(m['pagoda_tier_checksum_failures_total{tier="ram"}'], 0);
   assert.equal(typeof m.pagoda_tier_writeback_queue_pages, 'number');
   for (const kind of ['swap', 'recompute'])
