@@ -23,7 +23,8 @@
  * its hash's tag, or the target aborts: a tier served bytes that were never demoted under
  * that hash. A match with flag 0x20 also waits and checks every page of the sequence.
  * The RAM tiers must never find a damaged record, stay within their bound and pass
- * pgd__tier_ram_check (map, headers, byte counts) after every step.
+ * pgd__tier_ram_check (map, headers, byte counts) after every step, and the cache's tier
+ * counters must add up (fills <= pages promoted, the write-back depth within its slots).
  * Determinism for libFuzzer: one mover thread, and pgd_cache_flush after every op, so
  * the movers are idle at every check; the "racy" flag leaves two movers running between
  * ops (the checks hold at any time; only the coverage becomes noisy).
@@ -277,12 +278,24 @@ static pgd_tier *g_tiers[2]; /* as the cache has them */
 static pgd_tier *g_rams[2];  /* the RAM tiers (g_tiers[i], or what wraps) */
 static uint32_t g_n_tiers;
 
+static uint32_t g_writeback_pages; /* the write-back queue's slots */
+
 static void must_check(pgd_cache *c)
 {
     pgd_cache_stats st;
+    uint64_t hits = 0, fills = 0;
     if (pgd_cache_check(c) != PGD_OK) fail("pgd_cache_check failed");
     pgd_cache_get_stats(c, &st);
     if (st.n_pages_cached != n_live) fail("events disagree with n_pages_cached");
+    for (uint32_t i = 0; i < g_n_tiers; i++) {
+        pgd_cache_tier_stats cs;
+        if (pgd_cache_get_tier_stats(c, i, &cs) != PGD_OK) fail("tier stats refused");
+        hits += cs.hit_pages;
+        fills += cs.promoted_pages + cs.promote_failed; /* a fill may read a slower tier */
+        if (cs.hit_tokens != cs.hit_pages * PT) fail("tier stats: hit tokens are not pages");
+        if (cs.writeback_depth > g_writeback_pages) fail("write-back queue over its slots");
+    }
+    if (fills > hits) fail("tier stats: more fills than pages promoted");
     for (uint32_t i = 0; i < g_n_tiers; i++) {
         pgd_tier_stats ts;
         pgd_tier_get_stats(g_tiers[i], &ts);
@@ -398,6 +411,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p.n_tiers = g_n_tiers;
         p.tier_threads = racy ? 2 : 1;
         p.writeback_pages = cf.writeback_pages;
+        g_writeback_pages = cf.writeback_pages;
     }
     pgd_cache *c;
     if (pgd_cache_create(&p, &c) != PGD_OK) abort();
