@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_cache_ops.c - fuzz target: the input is a program of cache-manager operations
- * (create/match/grow/write/commit/fork/destroy/evict, with token and hash streams from
- * the input bytes) run against a tiny pool, with pgd_cache_check() after every step.
+ * (create/match/grow/write/commit/fork/destroy/evict/truncate, with token and hash streams
+ * from the input bytes) run against a tiny pool, with pgd_cache_check() after every step.
  * Any broken invariant aborts (pgd_cache_check failing is turned into abort()), so the
  * fuzzer finds op sequences that corrupt refcounts, the index tree or the policy.
  * The index events (on_register / on_evict) feed a model that aborts when a page is
@@ -11,17 +11,54 @@
  * sequence's real hashes or input bytes, commit_hashed with input bytes: trusted, so any
  * garbage must still leave the cache consistent).
  *
- * Input layout: byte 0 picks the policy (even: LRU, odd: Belady with a pseudo-oracle),
- * then a stream of ops: [op byte][argument bytes...]; a short tail ends the program.
+ * Tiers (cache.h "Tiers"): flags of the first byte put a small RAM tier below the pool
+ * (a few records: it evicts, and spills into the next), optionally a second RAM tier below
+ * it, optionally wrap one of them (pgd_tier_wrap) so that its gets fail on calls the input
+ * chooses (fills fail, sequences are cut back), with key bounds, write-through and
+ * compression as the input says. The ops then also flush, prefetch (hashes of a live
+ * sequence's query, of the input, or of the cached blocks), park, ready / wait and arm the
+ * faults. Every page is tagged when it is registered by a commit: its payload and key
+ * bounds become a function of its block hash (as tests/unit/test_cache_tiers.c does), so
+ * a page registered by a promotion (settled by ready / wait or a mutating call) must hold
+ * its hash's tag, or the target aborts: a tier served bytes that were never demoted under
+ * that hash. A match with flag 0x20 also waits and checks every page of the sequence.
+ * The RAM tiers must never find a damaged record, stay within their bound and pass
+ * pgd__tier_ram_check (map, headers, byte counts) after every step, and the cache's tier
+ * counters must add up (fills <= pages promoted, the write-back depth within its slots).
+ * Determinism for libFuzzer: one mover thread, and pgd_cache_flush after every op, so
+ * the movers are idle at every check; the "racy" flag leaves two movers running between
+ * ops (the checks hold at any time; only the coverage becomes noisy).
+ *
+ * Input layout: byte 0 is the flags (FLAG_*); with FLAG_TIER0 two configuration bytes
+ * follow (see config()); then a stream of ops: [op byte][argument bytes...], op = low 4
+ * bits, variants in the high bits; a short tail ends the program.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <pagoda/cache.h>
+#include <pagoda/tier.h>
+
+#include "pgd_int.h"       /* pgd__pool_key_bounds_mut: the tags of key bounds */
+#include "tier/tier_int.h" /* pgd__tier_ram_check */
 
 #define MAX_SEQS 8
+
+enum { NL = 1, NH = 1, HD = 4, PT = 4, N_BOUNDS = NL * NH * 2 * HD };
+
+enum {
+    FLAG_BELADY = 1,     /* else LRU */
+    FLAG_TIER0 = 2,      /* a RAM tier below the pool (two config bytes follow) */
+    FLAG_TIER1 = 4,      /* a second RAM tier below it */
+    FLAG_FAULTY = 8,     /* one tier is wrapped: its gets fail when the faults say */
+    FLAG_BOUNDS = 16,    /* the pool keeps key bounds (records carry them) */
+    FLAG_WT = 32,        /* write-through to tier 0 */
+    FLAG_RACY = 64,      /* two movers, not drained between ops */
+    FLAG_FAULTY_T1 = 128 /* the wrapped tier is tier 1 (when there is one) */
+};
 
 typedef struct reader {
     const uint8_t *p;
@@ -42,6 +79,63 @@ static uint64_t oracle(void *ud, pgd_hash h)
     return (h.lo * 0x9E3779B97F4A7C15ull) >> 40; /* any total order will do */
 }
 
+static void fail(const char *what)
+{
+    fprintf(stderr, "fuzz_cache_ops: %s\n", what);
+    abort();
+}
+
+/* ---- tags: a registered page's bytes as a function of its block hash ---- */
+
+static pgd_pool *g_pool; /* the cache's pool, for the event callbacks */
+static int g_bounds;     /* the pool keeps key bounds */
+static int g_committing; /* a commit runs: registrations tag; else they are checked */
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    return x ^ (x >> 33);
+}
+
+/* Repeats every 16 bytes, so that a compressing tier really compresses. */
+static uint8_t tag_byte(pgd_hash h, uint64_t i)
+{
+    return (uint8_t)(mix(h.lo ^ mix(h.hi + ((i >> 3) & 1))) >> ((i & 7) * 8));
+}
+
+static float tag_bound(pgd_hash h, uint32_t i)
+{
+    return (float)((int)tag_byte(h, 16 + i) - 128);
+}
+
+static void tag_page(uint32_t page, pgd_hash h)
+{
+    uint8_t *d = pgd_pool_page_data(g_pool, page);
+    for (uint64_t i = 0; i < pgd_pool_page_bytes(g_pool); i++)
+        d[i] = tag_byte(h, i);
+    if (g_bounds) {
+        float *b = pgd__pool_key_bounds_mut(g_pool, page, 0, 0);
+        for (uint32_t i = 0; i < N_BOUNDS; i++)
+            b[i] = tag_bound(h, i);
+    }
+}
+
+static int page_tagged(uint32_t page, pgd_hash h)
+{
+    const uint8_t *d = pgd_pool_page_data(g_pool, page);
+    for (uint64_t i = 0; i < pgd_pool_page_bytes(g_pool); i++)
+        if (d[i] != tag_byte(h, i)) return 0;
+    if (g_bounds) {
+        const float *b = pgd_pool_key_bounds(g_pool, page, 0, 0);
+        for (uint32_t i = 0; i < N_BOUNDS; i++)
+            if (b[i] != tag_bound(h, i)) return 0;
+    }
+    return 1;
+}
+
 /* ---- event model: the live index entries, as the events tell them ---- */
 
 #define MAX_LIVE 64
@@ -54,12 +148,6 @@ typedef struct {
 static live_entry live[MAX_LIVE];
 static uint32_t n_live;
 
-static void fail(const char *what)
-{
-    fprintf(stderr, "fuzz_cache_ops: %s\n", what);
-    abort();
-}
-
 static int live_find(pgd_hash h)
 {
     for (uint32_t i = 0; i < n_live; i++)
@@ -69,7 +157,7 @@ static int live_find(pgd_hash h)
 
 static void on_register(void *ud, pgd_hash hash, pgd_hash parent, uint32_t depth, uint32_t page)
 {
-    (void)ud, (void)page;
+    (void)ud;
     if (live_find(hash) >= 0) fail("a cached hash registered twice");
     if (depth > 0) {
         int p = live_find(parent);
@@ -80,6 +168,10 @@ static void on_register(void *ud, pgd_hash hash, pgd_hash parent, uint32_t depth
     live[n_live].parent = parent;
     live[n_live].depth = depth;
     n_live++;
+    if (g_committing)
+        tag_page(page, hash);
+    else if (!page_tagged(page, hash)) /* not a commit: a promotion settled */
+        fail("a promoted page holds bytes not demoted under its hash");
 }
 
 static void on_evict(void *ud, pgd_hash hash, uint32_t page)
@@ -92,13 +184,178 @@ static void on_evict(void *ud, pgd_hash hash, uint32_t page)
     live[i] = live[--n_live];
 }
 
+/* ---- a tier whose gets fail on the calls the input chose ---- */
+
+typedef struct faulty {
+    pgd_tier *inner;
+    pthread_mutex_t mu;
+    uint32_t fail_mask; /* bit i: the i-th next get fails */
+    int fail_eio;       /* fail with PGD_EIO (the record stays), else drop it (damaged) */
+} faulty;
+
+static int f_bind(void *st, const pgd_record_ident *id)
+{
+    return pgd_tier_bind(((faulty *)st)->inner, id);
+}
+static int f_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
+                 pgd_tier_spill_fn spill, void *ud)
+{
+    return pgd_tier_put(((faulty *)st)->inner, b, p, page, bounds, spill, ud);
+}
+static int f_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    faulty *f = st;
+    pthread_mutex_lock(&f->mu);
+    int fails = f->fail_mask & 1, eio = f->fail_eio;
+    f->fail_mask >>= 1;
+    pthread_mutex_unlock(&f->mu);
+    if (!fails) return pgd_tier_get(f->inner, b, page, bounds);
+    if (eio) return PGD_EIO;
+    pgd_tier_del(f->inner, b); /* damaged: the tier drops it */
+    return PGD_ENOTFOUND;
+}
+static size_t f_lookup(void *st, const pgd_hash *h, size_t n)
+{
+    return pgd_tier_lookup(((faulty *)st)->inner, h, n);
+}
+static int f_del(void *st, pgd_hash b)
+{
+    return pgd_tier_del(((faulty *)st)->inner, b);
+}
+static void f_stats(void *st, pgd_tier_stats *out)
+{
+    pgd_tier_get_stats(((faulty *)st)->inner, out);
+}
+static int f_flush(void *st)
+{
+    return pgd_tier_flush(((faulty *)st)->inner);
+}
+static void f_close(void *st)
+{
+    faulty *f = st;
+    pgd_tier_close(f->inner);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+static const pgd_tier_ops faulty_ops = {"faulty", f_bind,  f_put,   f_get,  f_lookup,
+                                        f_del,    f_stats, f_flush, f_close};
+
+static faulty *g_fault; /* the wrapped tier's state, NULL: none */
+
+static void fault_arm(uint32_t mask, int eio)
+{
+    if (!g_fault) return;
+    pthread_mutex_lock(&g_fault->mu);
+    g_fault->fail_mask = mask;
+    g_fault->fail_eio = eio;
+    pthread_mutex_unlock(&g_fault->mu);
+}
+
+/* A RAM tier of n_records records of rec_bytes, compressed or not; wrapped when asked.
+ * *ram gets the RAM tier itself. */
+static pgd_tier *ram_tier(uint64_t n_records, uint64_t rec_bytes, uint32_t compression, int wrap,
+                          pgd_tier **ram)
+{
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    pgd_tier *t = NULL, *w = NULL;
+    rp.capacity_bytes = n_records * rec_bytes;
+    rp.compression = compression;
+    if (pgd_tier_ram_create(&rp, &t) != PGD_OK) fail("pgd_tier_ram_create failed");
+    *ram = t;
+    if (!wrap) return t;
+    faulty *f = calloc(1, sizeof *f);
+    if (!f) abort();
+    f->inner = t;
+    pthread_mutex_init(&f->mu, NULL);
+    if (pgd_tier_wrap(&faulty_ops, f, &w) != PGD_OK) fail("pgd_tier_wrap failed");
+    g_fault = f;
+    return w;
+}
+
+/* ---- checks ---- */
+
+static pgd_tier *g_tiers[2]; /* as the cache has them */
+static pgd_tier *g_rams[2];  /* the RAM tiers (g_tiers[i], or what wraps) */
+static uint32_t g_n_tiers;
+
+static uint32_t g_writeback_pages; /* the write-back queue's slots */
+
 static void must_check(pgd_cache *c)
 {
     pgd_cache_stats st;
+    uint64_t hits = 0, fills = 0;
     if (pgd_cache_check(c) != PGD_OK) fail("pgd_cache_check failed");
     pgd_cache_get_stats(c, &st);
     if (st.n_pages_cached != n_live) fail("events disagree with n_pages_cached");
+    for (uint32_t i = 0; i < g_n_tiers; i++) {
+        pgd_cache_tier_stats cs;
+        if (pgd_cache_get_tier_stats(c, i, &cs) != PGD_OK) fail("tier stats refused");
+        hits += cs.hit_pages;
+        fills += cs.promoted_pages + cs.promote_failed; /* a fill may read a slower tier */
+        if (cs.hit_tokens != cs.hit_pages * PT) fail("tier stats: hit tokens are not pages");
+        if (cs.writeback_depth > g_writeback_pages) fail("write-back queue over its slots");
+    }
+    if (fills > hits) fail("tier stats: more fills than pages promoted");
+    for (uint32_t i = 0; i < g_n_tiers; i++) {
+        pgd_tier_stats ts;
+        pgd_tier_get_stats(g_tiers[i], &ts);
+        if (ts.bytes_used > ts.bytes_capacity) fail("a RAM tier over its bound");
+        if (ts.n_corrupt) fail("a RAM tier found a damaged record");
+        if (!!ts.n_records != !!ts.bytes_used) fail("a RAM tier's records and bytes disagree");
+        if (pgd__tier_ram_check(g_rams[i]) != PGD_OK) fail("pgd__tier_ram_check failed");
+    }
 }
+
+/* Checks that the pages [0, length) of s, just matched against hashes qh[0..n_qh) and
+ * settled, hold their blocks' tags. */
+static void check_matched(pgd_cache *c, pgd_seq *s, const pgd_hash *qh, size_t n_qh)
+{
+    const uint32_t *ids;
+    if (pgd_seq_wait(c, s) != PGD_OK) fail("pgd_seq_wait failed");
+    if (pgd_seq_ready(c, s) != 1) fail("not ready after pgd_seq_wait");
+    uint64_t len = pgd_seq_length(c, s);
+    if (len % PT || len != pgd_seq_n_committed(c, s) || len / PT > n_qh)
+        fail("a matched sequence's length is not whole matched pages");
+    uint32_t n = pgd_seq_pages(c, s, &ids);
+    for (uint32_t i = 0; i < n; i++)
+        if (!page_tagged(ids[i], qh[i])) fail("a matched page holds another block's bytes");
+}
+
+/* ---- the program ---- */
+
+typedef struct cfg {
+    uint32_t flags;
+    uint32_t t0_records, t1_records; /* RAM tier bounds in records */
+    uint32_t t0_comp, t1_comp;       /* PGD_RECORD_RAW / LZ4 / ZSTD */
+    uint32_t admit_hits;             /* write-through admission */
+    uint32_t writeback_pages;
+} cfg;
+
+/* Byte 1: t0 records 1 + bits 0-2, t1 records 2 + bits 3-5, t0 compression bits 6-7 (mod 3).
+ * Byte 2: admit_hits bits 0-1, t1 compression bits 2-3 (mod 3), write-back slots 1 + bits
+ * 4-7. */
+static void config(reader *r, uint8_t flags, cfg *cf)
+{
+    uint8_t b1 = 0, b2 = 0;
+    memset(cf, 0, sizeof *cf);
+    cf->flags = flags;
+    if (!(flags & FLAG_TIER0)) return;
+    take(r, &b1);
+    take(r, &b2);
+    cf->t0_records = 1 + (b1 & 7);
+    cf->t1_records = 2 + ((b1 >> 3) & 7);
+    cf->t0_comp = (uint32_t)(b1 >> 6) % 3;
+    cf->admit_hits = b2 & 3;
+    cf->t1_comp = (uint32_t)((b2 >> 2) & 3) % 3;
+    cf->writeback_pages = 1 + (b2 >> 4);
+}
+
+typedef struct seq_state {
+    pgd_seq *s;
+    size_t salt_len;
+    pgd_hash qh[16]; /* the hashes of its match query, for prefetch */
+    size_t n_qh;
+} seq_state;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -106,39 +363,75 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size};
     uint8_t b;
+    cfg cf;
     if (!take(&r, &b)) return 0;
+    config(&r, b, &cf);
     pgd_cache_params p = pgd_cache_default_params();
     static const uint8_t key[16] = "fuzz-cache-ops!";
-    p.pool.n_layers = 1;
-    p.pool.n_kv_heads = 1;
-    p.pool.head_dim = 4;
-    p.pool.page_tokens = 4;
+    p.pool.n_layers = NL;
+    p.pool.n_kv_heads = NH;
+    p.pool.head_dim = HD;
+    p.pool.page_tokens = PT;
     p.pool.capacity_pages = 12;
     p.pool.kv_type = PGD_KV_F32;
+    p.pool.key_bounds = (cf.flags & FLAG_BOUNDS) != 0;
     p.hash_key = key;
     p.hash_key_len = sizeof key;
     p.on_register = on_register;
     p.on_evict = on_evict;
     n_live = 0;
-    if (b & 1) {
+    g_bounds = p.pool.key_bounds;
+    g_committing = 0;
+    g_fault = NULL;
+    g_n_tiers = 0;
+    if (cf.flags & FLAG_BELADY) {
         p.policy = PGD_POLICY_BELADY;
         p.next_use = oracle;
     }
+    int racy = 0;
+    pgd_tier_use use[2];
+    memset(use, 0, sizeof use);
+    if (cf.flags & FLAG_TIER0) {
+        pgd_record_ident id;
+        if (pgd_record_ident_make(&p.pool, p.model_fingerprint, &id) != PGD_OK) abort();
+        uint64_t rec = PGD_RECORD_HEADER_BYTES + id.page_bytes + id.bounds_bytes;
+        int two = (cf.flags & FLAG_TIER1) != 0;
+        int wrap1 = two && (cf.flags & FLAG_FAULTY_T1);
+        int wrap0 = (cf.flags & FLAG_FAULTY) && !wrap1;
+        g_tiers[0] = ram_tier(cf.t0_records, rec, cf.t0_comp, wrap0, &g_rams[0]);
+        g_n_tiers = 1;
+        if (two) g_tiers[1] = ram_tier(cf.t1_records, rec, cf.t1_comp, wrap1, &g_rams[1]);
+        g_n_tiers += two;
+        for (uint32_t i = 0; i < g_n_tiers; i++)
+            use[i].tier = g_tiers[i];
+        use[0].write_through = (cf.flags & FLAG_WT) != 0;
+        use[0].admit_hits = cf.admit_hits;
+        racy = (cf.flags & FLAG_RACY) != 0;
+        p.tiers = use;
+        p.n_tiers = g_n_tiers;
+        p.tier_threads = racy ? 2 : 1;
+        p.writeback_pages = cf.writeback_pages;
+        g_writeback_pages = cf.writeback_pages;
+    }
     pgd_cache *c;
     if (pgd_cache_create(&p, &c) != PGD_OK) abort();
-    pgd_seq *seqs[MAX_SEQS] = {0};
-    size_t salt_len[MAX_SEQS] = {0};
+    g_pool = pgd_cache_pool(c);
+    seq_state seqs[MAX_SEQS];
+    memset(seqs, 0, sizeof seqs);
     int32_t toks[64] = {0};
     pgd_hash hs[16];
 
     while (take(&r, &b)) {
         uint8_t a = 0, n = 0;
         take(&r, &a);
-        pgd_seq **sp = &seqs[a % MAX_SEQS];
-        switch (b % 10) {
+        seq_state *q = &seqs[a % MAX_SEQS];
+        pgd_seq **sp = &q->s;
+        switch (b & 15) {
         case 0: /* create with one of three salts */
-            if (!*sp && pgd_seq_create(c, "salt", (a >> 3) % 3, sp) == PGD_OK)
-                salt_len[a % MAX_SEQS] = (a >> 3) % 3;
+            if (!*sp && pgd_seq_create(c, "salt", (a >> 3) % 3, sp) == PGD_OK) {
+                q->salt_len = (a >> 3) % 3;
+                q->n_qh = 0;
+            }
             break;
         case 1: /* match tokens */
         case 2: /* commit tokens */
@@ -150,18 +443,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 toks[i] = t % 3; /* tiny alphabet: prefixes repeat */
             }
             if (!*sp) break;
-            if (b % 10 == 1) {
+            if ((b & 15) == 1) {
+                size_t nh = pgd_cache_hash_tokens(c, "salt", q->salt_len, toks, n, hs, 16);
+                int64_t m;
                 if (b & 0x80) { /* with its own hashes (or wrong ones: refused) */
-                    size_t nh =
-                        pgd_cache_hash_tokens(c, "salt", salt_len[a % MAX_SEQS], toks, n, hs, 16);
+                    pgd_hash h0 = hs[0];
                     if (b & 0x40) hs[0].hi ^= 1;
-                    pgd_seq_match_hashed(c, *sp, toks, n, hs, nh);
+                    m = pgd_seq_match_hashed(c, *sp, toks, n, hs, nh);
+                    hs[0] = h0;
                 } else {
-                    pgd_seq_match(c, *sp, toks, n);
+                    m = pgd_seq_match(c, *sp, toks, n);
+                }
+                if (m >= 0) {
+                    memcpy(q->qh, hs, nh * sizeof *hs);
+                    q->n_qh = nh;
+                    if (b & 0x20) check_matched(c, *sp, hs, nh);
                 }
             } else {
+                pgd_seq_wait(c, *sp); /* settled before: its registrations are checked */
                 uint64_t room = pgd_seq_length(c, *sp) - pgd_seq_n_committed(c, *sp);
                 size_t m = n < room ? n : (size_t)room;
+                g_committing = 1;
                 if (b & 0x80) { /* trusted hashes from the input */
                     for (uint8_t i = 0; i < 16; i++) {
                         hs[i].lo = (uint64_t)toks[i % 40] + 3 * i;
@@ -171,6 +473,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 } else {
                     pgd_seq_commit(c, *sp, toks, m);
                 }
+                g_committing = 0;
             }
             break;
         case 3: /* match hashes */
@@ -184,11 +487,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 hs[i].hi = 77;
             }
             if (!*sp) break;
-            if (b % 10 == 3) {
-                pgd_seq_match_hashes(c, *sp, hs, n);
+            if ((b & 15) == 3) {
+                if (pgd_seq_match_hashes(c, *sp, hs, n) >= 0) {
+                    memcpy(q->qh, hs, n * sizeof *hs);
+                    q->n_qh = n;
+                    if (b & 0x20) check_matched(c, *sp, hs, n);
+                }
             } else {
+                pgd_seq_wait(c, *sp);
                 uint64_t full = (pgd_seq_length(c, *sp) - pgd_seq_n_committed(c, *sp)) / 4;
+                g_committing = 1;
                 pgd_seq_commit_hashes(c, *sp, hs, n < full ? n : (size_t)full);
+                g_committing = 0;
             }
             break;
         case 5: /* grow */
@@ -208,7 +518,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 7: /* fork */
             take(&r, &n);
-            if (*sp && !seqs[n % MAX_SEQS]) pgd_seq_fork(c, *sp, &seqs[n % MAX_SEQS]);
+            if (*sp && !seqs[n % MAX_SEQS].s &&
+                pgd_seq_fork(c, *sp, &seqs[n % MAX_SEQS].s) == PGD_OK)
+                seqs[n % MAX_SEQS].salt_len = q->salt_len;
             break;
         case 8: /* destroy */
             pgd_seq_destroy(c, *sp);
@@ -220,17 +532,98 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             else
                 pgd_cache_evict(c, a >> 1);
             break;
+        case 10: /* flush: waits for every move */
+            if (pgd_cache_flush(c) != PGD_OK) fail("pgd_cache_flush failed");
+            break;
+        case 11: { /* prefetch: a live query's hashes, input hashes, the cached blocks */
+            const pgd_hash *ph = hs;
+            size_t pn = 0;
+            take(&r, &n);
+            switch ((b >> 4) & 3) {
+            case 0:
+                ph = q->qh;
+                pn = n % (q->n_qh + 1);
+                break;
+            case 1:
+                pn = n % 16;
+                for (size_t i = 0; i < pn; i++) {
+                    uint8_t t = 0;
+                    take(&r, &t);
+                    hs[i].lo = t % 8;
+                    hs[i].hi = 77;
+                }
+                break;
+            case 2:
+                pn = n % (n_live < 16 ? n_live + 1 : 17);
+                for (size_t i = 0; i < pn; i++)
+                    hs[i] = live[i].hash;
+                break;
+            default:
+                if (pgd_cache_prefetch(c, NULL, 1 + n % 4) != PGD_EINVAL)
+                    fail("prefetch of NULL hashes not refused");
+                ph = NULL;
+                break;
+            }
+            if (ph) {
+                int rc = pgd_cache_prefetch(c, ph, pn);
+                if (rc < 0 || (size_t)rc > pn || (g_n_tiers < 2 && rc != 0))
+                    fail("pgd_cache_prefetch returned a bad count");
+            }
+            break;
         }
+        case 12: /* park */
+            if (*sp) {
+                int rc = pgd_seq_park(c, *sp);
+                if (rc < 0 || (g_n_tiers == 0 && rc != 0))
+                    fail("pgd_seq_park returned a bad count");
+            }
+            break;
+        case 13: /* ready / wait */
+            if (!*sp) break;
+            if (b & 0x80) {
+                if (pgd_seq_wait(c, *sp) != PGD_OK) fail("pgd_seq_wait failed");
+                if (pgd_seq_ready(c, *sp) != 1) fail("not ready after pgd_seq_wait");
+            } else {
+                int rc = pgd_seq_ready(c, *sp);
+                if (rc != 0 && rc != 1) fail("pgd_seq_ready returned neither 0 nor 1");
+            }
+            break;
+        case 14: /* faults: which of the wrapped tier's next 8 gets fail, and how */
+            take(&r, &n);
+            fault_arm(n, (b & 0x80) != 0);
+            break;
+        case 15: /* truncate back to between the committed length and the length */
+            take(&r, &n);
+            if (*sp) {
+                pgd_seq_wait(c, *sp);
+                uint64_t nc = pgd_seq_n_committed(c, *sp), len = pgd_seq_length(c, *sp);
+                if (pgd_seq_truncate(c, *sp, nc + n % (len - nc + 1)) != PGD_OK)
+                    fail("pgd_seq_truncate refused a length in range");
+            }
+            break;
+        }
+        if (g_n_tiers && !racy && pgd_cache_flush(c) != PGD_OK) fail("pgd_cache_flush failed");
         must_check(c);
     }
     for (int i = 0; i < MAX_SEQS; i++)
-        pgd_seq_destroy(c, seqs[i]);
+        pgd_seq_destroy(c, seqs[i].s);
     pgd_cache_clear(c);
     must_check(c);
     if (n_live) fail("pages left after clear");
     pgd_cache_stats st;
     pgd_cache_get_stats(c, &st);
     if (st.n_pages_free != st.n_pages_total) abort(); /* a leaked page */
+    if (g_n_tiers && pgd_cache_flush(c) != PGD_OK) fail("pgd_cache_flush failed");
+    for (uint32_t i = 0; i < g_n_tiers; i++) {
+        pgd_cache_tier_stats ts;
+        if (pgd_cache_get_tier_stats(c, i, &ts) != PGD_OK) fail("tier stats refused");
+        if (ts.writeback_depth) fail("write-back queue not empty after flush");
+    }
     pgd_cache_destroy(c);
+    for (uint32_t i = 0; i < g_n_tiers; i++)
+        pgd_tier_close(g_tiers[i]);
+    g_n_tiers = 0;
+    g_fault = NULL;
+    g_pool = NULL;
     return 0;
 }
