@@ -24,6 +24,10 @@
  * records a restart after kill -9 would serve; records still queued are lost), then the
  * same after pgd_cache_flush (what a clean SIGTERM stop of `pagoda serve` keeps).
  * With --reps N the modes run round-robin N times; medians are printed.
+ * "outputs" compares each mode's greedy tokens with write-back's (request by request).
+ * The modes batch differently (a prompt promoted from disk waits while others run), so
+ * without --deterministic (batch-invariant matrix products) a near-tie on a random-weight
+ * model can flip a token: DIFF is a finding only with --deterministic.
  *
  *   bench_tier_modes --model M.gguf [--requests 256] [--concurrency 8] [-t 2] [--dir D]
  *   bench_tier_modes --smoke      stories260K from ../shared/models, tiny sizes (ctest)
@@ -56,6 +60,7 @@ static void usage(FILE *f)
           "  -t N                threads (default 2)\n"
           "  --dir DIR           where the disk tier's directories are made ($TMPDIR or /tmp)\n"
           "  --reps N            round-robin repetitions of the three modes (default 1)\n"
+          "  --deterministic     batch-invariant matrix products (pe_ctx_params.deterministic)\n"
           "  --seed S            workload seed (default 1)\n"
           "  --json              one JSON object per result line\n"
           "  --smoke             tiny run on stories260K (skips when absent)\n"
@@ -70,6 +75,7 @@ typedef struct bench {
     const char *parent; /* where the disk tiers' directories are made */
     uint32_t n_requests, n_systems, system_tokens, user_tokens, repeat_pct, gen;
     uint32_t concurrency, admit, threads, reps;
+    int deterministic;
     uint64_t pool_pages, ram_pages;
     int json;
     pe_model *m;
@@ -83,8 +89,10 @@ typedef struct bench {
 /* One mode's figures, from one repetition. */
 typedef struct result {
     double wall_s, tok_s, ttft_p50_ms, ttft_p90_ms;
-    uint64_t tokens;                 /* prompt + completion tokens served */
-    uint64_t cached_tokens;          /* prompt tokens matched (pool + tiers) */
+    double cpu_s;           /* process CPU seconds (compute + movers + I/O): steadier than wall time
+                               on a loaded machine */
+    uint64_t tokens;        /* prompt + completion tokens served */
+    uint64_t cached_tokens; /* prompt tokens matched (pool + tiers) */
     uint64_t disk_puts, disk_bytes;  /* written to the disk tier */
     uint64_t ram_puts, ram_bytes;    /* written to the RAM tier */
     uint64_t dropped;                /* pages a full write-back queue dropped (both tiers) */
@@ -329,6 +337,7 @@ static int run_mode(bench *b, int mode, result *res)
     cp.n_ctx = b->n_ctx;
     cp.n_threads = b->threads;
     cp.kv_tokens = b->pool_pages * b->page_tokens;
+    cp.deterministic = b->deterministic;
     cp.tiers = use;
     cp.n_tiers = 2;
     cp.hash_key = key;
@@ -341,9 +350,10 @@ static int run_mode(bench *b, int mode, result *res)
     int64_t nb = distinct_blocks(b, c, &blocks);
     if (nb < 0) goto out;
 
-    double t0 = bench_now_s();
+    double t0 = bench_now_s(), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     if (run_workload(b, ctx, b->n_requests, &r)) goto out;
     res->wall_s = bench_now_s() - t0;
+    res->cpu_s = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
 
     /* The crash point: the last request has finished; nothing is flushed. */
     pgd_cache_tier_stats cs;
@@ -411,14 +421,16 @@ static void print_results(const bench *b, result res[N_MODES][MAX_REPS])
     char buf[32];
     const double wb_tok = med(res[0], b->reps, offsetof(result, tok_s));
     const double wb_ttft = med(res[0], b->reps, offsetof(result, ttft_p50_ms));
+    const double wb_cpu = med(res[0], b->reps, offsetof(result, cpu_s));
     if (!b->json)
-        printf("%-17s %9s %7s %9s %7s %9s %8s %9s %8s %9s %7s %6s %9s %9s %8s %8s %s\n", "mode",
-               "tok/s", "vs wb", "ttft p50", "vs wb", "ttft p90", "disk rec", "disk MiB", "ram rec",
-               "ram MiB", "dropped", "queued", "crash", "flushed", "ram hit", "disk hit",
-               "outputs");
+        printf("%-17s %9s %7s %9s %7s %9s %8s %7s %8s %9s %8s %9s %7s %6s %9s %9s %8s %8s %s\n",
+               "mode", "tok/s", "vs wb", "ttft p50", "vs wb", "ttft p90", "cpu s", "vs wb",
+               "disk rec", "disk MiB", "ram rec", "ram MiB", "dropped", "queued", "crash",
+               "flushed", "ram hit", "disk hit", "outputs");
     for (int m = 0; m < N_MODES; m++) {
         const char *name = mode_name(b, m, buf, sizeof buf);
         const double tok = MED(tok_s), p50 = MED(ttft_p50_ms), p90 = MED(ttft_p90_ms);
+        const double cpu = MED(cpu_s);
         const uint64_t crash = MEDU(held_crash), flushed = MEDU(held_flush);
         const char *same = "same";
         for (uint32_t k = 0; k < b->reps; k++)
@@ -426,24 +438,26 @@ static void print_results(const bench *b, result res[N_MODES][MAX_REPS])
         if (b->json) {
             printf("{\"test\": \"tier_modes\", \"mode\": \"%s\", \"tok_per_s\": %.1f, "
                    "\"tok_vs_write_back\": %.3f, \"ttft_p50_ms\": %.2f, \"ttft_vs_write_back\": "
-                   "%.3f, \"ttft_p90_ms\": %.2f, \"disk_records\": %" PRIu64
-                   ", \"disk_bytes\": %" PRIu64 ", \"ram_records\": %" PRIu64
-                   ", \"ram_bytes\": %" PRIu64 ", \"dropped\": %" PRIu64
-                   ", \"queued_at_end\": %" PRIu64 ", \"blocks\": %" PRIu64
-                   ", \"disk_blocks_crash\": %" PRIu64 ", \"disk_blocks_flushed\": %" PRIu64
-                   ", \"cached_tokens\": %" PRIu64 ", \"ram_hit_tokens\": %" PRIu64
-                   ", \"disk_hit_tokens\": %" PRIu64 ", \"outputs\": \"%s\"}\n",
-                   name, tok, tok / wb_tok, p50, p50 / wb_ttft, p90, MEDU(disk_puts),
-                   MEDU(disk_bytes), MEDU(ram_puts), MEDU(ram_bytes), MEDU(dropped),
-                   MEDU(queued_at_end), b->n_blocks, crash, flushed, MEDU(cached_tokens),
-                   MEDU(ram_hit_tokens), MEDU(disk_hit_tokens), same);
+                   "%.3f, \"ttft_p90_ms\": %.2f, \"cpu_s\": %.3f, \"cpu_vs_write_back\": %.3f, "
+                   "\"disk_records\": %" PRIu64 ", \"disk_bytes\": %" PRIu64
+                   ", \"ram_records\": %" PRIu64 ", \"ram_bytes\": %" PRIu64
+                   ", \"dropped\": %" PRIu64 ", \"queued_at_end\": %" PRIu64
+                   ", \"blocks\": %" PRIu64 ", \"disk_blocks_crash\": %" PRIu64
+                   ", \"disk_blocks_flushed\": %" PRIu64 ", \"cached_tokens\": %" PRIu64
+                   ", \"ram_hit_tokens\": %" PRIu64 ", \"disk_hit_tokens\": %" PRIu64
+                   ", \"outputs\": \"%s\"}\n",
+                   name, tok, tok / wb_tok, p50, p50 / wb_ttft, p90, cpu, cpu / wb_cpu,
+                   MEDU(disk_puts), MEDU(disk_bytes), MEDU(ram_puts), MEDU(ram_bytes),
+                   MEDU(dropped), MEDU(queued_at_end), b->n_blocks, crash, flushed,
+                   MEDU(cached_tokens), MEDU(ram_hit_tokens), MEDU(disk_hit_tokens), same);
         } else {
-            printf("%-17s %9.1f %6.3fx %7.2fms %6.3fx %7.2fms %8" PRIu64 " %9.2f %8" PRIu64
-                   " %9.2f %7" PRIu64 " %6" PRIu64 " %8.1f%% %8.1f%% %8" PRIu64 " %8" PRIu64
-                   " %s\n",
-                   name, tok, tok / wb_tok, p50, p50 / wb_ttft, p90, MEDU(disk_puts),
-                   MEDU(disk_bytes) / 1048576.0, MEDU(ram_puts), MEDU(ram_bytes) / 1048576.0,
-                   MEDU(dropped), MEDU(queued_at_end), 100.0 * (double)crash / (double)b->n_blocks,
+            printf("%-17s %9.1f %6.3fx %7.2fms %6.3fx %7.2fms %8.2f %6.3fx %8" PRIu64
+                   " %9.2f %8" PRIu64 " %9.2f %7" PRIu64 " %6" PRIu64 " %8.1f%% %8.1f%% %8" PRIu64
+                   " %8" PRIu64 " %s\n",
+                   name, tok, tok / wb_tok, p50, p50 / wb_ttft, p90, cpu, cpu / wb_cpu,
+                   MEDU(disk_puts), MEDU(disk_bytes) / 1048576.0, MEDU(ram_puts),
+                   MEDU(ram_bytes) / 1048576.0, MEDU(dropped), MEDU(queued_at_end),
+                   100.0 * (double)crash / (double)b->n_blocks,
                    100.0 * (double)flushed / (double)b->n_blocks, MEDU(ram_hit_tokens),
                    MEDU(disk_hit_tokens), same);
         }
@@ -473,6 +487,7 @@ int main(int argc, char **argv)
         {"ram-pages", required_argument, NULL, 'R'},
         {"dir", required_argument, NULL, 'd'},
         {"reps", required_argument, NULL, 'r'},
+        {"deterministic", no_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     bench b = {.n_requests = 256,
@@ -500,7 +515,7 @@ int main(int argc, char **argv)
         int c = bench_cli_next(&cli, argc, argv);
         if (c == -1) break;
         uint64_t v = 0;
-        if (c != 'M' && c != 'd' && (bench_parse_u64(optarg, &v) || v > (1u << 24))) {
+        if (c != 'M' && c != 'd' && c != 'D' && (bench_parse_u64(optarg, &v) || v > (1u << 24))) {
             fprintf(stderr, "bench_tier_modes: bad number '%s'\n", optarg);
             return 2;
         }
@@ -543,6 +558,9 @@ int main(int argc, char **argv)
             break;
         case 'd':
             b.parent = optarg;
+            break;
+        case 'D':
+            b.deterministic = 1;
             break;
         case 'r':
             b.reps = v >= 1 && v <= MAX_REPS ? (uint32_t)v : 1;
@@ -608,6 +626,7 @@ int main(int argc, char **argv)
         cp.n_ctx = b.n_ctx;
         cp.n_threads = b.threads;
         cp.kv_tokens = b.pool_pages * b.page_tokens;
+        cp.deterministic = b.deterministic;
         if (pe_ctx_create(b.m, &cp, &plain, err, sizeof err)) {
             fprintf(stderr, "bench_tier_modes: context: %s\n", err);
             goto out;
