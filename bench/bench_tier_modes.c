@@ -640,6 +640,11 @@ int main(int argc, char **argv)
         if (wrc) goto out;
         b.n_blocks = (uint64_t)nb;
     }
+    if (!b.n_blocks) {
+        fprintf(stderr, "bench_tier_modes: the prompts hold no full page of %u tokens\n",
+                b.page_tokens);
+        goto out;
+    }
     if (!b.ram_pages) b.ram_pages = b.n_blocks / 4 ? b.n_blocks / 4 : 1;
     if (!b.json)
         printf("model %s, %u threads; %u requests (%u system prompts x %u tokens + %u user "
