@@ -41,17 +41,11 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <pagoda/tier.h>
-
-#include "bench.h"
-#include "model.h"
+#include "bench_tier_common.h"
 
 static void usage(FILE *f)
 {
@@ -104,11 +98,6 @@ typedef struct bench {
     uint64_t checksum;
 } bench;
 
-static void touch(void *ud, uint64_t done, uint64_t total)
-{
-    (void)ud, (void)done, (void)total; /* loading with a progress hook prefaults weights */
-}
-
 static uint32_t argmax(const float *x, uint32_t n)
 {
     uint32_t best = 0;
@@ -146,41 +135,23 @@ static int fail(const char *what, int rc)
 /* A context on b->m; with tiers (b->use) and the disk tier's key when tiered. */
 static int ctx_open(bench *b, int tiered, pe_ctx **out)
 {
-    char err[512];
     pe_ctx_params cp = pe_ctx_default_params();
     cp.n_ctx = b->n_tokens + b->itl_tokens + 2 * b->page_tokens;
     cp.n_batch = b->batch;
     cp.n_threads = b->threads;
     cp.kv_tokens = b->kv_tokens;
-    if (tiered) {
-        cp.tiers = b->use;
-        cp.n_tiers = 2;
-        cp.hash_key = b->key;
-        cp.hash_key_len = sizeof b->key;
-    }
-    if (pe_ctx_create(b->m, &cp, out, err, sizeof err)) {
-        fprintf(stderr, "bench_tier: context: %s\n", err);
-        return -1;
-    }
-    return 0;
+    if (tiered) bench_tier_ctx_tiers(&cp, b->use, b->key);
+    return bench_tier_ctx_create("bench_tier", b->m, &cp, out);
 }
 
 /* Opens an empty RAM tier, the disk tier on b->dir (its records kept), and a context on
  * both; "a restart" when the disk tier has records. */
 static int tiers_open(bench *b)
 {
-    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
-    rp.capacity_bytes = b->ram_capacity;
-    int rc = pgd_tier_ram_create(&rp, &b->ram);
-    if (rc != PGD_OK) return fail("RAM tier", rc);
-    pgd_tier_disk_params dp = pgd_tier_disk_default_params();
-    dp.dir = b->dir;
-    dp.capacity_bytes = b->disk_capacity;
-    dp.o_direct = b->o_direct;
-    rc = pgd_tier_disk_create(&dp, &b->disk);
-    if (rc != PGD_OK) return fail("disk tier", rc);
-    rc = pgd_tier_disk_key(b->disk, b->key);
-    if (rc != PGD_OK) return fail("disk tier key", rc);
+    const char *what;
+    int rc = bench_tier_open(b->ram_capacity, b->dir, b->disk_capacity, b->o_direct, &b->ram,
+                             &b->disk, b->key, &what);
+    if (rc != PGD_OK) return fail(what, rc);
     b->use[0] = (pgd_tier_use){.tier = b->ram};
     b->use[1] = (pgd_tier_use){.tier = b->disk};
     if (ctx_open(b, 1, &b->ctx)) return -1;
@@ -398,12 +369,6 @@ static double files_read_s(void)
     return bench_now_s() - t0;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 /* ---- the demotion storm ---- */
 
 typedef struct storm {
@@ -615,7 +580,7 @@ int main(int argc, char **argv)
                .itl_blocks = 8,
                .storm_mibps = {0, 16},
                .n_rates = 2};
-    const char *parent = getenv("TMPDIR");
+    const char *parent = bench_tier_tmpdir();
     char smoke_path[1024];
     bench_cli cli = {.prog = "bench_tier",
                      .usage = usage,
@@ -623,7 +588,6 @@ int main(int argc, char **argv)
                      .optstring = "t:",
                      .common = BENCH_SEED | BENCH_JSON | BENCH_SMOKE,
                      .a = {.seed = 1}};
-    if (!parent || !*parent) parent = "/tmp";
     setvbuf(stdout, NULL, _IOLBF, 0); /* a long run shows each figure as it comes */
     for (;;) {
         int c = bench_cli_next(&cli, argc, argv);
@@ -681,15 +645,7 @@ int main(int argc, char **argv)
     }
     b.json = cli.a.json;
     if (cli.a.smoke) {
-        const char *dir = getenv("PGD_MODELS_DIR");
-        snprintf(smoke_path, sizeof smoke_path, "%s/stories260K.gguf",
-                 dir ? dir : PGD_SOURCE_DIR "/../shared/models");
-        FILE *f = fopen(smoke_path, "rb");
-        if (!f) {
-            fprintf(stderr, "bench_tier --smoke: %s not found, skipped\n", smoke_path);
-            return 77; /* ctest: skipped (bench/CMakeLists.txt) */
-        }
-        fclose(f);
+        if (bench_tier_smoke_model("bench_tier", smoke_path, sizeof smoke_path)) return 77;
         b.model_path = smoke_path;
         b.n_tokens = 128;
         b.batch = 64;
@@ -703,14 +659,10 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    char err[512];
-    if (pe_model_load(b.model_path, touch, NULL, &b.m, err, sizeof err)) {
-        fprintf(stderr, "bench_tier: %s\n", err);
-        return 1;
-    }
-    const pe_hparams *hp = pe_model_hparams(b.m);
+    const pe_hparams *hp =
+        bench_tier_model_load("bench_tier", b.model_path, &b.m, &b.page_tokens, &b.page_bytes);
+    if (!hp) return 1;
     b.n_vocab = hp->n_vocab;
-    b.page_tokens = pe_ctx_default_params().page_tokens;
     if (b.n_tokens < 2 * b.page_tokens) {
         fprintf(stderr, "bench_tier: --tokens must be at least %u\n", 2 * b.page_tokens);
         return 2;
@@ -730,17 +682,10 @@ int main(int argc, char **argv)
      * the RAM tier holds the prompt with room to spare, the disk tier four times that
      * (page_bytes is estimated here, then read from the pool). */
     b.kv_tokens = (uint64_t)b.n_tokens + b.itl_tokens + 64ull * b.page_tokens;
-    double bpt =
-        pgd_kv_bytes_per_token(PGD_KV_F16, b.page_tokens, hp->n_layer, hp->n_head_kv, hp->head_dim);
-    b.page_bytes = (uint64_t)(bpt * b.page_tokens + 0.5);
     b.prompt_bytes = b.page_bytes * b.n_hash;
     b.ram_capacity = b.prompt_bytes + b.prompt_bytes / 4 + 64 * b.page_bytes;
     b.disk_capacity = 4 * b.prompt_bytes + (64ull << 20);
-    snprintf(b.dir, sizeof b.dir, "%s/bench_tier.XXXXXX", parent);
-    if (!mkdtemp(b.dir)) {
-        fprintf(stderr, "bench_tier: mkdtemp %s: %s\n", b.dir, strerror(errno));
-        return 1;
-    }
+    if (bench_tier_mkdtemp("bench_tier", parent, "bench_tier", b.dir, sizeof b.dir)) return 1;
     if (!b.json)
         printf("model %s: %.2f GiB of weights, %u threads, isa %s, prompt %u tokens = %u pages "
                "of %.1f KiB (%.1f MiB of f16 KV), tiers in %s%s\n",
@@ -915,7 +860,7 @@ int main(int argc, char **argv)
     ok = 0;
 out:
     tiers_close(&b);
-    nftw(b.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_tier_rm_tree(b.dir);
     for (size_t i = 0; i < g_n_files; i++)
         free(g_files[i]);
     free(g_files);

@@ -33,14 +33,7 @@
  *   bench_tier_modes --smoke      stories260K from ../shared/models, tiny sizes (ctest)
  */
 #define _GNU_SOURCE
-#include <ftw.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <pagoda/tier.h>
-
-#include "bench.h"
-#include "model.h"
+#include "bench_tier_common.h"
 #include "scheduler.h"
 
 static void usage(FILE *f)
@@ -288,12 +281,6 @@ static void run_free(run *r)
 
 /* ---- one mode ---- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 static double quantile(double *x, uint32_t n, double q)
 {
     qsort(x, n, sizeof *x, bench_cmp_double);
@@ -305,7 +292,8 @@ static double quantile(double *x, uint32_t n, double q)
  * in a fresh directory. Returns 0 or -1. */
 static int run_mode(bench *b, int mode, result *res)
 {
-    char dir[1024], err[512];
+    char dir[1024];
+    const char *what;
     pgd_tier *ram = NULL, *disk = NULL;
     pgd_tier_use use[2];
     uint8_t key[32];
@@ -314,19 +302,12 @@ static int run_mode(bench *b, int mode, result *res)
     run r = {0};
     int rc = -1;
     memset(res, 0, sizeof *res);
-    snprintf(dir, sizeof dir, "%s/bench_tier_modes.XXXXXX", b->parent);
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "bench_tier_modes: mkdtemp %s: %s\n", dir, strerror(errno));
+    if (bench_tier_mkdtemp("bench_tier_modes", b->parent, "bench_tier_modes", dir, sizeof dir))
         return -1;
-    }
-    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
-    /* records carry a 128-byte header beside the page */
-    rp.capacity_bytes = b->ram_pages * (b->page_bytes + 128);
-    pgd_tier_disk_params dp = pgd_tier_disk_default_params();
-    dp.dir = dir;
-    dp.capacity_bytes = 2 * (b->n_blocks + 64) * (b->page_bytes + 4096);
-    if (pgd_tier_ram_create(&rp, &ram) != PGD_OK || pgd_tier_disk_create(&dp, &disk) != PGD_OK ||
-        pgd_tier_disk_key(disk, key) != PGD_OK) {
+    /* RAM tier records carry a 128-byte header beside the page */
+    if (bench_tier_open(b->ram_pages * (b->page_bytes + 128), dir,
+                        2 * (b->n_blocks + 64) * (b->page_bytes + 4096), 0, &ram, &disk, key,
+                        &what) != PGD_OK) {
         fprintf(stderr, "bench_tier_modes: cannot create the tiers in %s\n", dir);
         goto out;
     }
@@ -338,14 +319,8 @@ static int run_mode(bench *b, int mode, result *res)
     cp.n_threads = b->threads;
     cp.kv_tokens = b->pool_pages * b->page_tokens;
     cp.deterministic = b->deterministic;
-    cp.tiers = use;
-    cp.n_tiers = 2;
-    cp.hash_key = key;
-    cp.hash_key_len = sizeof key;
-    if (pe_ctx_create(b->m, &cp, &ctx, err, sizeof err)) {
-        fprintf(stderr, "bench_tier_modes: context: %s\n", err);
-        goto out;
-    }
+    bench_tier_ctx_tiers(&cp, use, key);
+    if (bench_tier_ctx_create("bench_tier_modes", b->m, &cp, &ctx)) goto out;
     pgd_cache *c = pe_ctx_cache(ctx);
     int64_t nb = distinct_blocks(b, c, &blocks);
     if (nb < 0) goto out;
@@ -391,7 +366,7 @@ out:
     pe_ctx_destroy(ctx);
     pgd_tier_close(ram);
     pgd_tier_close(disk);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_tier_rm_tree(dir);
     return rc;
 }
 
@@ -466,11 +441,6 @@ static void print_results(const bench *b, result res[N_MODES][MAX_REPS])
 
 /* ---- main ---- */
 
-static void touch(void *ud, uint64_t done, uint64_t total)
-{
-    (void)ud, (void)done, (void)total; /* loading with a progress hook prefaults weights */
-}
-
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -508,8 +478,7 @@ int main(int argc, char **argv)
                      .optstring = "t:",
                      .common = BENCH_SEED | BENCH_JSON | BENCH_SMOKE,
                      .a = {.seed = 1}};
-    b.parent = getenv("TMPDIR");
-    if (!b.parent || !*b.parent) b.parent = "/tmp";
+    b.parent = bench_tier_tmpdir();
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (;;) {
         int c = bench_cli_next(&cli, argc, argv);
@@ -574,15 +543,7 @@ int main(int argc, char **argv)
     }
     b.json = cli.a.json;
     if (cli.a.smoke) {
-        const char *dir = getenv("PGD_MODELS_DIR");
-        snprintf(smoke_path, sizeof smoke_path, "%s/stories260K.gguf",
-                 dir ? dir : PGD_SOURCE_DIR "/../shared/models");
-        FILE *f = fopen(smoke_path, "rb");
-        if (!f) {
-            fprintf(stderr, "bench_tier_modes --smoke: %s not found, skipped\n", smoke_path);
-            return 77; /* ctest: skipped (bench/CMakeLists.txt) */
-        }
-        fclose(f);
+        if (bench_tier_smoke_model("bench_tier_modes", smoke_path, sizeof smoke_path)) return 77;
         b.model_path = smoke_path;
         b.n_requests = 24;
         b.n_systems = 2;
@@ -598,21 +559,14 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    char err[512];
-    if (pe_model_load(b.model_path, touch, NULL, &b.m, err, sizeof err)) {
-        fprintf(stderr, "bench_tier_modes: %s\n", err);
-        return 1;
-    }
-    const pe_hparams *hp = pe_model_hparams(b.m);
+    const pe_hparams *hp = bench_tier_model_load("bench_tier_modes", b.model_path, &b.m,
+                                                 &b.page_tokens, &b.page_bytes);
+    if (!hp) return 1;
     b.n_vocab = hp->n_vocab;
-    b.page_tokens = pe_ctx_default_params().page_tokens;
     const uint32_t plen = b.system_tokens + b.user_tokens;
     const uint32_t req_pages = (plen + b.gen + b.page_tokens - 1) / b.page_tokens + 1;
     b.n_ctx = (req_pages + 1) * b.page_tokens;
     if (!b.pool_pages) b.pool_pages = 2ull * b.concurrency * req_pages;
-    double bpt =
-        pgd_kv_bytes_per_token(PGD_KV_F16, b.page_tokens, hp->n_layer, hp->n_head_kv, hp->head_dim);
-    b.page_bytes = (uint64_t)(bpt * b.page_tokens + 0.5);
     int ok = -1;
     if (make_workload(&b, cli.a.seed ? cli.a.seed : 1)) goto out;
 
@@ -627,10 +581,7 @@ int main(int argc, char **argv)
         cp.n_threads = b.threads;
         cp.kv_tokens = b.pool_pages * b.page_tokens;
         cp.deterministic = b.deterministic;
-        if (pe_ctx_create(b.m, &cp, &plain, err, sizeof err)) {
-            fprintf(stderr, "bench_tier_modes: context: %s\n", err);
-            goto out;
-        }
+        if (bench_tier_ctx_create("bench_tier_modes", b.m, &cp, &plain)) goto out;
         int64_t nb = distinct_blocks(&b, pe_ctx_cache(plain), &blocks);
         free(blocks);
         uint32_t warm = b.n_requests < b.concurrency ? b.n_requests : b.concurrency;
