@@ -21,108 +21,22 @@
  * Model: argv[1], else $PGD_MODELS_DIR/stories260K.gguf, else ../shared/models beside the
  * source tree; skipped (77) when none is found.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler.h"
-#include "proc.h"
-#include "t.h"
-
-#define MAX_OUT 256
-
-static pe_model *g_model;
-
-typedef struct out {
-    int32_t toks[MAX_OUT];
-    uint32_t n;
-    int n_final;
-    pe_finish finish;
-    pe_usage u;
-} out;
-
-static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe_usage *u)
-{
-    out *o = ud;
-    (void)id;
-    if (why == PE_FINISH_NONE) {
-        if (o->n < MAX_OUT) o->toks[o->n++] = tok;
-        return;
-    }
-    o->finish = why;
-    o->u = *u;
-    o->n_final++;
-}
-
-/* argv[1], else stories260K.gguf in the models directory (tests/proc.h); NULL if absent. */
-static const char *model_path(int argc, char **argv, char *buf, size_t n)
-{
-    if (argc > 1) return argv[1];
-    return t_model_file(buf, n, "stories260K.gguf") ? buf : NULL;
-}
+#include "sched_fixture.h"
 
 static pe_ctx *make_ctx(uint64_t kv_tokens)
 {
-    pe_ctx_params p = pe_ctx_default_params();
-    char err[256];
-    pe_ctx *c;
-    p.n_ctx = 512;
-    p.n_batch = 256;
-    p.page_tokens = 16;
-    p.kv_type = PGD_KV_F32;
-    p.n_threads = 2;
-    p.kv_tokens = kv_tokens;
-    if (pe_ctx_create(g_model, &p, &c, err, sizeof err)) {
-        fprintf(stderr, "pe_ctx_create: %s\n", err);
-        return NULL;
-    }
-    return c;
-}
-
-static pe_sched *make_sched(pe_ctx *c, uint32_t max_running, uint32_t max_queued, uint32_t chunk)
-{
-    pe_sched_params p = pe_sched_default_params();
-    pe_sched *s;
-    p.model = g_model;
-    p.max_running = max_running;
-    p.max_queued = max_queued;
-    p.chunk = chunk;
-    if (pe_sched_create(c, &p, &s)) return NULL;
-    return s;
-}
-
-static pe_request_params greedy(uint32_t max_tokens)
-{
-    pe_request_params rp = pe_request_default_params();
-    rp.max_tokens = max_tokens;
-    rp.sampler.temp = 0;
-    rp.stop_on_eog = 0;
-    return rp;
-}
-
-static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
+    pe_ctx_params p = sched_ctx_params(kv_tokens);
+    return sched_ctx_create(&p);
 }
 
 /* Runs one request alone on a fresh context; its tokens into *o. */
 static int run_alone(const int32_t *prompt, uint32_t n, uint32_t max_tokens, out *o)
 {
-    pe_ctx *c = make_ctx(4096);
-    T_ASSERT(c);
-    pe_sched *s = make_sched(c, 4, 4, 0);
-    T_ASSERT(s);
-    pe_request_params rp = greedy(max_tokens);
-    uint64_t id;
-    memset(o, 0, sizeof *o);
-    T_OK(pe_sched_submit(s, &rp, prompt, n, on_token, o, &id));
-    T_OK(pe_sched_run_until_idle(s));
-    T_EQ(o->n_final, 1);
+    if (sched_run_alone(make_ctx(4096), prompt, n, max_tokens, o)) return 1;
     T_EQ(o->finish, PE_FINISH_LENGTH);
-    T_EQ(o->n, max_tokens);
-    pe_sched_destroy(s);
-    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -148,7 +62,7 @@ static int test_shared_prefix(void)
 
     pe_ctx *c = make_ctx(4096);
     T_ASSERT(c);
-    pe_sched *s = make_sched(c, 16, 16, 32); /* chunked prefill: 32 tokens per step */
+    pe_sched *s = sched_create(c, 16, 16, 32); /* chunked prefill: 32 tokens per step */
     T_ASSERT(s);
     pe_request_params rp = greedy(24);
     for (int i = 0; i < N_SHARED; i++) {
@@ -200,7 +114,7 @@ static int test_cancel_frees_pages(void)
     random_tokens(&seed, prompt, 60);
     pe_ctx *c = make_ctx(4096);
     T_ASSERT(c);
-    pe_sched *s = make_sched(c, 4, 4, 0);
+    pe_sched *s = sched_create(c, 4, 4, 0);
     T_ASSERT(s);
     pe_request_params rp = greedy(200);
     memset(&o, 0, sizeof o);
@@ -247,7 +161,7 @@ static int test_preemption(void)
     }
     pe_ctx *c = make_ctx(128);
     T_ASSERT(c);
-    pe_sched *s = make_sched(c, 4, 8, 0);
+    pe_sched *s = sched_create(c, 4, 8, 0);
     T_ASSERT(s);
     pe_request_params rp = greedy(60);
     for (int i = 0; i < N_LONG; i++) {
@@ -288,7 +202,7 @@ static int test_queue_full_and_salts(void)
     memset(o, 0, sizeof o);
     pe_ctx *c = make_ctx(4096);
     T_ASSERT(c);
-    pe_sched *s = make_sched(c, 2, 2, 0);
+    pe_sched *s = sched_create(c, 2, 2, 0);
     T_ASSERT(s);
     pe_request_params rp = greedy(4);
     T_OK(pe_sched_submit(s, &rp, prompt, 50, on_token, &o[0], &id));
@@ -379,7 +293,7 @@ static int test_cancel_all(void)
     memset(o, 0, sizeof o);
     pe_ctx *c = make_ctx(4096);
     T_ASSERT(c);
-    pe_sched *s = make_sched(c, 2, 4, 0);
+    pe_sched *s = sched_create(c, 2, 4, 0);
     T_ASSERT(s);
     pe_request_params rp = greedy(100);
     for (int i = 0; i < 3; i++) {
@@ -418,7 +332,7 @@ static int test_too_large_for_pool(void)
     memset(o, 0, sizeof o);
     pe_ctx *c = make_ctx(64);
     T_ASSERT(c);
-    pe_sched *s = make_sched(c, 4, 4, 0);
+    pe_sched *s = sched_create(c, 4, 4, 0);
     T_ASSERT(s);
     pe_request_params rp = greedy(60);
     T_OK(pe_sched_submit(s, &rp, prompt, 80, on_token, &o[0], &id));
@@ -528,13 +442,8 @@ static int test_flood_same_tenant_ages(void)
 
 int main(int argc, char **argv)
 {
-    char buf[1024], err[512];
-    const char *path = model_path(argc, argv, buf, sizeof buf);
-    if (!path) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR or pass a model path)");
-    if (pe_model_load(path, NULL, NULL, &g_model, err, sizeof err)) {
-        fprintf(stderr, "cannot load %s: %s\n", path, err);
-        return 1;
-    }
+    int rc = sched_fixture_load(argc, argv);
+    if (rc) return rc;
     T_RUN(test_shared_prefix);
     T_RUN(test_cancel_frees_pages);
     T_RUN(test_preemption);

@@ -22,38 +22,10 @@
  * source tree; skipped (77) when none is found.
  */
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "proc.h"
-#include "scheduler.h"
-#include "t.h"
-
-#define MAX_OUT 128
-
-static pe_model *g_model;
-
-typedef struct out {
-    int32_t toks[MAX_OUT];
-    uint32_t n;
-    int n_final;
-    pe_finish finish;
-    pe_usage u;
-} out;
-
-static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe_usage *u)
-{
-    out *o = ud;
-    (void)id;
-    if (why == PE_FINISH_NONE) {
-        if (o->n < MAX_OUT) o->toks[o->n++] = tok;
-        return;
-    }
-    o->finish = why;
-    o->u = *u;
-    o->n_final++;
-}
+#include "sched_fixture.h"
 
 /* ---- a wrapped RAM tier: get can be held back (a gate) or fail for one block ---- */
 
@@ -136,36 +108,18 @@ static const uint8_t *g_key; /* hash key of the contexts make_ctx creates; NULL:
 
 static pe_ctx *make_ctx(uint64_t kv_tokens, const pgd_tier_use *use, uint32_t n_use)
 {
-    pe_ctx_params p = pe_ctx_default_params();
-    char err[256];
-    pe_ctx *c;
-    p.n_ctx = 512;
-    p.n_batch = 256;
-    p.page_tokens = 16;
-    p.kv_type = PGD_KV_F32;
-    p.n_threads = 2;
-    p.kv_tokens = kv_tokens;
+    pe_ctx_params p = sched_ctx_params(kv_tokens);
     p.deterministic = 1;
     p.tiers = use;
     p.n_tiers = n_use;
     p.hash_key = g_key;
     p.hash_key_len = g_key ? 32 : 0;
-    if (pe_ctx_create(g_model, &p, &c, err, sizeof err)) {
-        fprintf(stderr, "pe_ctx_create: %s\n", err);
-        return NULL;
-    }
-    return c;
+    return sched_ctx_create(&p);
 }
 
 static pe_sched *make_sched(pe_ctx *c, uint32_t max_running)
 {
-    pe_sched_params p = pe_sched_default_params();
-    pe_sched *s;
-    p.model = g_model;
-    p.max_running = max_running;
-    p.max_queued = 16;
-    if (pe_sched_create(c, &p, &s)) return NULL;
-    return s;
+    return sched_create(c, max_running, 16, 0);
 }
 
 /* A context with one RAM tier of 4 MiB (wrapped when wrapped is set), and a scheduler. */
@@ -202,39 +156,12 @@ static void rig_close(rig *r)
     pgd_tier_close(r->ram);
 }
 
-static pe_request_params greedy(uint32_t max_tokens)
-{
-    pe_request_params rp = pe_request_default_params();
-    rp.max_tokens = max_tokens;
-    rp.sampler.temp = 0;
-    rp.stop_on_eog = 0;
-    return rp;
-}
-
-static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
-}
-
 /* Runs one request alone on a fresh context without tiers; its tokens into *o. */
 static int run_cold(const int32_t *prompt, uint32_t n, uint32_t max_tokens, out *o)
 {
-    pe_ctx *c = make_ctx(4096, NULL, 0);
-    T_ASSERT(c);
-    pe_sched *s = make_sched(c, 4);
-    T_ASSERT(s);
-    pe_request_params rp = greedy(max_tokens);
-    uint64_t id;
-    memset(o, 0, sizeof *o);
-    T_OK(pe_sched_submit(s, &rp, prompt, n, on_token, o, &id));
-    T_OK(pe_sched_run_until_idle(s));
-    T_EQ(o->n_final, 1);
-    T_EQ(o->n, max_tokens);
+    if (sched_run_alone(make_ctx(4096, NULL, 0), prompt, n, max_tokens, o)) return 1;
     T_EQ(o->u.cached_tokens, 0);
     T_EQ(o->u.n_tiers, 0);
-    pe_sched_destroy(s);
-    pe_ctx_destroy(c);
     return 0;
 }
 
@@ -534,14 +461,8 @@ static int test_prefetch_on_submit(void)
 
 int main(int argc, char **argv)
 {
-    char buf[1024], err[512];
-    const char *path = argc > 1 ? argv[1] : NULL;
-    if (!path && t_model_file(buf, sizeof buf, "stories260K.gguf")) path = buf;
-    if (!path) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR or pass a model path)");
-    if (pe_model_load(path, NULL, NULL, &g_model, err, sizeof err)) {
-        fprintf(stderr, "cannot load %s: %s\n", path, err);
-        return 1;
-    }
+    int rc = sched_fixture_load(argc, argv);
+    if (rc) return rc;
     T_RUN(test_prefix_from_ram);
     T_RUN(test_not_ready_left_out);
     T_RUN(test_damaged_record_falls_back);
