@@ -27,6 +27,7 @@
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 enum { NL = 2, NH = 2, HD = 4, PT = 4 };
 
@@ -995,68 +996,28 @@ static int test_destroy_while_moving(void)
 
 /* ---- allocation failures ---- */
 
-/* A counting allocator that fails the fail_at-th allocation (only the test thread and the
- * cache under its lock allocate through it: the movers allocate nothing). */
-typedef struct counting {
-    long n_calls, fail_at, n_live;
-    int fired;
-} counting;
-
-static void *c_malloc(void *ud, size_t n)
-{
-    counting *a = ud;
-    if (a->fail_at && ++a->n_calls == a->fail_at) {
-        a->fired = 1;
-        return NULL;
-    }
-    void *p = malloc(n);
-    if (p) a->n_live++;
-    return p;
-}
-static void *c_realloc(void *ud, void *ptr, size_t n)
-{
-    counting *a = ud;
-    if (!ptr) return c_malloc(ud, n);
-    if (a->fail_at && ++a->n_calls == a->fail_at) {
-        a->fired = 1;
-        return NULL;
-    }
-    return realloc(ptr, n);
-}
-static void c_free(void *ud, void *ptr)
-{
-    counting *a = ud;
-    if (ptr) a->n_live--;
-    free(ptr);
-}
-
-static void arm(counting *a, long at)
-{
-    a->n_calls = 0;
-    a->fail_at = at;
-    a->fired = 0;
-}
-
-/* Create with tiers fails cleanly at every allocation; a match whose promotion cannot
- * allocate returns the pool prefix, consistent, and leaks nothing. */
+/* Create with tiers fails cleanly at every allocation of the counting allocator
+ * (tests/t_alloc.h; only the test thread and the cache under its lock allocate through it:
+ * the movers allocate nothing); a match whose promotion cannot allocate returns the pool
+ * prefix, consistent, and leaks nothing. */
 static int test_alloc_failures(void)
 {
-    counting a = {0, 0, 0, 0};
-    const pgd_allocator al = {c_malloc, c_realloc, c_free, &a};
+    t_counting a = {0};
+    const pgd_allocator al = T_COUNTING_ALLOCATOR(&a);
     pgd_tier *t = ram_tier(64);
     pgd_tier_use use = {t, 1, 1};
     pgd_cache *c = NULL;
     for (long n = 1;; n++) {
         pgd_cache_params p = params(8, &use, 1);
         p.alloc = &al;
-        arm(&a, n);
+        t_counting_arm(&a, n);
         int rc = pgd_cache_create(&p, &c);
         if (rc == PGD_OK && !a.fired) break;
         T_EQ(rc, PGD_ENOMEM);
         T_ASSERT(c == NULL);
         T_EQ(a.n_live, 0);
     }
-    arm(&a, 0);
+    t_counting_arm(&a, 0);
     int32_t tk[24];
     toks(tk, 24, 8000);
     pgd_seq_destroy(c, feed(c, tk, 24));
@@ -1066,10 +1027,10 @@ static int test_alloc_failures(void)
     for (long n = 1;; n++) {
         pgd_seq *s;
         T_OK(pgd_seq_create(c, "a", 1, &s));
-        arm(&a, n);
+        t_counting_arm(&a, n);
         int64_t m = pgd_seq_match(c, s, tk, 24);
         int fired = a.fired;
-        arm(&a, 0);
+        t_counting_arm(&a, 0);
         /* ENOMEM: the table (nothing changed); else the promotion is skipped. */
         if (!(m == 24 || (fired && (m >= 0 || m == PGD_ENOMEM))))
             T_FAIL("failing allocation %ld: match %lld", n, (long long)m);

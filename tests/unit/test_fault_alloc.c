@@ -8,82 +8,20 @@
  * write_slot, write_kv into the kivi2 residual window, truncate), evict / clear, attention
  * create (dense and Quest) and the scalar attention reference.
  */
-#include <stdalign.h>
-
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
 
 #include "t.h"
+#include "t_alloc.h"
 
-/* ---- counting allocator ---- */
+/* ---- counting allocator (tests/t_alloc.h) ---- */
 
-typedef struct {
-    long n_calls; /* allocations attempted since arm() */
-    long fail_at; /* fail the fail_at-th one; 0: never */
-    int fired;
-    long n_live;    /* live blocks */
-    size_t n_bytes; /* live bytes */
-} counting;
-
-enum { HDR = alignof(max_align_t) > sizeof(size_t) ? alignof(max_align_t) : sizeof(size_t) };
-
-static int should_fail(counting *a)
-{
-    a->n_calls++;
-    if (a->fail_at && a->n_calls == a->fail_at) {
-        a->fired = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static void *c_malloc(void *ud, size_t n)
-{
-    counting *a = ud;
-    if (should_fail(a)) return NULL;
-    unsigned char *p = malloc(n + HDR);
-    if (!p) return NULL;
-    memcpy(p, &n, sizeof n);
-    a->n_live++;
-    a->n_bytes += n;
-    return p + HDR;
-}
-
-static void *c_realloc(void *ud, void *ptr, size_t n)
-{
-    counting *a = ud;
-    if (!ptr) return c_malloc(ud, n);
-    if (should_fail(a)) return NULL;
-    unsigned char *h = (unsigned char *)ptr - HDR;
-    size_t old;
-    memcpy(&old, h, sizeof old);
-    unsigned char *p = realloc(h, n + HDR);
-    if (!p) return NULL;
-    memcpy(p, &n, sizeof n);
-    a->n_bytes = a->n_bytes - old + n;
-    return p + HDR;
-}
-
-static void c_free(void *ud, void *ptr)
-{
-    counting *a = ud;
-    if (!ptr) return;
-    unsigned char *h = (unsigned char *)ptr - HDR;
-    size_t old;
-    memcpy(&old, h, sizeof old);
-    a->n_live--;
-    a->n_bytes -= old;
-    free(h);
-}
-
-static counting A;
-static const pgd_allocator alloc = {c_malloc, c_realloc, c_free, &A};
+static t_counting A;
+static const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
 
 static void arm(long n)
 {
-    A.n_calls = 0;
-    A.fail_at = n;
-    A.fired = 0;
+    t_counting_arm(&A, n);
 }
 
 static void disarm(void)

@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
-#include <stdalign.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,58 +22,12 @@
 #include "pagoda/tier.h"
 #include "tier/disk_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
-/* ---- counting allocator ---- */
+/* ---- counting allocator (tests/t_alloc.h) ---- */
 
-typedef struct {
-    long n_calls; /* allocations attempted since armed */
-    long fail_at; /* fail the fail_at-th one; 0: never */
-    int fired;
-    long n_live; /* live blocks */
-} counting;
-
-enum { HDR = alignof(max_align_t) > sizeof(size_t) ? alignof(max_align_t) : sizeof(size_t) };
-
-static counting A;
-
-static int should_fail(counting *a)
-{
-    a->n_calls++;
-    if (a->fail_at && a->n_calls == a->fail_at) {
-        a->fired = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static void *c_malloc(void *ud, size_t n)
-{
-    counting *a = ud;
-    if (should_fail(a)) return NULL;
-    unsigned char *p = malloc(n + HDR);
-    if (!p) return NULL;
-    a->n_live++;
-    return p + HDR;
-}
-
-static void *c_realloc(void *ud, void *ptr, size_t n)
-{
-    counting *a = ud;
-    if (!ptr) return c_malloc(ud, n);
-    if (should_fail(a)) return NULL;
-    unsigned char *p = realloc((unsigned char *)ptr - HDR, n + HDR);
-    return p ? p + HDR : NULL;
-}
-
-static void c_free(void *ud, void *ptr)
-{
-    counting *a = ud;
-    if (!ptr) return;
-    a->n_live--;
-    free((unsigned char *)ptr - HDR);
-}
-
-static const pgd_allocator alloc = {c_malloc, c_realloc, c_free, &A};
+static t_counting A;
+static const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
 
 /* Stops injecting: the retry of a failed call must succeed. */
 static void disarm(void)

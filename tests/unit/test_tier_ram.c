@@ -12,6 +12,7 @@
 
 #include "tier/tier_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 static const pgd_hash fp = {0xfeedull, 0xbeefull};
 
@@ -778,40 +779,6 @@ static int test_held_random(void)
 
 /* ---- allocation failures ---- */
 
-typedef struct counting {
-    long n_calls, fail_at, n_live;
-} counting;
-
-static void *c_malloc(void *ud, size_t n)
-{
-    counting *a = ud;
-    if (a->fail_at && ++a->n_calls == a->fail_at) return NULL;
-    void *p = malloc(n);
-    if (p) a->n_live++;
-    return p;
-}
-
-static void *c_realloc(void *ud, void *p, size_t n)
-{
-    counting *a = ud;
-    if (!p) return c_malloc(ud, n);
-    if (a->fail_at && ++a->n_calls == a->fail_at) return NULL;
-    return realloc(p, n);
-}
-
-static void c_free(void *ud, void *p)
-{
-    counting *a = ud;
-    if (p) a->n_live--;
-    free(p);
-}
-
-static void arm(counting *a, long n)
-{
-    a->n_calls = 0;
-    a->fail_at = n;
-}
-
 /* Every allocation of create, bind, put (with eviction and spill), get fails in turn:
  * PGD_ENOMEM (put may succeed with a realloc that shrinks failing), the tier unchanged
  * and usable, nothing leaked at close. */
@@ -824,8 +791,8 @@ static int test_alloc_failures(void)
     int stores[] = {-1, -1, PGD_KV_Q8_0};
     uint32_t comps[] = {PGD_RECORD_RAW, PGD_RECORD_LZ4, PGD_RECORD_ZSTD};
     for (int k = 0; k < 3; k++) {
-        counting ca = {0, 0, 0};
-        pgd_allocator al = {c_malloc, c_realloc, c_free, &ca};
+        t_counting ca = {0};
+        pgd_allocator al = T_COUNTING_ALLOCATOR(&ca);
         pgd_tier_ram_params rp = pgd_tier_ram_default_params();
         rp.capacity_bytes = 2 * (PGD_RECORD_HEADER_BYTES + id.page_bytes + id.bounds_bytes);
         rp.store_type = stores[k];
@@ -834,7 +801,7 @@ static int test_alloc_failures(void)
         pgd_tier *t = NULL;
         int rc;
         for (long n = 1;; n++) {
-            arm(&ca, n);
+            t_counting_arm(&ca, n);
             rc = pgd_tier_ram_create(&rp, &t);
             if (rc == PGD_OK) break;
             T_EQ(rc, PGD_ENOMEM);
@@ -842,12 +809,12 @@ static int test_alloc_failures(void)
             T_EQ(ca.n_live, 0);
         }
         for (long n = 1;; n++) {
-            arm(&ca, n);
+            t_counting_arm(&ca, n);
             rc = pgd_tier_bind(t, &id);
             if (rc == PGD_OK) break;
             T_EQ(rc, PGD_ENOMEM);
         }
-        arm(&ca, 0);
+        t_counting_arm(&ca, 0);
         /* Three puts into room for two: the third evicts and spills. */
         for (uint32_t c = 0; c < 3; c++) {
             fill(buf, id.page_bytes + id.bounds_bytes, block_of(c, 0));
@@ -858,10 +825,10 @@ static int test_alloc_failures(void)
             for (long n = 1;; n++) {
                 pgd_tier_stats before, after;
                 pgd_tier_get_stats(t, &before);
-                arm(&ca, n);
+                t_counting_arm(&ca, n);
                 rc = pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, buf + id.page_bytes,
                                   k == 0 ? on_spill : NULL, &sp);
-                arm(&ca, 0);
+                t_counting_arm(&ca, 0);
                 T_OK(pgd__tier_ram_check(t));
                 if (rc == PGD_OK) break;
                 T_EQ(rc, PGD_ENOMEM);
@@ -872,9 +839,9 @@ static int test_alloc_failures(void)
             T_EQ(sp.bad, 0);
         }
         for (long n = 1;; n++) {
-            arm(&ca, n);
+            t_counting_arm(&ca, n);
             rc = pgd_tier_get(t, block_of(2, 0), buf, buf + id.page_bytes);
-            arm(&ca, 0);
+            t_counting_arm(&ca, 0);
             if (rc == PGD_OK) break;
             T_EQ(rc, PGD_ENOMEM);
             pgd_hash h = block_of(2, 0);
