@@ -38,6 +38,7 @@
 
 #include <pagoda/tier.h>
 
+#include "t_dir.h"
 #include "tier/disk_int.h" /* pgd__tier_disk_fault */
 
 enum { NL = 1, NH = 1, HD = 4, PT = 4, N_HASHES = 8, MAX_FILE = 8192 };
@@ -588,14 +589,6 @@ static uint32_t put_some(pgd_tier *t, uint32_t put_mask, uint32_t del_mask)
 
 /* ---- the target ---- */
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static const char *tmp_root(void)
 {
     const char *t = getenv("TMPDIR");
@@ -695,7 +688,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         inspect(&x);
         if (x.n_files) fail("clear: files left to inspect");
     }
-    nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    t_rm_rf(g_dir);
     if (access(g_dir, F_OK) == 0) fail("the temp directory could not be removed");
     if (fds0 >= 0 && n_open_fds() != fds0) fail("a file descriptor leaked");
     return 0;

@@ -28,6 +28,7 @@
 #include "pgd_int.h"
 #include "t.h"
 #include "t_alloc.h"
+#include "t_dir.h"
 
 enum { NL = 2, NH = 2, HD = 4, PT = 4 };
 
@@ -79,19 +80,6 @@ static pgd_tier *disk_tier(const char *dir, uint64_t n_records)
     pgd_tier *t = NULL;
     if (pgd_tier_disk_create(&p, &t) != PGD_OK) return NULL;
     return t;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A fault-injecting wrapper over a real tier: gets fail (the record dropped, as a damaged
@@ -839,7 +827,7 @@ static int test_disk_restart(void)
         pgd_tier_close(ram);
         pgd_tier_close(disk);
     }
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -1353,7 +1341,7 @@ static int run_model(const cfg *cf, uint64_t seed, uint32_t steps, int verbose)
     pgd_cache_destroy(m->c);
     pgd_tier_close(m->tier[0]);
     pgd_tier_close(m->tier[1]);
-    if (cf->t1_disk) rm_rf(dir);
+    if (cf->t1_disk) t_rm_rf(dir);
     free(m);
     return failed;
 }

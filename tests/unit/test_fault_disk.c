@@ -23,6 +23,7 @@
 #include "tier/disk_int.h"
 #include "t.h"
 #include "t_alloc.h"
+#include "t_dir.h"
 
 /* ---- counting allocator (tests/t_alloc.h) ---- */
 
@@ -38,19 +39,6 @@ static void disarm(void)
 /* ---- helpers ---- */
 
 static char base[512];
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static pgd_record_ident make_ident(void)
 {
@@ -161,7 +149,7 @@ static int alloc_run(long fail_at, int o_direct, int *fired)
 
     /* A directory holding 4 records, written without faults. */
     memset(&A, 0, sizeof A);
-    rm_rf(dir);
+    t_rm_rf(dir);
     T_OK(pgd_tier_disk_create(&p, &t));
     T_OK(pgd_tier_bind(t, &id));
     for (uint64_t k = 0; k < 4; k++)
@@ -206,7 +194,7 @@ static int alloc_run(long fail_at, int o_direct, int *fired)
     *fired = A.fired;
     T_EQ(A.n_live, 0);
     T_EQ(count_temp_files(dir), 0);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -247,7 +235,7 @@ static int test_write_failures(void)
         pgd_tier_disk_params p = params(dir, 1 << 20, 0);
         pgd_tier *t = NULL;
         pgd_tier_stats st;
-        rm_rf(dir);
+        t_rm_rf(dir);
         memset(&A, 0, sizeof A);
         T_OK(pgd_tier_disk_create(&p, &t));
         T_OK(pgd_tier_bind(t, &id));
@@ -270,20 +258,16 @@ static int test_write_failures(void)
         pgd_tier_close(t);
         T_EQ(A.n_live, 0);
     }
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
 int main(void)
 {
-    char cwd[400];
-    if (!getcwd(cwd, sizeof cwd)) return 1;
-    snprintf(base, sizeof base, "%s/test_fault_disk.d.%ld", cwd, (long)getpid());
-    rm_rf(base);
-    if (mkdir(base, 0755) != 0) return 1;
+    if (t_scratch_root(base, sizeof base, "test_fault_disk")) return 1;
     T_RUN(test_alloc_failures);
     T_RUN(test_alloc_failures_o_direct);
     T_RUN(test_write_failures);
-    if (!t_failed) rm_rf(base);
+    if (!t_failed) t_rm_rf(base);
     T_DONE();
 }

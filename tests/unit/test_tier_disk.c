@@ -33,6 +33,7 @@
 #include "pagoda/tier.h"
 #include "tier/disk_int.h"
 #include "t.h"
+#include "t_dir.h"
 
 /* ---- helpers ---- */
 
@@ -63,19 +64,6 @@ static int count_in_log(const char *what)
     return n;
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static int t_write_all_bytes(const char *path, const void *buf, size_t n)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -94,7 +82,7 @@ static int t_is_regular(const char *path)
 static void scratch(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", base, name);
-    rm_rf(buf);
+    t_rm_rf(buf);
 }
 
 static pgd_record_ident make_ident(uint64_t fingerprint, int bounds)
@@ -322,7 +310,7 @@ static int run_model(int bounds, int o_direct, uint64_t seed)
     free(m.want_bounds);
     free(m.spill_page);
     free(m.spill_bounds);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -387,7 +375,7 @@ static int test_temp_files_removed(void)
     T_EQ(st.n_records, 1);
     T_EQ(st.n_corrupt, 0);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -453,7 +441,7 @@ static int test_corrupt_byte_quarantined(void)
     T_EQ(file_mode(q), 0700);
     T_EQ(get_k(t, &id, 0), PGD_OK); /* the good one is still served */
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -493,7 +481,7 @@ static int test_foreign_ignored(void)
     for (int k = 0; k < 5; k++)
         T_EQ(get_k(t, &a, k), PGD_OK);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -541,7 +529,7 @@ static int test_enospc_sets_full(void)
     pgd_tier_get_stats(t, &st);
     T_EQ(st.full, 1);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -566,7 +554,7 @@ static int test_eio_counted(void)
     T_ASSERT(strstr(logbuf, "Input/output error") != NULL);
     T_OK(pgd_tier_flush(t));
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -609,7 +597,7 @@ static int test_bad_dirs(void)
     p.dir = dir;
     p.capacity_bytes = 1 << 20;
     T_EQ(pgd_tier_disk_create(&p, &t), PGD_ECORRUPT);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -669,7 +657,7 @@ static int test_lock_and_key(void)
     T_EQ(pgd__tier_disk_fault(ram, EIO, 0, 1), PGD_EINVAL);
     T_ASSERT(strcmp(pgd_tier_name(ram), "ram") == 0);
     pgd_tier_close(ram);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -704,7 +692,7 @@ static int test_capacity_and_unbound(void)
     T_EQ(st.n_put_refused, 1);
     T_EQ(st.full, 0);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -788,7 +776,7 @@ static int test_threads(void)
     pgd_tier_get_stats(t, &st2);
     T_EQ(st2.n_corrupt, 0);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -861,7 +849,7 @@ static int test_many_records_and_crafted_parents(void)
     T_ASSERT(st.n_records <= 10);
     T_OK(put_k(t, &id, 5000));
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -918,7 +906,7 @@ static int test_kill9_during_writes(void)
     pgd_tier_get_stats(t, &st);
     T_EQ(st.n_corrupt, 0);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
@@ -1006,17 +994,13 @@ static int test_inspect_and_clear(void)
     T_ASSERT(memcmp(k1, k2, 32) == 0);
     T_EQ(pgd_tier_lookup(t, (pgd_hash[]){hash_of(0)}, 1), 0);
     pgd_tier_close(t);
-    rm_rf(dir);
+    t_rm_rf(dir);
     return 0;
 }
 
 int main(void)
 {
-    char cwd[400];
-    if (!getcwd(cwd, sizeof cwd)) return 1;
-    snprintf(base, sizeof base, "%s/test_tier_disk.d.%ld", cwd, (long)getpid());
-    rm_rf(base);
-    if (mkdir(base, 0755) != 0) return 1;
+    if (t_scratch_root(base, sizeof base, "test_tier_disk")) return 1;
     T_RUN(test_model_random);
     T_RUN(test_model_random_bounds);
     T_RUN(test_model_random_o_direct);
@@ -1032,6 +1016,6 @@ int main(void)
     T_RUN(test_threads);
     T_RUN(test_kill9_during_writes);
     T_RUN(test_many_records_and_crafted_parents);
-    if (!t_failed) rm_rf(base);
+    if (!t_failed) t_rm_rf(base);
     T_DONE();
 }
