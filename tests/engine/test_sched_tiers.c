@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "sched_fixture.h"
+#include "t_tier.h"
 
 /* ---- a wrapped RAM tier: get can be held back (a gate) or fail for one block ---- */
 
@@ -39,15 +40,6 @@ typedef struct wrap {
     uint64_t n_gets, n_failed;
 } wrap;
 
-static int w_bind(void *st, const pgd_record_ident *id)
-{
-    return pgd_tier_bind(((wrap *)st)->inner, id);
-}
-static int w_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
-                 pgd_tier_spill_fn spill, void *ud)
-{
-    return pgd_tier_put(((wrap *)st)->inner, b, p, page, bounds, spill, ud);
-}
 static int w_get(void *st, pgd_hash b, void *page, void *bounds)
 {
     wrap *w = st;
@@ -61,29 +53,14 @@ static int w_get(void *st, pgd_hash b, void *page, void *bounds)
     if (fail) return PGD_ENOTFOUND; /* damaged: dropped, a miss */
     return pgd_tier_get(w->inner, b, page, bounds);
 }
-static size_t w_lookup(void *st, const pgd_hash *h, size_t n)
-{
-    return pgd_tier_lookup(((wrap *)st)->inner, h, n);
-}
-static int w_del(void *st, pgd_hash b)
-{
-    return pgd_tier_del(((wrap *)st)->inner, b);
-}
-static void w_stats(void *st, pgd_tier_stats *o)
-{
-    pgd_tier_get_stats(((wrap *)st)->inner, o);
-}
-static int w_flush(void *st)
-{
-    return pgd_tier_flush(((wrap *)st)->inner);
-}
 static void w_close(void *st)
 {
     (void)st; /* the test closes the inner tier itself */
 }
 
-static const pgd_tier_ops wrap_ops = {"ram", w_bind,  w_put,   w_get,  w_lookup,
-                                      w_del, w_stats, w_flush, w_close};
+static const pgd_tier_ops wrap_ops = {
+    "ram",          t_tier_fwd_bind,  t_tier_fwd_put,   w_get,  t_tier_fwd_lookup,
+    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, w_close};
 
 static void gate(wrap *w, int closed)
 {

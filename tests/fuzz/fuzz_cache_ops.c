@@ -45,6 +45,8 @@
 #include "pgd_int.h"       /* pgd__pool_key_bounds_mut: the tags of key bounds */
 #include "tier/tier_int.h" /* pgd__tier_ram_check */
 
+#include "t_tier.h"
+
 #define MAX_SEQS 8
 
 enum { NL = 1, NH = 1, HD = 4, PT = 4, N_BOUNDS = NL * NH * 2 * HD };
@@ -91,19 +93,10 @@ static pgd_pool *g_pool; /* the cache's pool, for the event callbacks */
 static int g_bounds;     /* the pool keeps key bounds */
 static int g_committing; /* a commit runs: registrations tag; else they are checked */
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
 /* Repeats every 16 bytes, so that a compressing tier really compresses. */
 static uint8_t tag_byte(pgd_hash h, uint64_t i)
 {
-    return (uint8_t)(mix(h.lo ^ mix(h.hi + ((i >> 3) & 1))) >> ((i & 7) * 8));
+    return (uint8_t)(t_mix(h.lo ^ t_mix(h.hi + ((i >> 3) & 1))) >> ((i & 7) * 8));
 }
 
 static float tag_bound(pgd_hash h, uint32_t i)
@@ -193,15 +186,6 @@ typedef struct faulty {
     int fail_eio;       /* fail with PGD_EIO (the record stays), else drop it (damaged) */
 } faulty;
 
-static int f_bind(void *st, const pgd_record_ident *id)
-{
-    return pgd_tier_bind(((faulty *)st)->inner, id);
-}
-static int f_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
-                 pgd_tier_spill_fn spill, void *ud)
-{
-    return pgd_tier_put(((faulty *)st)->inner, b, p, page, bounds, spill, ud);
-}
 static int f_get(void *st, pgd_hash b, void *page, void *bounds)
 {
     faulty *f = st;
@@ -214,22 +198,6 @@ static int f_get(void *st, pgd_hash b, void *page, void *bounds)
     pgd_tier_del(f->inner, b); /* damaged: the tier drops it */
     return PGD_ENOTFOUND;
 }
-static size_t f_lookup(void *st, const pgd_hash *h, size_t n)
-{
-    return pgd_tier_lookup(((faulty *)st)->inner, h, n);
-}
-static int f_del(void *st, pgd_hash b)
-{
-    return pgd_tier_del(((faulty *)st)->inner, b);
-}
-static void f_stats(void *st, pgd_tier_stats *out)
-{
-    pgd_tier_get_stats(((faulty *)st)->inner, out);
-}
-static int f_flush(void *st)
-{
-    return pgd_tier_flush(((faulty *)st)->inner);
-}
 static void f_close(void *st)
 {
     faulty *f = st;
@@ -237,8 +205,9 @@ static void f_close(void *st)
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
-static const pgd_tier_ops faulty_ops = {"faulty", f_bind,  f_put,   f_get,  f_lookup,
-                                        f_del,    f_stats, f_flush, f_close};
+static const pgd_tier_ops faulty_ops = {
+    "faulty",       t_tier_fwd_bind,  t_tier_fwd_put,   f_get,  t_tier_fwd_lookup,
+    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, f_close};
 
 static faulty *g_fault; /* the wrapped tier's state, NULL: none */
 

@@ -29,6 +29,7 @@
 #include "t.h"
 #include "t_alloc.h"
 #include "t_dir.h"
+#include "t_tier.h"
 
 enum { NL = 2, NH = 2, HD = 4, PT = 4 };
 
@@ -40,15 +41,6 @@ static void log_stderr(void *ud, int level, const char *msg)
 }
 
 static const uint8_t test_key[32] = "0123456789abcdef0123456789abcdef";
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
 
 /* ---- tiers ---- */
 
@@ -98,10 +90,6 @@ typedef struct faulty {
     int n_gets_held; /* gets waiting now */
 } faulty;
 
-static int f_bind(void *st, const pgd_record_ident *id)
-{
-    return pgd_tier_bind(((faulty *)st)->inner, id);
-}
 static int f_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
                  pgd_tier_spill_fn spill, void *ud)
 {
@@ -126,7 +114,7 @@ static int f_get(void *st, pgd_hash b, void *page, void *bounds)
     f->n_gets_held--;
     pthread_mutex_unlock(&f->mu);
     uint64_t n = atomic_fetch_add(&f->n_calls, 1);
-    int fail = (f->fail_every && mix(n + 0x9e37) % f->fail_every == 0) ||
+    int fail = (f->fail_every && t_mix(n + 0x9e37) % f->fail_every == 0) ||
                ((f->fail_block.lo || f->fail_block.hi) && pgd_hash_eq(b, f->fail_block));
     if (fail) {
         pgd_tier_del(f->inner, b); /* damaged: the tier drops it */
@@ -134,22 +122,6 @@ static int f_get(void *st, pgd_hash b, void *page, void *bounds)
         return PGD_ENOTFOUND;
     }
     return pgd_tier_get(f->inner, b, page, bounds);
-}
-static size_t f_lookup(void *st, const pgd_hash *h, size_t n)
-{
-    return pgd_tier_lookup(((faulty *)st)->inner, h, n);
-}
-static int f_del(void *st, pgd_hash b)
-{
-    return pgd_tier_del(((faulty *)st)->inner, b);
-}
-static void f_stats(void *st, pgd_tier_stats *out)
-{
-    pgd_tier_get_stats(((faulty *)st)->inner, out);
-}
-static int f_flush(void *st)
-{
-    return pgd_tier_flush(((faulty *)st)->inner);
 }
 static void f_close(void *st)
 {
@@ -159,8 +131,9 @@ static void f_close(void *st)
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
-static const pgd_tier_ops faulty_ops = {"faulty", f_bind,  f_put,   f_get,  f_lookup,
-                                        f_del,    f_stats, f_flush, f_close};
+static const pgd_tier_ops faulty_ops = {
+    "faulty",         t_tier_fwd_bind,  f_put,  f_get, t_tier_fwd_lookup, t_tier_fwd_del,
+    t_tier_fwd_stats, t_tier_fwd_flush, f_close};
 
 static pgd_tier *faulty_tier(pgd_tier *inner, uint32_t fail_every, faulty **state)
 {
@@ -239,7 +212,7 @@ static pgd_cache *make_cache(uint32_t n_pages, const pgd_tier_use *tiers, uint32
 
 static uint8_t tag_byte(pgd_hash h, uint64_t i)
 {
-    return (uint8_t)(mix(h.lo ^ mix(h.hi + (i >> 3))) >> ((i & 7) * 8));
+    return (uint8_t)(t_mix(h.lo ^ t_mix(h.hi + (i >> 3))) >> ((i & 7) * 8));
 }
 
 /* The page's payload and key bounds, as a function of its block hash. */

@@ -18,6 +18,7 @@
 #include <pagoda/tier.h>
 
 #include "t.h"
+#include "t_tier.h"
 
 enum { N_WORKERS = 3, PT = 4, NL = 1, NH = 2, HD = 8, N_PAGES = 40, MAXP = 10 };
 
@@ -32,18 +33,9 @@ static int32_t streams[3][MAXP * PT];
         return 1;                                                                                  \
     } while (0)
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
 static uint32_t tag_word(pgd_hash h, uint32_t i)
 {
-    return (uint32_t)mix(h.lo ^ mix(h.hi + i));
+    return (uint32_t)t_mix(h.lo ^ t_mix(h.hi + i));
 }
 
 static void tag_page(uint32_t page, pgd_hash h)
@@ -173,7 +165,7 @@ static int w_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void 
 }
 static int w_get(void *st, pgd_hash b, void *page, void *bounds)
 {
-    if (mix(atomic_fetch_add(&n_gets, 1) + 12345) % 16 == 0) {
+    if (t_mix(atomic_fetch_add(&n_gets, 1) + 12345) % 16 == 0) {
         pgd_tier_del(st, b);
         atomic_fetch_add(&n_failed_gets, 1);
         return PGD_ENOTFOUND;
