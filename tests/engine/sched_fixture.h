@@ -3,7 +3,7 @@
  * sched_fixture.h - what the scheduler tests (test_sched.c, test_sched_tiers.c) share: the
  * model they load (g_model), the output a request's callback collects, greedy request
  * params, random prompts, the small f32 context and a scheduler on it, and one request run
- * alone. Header-only (static functions), like t.h, which it needs included first; each test
+ * to the end. Header-only (static functions), like t.h, which it needs included first; each test
  * is one translation unit.
  */
 #ifndef PGD_TESTS_SCHED_FIXTURE_H
@@ -114,14 +114,11 @@ static void random_tokens(uint64_t *seed, int32_t *t, uint32_t n)
         t[i] = 3 + (int32_t)(t_rand(seed) % (pe_model_hparams(g_model)->n_vocab - 3));
 }
 
-/* Runs one greedy request alone on the fresh context c (destroyed after), its tokens into
- * *o; checks it finished once with max_tokens tokens. Returns 0, or 1 on a failed check. */
-static int sched_run_alone(pe_ctx *c, const int32_t *prompt, uint32_t n, uint32_t max_tokens,
-                           out *o)
+/* Runs one greedy request of max_tokens tokens on s until s is idle, its tokens into *o;
+ * checks it finished once with max_tokens tokens. Returns 0, or 1 on a failed check. */
+static int sched_run_one(pe_sched *s, const int32_t *prompt, uint32_t n, uint32_t max_tokens,
+                         out *o)
 {
-    T_ASSERT(c);
-    pe_sched *s = sched_create(c, 4, 4, 0);
-    T_ASSERT(s);
     pe_request_params rp = greedy(max_tokens);
     uint64_t id;
     memset(o, 0, sizeof *o);
@@ -129,6 +126,17 @@ static int sched_run_alone(pe_ctx *c, const int32_t *prompt, uint32_t n, uint32_
     T_OK(pe_sched_run_until_idle(s));
     T_EQ(o->n_final, 1);
     T_EQ(o->n, max_tokens);
+    return 0;
+}
+
+/* sched_run_one alone on the fresh context c (destroyed after). */
+static int sched_run_alone(pe_ctx *c, const int32_t *prompt, uint32_t n, uint32_t max_tokens,
+                           out *o)
+{
+    T_ASSERT(c);
+    pe_sched *s = sched_create(c, 4, 4, 0);
+    T_ASSERT(s);
+    if (sched_run_one(s, prompt, n, max_tokens, o)) return 1;
     pe_sched_destroy(s);
     pe_ctx_destroy(c);
     return 0;

@@ -146,12 +146,7 @@ static int run_cold(const int32_t *prompt, uint32_t n, uint32_t max_tokens, out 
 static int fill_tier(rig *r, const int32_t *prompt, uint32_t n, uint32_t max_tokens)
 {
     out o;
-    uint64_t id;
-    pe_request_params rp = greedy(max_tokens);
-    memset(&o, 0, sizeof o);
-    T_OK(pe_sched_submit(r->s, &rp, prompt, n, on_token, &o, &id));
-    T_OK(pe_sched_run_until_idle(r->s));
-    T_EQ(o.n_final, 1);
+    if (sched_run_one(r->s, prompt, n, max_tokens, &o)) return 1;
     pgd_cache *c = pe_ctx_cache(r->ctx);
     T_ASSERT(pgd_cache_clear(c) > 0);
     T_OK(pgd_cache_flush(c));
@@ -178,13 +173,7 @@ static int test_prefix_from_ram(void)
     rig r;
     T_OK(rig_open(&r, 0, 4096, 4));
     T_OK(fill_tier(&r, prompt, PROMPT, GEN));
-    pe_request_params rp = greedy(GEN);
-    uint64_t id;
-    memset(&warm, 0, sizeof warm);
-    T_OK(pe_sched_submit(r.s, &rp, prompt, PROMPT, on_token, &warm, &id));
-    T_OK(pe_sched_run_until_idle(r.s));
-    T_EQ(warm.n_final, 1);
-    T_EQ(warm.n, GEN);
+    if (sched_run_one(r.s, prompt, PROMPT, GEN, &warm)) return 1;
     /* All but the last token are matched: 99 tokens, 6 whole pages. */
     T_EQ(warm.u.cached_tokens, 96);
     T_EQ(warm.u.n_tiers, 1);
@@ -262,13 +251,7 @@ static int test_damaged_record_falls_back(void)
          PROMPT / 16);
     r.w.fail_set = 1;
     r.w.fail_block = h[2]; /* the third page's record is damaged */
-    pe_request_params rp = greedy(GEN);
-    uint64_t id;
-    memset(&warm, 0, sizeof warm);
-    T_OK(pe_sched_submit(r.s, &rp, prompt, PROMPT, on_token, &warm, &id));
-    T_OK(pe_sched_run_until_idle(r.s));
-    T_EQ(warm.n_final, 1);
-    T_EQ(warm.n, GEN);
+    if (sched_run_one(r.s, prompt, PROMPT, GEN, &warm)) return 1;
     T_EQ(r.w.n_failed, 1);
     /* Cut back to the two pages before the damaged one; the rest was computed. */
     T_EQ(warm.u.cached_tokens, 32);
