@@ -54,10 +54,10 @@
  *   promotion   match -> promote: pool pages for the run of blocks the tiers hold, filled
  *               by up to tier_threads jobs (contiguous sub-ranges, on the movers' fill
  *               class: ahead of every put); the sequence's len / n_committed include the
- *               run while n_full
- *               stays at the pool prefix until settle() registers the pages (a failed fill
- *               cuts the sequence back). Every call that mutates a sequence waits on c->cv
- *               for its promotion first; pgd_cache_destroy drains the movers first.
+ *               run while n_full stays at the pool prefix until settle() registers the
+ *               pages (a failed fill cuts the sequence back). Every call that mutates a
+ *               sequence waits on c->cv for its promotion first; pgd_cache_destroy drains
+ *               the movers first.
  * Callers: engines, the server, tools. Every public call takes c->mu.
  */
 #include <pthread.h>
