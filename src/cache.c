@@ -51,11 +51,13 @@
  *               the write-back slab and a job puts it in tiers[0] (what a tier evicts
  *               spills to the next); no free slot: dropped, counted. Write-through (at
  *               register or the admit_hits-th match) and park use the same slots.
- *   promotion   match -> promote: pool pages for the run of blocks the tiers hold, one
- *               fill job; the sequence's len / n_committed include the run while n_full
- *               stays at the pool prefix until settle() registers the pages (a failed fill
- *               cuts the sequence back). Every call that mutates a sequence waits on c->cv
- *               for its promotion first; pgd_cache_destroy drains the movers first.
+ *   promotion   match -> promote: pool pages for the run of blocks the tiers hold, filled
+ *               by up to tier_threads jobs (contiguous sub-ranges, on the movers' fill
+ *               class: ahead of every put); the sequence's len / n_committed include the
+ *               run while n_full stays at the pool prefix until settle() registers the
+ *               pages (a failed fill cuts the sequence back). Every call that mutates a
+ *               sequence waits on c->cv for its promotion first; pgd_cache_destroy drains
+ *               the movers first.
  * Callers: engines, the server, tools. Every public call takes c->mu.
  */
 #include <pthread.h>
@@ -87,14 +89,24 @@ struct pgd_seq {
     uint32_t match_tier_pages[PGD_MAX_TIERS]; /* and pages promoted from each tier */
 };
 
-/* A promotion: the run of pages [k0, k0 + n) of s that the tiers hold, allocated in the
- * pool by match and filled by one mover job; settle() registers it under the lock. */
-typedef struct promo {
+/* One fill job of a promotion: pages [lo, hi) of its run. */
+typedef struct fill {
     pgd__job job; /* first member: the mover's node */
+    struct promo *pr;
+    uint32_t lo, hi;
+} fill;
+
+/* A promotion: the run of pages [k0, k0 + n) of s that the tiers hold, allocated in the
+ * pool by match and filled by n_fills mover jobs (contiguous sub-ranges, in parallel);
+ * settle() registers it under the lock once the last of them is done. */
+typedef struct promo {
     pgd_cache *c;
     pgd_seq *s;
     uint32_t k0, n;   /* the run: pages k0 .. k0+n-1 of s */
-    int done;         /* set by the job under c->mu; then result[] is final */
+    uint32_t n_fills; /* jobs: fills[n_fills] */
+    uint32_t n_left;  /* jobs not finished (under c->mu) */
+    int done;         /* set by the last job under c->mu; then result[] is final */
+    fill *fills;      /* [n_fills] */
     pgd_hash *hashes; /* [n] block hashes */
     uint32_t *pages;  /* [n] pool pages (also s->table[k0 ..]) */
     uint8_t *src;     /* [n] the tier each page is read from (set by match) */
@@ -102,7 +114,8 @@ typedef struct promo {
                          done; a record may have spilled one tier down meanwhile) */
     uint8_t *origin;  /* [n] 1 + the tier a prefetch moved the block up from, or 0 (set by
                          match from c->origin: what pgd_seq_match_info reports) */
-    int *result;      /* [n] the fill's status; PROMO_SKIPPED after the first failure */
+    int *result;      /* [n] the fill's status; PROMO_SKIPPED after the first failure (once
+                         done: a job past it may have read its own pages, not counted) */
 } promo;
 
 /* A write-back slot: one page copied out of the pool (page bytes, then bounds bytes) and
@@ -147,6 +160,7 @@ struct pgd_cache {
     pgd_tier_use tiers[PGD_MAX_TIERS];
     pgd_record_ident ident; /* of every record this cache writes and reads */
     pgd__mover *mover;      /* NULL without tiers */
+    uint32_t n_movers;      /* mover threads per class: most fill jobs of one promotion */
     uint32_t wt_register;   /* bit t: tiers[t] is write-through at register (admit_hits 0) */
     uint32_t wt_admit;      /* bit t: tiers[t] is write-through at its admit_hits-th match */
     /* Tier state (under mu). */
@@ -262,16 +276,21 @@ static int tiers_create(pgd_cache *c, const pgd_cache_params *p, const pgd_pool_
         if (!c->page_hits) return PGD_ENOMEM;
     }
     /* The queue holds every slot's job plus the promotions: one per sequence (max_seqs),
-     * else up to 4096 at once; a full queue refuses a promotion (the engine computes). */
-    uint32_t n_fills = p->max_seqs ? p->max_seqs : 4096;
+     * else up to 4096 at once, each up to n_threads fill jobs; a full queue refuses a
+     * promotion (the engine computes). The fill threads help with puts once half the slab
+     * waits (the background threads are behind compute), before a full slab drops pages. */
+    uint32_t n_promos = p->max_seqs ? p->max_seqs : 4096;
     uint32_t n_threads = p->tier_threads ? p->tier_threads : 2;
     if (n_threads > 64) {
         pgd__logf(&c->log, PGD_LOG_ERROR, "cache: tier_threads %u is above 64", n_threads);
         return PGD_EINVAL;
     }
-    uint64_t max_jobs = (uint64_t)c->n_slots + n_fills;
+    c->n_movers = n_threads;
+    uint64_t max_jobs = (uint64_t)c->n_slots + (uint64_t)n_promos * n_threads;
+    uint32_t help_depth = c->n_slots / 2 ? c->n_slots / 2 : 1;
     return pgd__mover_create(&c->al, &c->log, n_threads,
-                             max_jobs > UINT32_MAX ? UINT32_MAX : (uint32_t)max_jobs, &c->mover);
+                             max_jobs > UINT32_MAX ? UINT32_MAX : (uint32_t)max_jobs, help_depth,
+                             &c->mover);
 }
 
 /* Stops the movers (running what is queued: nothing may hold mu) and frees the tier
@@ -645,7 +664,8 @@ static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
     w->block = pgd__index_entry(c->ix, entry)->hash;
     w->parent = entry_parent(c, entry);
     w->job.fn = slot_run;
-    if (pgd__mover_submit(c->mover, &w->job) != PGD_OK) {
+    w->job.next = NULL;
+    if (pgd__mover_submit(c->mover, &w->job, PGD__JOB_BACKGROUND) != PGD_OK) {
         slot_release(c, w);
         c->tst[t].demote_dropped++;
         return PGD_ENOSPC;
@@ -1167,12 +1187,18 @@ out:
  *
  * match pins the pool prefix (pages 0..k-1), then asks the tiers, page by page and fastest
  * first, which of the next blocks they hold (stopping at the first none holds), allocates
- * pool pages for that run and queues ONE fill job for it. The sequence's length includes
- * the run at once, n_full stays k: the pages are registered by settle(), under the lock,
- * once the job is done (pgd_seq_ready / pgd_seq_wait, and every call that mutates the
- * sequence waits first). A failed fill cuts the sequence back to the pages before it. */
+ * pool pages for that run and queues its fill jobs: up to one per fill thread, over
+ * contiguous sub-ranges of at least FILL_MIN_PAGES pages, all or none. The sequence's length
+ * includes the run at once, n_full stays k: the pages are registered by settle(), under the
+ * lock, once the last job is done (pgd_seq_ready / pgd_seq_wait, and every call that
+ * mutates the sequence waits first). A failed fill cuts the sequence back to the pages
+ * before the first failed page, whichever job read it; the tier stats count what a single
+ * job stopping there would have (the pages before it promoted, it failed, none after). */
 
-enum { PROMO_SKIPPED = 1 }; /* result[] of the pages after a failed fill: not read */
+enum { PROMO_SKIPPED = 1 }; /* result[] of the pages after a failed fill: not used */
+/* Least pages of one fill job: a job costs a queue round trip and a lock; 8 pages are a few
+ * MiB of copy and hash on the 1B shape. */
+enum { FILL_MIN_PAGES = 8 };
 
 /* Doubles the match scan arrays. Returns PGD_OK or PGD_ENOMEM (unchanged). Lock held. */
 static int scan_grow(pgd_cache *c)
@@ -1188,14 +1214,17 @@ static int scan_grow(pgd_cache *c)
     return PGD_OK;
 }
 
-/* One block: the record, then hashes[n], result[n], pages[n], src[n], from[n]. */
-static promo *promo_alloc(pgd_cache *c, size_t n)
+/* One block: the record, then fills[n_fills], hashes[n], result[n], pages[n], src[n],
+ * from[n], origin[n]. */
+static promo *promo_alloc(pgd_cache *c, size_t n, uint32_t n_fills)
 {
     size_t each = sizeof(pgd_hash) + sizeof(int) + sizeof(uint32_t) + 3;
-    promo *pr = pgd__malloc(&c->al, sizeof *pr + n * each);
+    promo *pr = pgd__malloc(&c->al, sizeof *pr + n_fills * sizeof(fill) + n * each);
     if (!pr) return NULL;
     memset(pr, 0, sizeof *pr);
-    pr->hashes = (pgd_hash *)(pr + 1);
+    pr->fills = (fill *)(pr + 1);
+    pr->n_fills = n_fills;
+    pr->hashes = (pgd_hash *)(pr->fills + n_fills);
     pr->result = (int *)(pr->hashes + n);
     pr->pages = (uint32_t *)(pr->result + n);
     pr->src = (uint8_t *)(pr->pages + n);
@@ -1204,15 +1233,35 @@ static promo *promo_alloc(pgd_cache *c, size_t n)
     return pr;
 }
 
-/* The fill job: reads the run's records into its pool pages (payload, then the writable
- * key bounds), stopping at the first failure, and publishes the results under mu. */
-static void promo_run(pgd__job *j)
+/* The last fill job's epilogue, mu held: marks the pages after the first failed one
+ * skipped (a later job may have read them: they are not used), counts what is used, and
+ * publishes the promotion as done. */
+static void promo_finish(pgd_cache *c, promo *pr)
 {
-    promo *pr = (promo *)j;
+    const uint64_t rec_bytes = c->ident.page_bytes + c->ident.bounds_bytes;
+    uint32_t i = 0;
+    for (; i < pr->n && pr->result[i] == PGD_OK; i++) {
+        c->tst[pr->from[i]].promoted_pages++;
+        c->tst[pr->from[i]].promoted_bytes += rec_bytes;
+    }
+    if (i < pr->n && pr->result[i] < 0) c->tst[pr->src[i]].promote_failed++;
+    for (i++; i < pr->n; i++)
+        pr->result[i] = PROMO_SKIPPED;
+    pr->done = 1;
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* A fill job: reads its sub-range's records into their pool pages (payload, then the
+ * writable key bounds), stopping at its first failure; the last job to end finishes the
+ * promotion under mu. */
+static void fill_run(pgd__job *j)
+{
+    fill *f = (fill *)j;
+    promo *pr = f->pr;
     pgd_cache *c = pr->c;
     int rc = PGD_OK;
-    uint32_t i = 0;
-    for (; i < pr->n && rc == PGD_OK; i++) {
+    uint32_t i = f->lo;
+    for (; i < f->hi && rc == PGD_OK; i++) {
         uint32_t page = pr->pages[i];
         void *bounds = c->ident.bounds_bytes ? pgd__pool_key_bounds_mut(c->pool, page, 0, 0) : NULL;
         void *data = pgd_pool_page_data(c->pool, page);
@@ -1226,22 +1275,11 @@ static void promo_run(pgd__job *j)
         }
         pr->result[i] = rc;
     }
-    for (; i < pr->n; i++)
+    for (; i < f->hi; i++)
         pr->result[i] = PROMO_SKIPPED;
-    const uint64_t rec_bytes = c->ident.page_bytes + c->ident.bounds_bytes;
     lock(c);
-    for (i = 0; i < pr->n; i++) {
-        pgd_cache_tier_stats *ts = &c->tst[pr->result[i] == PGD_OK ? pr->from[i] : pr->src[i]];
-        if (pr->result[i] == PGD_OK) {
-            ts->promoted_pages++;
-            ts->promoted_bytes += rec_bytes;
-        } else if (pr->result[i] < 0) {
-            ts->promote_failed++;
-        }
-    }
-    pr->done = 1;
-    pthread_cond_broadcast(&c->cv);
-    unlock(c); /* the last touch of c and pr: settle may free pr now */
+    if (--pr->n_left == 0) promo_finish(c, pr);
+    unlock(c); /* the last touch of c and pr (f is in pr): settle may free pr now */
 }
 
 /* Starts the promotion of pages k.. of s (see the section comment). Page j's hash is
@@ -1268,7 +1306,9 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
         n++;
     }
     if (n == 0) return;
-    promo *pr = promo_alloc(c, n);
+    size_t n_fills = (n + FILL_MIN_PAGES - 1) / FILL_MIN_PAGES;
+    if (n_fills > c->n_movers) n_fills = c->n_movers;
+    promo *pr = promo_alloc(c, n, (uint32_t)n_fills);
     if (!pr) return;
     uint32_t got = 0;
     while (got < n && alloc_page(c, &pr->pages[got]) == PGD_OK)
@@ -1277,7 +1317,18 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
     pr->s = s;
     pr->k0 = k;
     pr->n = got;
-    pr->job.fn = promo_run;
+    /* Fewer pages than asked (the pool): as few jobs as FILL_MIN_PAGES allows. */
+    if (pr->n_fills > (got + FILL_MIN_PAGES - 1) / FILL_MIN_PAGES)
+        pr->n_fills = (got + FILL_MIN_PAGES - 1) / FILL_MIN_PAGES;
+    pr->n_left = pr->n_fills;
+    for (uint32_t f = 0; f < pr->n_fills; f++) {
+        fill *fl = &pr->fills[f];
+        fl->job.fn = fill_run;
+        fl->job.next = f + 1 < pr->n_fills ? &pr->fills[f + 1].job : NULL;
+        fl->pr = pr;
+        fl->lo = (uint32_t)((uint64_t)got * f / pr->n_fills);
+        fl->hi = (uint32_t)((uint64_t)got * (f + 1) / pr->n_fills);
+    }
     memcpy(pr->hashes, c->scan_hashes, got * sizeof *pr->hashes);
     memcpy(pr->src, c->scan_src, got);
     for (uint32_t i = 0; i < got; i++) {
@@ -1288,7 +1339,7 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
             c->origin[o].tier = 0;
         }
     }
-    if (got == 0 || pgd__mover_submit(c->mover, &pr->job) != PGD_OK) {
+    if (got == 0 || pgd__mover_submit(c->mover, &pr->fills[0].job, PGD__JOB_FILL) != PGD_OK) {
         for (uint32_t i = 0; i < got; i++)
             pgd_pool_unref(c->pool, pr->pages[i]); /* fresh, unregistered: freed */
         promo_free(c, pr);
@@ -1309,7 +1360,7 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
 }
 
 /* Registers a finished promotion's pages in order, up to the first failed fill, and cuts
- * the sequence back there (as pin_chain would have left it). No-op while the job runs.
+ * the sequence back there (as pin_chain would have left it). No-op while a job runs.
  * Lock held. */
 static void settle(pgd_cache *c, pgd_seq *s)
 {
@@ -1424,7 +1475,8 @@ int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n)
         w->block = h;
         w->parent = i ? hashes[i - 1] : none;
         w->job.fn = slot_run;
-        if (pgd__mover_submit(c->mover, &w->job) != PGD_OK) {
+        w->job.next = NULL;
+        if (pgd__mover_submit(c->mover, &w->job, PGD__JOB_BACKGROUND) != PGD_OK) {
             slot_release(c, w);
             break;
         }
@@ -1769,6 +1821,13 @@ static int check_locked(pgd_cache *c)
             int bad = pr->s != s || pr->c != c || pr->n == 0 || s->n_pages != pr->k0 + pr->n ||
                       s->len != s->n_committed ||
                       s->n_committed != (uint64_t)s->n_pages * c->page_tokens;
+            /* Its jobs tile the run in order; done exactly when none is left. */
+            bad = bad || pr->n_fills == 0 || pr->n_fills > c->n_movers ||
+                  pr->n_left > pr->n_fills || pr->done != (pr->n_left == 0);
+            for (uint32_t f = 0; !bad && f < pr->n_fills; f++)
+                bad = pr->fills[f].pr != pr || pr->fills[f].lo >= pr->fills[f].hi ||
+                      pr->fills[f].lo != (f ? pr->fills[f - 1].hi : 0) ||
+                      (f + 1 == pr->n_fills && pr->fills[f].hi != pr->n);
             for (uint32_t i = 0; !bad && i < pr->n; i++)
                 bad = s->table[pr->k0 + i] != pr->pages[i] || pr->src[i] >= c->n_tiers ||
                       c->page_entry[pr->pages[i]] != PGD__NONE ||

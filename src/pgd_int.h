@@ -129,25 +129,31 @@ int pgd__index_check(const pgd__index *ix, const pgd__log *lg);
 
 /* ---- mover threads (tier/mover.c) ----
  *
- * N threads serving a bounded FIFO of jobs for the cache's tier movement. A job is a node
- * embedded in its owner's memory: submit allocates nothing and never blocks. fn runs on a
- * mover thread with no lock held; the mover never touches the job after fn returns. */
+ * Two classes of jobs for the cache's tier movement, each served by its own threads: fills
+ * (promotion: a request waits) at normal priority, background jobs (puts, prefetches) at the
+ * lowest. A job is a node embedded in its owner's memory: submit allocates nothing and never
+ * blocks. fn runs on a mover thread with no lock held; the mover never touches the job
+ * after fn returns. */
 typedef struct pgd__job pgd__job;
 typedef void (*pgd__job_fn)(pgd__job *job);
 struct pgd__job {
-    pgd__job *next; /* queue link (the mover's) */
+    pgd__job *next; /* queue link (the mover's; the caller's chain link at submit) */
     pgd__job_fn fn;
 };
+enum { PGD__JOB_FILL = 0, PGD__JOB_BACKGROUND = 1 }; /* job classes */
 typedef struct pgd__mover pgd__mover;
 
-/* Starts n_threads (1..64) threads over a queue of at most max_jobs jobs. Returns PGD_OK,
- * PGD_EINVAL or PGD_ENOMEM (also when a thread cannot start: logged). */
+/* Starts n_threads (1..64) threads per class over queues of at most max_jobs jobs in all;
+ * the fill threads also run background jobs while help_depth (0: never) or more of them
+ * are queued. Returns PGD_OK, PGD_EINVAL or PGD_ENOMEM (also when a thread cannot start:
+ * logged). lg is borrowed until destroy. */
 int pgd__mover_create(const pgd__alloc *al, const pgd__log *lg, uint32_t n_threads,
-                      uint32_t max_jobs, pgd__mover **out);
-/* Queues job (job->fn set by the caller). Returns PGD_OK, or PGD_EBUSY when max_jobs are
- * queued or the mover is stopping (the job is not queued). Never blocks on a job; may be
- * called with the cache lock held. */
-int pgd__mover_submit(pgd__mover *m, pgd__job *job);
+                      uint32_t max_jobs, uint32_t help_depth, pgd__mover **out);
+/* Queues chain (a job and those linked from it by next, NULL-terminated; fn set by the
+ * caller) in class cls (PGD__JOB_*), all or none. Returns PGD_OK, PGD_EINVAL, or PGD_EBUSY
+ * when they do not all fit in max_jobs or the mover is stopping (nothing queued). Never
+ * blocks on a job; may be called with the cache lock held. */
+int pgd__mover_submit(pgd__mover *m, pgd__job *chain, int cls);
 /* Waits until no job is queued or running. Must not be called with a lock that jobs take
  * (the cache lock). NULL: no-op. */
 void pgd__mover_drain(pgd__mover *m);

@@ -133,7 +133,7 @@ typedef struct pgd_cache_params {
     /* Storage tiers below the pool, fastest first (see "Tiers" below); NULL / 0: none. */
     const pgd_tier_use *tiers;
     uint32_t n_tiers;         /* at most PGD_MAX_TIERS */
-    uint32_t tier_threads;    /* mover threads; 0: 2 */
+    uint32_t tier_threads;    /* mover threads per class (fills; puts at nice 19); 0: 2 */
     uint32_t writeback_pages; /* pages copied out of the pool waiting for a mover (the
                                  write-back queue); 0: 256. Full: an evicted page is
                                  dropped (counted), never waited for */

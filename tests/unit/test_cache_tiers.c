@@ -328,8 +328,8 @@ static void tjob_run(pgd__job *j)
     atomic_fetch_add(t->n_done, 1);
 }
 
-/* A bounded FIFO: a full queue refuses (EBUSY), depth counts queued + running, drain
- * waits for all, destroy runs what is queued. */
+/* A bounded FIFO (one class): a full queue refuses (EBUSY), depth counts queued + running,
+ * drain waits for all, destroy runs what is queued. */
 static int test_mover_queue(void)
 {
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -340,21 +340,24 @@ static int test_mover_queue(void)
     pgd__alloc_init(&al, NULL);
     pgd__log lg = {NULL, NULL};
     pgd__mover *m = NULL;
-    T_EQ(pgd__mover_create(&al, &lg, 0, 4, &m), PGD_EINVAL);
-    T_EQ(pgd__mover_create(&al, &lg, 65, 4, &m), PGD_EINVAL);
-    T_EQ(pgd__mover_create(&al, &lg, 1, 0, &m), PGD_EINVAL);
-    T_OK(pgd__mover_create(&al, &lg, 1, 2, &m));
+    T_EQ(pgd__mover_create(&al, &lg, 0, 4, 0, &m), PGD_EINVAL);
+    T_EQ(pgd__mover_create(&al, &lg, 65, 4, 0, &m), PGD_EINVAL);
+    T_EQ(pgd__mover_create(&al, &lg, 1, 0, 0, &m), PGD_EINVAL);
+    T_OK(pgd__mover_create(&al, &lg, 1, 2, 0, &m));
     tjob jobs[4];
     for (int i = 0; i < 4; i++) {
         tjob t = {{NULL, tjob_run}, &mu, &cv, &gate, &n_started, &n_done};
         jobs[i] = t;
     }
-    T_OK(pgd__mover_submit(m, &jobs[0].job));
+    const int bg = PGD__JOB_BACKGROUND;
+    T_EQ(pgd__mover_submit(m, NULL, bg), PGD_EINVAL);
+    T_EQ(pgd__mover_submit(m, &jobs[0].job, 2), PGD_EINVAL);
+    T_OK(pgd__mover_submit(m, &jobs[0].job, bg));
     while (atomic_load(&n_started) == 0) /* the one thread runs it, held at the gate */
         ;
-    T_OK(pgd__mover_submit(m, &jobs[1].job));
-    T_OK(pgd__mover_submit(m, &jobs[2].job));
-    T_EQ(pgd__mover_submit(m, &jobs[3].job), PGD_EBUSY); /* 2 queued: full */
+    T_OK(pgd__mover_submit(m, &jobs[1].job, bg));
+    T_OK(pgd__mover_submit(m, &jobs[2].job, bg));
+    T_EQ(pgd__mover_submit(m, &jobs[3].job, bg), PGD_EBUSY); /* 2 queued: full */
     T_EQ(pgd__mover_depth(m), 3);
     pthread_mutex_lock(&mu);
     gate = 1;
@@ -363,11 +366,77 @@ static int test_mover_queue(void)
     pgd__mover_drain(m);
     T_EQ(pgd__mover_depth(m), 0);
     T_EQ(atomic_load(&n_done), 3);
-    T_OK(pgd__mover_submit(m, &jobs[3].job));
+    T_OK(pgd__mover_submit(m, &jobs[3].job, bg));
     pgd__mover_destroy(m); /* runs it, then joins */
     T_EQ(atomic_load(&n_done), 4);
     pgd__mover_destroy(NULL);
     pgd__mover_drain(NULL);
+    return 0;
+}
+
+/* Two classes: fills run on their own threads while every background thread is busy (a
+ * demotion storm never delays a fill); a chain is queued all or none; past help_depth
+ * queued background jobs the fill threads run them too. */
+static int test_mover_classes(void)
+{
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    int gate = 0, open = 1;
+    atomic_int n_started = 0, n_done = 0, n_free_started = 0, n_free_done = 0;
+    pgd__alloc al;
+    pgd__alloc_init(&al, NULL);
+    pgd__log lg = {NULL, NULL};
+    for (int help = 0; help < 2; help++) {
+        pgd__mover *m = NULL;
+        T_OK(pgd__mover_create(&al, &lg, 1, 8, help ? 2 : 0, &m));
+        tjob held[2], freed[8];
+        for (int i = 0; i < 2; i++) {
+            tjob t = {{NULL, tjob_run}, &mu, &cv, &gate, &n_started, &n_done};
+            held[i] = t;
+        }
+        for (int i = 0; i < 8; i++) {
+            tjob t = {{NULL, tjob_run}, &mu, &cv, &open, &n_free_started, &n_free_done};
+            freed[i] = t;
+        }
+        atomic_store(&n_started, 0);
+        atomic_store(&n_free_done, 0);
+        gate = 0;
+        T_OK(pgd__mover_submit(m, &held[0].job, PGD__JOB_BACKGROUND));
+        while (atomic_load(&n_started) == 0) /* the background thread is held */
+            ;
+        if (!help) {
+            T_OK(pgd__mover_submit(m, &held[1].job, PGD__JOB_BACKGROUND)); /* waits */
+            freed[0].job.next = &freed[1].job; /* a chain of two fills */
+            T_OK(pgd__mover_submit(m, &freed[0].job, PGD__JOB_FILL));
+            while (atomic_load(&n_free_done) < 2) /* run by the fill thread */
+                ;
+            for (int i = 0; i < 7; i++)
+                freed[i].job.next = &freed[i + 1].job;
+            freed[7].job.next = NULL;
+            /* 1 queued + 8 > 8: refused whole, nothing queued. */
+            T_EQ(pgd__mover_submit(m, &freed[0].job, PGD__JOB_FILL), PGD_EBUSY);
+            while (pgd__mover_depth(m) != 2) /* the fill thread ends its last job */
+                ;
+        } else {
+            freed[0].job.next = NULL;
+            freed[1].job.next = NULL;
+            T_OK(pgd__mover_submit(m, &freed[0].job, PGD__JOB_BACKGROUND));
+            T_OK(pgd__mover_submit(m, &freed[1].job, PGD__JOB_BACKGROUND)); /* 2: help */
+            while (atomic_load(&n_free_done) < 1) /* the fill thread runs one, then stops */
+                ;
+        }
+        T_EQ(atomic_load(&n_done), 0);
+        pthread_mutex_lock(&mu);
+        gate = 1;
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(&mu);
+        pgd__mover_drain(m);
+        T_EQ(pgd__mover_depth(m), 0);
+        T_EQ(atomic_load(&n_done), help ? 1 : 2);
+        T_EQ(atomic_load(&n_free_done), 2);
+        atomic_store(&n_done, 0);
+        pgd__mover_destroy(m);
+    }
     return 0;
 }
 
@@ -691,6 +760,52 @@ static int test_prefetch(void)
     pgd_cache_destroy(c);
     pgd_tier_close(t0);
     pgd_tier_close(t1);
+    return 0;
+}
+
+/* A run long enough for several fill jobs (two threads, 24 pages each): every page is
+ * filled by its job; a failure in either job cuts the sequence back to the first failed
+ * page, and the stats count as one job stopping there would (pages read past it by the
+ * other job are not counted). */
+static int test_split_fill_cuts_back(void)
+{
+    enum { NP = 48 };
+    for (int fail = -1; fail < NP; fail += 17) { /* none, 16 (job 0), 33 (job 1) */
+        faulty *f = NULL;
+        pgd_tier *t = faulty_tier(ram_tier(64), 0, &f);
+        T_ASSERT(t);
+        pgd_tier_use use = {t, 0, 0};
+        pgd_cache_params p = params(NP + 8, &use, 1);
+        p.tier_threads = 2;
+        pgd_cache *c = NULL;
+        T_OK(pgd_cache_create(&p, &c));
+        int32_t tk[NP * PT];
+        toks(tk, NP * PT, 4242);
+        pgd_hash hs[NP];
+        pgd_cache_hash_tokens(c, "a", 1, tk, NP * PT, hs, NP);
+        pgd_seq_destroy(c, feed(c, tk, NP * PT));
+        T_EQ(pgd_cache_clear(c), NP);
+        T_OK(pgd_cache_flush(c));
+        if (fail >= 0) f->fail_block = hs[fail];
+        uint32_t want = fail >= 0 ? (uint32_t)fail : NP;
+        pgd_seq *s;
+        T_OK(pgd_seq_create(c, "a", 1, &s));
+        T_EQ(pgd_seq_match(c, s, tk, NP * PT), NP * PT);
+        T_OK(pgd_cache_check(c)); /* with the jobs in flight */
+        T_OK(pgd_seq_wait(c, s));
+        T_EQ(pgd_seq_length(c, s), want * PT);
+        T_EQ(tstats(c, 0).promoted_pages, want);
+        T_EQ(tstats(c, 0).promote_failed, fail >= 0 ? 1 : 0);
+        const uint32_t *ids;
+        T_EQ(pgd_seq_pages(c, s, &ids), want);
+        for (uint32_t i = 0; i < want; i++)
+            T_ASSERT(page_tagged(c, ids[i], hs[i]));
+        T_OK(pgd_cache_check(c));
+        pgd_seq_destroy(c, s);
+        T_OK(pgd_cache_check(c));
+        pgd_cache_destroy(c);
+        pgd_tier_close(t);
+    }
     return 0;
 }
 
@@ -1349,10 +1464,12 @@ static int test_model(void)
 int main(void)
 {
     T_RUN(test_mover_queue);
+    T_RUN(test_mover_classes);
     T_RUN(test_refused_params);
     T_RUN(test_writeback_once_and_promote);
     T_RUN(test_match_kinds_and_mixed_prefix);
     T_RUN(test_failed_fill_cuts_back);
+    T_RUN(test_split_fill_cuts_back);
     T_RUN(test_write_through);
     T_RUN(test_park);
     T_RUN(test_prefetch);
