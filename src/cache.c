@@ -168,8 +168,11 @@ struct pgd_cache {
     uint8_t *slab;     /* [n_slots][slot_bytes] write-back buffers */
     wb_slot *slots;    /* [n_slots] */
     uint32_t n_slots, slot_free, n_slots_busy;
-    uint64_t slot_bytes;   /* page_bytes + bounds_bytes, rounded up to 64 */
-    uint32_t *page_hits;   /* [n_pages] matches of a registered page (wt_admit), or NULL */
+    uint64_t slot_bytes; /* page_bytes + bounds_bytes, rounded up to 64 */
+    uint8_t *sketch;     /* write-through admission (wt_admit): matches of each block over
+                            its whole life, a count-min sketch of 2 rows of sketch_mask + 1
+                            saturating counters (see sketch_hit); NULL without wt_admit */
+    uint32_t sketch_mask;
     uint32_t n_promos;     /* pending promotion records */
     int warned_full;       /* the write-back queue was full once (logged once) */
     pgd_hash *scan_hashes; /* [scan_cap] match's look-up past the pool (lock held) */
@@ -272,8 +275,14 @@ static int tiers_create(pgd_cache *c, const pgd_cache_params *p, const pgd_pool_
         c->slot_free = i;
     }
     if (c->wt_admit) {
-        c->page_hits = pgd__calloc(&c->al, c->n_pages, sizeof *c->page_hits);
-        if (!c->page_hits) return PGD_ENOMEM;
+        /* 4 counters per pool page (at least 4096, at most 2^22) per row: a block evicted
+         * and promoted again keeps its count, which a per-page counter would restart. */
+        uint64_t rows = 4096;
+        while (rows < 4ull * c->n_pages && rows < (1u << 22))
+            rows <<= 1;
+        c->sketch_mask = (uint32_t)(rows - 1);
+        c->sketch = pgd__calloc(&c->al, 2, (size_t)rows);
+        if (!c->sketch) return PGD_ENOMEM;
     }
     /* The queue holds every slot's job plus the promotions: one per sequence (max_seqs),
      * else up to 4096 at once, each up to n_threads fill jobs; a full queue refuses a
@@ -299,14 +308,14 @@ static void tiers_destroy(pgd_cache *c)
 {
     pgd__mover_destroy(c->mover);
     c->mover = NULL;
-    pgd__free(&c->al, c->page_hits);
+    pgd__free(&c->al, c->sketch);
     pgd__free(&c->al, c->scan_hashes);
     pgd__free(&c->al, c->scan_src);
     c->scan_hashes = NULL;
     c->scan_src = NULL;
     pgd__free(&c->al, c->slots);
     pgd__free(&c->al, c->slab);
-    c->page_hits = NULL;
+    c->sketch = NULL;
     c->slots = NULL;
     c->slab = NULL;
 }
@@ -673,12 +682,16 @@ static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
     return PGD_OK;
 }
 
-/* Write-back: an evicted registered page that no tier holds (nor is being moved) goes to
- * tiers[0]. Called by evict_one after on_evict, before the page is unindexed. Lock held. */
+/* Write-back: an evicted registered page that tiers[0] does not hold (nor is being moved)
+ * goes to tiers[0]. A slower tier holding it does not stop that: a block promoted from the
+ * disk (or written through to it) that the pool evicts again is hot, and its next hit
+ * should read the RAM tier; when the RAM tier spills it later, the slower tier's put finds
+ * it held and writes nothing. Called by evict_one after on_evict, before the page is
+ * unindexed. Lock held. */
 static void demote(pgd_cache *c, uint32_t entry, uint32_t page)
 {
     pgd_hash h = pgd__index_entry(c->ix, entry)->hash;
-    if (in_flight(c, h) || held_below(c, 0, h)) return;
+    if (in_flight(c, h) || pgd_tier_lookup(c->tiers[0].tier, &h, 1)) return;
     queue_put(c, 0, entry, page);
 }
 
@@ -858,14 +871,36 @@ out:
 
 /* ---- match ---- */
 
-/* Write-through admission: the matched page (entry e) counts one more hit; at a tier's
- * admit_hits-th it is written to that tier. Lock held. */
-static void admit_hit(pgd_cache *c, uint32_t e, uint32_t page)
+/* The estimate of block h's matches (sketch_hit without counting). Lock held. */
+static uint32_t sketch_peek(const pgd_cache *c, pgd_hash h)
 {
-    uint32_t hits = ++c->page_hits[page], mask = 0;
+    uint8_t a = c->sketch[h.lo & c->sketch_mask];
+    uint8_t b = c->sketch[(size_t)c->sketch_mask + 1 + (h.hi & c->sketch_mask)];
+    return a < b ? a : b;
+}
+
+/* Counts one match of block h over its life (pool matches and promotions from a tier) and
+ * returns the estimate: a count-min sketch, two rows indexed by the two halves of the
+ * keyed hash (uniform), counters saturating at 255, never aged. A collision can only
+ * over-count, which admits a block early: a write, never a wrong record. Lock held. */
+static uint32_t sketch_hit(pgd_cache *c, pgd_hash h)
+{
+    uint8_t *a = &c->sketch[h.lo & c->sketch_mask];
+    uint8_t *b = &c->sketch[(size_t)c->sketch_mask + 1 + (h.hi & c->sketch_mask)];
+    if (*a < 255) (*a)++;
+    if (*b < 255) (*b)++;
+    return *a < *b ? *a : *b;
+}
+
+/* Write-through admission: a registered page (entry e) whose block has been matched hits
+ * times (sketch_hit) is written, from a tier's admit_hits-th match on, to that tier unless
+ * the tier holds it. Lock held. */
+static void admit_hits(pgd_cache *c, uint32_t e, uint32_t page, uint32_t hits)
+{
+    uint32_t mask = 0;
     for (uint32_t t = 0; t < c->n_tiers; t++)
-        if ((c->wt_admit >> t & 1) && c->tiers[t].admit_hits == hits) mask |= 1u << t;
-    if (mask) write_through(c, mask, e, page);
+        if ((c->wt_admit >> t & 1) && hits >= c->tiers[t].admit_hits) mask |= 1u << t;
+    if (mask) write_through(c, mask, e, page); /* skips a tier that holds it already */
 }
 
 /* Pins the longest cached chain of full pages for an empty sequence whose table has room
@@ -878,7 +913,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
 {
     uint32_t k = 0, prev = PGD__NONE;
     pgd_hash h = s->last;
-    const int admit = c->page_hits != NULL; /* read once: the loop calls out */
+    const int admit = c->sketch != NULL; /* read once: the loop calls out */
     for (; k < n; k++) {
         h = k < n_hashes ? hashes[k]
                          : pgd__hash_block(&c->hasher, h, tokens + (size_t)k * c->page_tokens,
@@ -889,7 +924,7 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
         if (en->parent != prev) break;
         pgd_assert(pgd__index_loc(c->ix, e).tier == PGD__TIER_POOL);
         page_ref(c, en->loc_id);
-        if (admit) admit_hit(c, e, en->loc_id);
+        if (admit) admit_hits(c, e, en->loc_id, sketch_hit(c, h));
         s->table[k] = en->loc_id;
         s->last = h;
         prev = e;
@@ -1092,7 +1127,6 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
         c->on_register(c->event_ud, h, parent, info.depth, page);
     }
     if (c->n_tiers) { /* one branch without tiers */
-        if (c->page_hits) c->page_hits[page] = 0;
         if (c->wt_register) write_through(c, c->wt_register, e, page);
     }
     s->last_entry = e;
@@ -1345,6 +1379,9 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
         promo_free(c, pr);
         return;
     }
+    if (c->sketch) /* a promotion is a hit of the block too (write-through admission) */
+        for (uint32_t i = 0; i < got; i++)
+            sketch_hit(c, pr->hashes[i]);
     for (uint32_t i = 0; i < got; i++) {
         s->table[k + i] = pr->pages[i];
         pgd_cache_tier_stats *ts = &c->tst[pr->src[i]];
@@ -1374,6 +1411,10 @@ static void settle(pgd_cache *c, pgd_seq *s)
     for (uint32_t i = 0; i < ok; i++) {
         register_page(c, s, pr->k0 + i, pr->hashes[i]); /* may dedup: fine */
         s->n_full++;
+        /* The promotion counted a hit (promote): admit the block now if that made it. */
+        uint32_t page = s->table[pr->k0 + i];
+        if (c->sketch && c->page_entry[page] != PGD__NONE)
+            admit_hits(c, c->page_entry[page], page, sketch_peek(c, pr->hashes[i]));
     }
     if (ok < pr->n) {
         uint32_t cut = pr->k0 + ok;

@@ -79,10 +79,12 @@ typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
  * pool -> tiers[0] -> tiers[1] -> ... The tiers are borrowed (close them after
  * pgd_cache_destroy); pgd_cache_create binds each to the cache's record identity.
  *   Demotion, write-back (the default): a registered page that the pool evicts, and that
- *   no tier holds yet, is copied (under the lock, one memcpy) to the write-back queue and
- *   written to tiers[0] by a mover thread; what a tier evicts to make room goes to the
- *   next tier (spill). Write-through (write_through on a tier): every page registered by
- *   a commit, or matched admit_hits times (0: at commit), is also written to that tier,
+ *   tiers[0] does not hold, is copied (under the lock, one memcpy) to the write-back queue
+ *   and written to tiers[0] by a mover thread; what a tier evicts to make room goes to the
+ *   next tier (spill), which writes nothing for a record it holds already. Write-through
+ *   (write_through on a tier): every page registered by a commit, or whose block has been
+ *   matched admit_hits times (0: at commit; matches from the pool and promotions from a
+ *   tier, over the block's life, not one stay in the pool), is also written to that tier,
  *   so a crash loses nothing that tier was given.
  *   Promotion: pgd_seq_match pins the pool prefix, then asks the tiers which of the next
  *   blocks they hold (in a row); it allocates pool pages for that run and queues their
@@ -99,7 +101,8 @@ typedef void (*pgd_evict_fn)(void *ud, pgd_hash hash, uint32_t page);
 typedef struct pgd_tier_use {
     pgd_tier *tier;      /* borrowed */
     int write_through;   /* nonzero: registered pages are written to this tier too */
-    uint32_t admit_hits; /* write-through admission: after this many matches (0: at once) */
+    uint32_t admit_hits; /* write-through admission: once the block has been matched this
+                            many times over its life (0: at once, at commit) */
 } pgd_tier_use;
 
 typedef struct pgd_cache_params {

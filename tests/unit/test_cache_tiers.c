@@ -690,6 +690,38 @@ static int test_write_through(void)
     return 0;
 }
 
+/* Write-through admission counts a block's matches over its life: a match from the pool,
+ * an eviction, then a promotion from tiers[0] make two, and the promotion admits it to the
+ * write-through tier (a per-residency count would restart at the promotion). */
+static int test_write_through_lifetime(void)
+{
+    pgd_tier *t0 = ram_tier(64), *t1 = ram_tier(64);
+    pgd_tier_use use[2] = {{t0, 0, 0}, {t1, 1, 2}};
+    pgd_cache *c = make_cache(16, use, 2);
+    T_ASSERT(c);
+    int32_t tk[16];
+    toks(tk, 16, 77);
+    pgd_hash hs[4];
+    pgd_cache_hash_tokens(c, "a", 1, tk, 16, hs, 4);
+    pgd_seq_destroy(c, feed(c, tk, 16));
+    T_EQ(probe(c, tk, 16, NULL), 16); /* first hit of each block */
+    T_EQ(pgd_cache_clear(c), 4);      /* write-back: into t0 */
+    T_OK(pgd_cache_flush(c));
+    T_EQ(pgd_tier_lookup(t0, hs, 4), 4);
+    T_EQ(pgd_tier_lookup(t1, hs, 4), 0);
+    pgd_match_info mi;
+    T_EQ(probe(c, tk, 16, &mi), 16); /* promoted from t0: the second hit */
+    T_EQ(mi.tier_tokens[0], 16);
+    T_OK(pgd_cache_flush(c));
+    T_EQ(pgd_tier_lookup(t1, hs, 4), 4); /* admitted at the promotion */
+    T_EQ(tstats(c, 1).demoted_pages, 4);
+    T_OK(pgd_cache_check(c));
+    pgd_cache_destroy(c);
+    pgd_tier_close(t0);
+    pgd_tier_close(t1);
+    return 0;
+}
+
 /* Park: every registered page no tier holds goes to tiers[0] now; the sequence stays. */
 static int test_park(void)
 {
@@ -738,9 +770,12 @@ static int test_prefetch(void)
     T_OK(pgd_cache_flush(c));
     T_EQ(pgd_tier_lookup(t1, hs, 6), 4);
     T_EQ(pgd_tier_lookup(t0, hs, 6), 0);
-    T_EQ(pgd_cache_evict(c, 2), 2); /* pages 2, 3 leave the pool: t1 holds them */
+    T_EQ(pgd_cache_evict(c, 2), 2); /* pages 2, 3 leave the pool: t1 holds them, and */
     T_OK(pgd_cache_flush(c));
-    T_EQ(pgd_tier_lookup(t0, hs + 2, 1), 0);
+    T_EQ(pgd_tier_lookup(t0, hs + 2, 2), 2); /* write-back still puts them in t0 (hot) */
+    T_EQ(tstats(c, 1).demoted_pages, 4);     /* t1 was not written again */
+    T_OK(pgd_tier_del(t0, hs[2]));           /* now only t1 holds them */
+    T_OK(pgd_tier_del(t0, hs[3]));
     /* 0, 1 in the pool: skipped; 2, 3 from t1; 4 nobody: stop. */
     T_EQ(pgd_cache_prefetch(c, hs, 6), 2);
     T_OK(pgd_cache_flush(c));
@@ -1471,6 +1506,7 @@ int main(void)
     T_RUN(test_failed_fill_cuts_back);
     T_RUN(test_split_fill_cuts_back);
     T_RUN(test_write_through);
+    T_RUN(test_write_through_lifetime);
     T_RUN(test_park);
     T_RUN(test_prefetch);
     T_RUN(test_slab_full_drops);
