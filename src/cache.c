@@ -1285,9 +1285,25 @@ static void promo_finish(pgd_cache *c, promo *pr)
     pthread_cond_broadcast(&c->cv);
 }
 
+/* Reads page i of a promotion from a tier below its src, when src no longer holds it: a
+ * tier that made room may have spilled it one tier down (the record reads the same from
+ * any tier). Returns the status of the last get. */
+static int fill_below(pgd_cache *c, promo *pr, uint32_t i, void *data, void *bounds)
+{
+    int rc = PGD_ENOTFOUND;
+    for (uint32_t t = pr->src[i] + 1; rc == PGD_ENOTFOUND && t < c->n_tiers; t++) {
+        rc = pgd_tier_get(c->tiers[t].tier, pr->hashes[i], data, bounds);
+        if (rc == PGD_OK) pr->from[i] = (uint8_t)t;
+    }
+    return rc;
+}
+
+#define FILL_BATCH 64 /* pages per pgd_tier_get_many call of a fill job */
+
 /* A fill job: reads its sub-range's records into their pool pages (payload, then the
- * writable key bounds), stopping at its first failure; the last job to end finishes the
- * promotion under mu. */
+ * writable key bounds), a batch of consecutive pages of one tier at a time
+ * (pgd_tier_get_many: a remote tier pipelines them), stopping at its first failure; the
+ * last job to end finishes the promotion under mu. */
 static void fill_run(pgd__job *j)
 {
     fill *f = (fill *)j;
@@ -1295,19 +1311,22 @@ static void fill_run(pgd__job *j)
     pgd_cache *c = pr->c;
     int rc = PGD_OK;
     uint32_t i = f->lo;
-    for (; i < f->hi && rc == PGD_OK; i++) {
-        uint32_t page = pr->pages[i];
-        void *bounds = c->ident.bounds_bytes ? pgd__pool_key_bounds_mut(c->pool, page, 0, 0) : NULL;
-        void *data = pgd_pool_page_data(c->pool, page);
-        pr->from[i] = pr->src[i];
-        rc = pgd_tier_get(c->tiers[pr->src[i]].tier, pr->hashes[i], data, bounds);
-        /* Gone since the look-up: a tier that made room may have spilled it one tier
-         * down (the record reads the same from any tier). */
-        for (uint32_t t = pr->src[i] + 1; rc == PGD_ENOTFOUND && t < c->n_tiers; t++) {
-            rc = pgd_tier_get(c->tiers[t].tier, pr->hashes[i], data, bounds);
-            if (rc == PGD_OK) pr->from[i] = (uint8_t)t;
+    void *data[FILL_BATCH], *bnds[FILL_BATCH];
+    while (i < f->hi && rc == PGD_OK) {
+        uint32_t n = 0;
+        while (i + n < f->hi && n < FILL_BATCH && pr->src[i + n] == pr->src[i]) {
+            uint32_t page = pr->pages[i + n];
+            bnds[n] = c->ident.bounds_bytes ? pgd__pool_key_bounds_mut(c->pool, page, 0, 0) : NULL;
+            data[n] = pgd_pool_page_data(c->pool, page);
+            pr->from[i + n] = pr->src[i + n];
+            n++;
         }
-        pr->result[i] = rc;
+        pgd_tier_get_many(c->tiers[pr->src[i]].tier, n, pr->hashes + i, data,
+                          c->ident.bounds_bytes ? bnds : NULL, pr->result + i);
+        for (uint32_t k = 0; k < n && rc == PGD_OK; k++, i++) {
+            rc = pr->result[i];
+            if (rc == PGD_ENOTFOUND) rc = pr->result[i] = fill_below(c, pr, i, data[k], bnds[k]);
+        }
     }
     for (; i < f->hi; i++)
         pr->result[i] = PROMO_SKIPPED;
@@ -1325,19 +1344,32 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
 {
     const uint32_t pt = c->page_tokens;
     uint64_t avail = n_available(c);
-    size_t n = 0;
+    size_t n_cand = 0, n = 0;
     pgd_hash h = s->last;
-    for (size_t j = k; j < n_pages && n < avail; j++) {
+    for (size_t j = k; j < n_pages && n_cand < avail; j++) {
         h = j < n_hashes ? hashes[j] : pgd__hash_block(&c->hasher, h, tokens + j * pt, pt);
         if (pgd__index_find(c->ix, h) != PGD__NONE) break; /* cached under another chain */
+        if (n_cand == c->scan_cap && scan_grow(c) != PGD_OK) break;
+        c->scan_hashes[n_cand++] = h;
+    }
+    /* The run the tiers hold, one look-up of the rest of the run per tier and segment (a
+     * remote tier answers a run in one round trip): each segment comes from the fastest
+     * tier that holds its first block. */
+    while (n < n_cand) {
+        size_t run = 0;
         uint32_t t = 0;
-        while (t < c->n_tiers && !pgd_tier_lookup(c->tiers[t].tier, &h, 1))
-            c->tst[t++].miss_pages++;
-        if (t == c->n_tiers) break;
-        if (n == c->scan_cap && scan_grow(c) != PGD_OK) break;
-        c->scan_hashes[n] = h;
-        c->scan_src[n] = (uint8_t)t;
-        n++;
+        for (; t < c->n_tiers && !run; t++)
+            run = pgd_tier_lookup(c->tiers[t].tier, c->scan_hashes + n, n_cand - n);
+        if (!run) {
+            for (t = 0; t < c->n_tiers; t++)
+                c->tst[t].miss_pages++;
+            break;
+        }
+        t--;
+        for (uint32_t u = 0; u < t; u++) /* the faster tiers missed the segment's pages */
+            c->tst[u].miss_pages += run;
+        memset(c->scan_src + n, (int)t, run);
+        n += run;
     }
     if (n == 0) return;
     size_t n_fills = (n + FILL_MIN_PAGES - 1) / FILL_MIN_PAGES;

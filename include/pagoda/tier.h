@@ -136,7 +136,22 @@ typedef struct pgd_tier_stats {
     uint64_t put_hist[PGD_TIER_HIST_BUCKETS]; /* put latency */
     uint64_t get_ns_sum, put_ns_sum;          /* total latency of the gets / puts counted in
                                                  get_hist / put_hist, nanoseconds */
-} pgd_tier_stats;
+    /* Remote tiers (the Redis tier, tier_redis.h); all 0 for the local ones. */
+    int remote;                  /* nonzero: a remote tier (the fields below are its own) */
+    int cluster;                 /* nonzero: Redis Cluster (slot routing), else standalone */
+    uint32_t n_nodes;            /* nodes known (standalone: 1) */
+    uint32_t n_nodes_up;         /* nodes connected now: < n_nodes is an outage */
+    uint64_t n_reconnects;       /* connections re-established after a failure */
+    uint64_t n_connect_failures; /* connection or AUTH attempts that failed */
+    uint64_t n_timeouts;         /* commands past their timeout (the connection is dropped) */
+    uint64_t n_deadline_misses;  /* gets abandoned at their deadline: the request computed */
+    uint64_t n_mac_failures;     /* records whose MAC did not verify: counted, deleted */
+    uint64_t n_moved, n_ask;     /* cluster redirections followed */
+    uint64_t n_slot_refreshes;   /* slot map reloads (CLUSTER SLOTS) */
+    uint64_t n_lookups_remote;   /* look-ups that asked the store (not answered locally) */
+    uint64_t n_events, n_events_dropped; /* KV events published / dropped (queue full, down) */
+    uint64_t put_queue_bytes;            /* puts accepted, not yet written */
+} pgd_tier_stats;                        /* append fields only */
 
 /* Called by put for each record it evicts to make room, with the tier's lock released,
  * the record's raw payload (page bytes, then bounds bytes; borrowed for the call), so the
@@ -174,10 +189,18 @@ typedef struct pgd_tier_ops {
     int (*flush)(void *state);
     /* Frees the state (pgd_tier_close). */
     void (*close)(void *state);
+    /* OPTIONAL (NULL: pgd_tier_get_many calls get once per block). Reads the records of
+     * blocks[0..n) into pages[i] / bounds[i] (bounds[i] NULL when ident.bounds_bytes is 0)
+     * as get does, in one batch (a remote tier pipelines them: one round trip, not n),
+     * setting results[i] to what get would return for block i (PGD_EIO also for a block
+     * not read by the tier's deadline). Returns how many blocks, from the first, read
+     * PGD_OK in a row (a caller that needs a prefix stops there). */
+    size_t (*get_many)(void *state, size_t n, const pgd_hash *blocks, void *const *pages,
+                       void *const *bounds, int *results);
 } pgd_tier_ops;
 
-/* Wraps a user tier (ops borrowed while the tier lives; every member required) in a
- * handle. Returns PGD_OK, PGD_EINVAL (a NULL member) or PGD_ENOMEM. */
+/* Wraps a user tier (ops borrowed while the tier lives; every member required except
+ * get_many) in a handle. Returns PGD_OK, PGD_EINVAL (a NULL member) or PGD_ENOMEM. */
 PGD_API int pgd_tier_wrap(const pgd_tier_ops *ops, void *state, pgd_tier **out);
 /* Closes a tier (ops->close). NULL: no-op. No cache may still use it. */
 PGD_API void pgd_tier_close(pgd_tier *t);
@@ -187,6 +210,8 @@ PGD_API int pgd_tier_bind(pgd_tier *t, const pgd_record_ident *ident);
 PGD_API int pgd_tier_put(pgd_tier *t, pgd_hash block, pgd_hash parent, const void *page,
                          const void *bounds, pgd_tier_spill_fn spill, void *spill_ud);
 PGD_API int pgd_tier_get(pgd_tier *t, pgd_hash block, void *page, void *bounds);
+PGD_API size_t pgd_tier_get_many(pgd_tier *t, size_t n, const pgd_hash *blocks, void *const *pages,
+                                 void *const *bounds, int *results);
 PGD_API size_t pgd_tier_lookup(pgd_tier *t, const pgd_hash *hashes, size_t n);
 PGD_API int pgd_tier_del(pgd_tier *t, pgd_hash block);
 PGD_API void pgd_tier_get_stats(pgd_tier *t, pgd_tier_stats *out);

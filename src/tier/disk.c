@@ -1039,7 +1039,7 @@ done:
 
 static const pgd_tier_ops disk_ops = {
     "disk",   disk_bind,  disk_put,   disk_get,   disk_lookup,
-    disk_del, disk_stats, disk_flush, disk_close,
+    disk_del, disk_stats, disk_flush, disk_close, NULL,
 };
 
 /* ---- create: the directory, its lock and its key ---- */

@@ -597,7 +597,7 @@ static void ram_close(void *state)
 }
 
 static const pgd_tier_ops ram_ops = {
-    "ram", ram_bind, ram_put, ram_get, ram_lookup, ram_del, ram_stats, ram_flush, ram_close,
+    "ram", ram_bind, ram_put, ram_get, ram_lookup, ram_del, ram_stats, ram_flush, ram_close, NULL,
 };
 
 /* ---- create ---- */

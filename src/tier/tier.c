@@ -80,6 +80,20 @@ int pgd_tier_get(pgd_tier *t, pgd_hash block, void *page, void *bounds)
     return t->ops->get(t->state, block, page, bounds);
 }
 
+size_t pgd_tier_get_many(pgd_tier *t, size_t n, const pgd_hash *blocks, void *const *pages,
+                         void *const *bounds, int *results)
+{
+    if (t->ops->get_many) return t->ops->get_many(t->state, n, blocks, pages, bounds, results);
+    size_t ok = 0;
+    int run = 1;
+    for (size_t i = 0; i < n; i++) {
+        results[i] = t->ops->get(t->state, blocks[i], pages[i], bounds ? bounds[i] : NULL);
+        run = run && results[i] == PGD_OK;
+        ok += (size_t)run;
+    }
+    return ok;
+}
+
 size_t pgd_tier_lookup(pgd_tier *t, const pgd_hash *hashes, size_t n)
 {
     return n ? t->ops->lookup(t->state, hashes, n) : 0;

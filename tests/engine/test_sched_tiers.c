@@ -59,8 +59,8 @@ static void w_close(void *st)
 }
 
 static const pgd_tier_ops wrap_ops = {
-    "ram",          t_tier_fwd_bind,  t_tier_fwd_put,   w_get,  t_tier_fwd_lookup,
-    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, w_close};
+    "ram",          t_tier_fwd_bind,  t_tier_fwd_put,   w_get,   t_tier_fwd_lookup,
+    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, w_close, NULL};
 
 static void gate(wrap *w, int closed)
 {

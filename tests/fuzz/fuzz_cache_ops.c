@@ -206,8 +206,8 @@ static void f_close(void *st)
     free(f);
 }
 static const pgd_tier_ops faulty_ops = {
-    "faulty",       t_tier_fwd_bind,  t_tier_fwd_put,   f_get,  t_tier_fwd_lookup,
-    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, f_close};
+    "faulty",       t_tier_fwd_bind,  t_tier_fwd_put,   f_get,   t_tier_fwd_lookup,
+    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, f_close, NULL};
 
 static faulty *g_fault; /* the wrapped tier's state, NULL: none */
 
