@@ -2,9 +2,10 @@
 # test.sh - builds and runs the whole test suite:
 #   - source checks (checksrc, clang-format);
 #   - the normal build's ctest (build/);
-#   - libpagoda alone (build-lib/: PGD_BUILD_ENGINE/SERVER/TOOLS=OFF, so libxxhash, liblz4 and
-#     libzstd are the only packages looked for, which the script checks): its own tests, then installed, and every
-#     examples/*.c built against the installed library through pkg-config and run;
+#   - libpagoda alone (build-lib/: PGD_BUILD_ENGINE/SERVER/TOOLS=OFF and PGD_WITH_REDIS=OFF,
+#     so libxxhash, liblz4 and libzstd are the only packages looked for, which the script
+#     checks): its own tests, then installed, and every examples/*.c built against the
+#     installed library through pkg-config and run;
 #   - unless --quick: an ASan+UBSan pass (build-asan/) over everything but the threaded tests
 #     (-LE thread), plus the server's HTTP tests (-L http), and a TSan pass (build-tsan/) over
 #     the threaded tests (-L thread, the HTTP tests among them), and a libFuzzer pass
@@ -41,10 +42,10 @@ clang-format --dry-run --Werror $(git ls-files '*.c' '*.h' 2>/dev/null || find s
 echo "clang-format: ok"
 run_ctest build -j2
 
-echo "== libpagoda alone (build-lib: engine, server, tools OFF) =="
+echo "== libpagoda alone (build-lib: engine, server, tools, redis OFF) =="
 rm -f build-lib/CMakeCache.txt # a fresh configure, so the lookup check below sees only it
 PGD_BUILD_DIR=build-lib scripts/setup.sh -DPGD_BUILD_ENGINE=OFF -DPGD_BUILD_SERVER=OFF \
-    -DPGD_BUILD_TOOLS=OFF -DPGD_BUILD_BENCH=OFF
+    -DPGD_BUILD_TOOLS=OFF -DPGD_BUILD_BENCH=OFF -DPGD_WITH_REDIS=OFF
 # Every pkg-config lookup leaves __pkg_config_checked_<PREFIX> in the cache.
 looked=$(sed -n 's/^__pkg_config_checked_\([A-Za-z0-9_]*\):.*/\1/p' build-lib/CMakeCache.txt |
     sort | tr '\n' ' ')
