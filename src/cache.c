@@ -45,16 +45,14 @@
  * on (key, query) positions, never on how the sequence was computed.
  * Tiers (params.tiers; cache.h "Tiers"): the index describes pool pages only; each tier
  * indexes its own records, and the cache asks them (pgd_tier_lookup, fastest first, under
- * c->mu: lock order cache, then tier). Moves run on mover threads (tier/mover.c), never
- * holding c->mu during I/O:
- *   write-back  evict_one -> demote: the page (+ key bounds) is copied into a free slot of
- *               the write-back slab and a job puts it in tiers[0] (what a tier evicts
- *               spills to the next); no free slot: dropped, counted. Write-through (at
- *               register or the admit_hits-th match) and park use the same slots.
- *   promotion   match -> promote: pool pages for the run of blocks the tiers hold, filled
- *               by up to tier_threads jobs (contiguous sub-ranges, on the movers' fill
- *               class: ahead of every put); the sequence's len / n_committed include the
- *               run while n_full stays at the pool prefix until settle() registers the
+ * c->mu: lock order cache, then tier; a remote tier only for promotion, see holds()). Moves run on
+ * mover threads (tier/mover.c), never holding c->mu during I/O: write-back  evict_one -> demote:
+ * the page (+ key bounds) is copied into a free slot of the write-back slab and a job puts it in
+ * tiers[0] (what a tier evicts spills to the next); no free slot: dropped, counted. Write-through
+ * (at register or the admit_hits-th match) and park use the same slots. promotion   match ->
+ * promote: pool pages for the run of blocks the tiers hold, filled by up to tier_threads jobs
+ * (contiguous sub-ranges, on the movers' fill class: ahead of every put); the sequence's len /
+ * n_committed include the run while n_full stays at the pool prefix until settle() registers the
  *               pages (a failed fill cuts the sequence back). Every call that mutates a
  *               sequence waits on c->cv for its promotion first; pgd_cache_destroy drains
  *               the movers first.
@@ -163,6 +161,7 @@ struct pgd_cache {
     uint32_t n_movers;      /* mover threads per class: most fill jobs of one promotion */
     uint32_t wt_register;   /* bit t: tiers[t] is write-through at register (admit_hits 0) */
     uint32_t wt_admit;      /* bit t: tiers[t] is write-through at its admit_hits-th match */
+    uint32_t remote;        /* bit t: tiers[t] is remote (pgd_tier_stats.remote): see holds() */
     /* Tier state (under mu). */
     pthread_cond_t cv; /* a promotion finished (waited on with mu) */
     uint8_t *slab;     /* [n_slots][slot_bytes] write-back buffers */
@@ -256,6 +255,9 @@ static int tiers_create(pgd_cache *c, const pgd_cache_params *p, const pgd_pool_
         c->tiers[i] = *u;
         if (u->write_through && u->admit_hits == 0) c->wt_register |= 1u << i;
         if (u->write_through && u->admit_hits > 0) c->wt_admit |= 1u << i;
+        pgd_tier_stats ts;
+        pgd_tier_get_stats(u->tier, &ts);
+        if (ts.remote) c->remote |= 1u << i;
     }
     c->n_tiers = p->n_tiers;
     c->slot_bytes = (c->ident.page_bytes + c->ident.bounds_bytes + 63) / 64 * 64;
@@ -546,13 +548,22 @@ typedef struct spill_ctx {
 static int put_chain(pgd_cache *c, uint32_t t, pgd_hash block, pgd_hash parent, const void *page,
                      const void *bounds, tally *ta);
 
+/* Whether tiers[t] holds block, asked before a write to skip a needless one. A remote tier
+ * is not asked (a look-up there is a round trip, and this runs under mu on every eviction
+ * and commit): its put skips what it knows it holds, and rewriting a record it did not
+ * know of only renews the record. Promotion asks every tier (promote). */
+static int holds(pgd_cache *c, uint32_t t, pgd_hash block)
+{
+    return !(c->remote >> t & 1) && pgd_tier_lookup(c->tiers[t].tier, &block, 1);
+}
+
 /* A tier evicted a record to make room: it goes one tier down (the tier's lock is not
  * held, nor mu). */
 static void spill_down(void *ud, pgd_hash block, pgd_hash parent, const void *page,
                        const void *bounds)
 {
     spill_ctx *sc = ud;
-    if (sc->tier >= sc->c->n_tiers || pgd_tier_lookup(sc->c->tiers[sc->tier].tier, &block, 1))
+    if (sc->tier >= sc->c->n_tiers || holds(sc->c, sc->tier, block))
         return; /* off the last tier, or already held there (write-through): nothing to do */
     put_chain(sc->c, sc->tier, block, parent, page, bounds, sc->t);
 }
@@ -617,7 +628,7 @@ static void slot_run(pgd__job *j)
 static int held_below(pgd_cache *c, uint32_t from, pgd_hash block)
 {
     for (uint32_t t = from; t < c->n_tiers; t++)
-        if (pgd_tier_lookup(c->tiers[t].tier, &block, 1)) return 1;
+        if (holds(c, t, block)) return 1;
     return 0;
 }
 
@@ -691,7 +702,7 @@ static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
 static void demote(pgd_cache *c, uint32_t entry, uint32_t page)
 {
     pgd_hash h = pgd__index_entry(c->ix, entry)->hash;
-    if (in_flight(c, h) || pgd_tier_lookup(c->tiers[0].tier, &h, 1)) return;
+    if (in_flight(c, h) || holds(c, 0, h)) return;
     queue_put(c, 0, entry, page);
 }
 
@@ -701,8 +712,7 @@ static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t 
     pgd_hash h = pgd__index_entry(c->ix, entry)->hash;
     if (in_flight(c, h)) return;
     for (uint32_t t = 0; t < c->n_tiers; t++)
-        if ((mask >> t & 1) && !pgd_tier_lookup(c->tiers[t].tier, &h, 1))
-            queue_put(c, t, entry, page);
+        if ((mask >> t & 1) && !holds(c, t, h)) queue_put(c, t, entry, page);
 }
 
 /* Evicts one page through the policy: reports it (on_evict, payload still intact), then
@@ -1532,7 +1542,7 @@ int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n)
     for (size_t i = 0; i < n && queued < INT32_MAX; i++) {
         pgd_hash h = hashes[i];
         if (pgd__index_find(c->ix, h) != PGD__NONE) continue; /* in the pool */
-        if (pgd_tier_lookup(c->tiers[0].tier, &h, 1) || in_flight(c, h)) continue;
+        if (holds(c, 0, h) || in_flight(c, h)) continue;
         uint32_t t = 1;
         while (t < c->n_tiers && !pgd_tier_lookup(c->tiers[t].tier, &h, 1))
             t++;

@@ -137,7 +137,11 @@ typedef struct pgd_tier_stats {
     uint64_t get_ns_sum, put_ns_sum;          /* total latency of the gets / puts counted in
                                                  get_hist / put_hist, nanoseconds */
     /* Remote tiers (the Redis tier, tier_redis.h); all 0 for the local ones. */
-    int remote;                  /* nonzero: a remote tier (the fields below are its own) */
+    int remote;                  /* nonzero: a remote tier (the fields below are its own).
+                                    The cache reads it once, at create: it looks a block up
+                                    in a remote tier only to promote, never before a put
+                                    (a round trip per eviction), so such a tier's put must
+                                    itself skip what it knows it holds */
     int cluster;                 /* nonzero: Redis Cluster (slot routing), else standalone */
     uint32_t n_nodes;            /* nodes known (standalone: 1) */
     uint32_t n_nodes_up;         /* nodes connected now: < n_nodes is an outage */
