@@ -14,12 +14,16 @@
  *     the rest goes to the library as it is; events= is seen; the password never shows;
  *     a bad scheme, port or option, write-back twice or with write-through fail in one
  *     line naming it; without --hash-key-file cli_tiers_open refuses before connecting;
- *     with events, cli_tiers_apply installs the tier's hooks (checked on a spec only);
  *     built without PGD_HAVE_REDIS, a Redis spec names PGD_WITH_REDIS=OFF;
+ *   - against a real redis-server (t_redis.h; this part is skipped without one): the URL
+ *     the library gets connects and AUTHs, write-back reaches pgd_tier_use, events= makes
+ *     cli_tiers_apply install the tier's KV-event hooks (and only then); a wrong password
+ *     fails in one line with Redis's reason and without the password;
  *   - the --help block spells out the syntax, the sizes, the fsync policy and both modes,
  *     and the Redis tier's URL, options, key requirement and events.
  * argv[1]: a scratch directory.
  */
+#define _GNU_SOURCE /* t_redis.h: prctl, mkdtemp */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +33,11 @@
 #include "proc.h"
 #include "t.h"
 #include "tier_spec.h"
+#ifdef PGD_HAVE_REDIS
+#include <pagoda/tier_redis.h>
+
+#include "t_redis.h"
+#endif
 
 static const char *g_dir = "tier_spec.d";
 static char g_err[4096];
@@ -351,7 +360,78 @@ static int test_redis_specs(void)
     T_ASSERT(!cp.on_register && !cp.on_evict && !cp.event_ud);
     return 0;
 }
+/* The part of test_redis_server that runs while r is up (its caller stops r). */
+static int with_server(const t_redis *r, const char *kf)
+{
+    char spec[256];
+    cli_tiers t;
+    pe_ctx_params cp = pe_ctx_default_params();
+
+    memset(&t, 0, sizeof t);
+    snprintf(spec, sizeof spec, "redis://:hunter2@127.0.0.1:%d?events=kv&write-back&ns=ts",
+             r->port);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, "ram:1M", &t), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &t), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &t), 1);
+    T_OK(cli_tiers_open("x", &t, NULL, NULL));
+    T_ASSERT(t.tiers[1] && !strcmp(pgd_tier_name(t.tiers[1]), "redis"));
+    T_EQ(t.use[1].write_through, 0);
+    T_EQ(t.key_len, 20);
+    cli_tiers_apply(&t, &cp);
+    T_EQ(cp.n_tiers, 2);
+    T_ASSERT(cp.hash_key == t.key);
+    T_ASSERT(cp.on_register == pgd_tier_redis_on_register);
+    T_ASSERT(cp.on_evict == pgd_tier_redis_on_evict);
+    T_ASSERT(cp.event_ud == t.tiers[1]);
+    cli_tiers_close(&t);
+
+    /* No events: no hooks; write-through by default. */
+    memset(&t, 0, sizeof t);
+    cp = pe_ctx_default_params();
+    snprintf(spec, sizeof spec, "redis://:hunter2@127.0.0.1:%d", r->port);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &t), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &t), 1);
+    T_OK(cli_tiers_open("x", &t, NULL, NULL));
+    T_EQ(t.use[0].write_through, 1);
+    cli_tiers_apply(&t, &cp);
+    T_ASSERT(cp.tiers == t.use && !cp.on_register && !cp.on_evict && !cp.event_ud);
+    cli_tiers_close(&t);
+
+    /* A wrong password: Redis's reason, one line, the password never shown. */
+    memset(&t, 0, sizeof t);
+    snprintf(spec, sizeof spec, "redis://:not-hunter2@127.0.0.1:%d", r->port);
+    T_EQ(cli_tier_option("x", CLI_OPT_TIER, spec, &t), 1);
+    T_EQ(cli_tier_option("x", CLI_OPT_HASH_KEY_FILE, kf, &t), 1);
+    capture_begin();
+    int rc = cli_tiers_open("x", &t, NULL, NULL);
+    capture_end();
+    T_EQ(rc, -1);
+    T_EQ(lines(g_err), 1);
+    if (!strstr(g_err, "WRONGPASS") || strstr(g_err, "not-hunter2"))
+        T_FAIL("a wrong password: %s", g_err);
+    T_ASSERT(!t.tiers[0]);
+    return 0;
+}
+
+static int test_redis_server(void)
+{
+    static const char *const args[] = {"--requirepass", "hunter2", NULL};
+    char kf[1100];
+    t_redis r;
+    if (!t_redis_available()) return 0; /* it said why; the rest of the file still runs */
+    snprintf(kf, sizeof kf, "%s/server.key", g_dir);
+    T_OK(t_write_all(kf, "instances-share-this", 20));
+    if (t_redis_start(&r, args) != 0) T_FAIL("redis-server did not start");
+    int rc = with_server(&r, kf);
+    t_redis_stop(&r);
+    return rc;
+}
 #else
+static int test_redis_server(void)
+{
+    return 0; /* built without the Redis tier */
+}
+
 static int test_redis_specs(void)
 {
     cli_tier_spec o;
@@ -409,6 +489,7 @@ int main(int argc, char **argv)
     T_RUN(test_options);
     T_RUN(test_open_and_keys);
     T_RUN(test_redis_specs);
+    T_RUN(test_redis_server);
     T_RUN(test_help);
     T_DONE();
 }
