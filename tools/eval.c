@@ -476,8 +476,10 @@ int cmd_eval(int argc, char **argv)
             const char *comp = ts->compression == PGD_RECORD_LZ4    ? ":lz4"
                                : ts->compression == PGD_RECORD_ZSTD ? ":zstd"
                                                                     : "";
-            snprintf(tname, sizeof tname, "+%s%s%s%s", ts->kind == CLI_TIER_RAM ? "ram" : "disk",
-                     ts->store_type >= 0 ? ":" : "",
+            const char *kind = ts->kind == CLI_TIER_RAM    ? "ram"
+                               : ts->kind == CLI_TIER_DISK ? "disk"
+                                                           : "redis";
+            snprintf(tname, sizeof tname, "+%s%s%s%s", kind, ts->store_type >= 0 ? ":" : "",
                      ts->store_type >= 0 ? pgd_kv_type_name((pgd_kv_type)ts->store_type) : "",
                      comp);
         }
