@@ -1001,7 +1001,9 @@ static int cluster_migration(t_cluster *c)
         pthread_join(th, NULL);
         T_FAIL("migrate_begin");
     }
-    while ((n = t_cluster_migrate_keys(c, slot, from, to, 10)) > 0) {
+    for (;;) {
+        n = t_cluster_migrate_keys(c, slot, from, to, 10);
+        if (n <= 0) break;
         moved += n;
         usleep(5000); /* the load runs between batches: ASK redirections */
     }
