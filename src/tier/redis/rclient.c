@@ -729,6 +729,7 @@ static void exec_round(pgd__rc *rc, pgd__rc_cmd *cmds, rc_job *jobs, size_t n, r
             gr->conn = NULL;
             st = PGD_EIO;
             to = 1;
+            stat_add(&rc->n_timeouts, 1);
         }
         if (st != PGD_OK) {
             group_fail(cmds, jobs, n, gr, st, to);
