@@ -177,11 +177,20 @@ static uint32_t qbucket(pgd_hash b)
     return (uint32_t)(b.lo ^ b.hi >> 7) & (QHASH - 1);
 }
 
+/* The queued put of b, or NULL (a block is queued at most once). */
 static put_item *q_find(rtier *t, pgd_hash b)
 {
     for (put_item *it = t->qhash[qbucket(b)]; it; it = it->hnext)
         if (pgd_hash_eq(it->block, b)) return it;
     return NULL;
+}
+
+/* The queued put of b that is not cancelled (deleted while being written), or NULL: what
+ * get and lookup may serve. */
+static put_item *q_live(rtier *t, pgd_hash b)
+{
+    put_item *it = q_find(t, b);
+    return it && !it->cancelled ? it : NULL;
 }
 
 static void q_push(rtier *t, put_item *it)
@@ -655,7 +664,9 @@ static int redis_put(void *state, pgd_hash block, pgd_hash parent, const void *p
         pthread_mutex_unlock(&t->mu);
         return PGD_EINVAL;
     }
-    if (pgd__rix_find(&t->ix, block, now_s(), t->p.ttl_s) || q_find(t, block)) {
+    put_item *queued = q_find(t, block);
+    if (queued) queued->cancelled = 0; /* deleted while in flight, put again: write it */
+    if (queued || pgd__rix_find(&t->ix, block, now_s(), t->p.ttl_s)) {
         pthread_mutex_unlock(&t->mu);
         return PGD_OK; /* held, or being written */
     }
@@ -723,7 +734,7 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
     /* Queued puts are served from the queue (their value is sealed: the payload is right
      * after the header). */
     for (size_t i = 0; i < n; i++) {
-        put_item *it = q_find(t, blocks[i]);
+        put_item *it = q_live(t, blocks[i]);
         results[i] = PGD_EIO;
         if (it) {
             const uint8_t *payload = it->value + PGD_RECORD_HEADER_BYTES;
@@ -864,7 +875,7 @@ static size_t redis_lookup(void *state, const pgd_hash *hashes, size_t n)
         return 0;
     }
     uint32_t now = now_s();
-    while (i < n && (q_find(t, hashes[i]) || pgd__rix_find(&t->ix, hashes[i], now, t->p.ttl_s)))
+    while (i < n && (q_live(t, hashes[i]) || pgd__rix_find(&t->ix, hashes[i], now, t->p.ttl_s)))
         i++;
     size_t first = i;
     if (i == n || is_down(t)) {
@@ -881,7 +892,7 @@ static size_t redis_lookup(void *state, const pgd_hash *hashes, size_t n)
         goto out;
     }
     for (size_t j = first; j < n; j++) {
-        known[j - first] = j > first && (q_find(t, hashes[j]) ||
+        known[j - first] = j > first && (q_live(t, hashes[j]) ||
                                          pgd__rix_find(&t->ix, hashes[j], now, t->p.ttl_s));
         if (known[j - first]) continue;
         rget *g = &gs[m];
