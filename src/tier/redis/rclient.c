@@ -720,6 +720,14 @@ static void exec_round(pgd__rc *rc, pgd__rc_cmd *cmds, rc_job *jobs, size_t n, r
     for (size_t g = 0; g < n_groups; g++) {
         rc_group *gr = &groups[g];
         int to = 0, st = conn_take(rc, gr->node, deadline_ns, &gr->conn, &to);
+        if (st == PGD_OK && pgd__tier_now_ns() >= deadline_ns) { /* unused: still clean */
+            pthread_mutex_lock(&rc->mu);
+            conn_give(rc, gr->conn, &close_list);
+            pthread_mutex_unlock(&rc->mu);
+            gr->conn = NULL;
+            st = PGD_EIO;
+            to = 1;
+        }
         if (st != PGD_OK) {
             group_fail(cmds, jobs, n, gr, st, to);
             continue;
@@ -783,7 +791,9 @@ static void exec_round(pgd__rc *rc, pgd__rc_cmd *cmds, rc_job *jobs, size_t n, r
             addr_fmt(&rc->nodes[gr->node]->addr, where, sizeof where);
             if (gr->timed_out) stat_add(&rc->n_timeouts, 1);
             pgd__logf(rc->log, PGD_LOG_WARN, "redis %s: %s", where,
-                      gr->timed_out ? "timed out" : gr->conn->ctx->errstr);
+                      gr->timed_out        ? "timed out"
+                      : gr->conn->ctx->err ? gr->conn->ctx->errstr
+                                           : gr->conn->ctx->reader->errstr);
             node_down(rc, gr->node, gr->conn->gen, &close_list);
             rc->nodes[gr->node]->n_conns--;
             gr->conn->next = close_list;
@@ -838,7 +848,7 @@ size_t pgd__rc_exec(pgd__rc *rc, pgd__rc_cmd *cmds, size_t n, uint64_t deadline_
     }
     for (;;) {
         int any = 0, again = 0;
-        exec_round(rc, cmds, jobs, n, groups, deadline_ns);
+        if (pgd__tier_now_ns() < deadline_ns) exec_round(rc, cmds, jobs, n, groups, deadline_ns);
         for (size_t k = 0; k < n; k++) {
             if (!jobs[k].pending) continue;
             any = 1;
@@ -850,7 +860,7 @@ size_t pgd__rc_exec(pgd__rc *rc, pgd__rc_cmd *cmds, size_t n, uint64_t deadline_
             struct timespec ms = {0, 1000000};
             if (pgd__tier_now_ns() + 1000000u < deadline_ns) nanosleep(&ms, NULL);
         }
-        if (pgd__tier_now_ns() >= deadline_ns) {
+        if (pgd__tier_now_ns() >= deadline_ns) { /* never sends past the deadline */
             stat_add(&rc->n_timeouts, 1);
             for (size_t k = 0; k < n; k++)
                 if (jobs[k].pending) {
@@ -900,6 +910,7 @@ static int load_slots(pgd__rc *rc, rc_conn *c, const char *host, uint64_t deadli
     static const char *av[2] = {"CLUSTER", "SLOTS"};
     pgd__rc_range *ranges;
     redisReply *r;
+    rc_conn *close_list = NULL;
     int to = 0, nr, st = PGD_OK;
     uint16_t *map;
 
@@ -942,9 +953,20 @@ static int load_slots(pgd__rc *rc, rc_conn *c, const char *host, uint64_t deadli
             rc->nodes[i]->in_map = 0;
         for (uint32_t s = 0; s < PGD__RC_SLOTS; s++)
             if (map[s] != RC_NONE) rc->nodes[map[s]]->in_map = 1;
+        for (uint32_t i = 0; i < rc->n_nodes; i++) { /* left the map: its idle connections */
+            rc_node *nd = rc->nodes[i];
+            while (!nd->in_map && nd->free) {
+                rc_conn *f = nd->free;
+                nd->free = f->next;
+                nd->n_conns--;
+                f->next = close_list;
+                close_list = f;
+            }
+        }
         pthread_cond_broadcast(&rc->cv);
     }
     pthread_mutex_unlock(&rc->mu);
+    close_all(rc, close_list);
 done:
     freeReplyObject(r);
     pgd__free(&rc->al, ranges);
@@ -993,14 +1015,16 @@ static int refresh_slots(pgd__rc *rc)
 uint32_t pgd__rc_tick(pgd__rc *rc)
 {
     uint64_t now = pgd__tier_now_ns();
-    uint32_t up = 0, n_try = 0, *todo = NULL, cap;
+    uint32_t up = 0, n_try = 0, todo_stack[64], *todo = todo_stack, cap = 64;
     int refresh;
 
     pthread_mutex_lock(&rc->mu);
-    cap = rc->n_nodes;
-    pthread_mutex_unlock(&rc->mu);
-    todo = cap ? pgd__malloc(&rc->al, cap * sizeof *todo) : NULL;
-    pthread_mutex_lock(&rc->mu);
+    if (rc->n_nodes > cap) {
+        cap = rc->n_nodes;
+        pthread_mutex_unlock(&rc->mu);
+        todo = pgd__malloc(&rc->al, cap * sizeof *todo); /* NULL: no reconnect this time */
+        pthread_mutex_lock(&rc->mu);
+    }
     for (uint32_t i = 0; todo && i < rc->n_nodes && n_try < cap; i++) {
         rc_node *n = rc->nodes[i];
         if (!n->in_map || n->n_opening) continue;
@@ -1056,7 +1080,7 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
         pthread_mutex_unlock(&rc->mu);
         close_all(rc, close_list);
     }
-    if (todo) pgd__free(&rc->al, todo);
+    if (todo != todo_stack) pgd__free(&rc->al, todo);
     if (refresh && refresh_slots(rc) != PGD_OK) {
         pthread_mutex_lock(&rc->mu);
         rc->refresh = 1;
