@@ -122,9 +122,12 @@ typedef struct rtier {
     uint32_t n_dels;
     int busy; /* the writer is writing a batch */
     int stop;
-    pgd_tier_stats st; /* own counters (the client's are added by stats) */
-    int logged_down;
-    uint64_t down_since_ns;
+    pgd_tier_stats st;                 /* own counters (the client's are added by stats) */
+    int logged_down;                   /* an outage is on (logged, or counted in n_flaps) */
+    int down_quiet;                    /* this outage was not logged (n_flaps) */
+    uint64_t down_since_ns;            /* when it began */
+    uint64_t down_log_ns;              /* the next outage line allowed */
+    uint64_t n_flaps;                  /* outages not logged since the last line */
     uint64_t mac_log_ns, mac_unlogged; /* next MAC failure line, failures since the last */
     int down;                          /* every node down (atomic reads outside mu) */
     uint32_t block_size; /* ident.page_tokens once bound (atomic: the writer's events) */
@@ -407,28 +410,44 @@ static void note_state(rtier *t, const char *cause)
     __atomic_store_n(&t->down, down, __ATOMIC_RELAXED);
     pthread_mutex_lock(&t->mu);
     int degraded = rs.n_nodes_up < rs.n_nodes;
+    uint64_t now = now_ns();
     if (degraded && !t->logged_down) {
         t->logged_down = 1;
-        t->down_since_ns = now_ns();
-        if (rs.n_nodes > 1)
+        t->down_since_ns = now;
+        /* A Redis that flaps (slow: each deadline miss drops a connection) would log a
+         * pair of lines per outage: at most one outage line per MAC_LOG_NS, the others
+         * counted into the next. */
+        t->down_quiet = now < t->down_log_ns;
+        char flaps[64] = "";
+        if (t->n_flaps)
+            snprintf(flaps, sizeof flaps, " (and %llu short outages before)",
+                     (unsigned long long)t->n_flaps);
+        if (t->down_quiet)
+            t->n_flaps++;
+        else if (rs.n_nodes > 1)
             pgd__logf(&t->lg, PGD_LOG_WARN,
                       "redis tier: %u of %u nodes unreachable (%s, %s): requests compute "
-                      "what they would have read",
+                      "what they would have read%s",
                       rs.n_nodes - rs.n_nodes_up, rs.n_nodes, t->where,
-                      cause ? cause : "connection lost");
+                      cause ? cause : "connection lost", flaps);
         else
             pgd__logf(&t->lg, PGD_LOG_WARN,
                       "redis tier: %s unreachable (%s): requests compute what they would "
-                      "have read",
-                      t->where, cause ? cause : "connection lost");
+                      "have read%s",
+                      t->where, cause ? cause : "connection lost", flaps);
+        if (!t->down_quiet) {
+            t->n_flaps = 0;
+            t->down_log_ns = now + MAC_LOG_NS;
+        }
     } else if (!degraded && t->logged_down) {
         t->logged_down = 0;
         pthread_mutex_lock(&t->lmu);
         t->cause[0] = '\0'; /* the next outage has its own */
         pthread_mutex_unlock(&t->lmu);
-        pgd__logf(&t->lg, PGD_LOG_INFO,
-                  "redis tier: %s reachable again after %.1f s (%llu reconnects)", t->where,
-                  (double)(now_ns() - t->down_since_ns) / 1e9, (unsigned long long)rs.n_reconnects);
+        if (!t->down_quiet)
+            pgd__logf(&t->lg, PGD_LOG_INFO,
+                      "redis tier: %s reachable again after %.1f s (%llu reconnects)", t->where,
+                      (double)(now - t->down_since_ns) / 1e9, (unsigned long long)rs.n_reconnects);
     }
     pthread_mutex_unlock(&t->mu);
 }
