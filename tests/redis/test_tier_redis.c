@@ -11,7 +11,9 @@
  * a miss, the TTL, AUTH with --requirepass and with an ACL user through the URL (a wrong
  * password: create fails naming WRONGPASS and host:port), db selection, a unix socket,
  * the put queue's bound and gets served from it, the KV events stream (BlockStored,
- * BlockRemoved, AllBlocksCleared with their documented fields; the prefix-index hooks).
+ * BlockRemoved, AllBlocksCleared with their documented fields; the prefix-index hooks),
+ * create against nothing or something that is not Redis (PGD_EIO), records evicted by
+ * Redis (maxmemory, volatile-lru) read as misses.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -613,6 +615,18 @@ static int test_unreachable_create(void)
     char where[64];
     snprintf(where, sizeof where, "127.0.0.1:%d", port);
     if (!strstr(err, where)) T_FAIL("err: %s", err);
+    /* Something that accepts and hangs up (a proxy to nowhere): not Redis, PGD_EIO. */
+    t_proxy px;
+    T_EQ(t_proxy_start(&px, port, 0), 0);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?connect_timeout_ms=300&timeout_ms=300",
+             px.port);
+    t0 = t_redis_now_ms();
+    int not_redis = make_tier(url, &t, err, sizeof err);
+    uint64_t took = t_redis_now_ms() - t0;
+    t_proxy_stop(&px);
+    T_EQ(not_redis, PGD_EIO);
+    T_ASSERT(took < 3000);
+    T_ASSERT(t == NULL);
     T_EQ(make_tier("redis://h:1?ttl=x", &t, err, sizeof err), PGD_EINVAL);
     T_ASSERT(strstr(err, "ttl"));
     pgd_tier_redis_params p = pgd_tier_redis_default_params();
@@ -860,6 +874,52 @@ static int test_events(void)
     return 0;
 }
 
+/* Redis evicting records (maxmemory, volatile-lru: every record has a TTL) is a miss. */
+static int test_evicted(void)
+{
+    enum { N = 400 };
+    static const char *const lru[] = {"--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru",
+                                      NULL};
+    t_redis r;
+    T_EQ(t_redis_start(&r, lru), 0);
+    pgd_tier *t = open_tier(&r, "&ns=lru", 0), *t2 = open_tier(&r, "&ns=lru", 0);
+    pgd_record_ident id = ident_of(0);
+    uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
+    int rc = t && t2 && page && out ? 0 : 1;
+    for (uint32_t i = 0; i < N && !rc; i++) {
+        fill(page, id.page_bytes, block_of(70, i));
+        if (pgd_tier_put(t, block_of(70, i), parent_of(70, i), page, NULL, NULL, NULL) != PGD_OK)
+            rc = 2;
+        if (i % 32 == 31 && pgd_tier_flush(t) != PGD_OK) rc = 3;
+    }
+    if (!rc && pgd_tier_flush(t) != PGD_OK) rc = 4;
+    uint32_t n_ok = 0, n_miss = 0;
+    for (uint32_t i = 0; i < N && !rc; i++) {
+        int g = pgd_tier_get(t2, block_of(70, i), out, NULL);
+        fill(page, id.page_bytes, block_of(70, i));
+        if (g == PGD_OK && memcmp(out, page, id.page_bytes) == 0)
+            n_ok++;
+        else if (g == PGD_ENOTFOUND)
+            n_miss++;
+        else
+            rc = 5;
+    }
+    pgd_tier_stats st;
+    if (t2) pgd_tier_get_stats(t2, &st);
+    pgd_tier_close(t);
+    pgd_tier_close(t2);
+    t_redis_stop(&r);
+    free(page);
+    free(out);
+    T_EQ(rc, 0);
+    fprintf(stderr, "  maxmemory 3mb: %u of %d records read, %u evicted\n", n_ok, N, n_miss);
+    T_ASSERT(n_ok > 0 && n_miss > 0);
+    T_EQ(n_ok + n_miss, N);
+    T_EQ(st.n_get_misses, n_miss);
+    T_EQ(st.n_mac_failures + st.n_corrupt + st.n_io_errors, 0);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_url);
@@ -875,5 +935,6 @@ int main(void)
     T_RUN(test_queue_bound);
     T_RUN(test_events);
     t_redis_stop(&srv);
+    T_RUN(test_evicted);
     T_DONE();
 }
