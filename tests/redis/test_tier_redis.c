@@ -24,6 +24,7 @@
 
 #include "tier/redis/redis_int.h"
 #include "t.h"
+#include "t_alloc.h"
 #include "t_redis.h"
 
 static const uint8_t shared_key[] = "test shared key of the instances";
@@ -874,6 +875,43 @@ static int test_events(void)
     return 0;
 }
 
+/* Every allocation of create failed in turn: PGD_ENOMEM, nothing leaked, then it works.
+ * (Only create: the writer thread frees queued values, and t_alloc.h is single-threaded.) */
+static int test_create_oom(void)
+{
+    static t_counting A;
+    static const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
+    char url[128], err[512];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?events=oom&ns=oom", srv.port);
+    pgd_record_ident id = ident_of(0);
+    for (long n = 1;; n++) {
+        pgd_tier_redis_params p = pgd_tier_redis_default_params();
+        pgd_tier *t = NULL;
+        p.url = url;
+        p.key = shared_key;
+        p.key_len = sizeof shared_key - 1;
+        p.alloc = &alloc;
+        memset(&A, 0, sizeof A);
+        t_counting_arm(&A, n);
+        int rc = pgd_tier_redis_create(&p, &t, err, sizeof err);
+        if (rc == PGD_OK) rc = pgd_tier_bind(t, &id);
+        int fired = A.fired;
+        t_counting_arm(&A, 0);
+        if (!fired) {
+            if (rc != PGD_OK) T_FAIL("allocation %ld not failed: %d (%s)", n, rc, err);
+            pgd_tier_close(t);
+            T_EQ(A.n_live, 0);
+            T_ASSERT(n > 5);
+            fprintf(stderr, "  create: %ld allocations, each failed in turn\n", n - 1);
+            return 0;
+        }
+        if (rc != PGD_ENOMEM && rc != PGD_EIO) T_FAIL("allocation %ld: %d (%s)", n, rc, err);
+        if (t) pgd_tier_close(t);
+        if (A.n_live != 0) T_FAIL("allocation %ld: %ld blocks leaked", n, A.n_live);
+        T_ASSERT(n < 10000);
+    }
+}
+
 /* Redis evicting records (maxmemory, volatile-lru: every record has a TTL) is a miss. */
 static int test_evicted(void)
 {
@@ -934,6 +972,7 @@ int main(void)
     T_RUN(test_unreachable_create);
     T_RUN(test_queue_bound);
     T_RUN(test_events);
+    T_RUN(test_create_oom);
     t_redis_stop(&srv);
     T_RUN(test_evicted);
     T_DONE();
