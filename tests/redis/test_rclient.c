@@ -13,8 +13,9 @@
  * malformed input), the CLUSTER SLOTS parser (a live reply, built malformed ones).
  * Standalone: a 1000-command pipeline of 64 KiB values; AUTH with a password and with an
  * ACL user (wrong ones refused, PGD_EINVAL, Redis's message); SELECT isolates a db; a
- * paused server times out within the deadline; kill -9 fails commands at once, restart
- * reconnects through tick; a unix socket; threads sharing a small pool.
+ * paused server times out within the deadline, and so does a slow one (the delaying
+ * proxy); kill -9 fails commands at once, restart reconnects through tick; a unix socket;
+ * threads sharing a small pool.
  * Cluster: 3 masters, keys spread over all; a slot migrated while a thread keeps SET +
  * GET on it loses no command (ASK / MOVED followed), then routes straight.
  * It prints round trips per second of a 1-command exec and of a 100-command pipeline.
@@ -598,6 +599,15 @@ static int test_standalone_faults(void)
     T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
     T_EQ(rc_set(rc, "x", "1"), 0);
 
+    /* a deadline already past: nothing is sent, the node stays up */
+    cmd = (pgd__rc_cmd){.argc = 2, .argv = argv, .argvlen = lens, .key = 1};
+    T_EQ(pgd__rc_exec(rc, &cmd, 1, pgd__tier_now_ns() - 1), 0);
+    T_EQ(cmd.status, PGD_EIO);
+    T_ASSERT(cmd.timed_out);
+    pgd__rc_get_stats(rc, &st);
+    T_EQ(st.n_nodes_up, 1);
+    T_EQ(rc_get(rc, "x", buf, sizeof buf), 1);
+
     /* a hung server: the deadline bounds the call */
     t_redis_pause(&r, 1);
     t0 = pgd__tier_now_ns();
@@ -654,6 +664,55 @@ static int test_standalone_faults(void)
     t_redis_stop(&r);
     T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_EIO);
     T_ASSERT(strstr(err, "127.0.0.1:"));
+    return 0;
+}
+
+/* Through the delaying proxy: a slow Redis costs the deadline, no more; fast again, tick
+ * brings the node back. */
+static int test_standalone_slow(void)
+{
+    t_redis r;
+    t_proxy px;
+    pgd__rc_addr seed;
+    pgd__rc_params p;
+    pgd__rc *rc = NULL;
+    pgd__rc_stats st;
+    char err[256], buf[64];
+    const char *argv[2] = {"GET", "s"};
+    size_t lens[2] = {3, 1};
+    pgd__rc_cmd cmd;
+    uint64_t t0;
+    int up = 0;
+
+    T_EQ(t_redis_start(&r, NULL), 0);
+    T_EQ(t_proxy_start(&px, r.port, 0), 0);
+    p = params_for(&seed, px.port, NULL);
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    T_EQ(rc_set(rc, "s", "1"), 0);
+    t_proxy_set_delay(&px, 30); /* 60 ms a round trip: still within a 200 ms deadline */
+    cmd = (pgd__rc_cmd){.argc = 2, .argv = argv, .argvlen = lens, .key = 1};
+    t0 = pgd__tier_now_ns();
+    T_EQ(pgd__rc_exec(rc, &cmd, 1, t0 + 200000000ull), 1);
+    T_ASSERT(ms_since(t0) >= 55);
+    freeReplyObject(cmd.reply);
+    t_proxy_set_delay(&px, 300); /* past a 50 ms deadline */
+    cmd = (pgd__rc_cmd){.argc = 2, .argv = argv, .argvlen = lens, .key = 1};
+    t0 = pgd__tier_now_ns();
+    T_EQ(pgd__rc_exec(rc, &cmd, 1, t0 + 50000000ull), 0);
+    printf("     a 300 ms proxy, a 50 ms deadline: back after %llu ms\n",
+           (unsigned long long)ms_since(t0));
+    T_ASSERT(ms_since(t0) < 150);
+    T_ASSERT(cmd.timed_out);
+    t_proxy_set_delay(&px, 0);
+    for (t0 = pgd__tier_now_ns(); ms_since(t0) < 6000 && !up; usleep(10000))
+        up = pgd__rc_tick(rc) == 1;
+    T_ASSERT(up);
+    T_EQ(rc_get(rc, "s", buf, sizeof buf), 1);
+    pgd__rc_get_stats(rc, &st);
+    T_ASSERT(st.n_timeouts > 0 && st.n_reconnects > 0);
+    pgd__rc_destroy(rc);
+    t_proxy_stop(&px);
+    t_redis_stop(&r);
     return 0;
 }
 
@@ -1174,6 +1233,7 @@ int main(void)
     T_RUN(test_standalone_auth);
     T_RUN(test_standalone_select);
     T_RUN(test_standalone_faults);
+    T_RUN(test_standalone_slow);
     T_RUN(test_standalone_unix);
     T_RUN(test_standalone_threads);
     T_RUN(test_standalone_rate);

@@ -16,9 +16,10 @@
  *             any node for key -1); the nodes sorted by index
  *   take      one free connection per node, in index order (so two callers never wait
  *             on each other in a cycle); a DOWN node fails its commands at once
- *             (PGD_EIO); a NEW node (learnt from CLUSTER SLOTS or a redirection) or an
- *             UP node with fewer than params.conns connections gets one opened here,
- *             bounded by the deadline; else wait on cv, bounded by the deadline
+ *             (PGD_EIO); a node without any connection (NEW: learnt from CLUSTER SLOTS
+ *             or a redirection) gets one opened here, bounded by the deadline; else
+ *             wait on cv, bounded by the deadline. tick reconnects DOWN nodes and fills
+ *             every pool up to params.conns
  *   append    every node's commands (ASKING before an ASK-redirected one), then flush
  *             every node's buffer, then read the replies node by node: the nodes work on
  *             their pipelines at the same time
@@ -542,9 +543,10 @@ static int wait_until(pgd__rc *rc, uint64_t deadline_ns)
     return pthread_cond_timedwait(&rc->cv, &rc->mu, &ts) == ETIMEDOUT ? -1 : 0;
 }
 
-/* Takes a connection of node i for a caller (mu not held): a free one; or one opened
- * now when the node is NEW or UP with fewer than conns (bounded by deadline_ns); or the
- * next one given back, waiting until deadline_ns. A DOWN node fails at once. Returns
+/* Takes a connection of node i for a caller (mu not held): a free one; or, when the node
+ * has no connection at all (NEW: learnt from a redirection or CLUSTER SLOTS), one opened
+ * now, bounded by deadline_ns; or the next one given back, waiting until deadline_ns
+ * (tick fills pools up to conns). A DOWN node fails at once. Returns
  * PGD_OK with *out, or PGD_EIO (*timed_out when the deadline is why) / PGD_ENOMEM. */
 static int conn_take(pgd__rc *rc, uint32_t i, uint64_t deadline_ns, rc_conn **out, int *timed_out)
 {
@@ -564,7 +566,7 @@ static int conn_take(pgd__rc *rc, uint32_t i, uint64_t deadline_ns, rc_conn **ou
             break;
         }
         if (n->state == NODE_DOWN) break;
-        if (n->n_conns + n->n_opening < rc->conns) {
+        if (n->n_conns + n->n_opening == 0) { /* no connection at all: one now */
             pgd__rc_addr a = n->addr;
             uint32_t gen = n->gen;
             int to = 0, was_new = n->state == NODE_NEW;
@@ -727,6 +729,7 @@ static void exec_round(pgd__rc *rc, pgd__rc_cmd *cmds, rc_job *jobs, size_t n, r
             gr->conn = NULL;
             st = PGD_EIO;
             to = 1;
+            stat_add(&rc->n_timeouts, 1);
         }
         if (st != PGD_OK) {
             group_fail(cmds, jobs, n, gr, st, to);
@@ -1029,7 +1032,7 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
         rc_node *n = rc->nodes[i];
         if (!n->in_map || n->n_opening) continue;
         if ((n->state == NODE_DOWN && n->retry_ns <= now) ||
-            (n->state == NODE_NEW && n->n_conns == 0)) {
+            (n->state != NODE_DOWN && n->n_conns < rc->conns)) {
             n->n_opening++;
             todo[n_try++] = i;
         }
@@ -1038,12 +1041,12 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
     rc->refresh = 0;
     pthread_mutex_unlock(&rc->mu);
 
-    for (uint32_t t = 0; t < n_try; t++) {
+    for (uint32_t t = 0; t < n_try; t++) { /* reconnect, or fill the pool up to conns */
         uint32_t i = todo[t], gen;
         pgd__rc_addr a;
         rc_conn *c = NULL, *close_list = NULL;
         char err[256];
-        int to = 0, st, was_down;
+        int to = 0, st, was_down, was_up, more = 0;
         pthread_mutex_lock(&rc->mu);
         a = rc->nodes[i]->addr;
         gen = rc->nodes[i]->gen;
@@ -1054,6 +1057,7 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
             rc_node *n = rc->nodes[i];
             n->n_opening--;
             was_down = n->state == NODE_DOWN;
+            was_up = n->state == NODE_UP;
             if (st == PGD_OK && n->gen == gen) {
                 n->state = NODE_UP;
                 n->n_conns++;
@@ -1061,8 +1065,11 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
                 n->free = c;
                 if (was_down) stat_add(&rc->n_reconnects, 1);
                 pthread_cond_broadcast(&rc->cv);
-                pgd__logf(rc->log, PGD_LOG_INFO, "redis %s%s:%d: connected",
-                          a.port ? "" : "unix:", a.host, a.port);
+                if (!was_up)
+                    pgd__logf(rc->log, PGD_LOG_INFO, "redis %s%s:%d: connected",
+                              a.port ? "" : "unix:", a.host, a.port);
+                more = n->in_map && n->n_opening == 0 && n->n_conns < rc->conns;
+                if (more) n->n_opening++;
             } else if (st == PGD_OK) {
                 close_list = c;
             } else {
@@ -1079,6 +1086,7 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
         }
         pthread_mutex_unlock(&rc->mu);
         close_all(rc, close_list);
+        if (more) t--; /* the same node again */
     }
     if (todo != todo_stack) pgd__free(&rc->al, todo);
     if (refresh && refresh_slots(rc) != PGD_OK) {
