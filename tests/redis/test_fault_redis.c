@@ -304,9 +304,33 @@ static int canary_intact(const uint8_t *b, size_t n)
     return 1;
 }
 
+/* The type of the event of the stream whose block_hashes hold block ("" when none). */
+static const char *event_of(const char *stream, pgd_hash block)
+{
+    static char type[32];
+    char hex[33];
+    type[0] = '\0';
+    pgd_hash_hex(block, hex);
+    redisReply *rep = t_redis_cmd(&srv, "XRANGE %s - +", stream);
+    for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        redisReply *f = rep->element[i]->element[1];
+        for (size_t j = 0; j + 1 < f->elements; j += 2) {
+            const char *v = f->element[j + 1]->str, *at = strstr(v, hex);
+            if (strcmp(f->element[j]->str, "events") != 0 || !at) continue;
+            const char *ty = NULL;
+            for (const char *q = strstr(v, "{\"type\":\""); q && q < at;
+                 q = strstr(q + 1, "{\"type\":\""))
+                ty = q + 9;
+            if (ty) snprintf(type, sizeof type, "%.*s", (int)(strchr(ty, '"') - ty), ty);
+        }
+    }
+    if (rep) freeReplyObject(rep);
+    return type;
+}
+
 static int test_garbage_forged_foreign(void)
 {
-    pgd_tier *t = open_tier(srv.port, "&ns=lies");
+    pgd_tier *t = open_tier(srv.port, "&ns=lies&events=lies");
     T_ASSERT(t);
     pgd_record_ident id = ident_of(0), other_id = ident_of(1);
     uint64_t vb = pgd__redis_value_bytes(&id);
@@ -383,6 +407,10 @@ static int test_garbage_forged_foreign(void)
     T_EQ(st.n_mac_failures, 2);
     T_EQ(st.n_corrupt, 1);
     T_EQ(st.n_gets, 0);
+    /* What the tier deleted is published (BlockRemoved, "redis"); the foreign one is not. */
+    T_ASSERT(strcmp(event_of("lies", block_of(40, 1)), "BlockRemoved") == 0);
+    T_ASSERT(strcmp(event_of("lies", block_of(40, 2)), "BlockRemoved") == 0);
+    T_ASSERT(strcmp(event_of("lies", block_of(40, 4)), "") == 0);
 
     /* 5. A value too short to hold a MAC. */
     b = block_of(40, 5);

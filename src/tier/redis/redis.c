@@ -6,8 +6,8 @@
  *
  *   caller threads                               writer thread (one per tier)
  *   put:  seal value (HMAC) -> put queue ------> SET key value EX ttl, pipelined (<= 8 MiB
- *         (skips what the index or the queue      a batch) -> local index (mine)
- *          holds; bounded: put_queue_bytes)      DEL queue (damaged / forged values)
+ *         (skips what the index or the queue      a batch) -> local index (mine), events
+ *          holds; bounded: put_queue_bytes)      DEL queue (damaged / forged values), events
  *   get / get_many: queue, else pipelined GET    events ring -> one XADD per batch
  *         under deadline_ms + deadline_page_ms*n pgd__rc_tick every TICK_MS: reconnects
  *   lookup: local index, then one pipelined      with backoff, logs down / up
@@ -520,6 +520,7 @@ static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_
     const char *cause = NULL;
     uint32_t now = now_s();
     uint32_t n_stored = 0;
+    uint8_t removed[BATCH_DELS];
     pthread_mutex_lock(&t->mu);
     for (uint32_t i = 0; i < m; i++) {
         pgd__rc_cmd *c = &t->rcs[i];
@@ -547,11 +548,17 @@ static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_
                 }
             }
         }
+        if (i >= n_items)
+            removed[i - n_items] =
+                ok && c->reply->type == REDIS_REPLY_INTEGER && c->reply->integer > 0;
         if (c->reply) freeReplyObject(c->reply);
         c->reply = NULL;
     }
     pthread_mutex_unlock(&t->mu);
     if (cause) note_state(t, cause);
+    /* What this tier deleted (damaged or forged values, puts deleted in flight). */
+    for (uint32_t i = 0; i < n_dels && t->evs; i++)
+        if (removed[i]) ev_push(t, PGD_KV_EVENT_REMOVED, &dels[i], 1, dels[i], 0, "redis");
     /* The items stay queued (the writer unlinks them after): reading them is safe. */
     for (uint32_t i = 0; i < n_items && n_stored && t->evs; i++) {
         const put_item *it = items[i];
