@@ -875,6 +875,63 @@ static int test_events(void)
     return 0;
 }
 
+/* A batch large enough to be opened on several threads (4 MiB of values): byte-exact, and
+ * a forged value in the middle is caught whichever thread opens it. */
+static int test_large_batch(void)
+{
+    enum { N = 32 };
+    pgd_pool_params pp = geometry(1);
+    pp.n_layers = 8;
+    pp.n_kv_heads = 4;
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    char url[256], err[512];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?ns=large&timeout_ms=2000&deadline_ms=2000",
+             srv.port);
+    pgd_tier *t = NULL, *t2 = NULL;
+    T_OK(make_tier(url, &t, err, sizeof err));
+    T_OK(make_tier(url, &t2, err, sizeof err));
+    T_OK(pgd_tier_bind(t, &id));
+    T_OK(pgd_tier_bind(t2, &id));
+    uint64_t rb = id.page_bytes + id.bounds_bytes;
+    uint8_t *src = malloc(N * rb), *dst = malloc(N * rb);
+    T_ASSERT(src && dst);
+    pgd_hash blocks[N];
+    void *pages[N], *bounds[N];
+    int results[N];
+    for (uint32_t i = 0; i < N; i++) {
+        blocks[i] = block_of(80, i);
+        fill(src + i * rb, rb, blocks[i]);
+        T_OK(pgd_tier_put(t, blocks[i], parent_of(80, i), src + i * rb,
+                          src + i * rb + id.page_bytes, NULL, NULL));
+        pages[i] = dst + i * rb;
+        bounds[i] = dst + i * rb + id.page_bytes;
+    }
+    T_OK(pgd_tier_flush(t));
+    T_EQ(pgd_tier_get_many(t2, N, blocks, pages, bounds, results), N);
+    T_ASSERT(memcmp(src, dst, N * rb) == 0);
+    /* Garbage over block 21's value. */
+    char key[PGD__REDIS_KEY_MAX];
+    T_ASSERT(pgd_tier_redis_key(t, blocks[21], key, sizeof key) > 0);
+    redisReply *rep = t_redis_cmd(&srv, "SET %s %s", key, "not a value");
+    T_ASSERT(t_redis_ok(rep));
+    memset(dst, 0, N * rb);
+    T_EQ(pgd_tier_get_many(t2, N, blocks, pages, bounds, results), 21);
+    for (uint32_t i = 0; i < N; i++)
+        T_EQ(results[i], i == 21 ? PGD_ENOTFOUND : PGD_OK);
+    T_ASSERT(memcmp(src, dst, 21 * rb) == 0);
+    T_ASSERT(memcmp(src + 22 * rb, dst + 22 * rb, 10 * rb) == 0);
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t2, &st);
+    T_EQ(st.n_mac_failures, 1);
+    T_EQ(st.n_gets, 2 * N - 1);
+    pgd_tier_close(t);
+    pgd_tier_close(t2);
+    free(src);
+    free(dst);
+    return 0;
+}
+
 /* Every allocation of create failed in turn: PGD_ENOMEM, nothing leaked, then it works.
  * (Only create: the writer thread frees queued values, and t_alloc.h is single-threaded.) */
 static int test_create_oom(void)
@@ -973,6 +1030,7 @@ int main(void)
     T_RUN(test_queue_bound);
     T_RUN(test_events);
     T_RUN(test_create_oom);
+    T_RUN(test_large_batch);
     t_redis_stop(&srv);
     T_RUN(test_evicted);
     T_DONE();

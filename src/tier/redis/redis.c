@@ -59,8 +59,10 @@ enum {
     MEDIUM_MAX = 16,       /* bytes of an event's medium name, NUL included */
     WHERE_MAX = PGD__RC_HOST_MAX + 32,
     XADD_ARGS = 14,
+    MAX_HELPERS = 3, /* threads a large get_many opens its values on, besides its own */
 };
 #define BATCH_BYTES (8ull << 20) /* bytes of values per writer pipeline, at most */
+#define PAR_BYTES (2ull << 20)   /* a get_many of this many value bytes opens in parallel */
 #define MAC_LOG_NS (10ull * 1000000000ull)
 
 /* A put accepted, not yet written: its key and its sealed value. */
@@ -137,7 +139,8 @@ typedef struct rtier {
     char cause[256];     /* the client's latest warning: the cause of an outage */
     uint64_t rc_log_ns;  /* the next client warning passed on */
     uint64_t rc_log_suppressed;
-    int creating; /* inside pgd__rc_create */
+    int creating;       /* inside pgd__rc_create */
+    uint32_t n_helpers; /* open_all's threads: min(online CPUs - 1, MAX_HELPERS) */
 
     pthread_t writer;
     int writer_started;
@@ -737,6 +740,77 @@ typedef struct rget {
     char key[PGD__REDIS_KEY_MAX];
 } rget;
 
+/* Values [lo, hi) of a get_many batch to open: verdict[k] = PGD__RV_*, or -1 for a
+ * command that brought no value (failed, nil, an error reply). */
+typedef struct open_job {
+    rtier *t;
+    const pgd_hash *blocks;
+    void *const *pages, *const *bounds;
+    const rget *gs;
+    const pgd__rc_cmd *cs;
+    const size_t *idx;
+    int *verdict;
+    size_t lo, hi;
+} open_job;
+
+static void *open_range(void *arg)
+{
+    open_job *j = arg;
+    for (size_t k = j->lo; k < j->hi; k++) {
+        const pgd__rc_cmd *c = &j->cs[k];
+        size_t i = j->idx[k];
+        if (c->status != PGD_OK || c->reply->type != REDIS_REPLY_STRING) {
+            j->verdict[k] = -1;
+            continue;
+        }
+        j->verdict[k] = pgd__redis_value_open(
+            &j->t->mac, j->gs[k].key, j->gs[k].len[1], c->reply->str, c->reply->len, &j->t->ident,
+            j->blocks[i], j->pages[i], j->bounds ? j->bounds[i] : NULL, NULL);
+    }
+    return NULL;
+}
+
+/* Opens the m values of a batch: on this thread, or, for a large batch, split over this
+ * thread and up to n_helpers threads started for it (the MAC costs about what loopback
+ * Redis takes to send the bytes: 0.7 ms per MiB here; a 64-page batch of 512 KiB pages
+ * is 23 ms of MAC). A thread that cannot start leaves its part to this one. */
+static void open_all(rtier *t, const pgd_hash *blocks, void *const *pages, void *const *bounds,
+                     const rget *gs, const pgd__rc_cmd *cs, const size_t *idx, int *verdict,
+                     size_t m)
+{
+    open_job jobs[1 + MAX_HELPERS];
+    pthread_t th[MAX_HELPERS];
+    int started[MAX_HELPERS] = {0};
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < m; k++)
+        if (cs[k].status == PGD_OK && cs[k].reply->type == REDIS_REPLY_STRING)
+            bytes += cs[k].reply->len;
+    size_t h = bytes >= PAR_BYTES && m >= 4 ? t->n_helpers : 0;
+    if (h > m / 2) h = m / 2;
+    for (size_t p = 0; p <= h; p++) {
+        open_job *j = &jobs[p];
+        j->t = t;
+        j->blocks = blocks;
+        j->pages = pages;
+        j->bounds = bounds;
+        j->gs = gs;
+        j->cs = cs;
+        j->idx = idx;
+        j->verdict = verdict;
+        j->lo = m * p / (h + 1);
+        j->hi = m * (p + 1) / (h + 1);
+    }
+    for (size_t p = 1; p <= h; p++)
+        started[p - 1] = pthread_create(&th[p - 1], NULL, open_range, &jobs[p]) == 0;
+    open_range(&jobs[0]);
+    for (size_t p = 1; p <= h; p++) {
+        if (started[p - 1])
+            pthread_join(th[p - 1], NULL);
+        else
+            open_range(&jobs[p]);
+    }
+}
+
 static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void *const *pages,
                              void *const *bounds, int *results)
 {
@@ -781,11 +855,13 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
     rget *gs = NULL;
     pgd__rc_cmd *cs = NULL;
     size_t *idx = NULL;
+    int *verdict = NULL;
     if (m && !down) {
         gs = pgd__calloc(&t->al, m, sizeof *gs);
         cs = pgd__calloc(&t->al, m, sizeof *cs);
         idx = pgd__calloc(&t->al, m, sizeof *idx);
-        if (!gs || !cs || !idx) {
+        verdict = pgd__calloc(&t->al, m, sizeof *verdict);
+        if (!gs || !cs || !idx || !verdict) {
             for (size_t i = 0; i < n; i++)
                 if (results[i] != PGD_OK) results[i] = PGD_ENOMEM;
             m = 0;
@@ -810,7 +886,6 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
 
     const char *cause = NULL;
     if (m && !down) {
-        uint64_t elapsed = now_ns() - t0;
         uint32_t now = now_s();
         pthread_mutex_lock(&t->mu);
         for (size_t k = 0; k < m; k++) {
@@ -835,15 +910,15 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
             /* A string: opened below, outside the lock (the MAC and the copy). */
         }
         pthread_mutex_unlock(&t->mu);
-        /* Open the values outside the lock. */
+        /* Open the values outside the lock (the MAC and the copy), in parallel when the
+         * batch is large. */
+        open_all(t, blocks, pages, bounds, gs, cs, idx, verdict, m);
+        uint64_t elapsed = now_ns() - t0;
+        pthread_mutex_lock(&t->mu);
         for (size_t k = 0; k < m; k++) {
-            pgd__rc_cmd *c = &cs[k];
             size_t i = idx[k];
-            redisReply *r = c->reply;
-            if (c->status != PGD_OK || r->type != REDIS_REPLY_STRING) continue;
-            int v = pgd__redis_value_open(&t->mac, gs[k].key, gs[k].len[1], r->str, r->len, id,
-                                          blocks[i], pages[i], bounds ? bounds[i] : NULL, NULL);
-            pthread_mutex_lock(&t->mu);
+            int v = verdict[k];
+            if (v < 0) continue; /* not a value: accounted above */
             switch (v) {
             case PGD__RV_OK:
                 results[i] = PGD_OK;
@@ -868,14 +943,15 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
                 queue_del(t, blocks[i]);
                 results[i] = PGD_ENOTFOUND;
             }
-            pthread_mutex_unlock(&t->mu);
         }
+        pthread_mutex_unlock(&t->mu);
         for (size_t k = 0; k < m; k++)
             if (cs[k].reply) freeReplyObject(cs[k].reply);
     }
     pgd__free(&t->al, gs);
     pgd__free(&t->al, cs);
     pgd__free(&t->al, idx);
+    pgd__free(&t->al, verdict);
     if (cause) note_state(t, cause);
     for (size_t i = 0; i < n && results[i] == PGD_OK; i++)
         n_ok++;
@@ -1155,6 +1231,8 @@ int pgd_tier_redis_create(const pgd_tier_redis_params *p, pgd_tier **out, char *
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->emu, NULL);
     pthread_mutex_init(&t->lmu, NULL);
+    long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    t->n_helpers = n_cpus > 1 ? (uint32_t)(n_cpus - 1 < MAX_HELPERS ? n_cpus - 1 : MAX_HELPERS) : 0;
     t->rc_lg.fn = rc_log;
     t->rc_lg.ud = t;
     pthread_condattr_t ca;
