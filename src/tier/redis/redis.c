@@ -10,7 +10,9 @@
  *          holds; bounded: put_queue_bytes)      DEL queue (damaged / forged values), events
  *   get / get_many: queue, else pipelined GET    events ring -> one XADD per batch
  *         under deadline_ms + deadline_page_ms*n pgd__rc_tick every TICK_MS: reconnects
- *   lookup: local index, then one pipelined      with backoff, logs down / up
+ *         then MAC + checksum + copy (a batch     with backoff, logs down / up
+ *         of >= 2 MiB: on up to 4 threads)
+ *   lookup: local index, then one pipelined
  *         EXISTS batch for the rest of the run
  *   del:  DEL now (+ BlockRemoved "redis")
  *
@@ -28,7 +30,11 @@
  * removes it. A del of an item in flight marks it cancelled: the writer DELs it after.
  * Down: the client marks a node down on a failed or timed-out command and the writer's
  * tick reconnects it with backoff; while every node is down (down = 1) puts are refused and
- * gets / look-ups fail at once without a round trip.
+ * gets / look-ups fail at once without a round trip. With some cluster nodes down, a put
+ * for one of them is queued and its SET fails at once in the client (dropped, n_io_errors):
+ * rclient.h does not say which node a key's slot is on.
+ * Statuses beyond tier.h's: put returns PGD_EIO while every node is down; del returns
+ * PGD_EIO when its DEL could not be sent (a queued put of the block is dropped anyway).
  * Logs: one line when Redis becomes unreachable, one when it is back, one per burst of
  * MAC failures (at most one per MAC_LOG_NS); never one per request.
  *
