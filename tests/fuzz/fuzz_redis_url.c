@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != PGD_OK && rc != PGD_EINVAL) abort();
     if (rc == PGD_EINVAL) {
         if (strncmp(err, "redis url: ", 11) != 0) abort();
-        if (strstr(err, "buffer is too small")) abort();
+        if (strcmp(err, "redis url: the buffer is too small for the URL's strings") == 0) abort();
         if (p.ns != before.ns || p.ttl_s != before.ttl_s || p.conns != before.conns ||
             p.cluster != before.cluster || p.put_queue_bytes != before.put_queue_bytes ||
             p.events_stream != before.events_stream || p.instance_id != before.instance_id ||
