@@ -1426,9 +1426,6 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
             sketch_hit(c, pr->hashes[i]);
     for (uint32_t i = 0; i < got; i++) {
         s->table[k + i] = pr->pages[i];
-        pgd_cache_tier_stats *ts = &c->tst[pr->src[i]];
-        ts->hit_pages++;
-        ts->hit_tokens += pt;
         s->match_tier_pages[pr->origin[i] ? pr->origin[i] - 1u : pr->src[i]]++;
     }
     s->n_pages = k + got;
@@ -1467,8 +1464,11 @@ static void settle(pgd_cache *c, pgd_seq *s)
     }
     /* What was really filled, from where (a fill may have read a slower tier). */
     memset(s->match_tier_pages, 0, sizeof s->match_tier_pages);
-    for (uint32_t i = 0; i < ok; i++)
+    for (uint32_t i = 0; i < ok; i++) {
         s->match_tier_pages[pr->from[i] == 0 && pr->origin[i] ? pr->origin[i] - 1u : pr->from[i]]++;
+        c->tst[pr->from[i]].hit_pages++; /* a hit is a page served: a failed fill is none */
+        c->tst[pr->from[i]].hit_tokens += c->page_tokens;
+    }
     promo_free(c, pr);
 }
 

@@ -242,7 +242,8 @@ PGD_API int pgd_cache_flush(pgd_cache *c);
 
 /* Movement counters of tier i (pgd_cache_params.tiers[i]), as this cache saw them. */
 typedef struct pgd_cache_tier_stats {
-    uint64_t hit_pages, hit_tokens;          /* promoted by a match (pages, tokens) */
+    uint64_t hit_pages, hit_tokens;          /* promoted by a match and served (pages,
+                                                tokens; counted once the fill settled) */
     uint64_t miss_pages;                     /* matches that looked past the pool and past tier i */
     uint64_t promoted_pages, promoted_bytes; /* fills done from tier i into the pool */
     uint64_t promote_failed;                 /* fills that failed (record damaged, gone, I/O) */
