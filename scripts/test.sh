@@ -7,8 +7,9 @@
 #     checks): its own tests, then installed, and every examples/*.c built against the
 #     installed library through pkg-config and run;
 #   - unless --quick: an ASan+UBSan pass (build-asan/) over everything but the threaded tests
-#     (-LE thread), plus the server's HTTP tests (-L http), and a TSan pass (build-tsan/) over
-#     the threaded tests (-L thread, the HTTP tests among them), and a libFuzzer pass
+#     (-LE thread), plus the server's HTTP tests (-L http) and the Redis tests (-L redis), and
+#     a TSan pass (build-tsan/) over the threaded tests (-L thread, the HTTP and Redis tests
+#     among them), and a libFuzzer pass
 #     (build-fuzz/: clang, -DPGD_FUZZ=ON, only the fuzz binaries built) that fuzzes every
 #     target for $PGD_FUZZ_SECONDS seconds (default 20) from its corpus (ctest -L fuzzrun,
 #     tests/fuzz/run_fuzz.sh); a failure's input is copied into tests/fuzz/corpus/<target>/
@@ -82,6 +83,8 @@ if [ $quick -eq 0 ]; then
     ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -j2 -LE thread
     # The HTTP tests are labelled thread too (TSan runs them); ASan runs them here.
     ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -L http
+    # So are the Redis tests (the tier's writer thread); they parse what Redis sends back.
+    ASAN_OPTIONS=detect_leaks=1 run_ctest build-asan -L redis
     echo "== TSan =="
     PGD_BUILD_DIR=build-tsan scripts/setup.sh -DPGD_SANITIZE=thread \
         -DPGD_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
