@@ -13,7 +13,10 @@
  * the put queue's bound and gets served from it, the KV events stream (BlockStored,
  * BlockRemoved, AllBlocksCleared with their documented fields; the prefix-index hooks),
  * create against nothing or something that is not Redis (PGD_EIO), records evicted by
- * Redis (maxmemory, volatile-lru) read as misses.
+ * Redis (maxmemory, volatile-lru) read as misses. The MAC: both algorithms round-trip
+ * between instances, an instance of the other mac= refuses (n_mac_failures) and deletes
+ * the values; the pure cases for both (forged tag, nonce, magic, truncated trailer, wrong
+ * key, moved value); seal / open us/MiB of both printed (-V), never asserted.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -1060,6 +1063,74 @@ static int test_large_batch(void)
     return 0;
 }
 
+/* Two instances per algorithm: what one writes the other reads (mac=hmac as well as the
+ * default); an instance configured with the other algorithm refuses the values (MAC
+ * failures, counted) and deletes them. */
+static int test_mac_choice(void)
+{
+    enum { N = 4 };
+    pgd_record_ident id = ident_of(1);
+    uint64_t rb = id.page_bytes + id.bounds_bytes;
+    uint8_t *src = malloc(N * rb), *dst = malloc(N * rb);
+    T_ASSERT(src && dst);
+    pgd_hash blocks[N];
+    void *pages[N], *bounds[N];
+    int results[N];
+    const char *algs[2] = {"gmac", "hmac"};
+    for (int a = 0; a < 2; a++) {
+        char extra[96], cross[96];
+        snprintf(extra, sizeof extra, "&ns=mac-%s&mac=%s", algs[a], algs[a]);
+        snprintf(cross, sizeof cross, "&ns=mac-%s&mac=%s", algs[a], algs[1 - a]);
+        pgd_tier *w = open_tier(&srv, extra, 1), *r = open_tier(&srv, extra, 1);
+        pgd_tier *x = open_tier(&srv, cross, 1);
+        T_ASSERT(w && r && x);
+        for (uint32_t i = 0; i < N; i++) {
+            blocks[i] = block_of(90 + (uint32_t)a, i);
+            fill(src + i * rb, rb, blocks[i]);
+            T_OK(pgd_tier_put(w, blocks[i], parent_of(90 + (uint32_t)a, i), src + i * rb,
+                              src + i * rb + id.page_bytes, NULL, NULL));
+            pages[i] = dst + i * rb;
+            bounds[i] = dst + i * rb + id.page_bytes;
+        }
+        T_OK(pgd_tier_flush(w));
+        char key[PGD__REDIS_KEY_MAX];
+        T_ASSERT(pgd_tier_redis_key(w, blocks[0], key, sizeof key) > 0);
+        redisReply *rep = t_redis_cmd(&srv, "STRLEN %s", key);
+        T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER);
+        T_EQ(rep->integer, PGD_RECORD_HEADER_BYTES + rb + (a ? 36 : 32));
+        freeReplyObject(rep);
+        memset(dst, 0, N * rb);
+        T_EQ(pgd_tier_get_many(r, N, blocks, pages, bounds, results), N);
+        T_ASSERT(memcmp(src, dst, N * rb) == 0);
+        /* The other algorithm: nothing opens, everything is deleted. */
+        memset(dst, 0x5a, N * rb);
+        T_EQ(pgd_tier_get_many(x, N, blocks, pages, bounds, results), 0);
+        for (uint32_t i = 0; i < N; i++)
+            T_EQ(results[i], PGD_ENOTFOUND);
+        T_EQ(dst[0], 0x5a);
+        pgd_tier_stats st;
+        pgd_tier_get_stats(x, &st);
+        T_EQ(st.n_mac_failures, N);
+        T_EQ(st.n_gets, 0);
+        T_OK(pgd_tier_flush(x)); /* the DELs */
+        for (uint32_t i = 0; i < N; i++) {
+            T_ASSERT(pgd_tier_redis_key(w, blocks[i], key, sizeof key) > 0);
+            rep = t_redis_cmd(&srv, "EXISTS %s", key);
+            T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER);
+            T_EQ(rep->integer, 0);
+            freeReplyObject(rep);
+        }
+        pgd_tier_get_stats(r, &st);
+        T_EQ(st.n_mac_failures + st.n_corrupt + st.n_foreign, 0);
+        pgd_tier_close(w);
+        pgd_tier_close(r);
+        pgd_tier_close(x);
+    }
+    free(src);
+    free(dst);
+    return 0;
+}
+
 /* Every allocation of create failed in turn: PGD_ENOMEM, nothing leaked, then it works.
  * (Only create: the writer thread frees queued values, and t_alloc.h is single-threaded.) */
 static int test_create_oom(void)
@@ -1156,6 +1227,7 @@ int main(void)
     T_RUN(test_db_and_unix_socket);
     T_RUN(test_unreachable_create);
     T_RUN(test_queue_bound);
+    T_RUN(test_mac_choice);
     T_RUN(test_events);
     T_RUN(test_create_oom);
     T_RUN(test_large_batch);
