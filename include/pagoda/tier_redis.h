@@ -88,11 +88,10 @@ typedef struct pgd_tier_redis_params {
      * Options may follow as a query string, "?name=value&...": ns, ttl, timeout_ms,
      * connect_timeout_ms, deadline_ms, deadline_page_ms, conns, cluster (0, 1, auto),
      * events (a stream name), instance, events_maxlen, queue (bytes, K/M/G suffixes),
-     * mac (gmac, hmac);
-     * each sets the field of the same meaning below; also db, user and password (for a
-     * unix socket, which has no user:password@ part). user:password, :password (no ACL
-     * user) and option values are percent-decoded; the port defaults to 6379; IPv6 hosts
-     * go in brackets. Borrowed for the call. */
+     * mac (gmac, hmac); each sets the field of the same meaning below; also db, user and
+     * password (for a unix socket, which has no user:password@ part). user:password, :password (no
+     * ACL user) and option values are percent-decoded; the port defaults to 6379; IPv6 hosts go in
+     * brackets. Borrowed for the call. */
     const char *url;
     /* The instances' shared key (required, 1..256 bytes): the MAC key is derived from it.
      * Borrowed for the call. */
@@ -131,7 +130,7 @@ PGD_API int pgd_tier_redis_parse_url(const char *url, pgd_tier_redis_params *p, 
 /* Connects to Redis (every seed until one answers; with a cluster, loads the slot map and
  * connects to every master), authenticates (AUTH password, or AUTH user password for an
  * ACL user; SELECT db), and starts the writer thread. Returns PGD_OK, or, with err naming
- * the cause (host:port and Redis's own message): PGD_EINVAL (a bad url or key, a wrong
+ * the cause (host:port and Redis's own message): PGD_EINVAL (a bad url, key or mac, a wrong
  * password or user: "WRONGPASS ...", a db on a cluster), PGD_EIO (no seed reachable, a
  * node that is not Redis), PGD_ENOMEM. err may be NULL (errlen 0); the log gets the same
  * line. The tier's name is "redis". */

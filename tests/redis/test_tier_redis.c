@@ -765,6 +765,11 @@ static int test_unreachable_create(void)
     p.url = "redis://127.0.0.1:1";
     T_EQ(pgd_tier_redis_create(&p, &t, err, sizeof err), PGD_EINVAL); /* no key */
     T_ASSERT(strstr(err, "key"));
+    p.key = shared_key;
+    p.key_len = sizeof shared_key - 1;
+    p.mac = 5;
+    T_EQ(pgd_tier_redis_create(&p, &t, err, sizeof err), PGD_EINVAL); /* no such MAC */
+    T_ASSERT(strstr(err, "unknown mac"));
     return 0;
 }
 
