@@ -7,7 +7,9 @@
  *
  *   byte 0  flags: 1 key bounds, 2 seal again after the edits, 4 raw (the rest of the
  *           input is the whole value), 8 raw record (the rest is a record: the target
- *           appends its correct MAC), 16 ask for another block, 32 expect another model
+ *           appends its correct trailer), 16 ask for another block, 32 expect another
+ *           model, 64 the MAC is HMAC-SHA256 (else AES-256-GMAC), 128 open with the other
+ *           algorithm than the one that sealed (never opens)
  *   then    up to 8 edits of 3 bytes (offset lo, offset hi, xor), while byte 1 says how
  *           many (byte 1 % 9); the rest seeds the page bytes
  *
@@ -15,9 +17,10 @@
  * (a canary) unless the MAC and the header verified; a value whose bytes were edited and
  * not sealed again never opens (the MAC); a sealed value that was not edited opens OK
  * (unless the block asked for or the model differs) with the page and bounds it was
- * sealed from; OK means the payload copied is the value's own and its header is the
- * block's and the identity's. Built as a libFuzzer target with -DPGD_FUZZ=ON (clang), and
- * always as a corpus replayer (replay_main.c) that ctest runs over corpus/redis_value/.
+ * sealed from (GMAC: whatever nonce the seal drew); OK means the payload copied is the value's own
+ * and its header is the block's and the identity's. Built as a libFuzzer target with -DPGD_FUZZ=ON
+ * (clang), and always as a corpus replayer (replay_main.c) that ctest runs over
+ * corpus/redis_value/.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { MAX_VALUE = 1 << 16, CANARY = 0xA5 };
 
-static pgd__redis_mac mac;
+static pgd__redis_mac macs[2]; /* [0] gmac, [1] hmac */
 static int mac_ok;
 
 static void ident_of(int bounds, pgd_hash fp, pgd_record_ident *id)
@@ -55,11 +58,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint8_t key[] = "fuzz shared key";
     if (!mac_ok) {
-        if (pgd__redis_mac_init(&mac, key, sizeof key - 1) != PGD_OK) abort();
+        if (pgd__redis_mac_init(&macs[0], PGD_TIER_REDIS_MAC_GMAC, key, sizeof key - 1) != PGD_OK ||
+            pgd__redis_mac_init(&macs[1], PGD_TIER_REDIS_MAC_HMAC, key, sizeof key - 1) != PGD_OK)
+            abort();
         mac_ok = 1;
     }
     if (size < 1 || size > MAX_VALUE) return 0;
     int flags = data[0];
+    const pgd__redis_mac *mac = &macs[(flags & 64) != 0];
+    const pgd__redis_mac *opener = &macs[((flags & 64) != 0) ^ ((flags & 128) != 0)];
+    size_t tb = mac->trailer_bytes;
     const pgd_hash fp = {0x1234, 0x5678}, other_fp = {0x1234, 0x5679};
     const pgd_hash block = {0xb10c, 0x1}, parent = {0xb10c, 0x0}, other = {0xb10d, 0x1};
     pgd_record_ident id, expect;
@@ -75,12 +83,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int edited = 0, sealed = 0;
     const uint8_t *page_src = NULL;
     if (flags & (4 | 8)) {
-        vlen = size - 1 + ((flags & 4) ? 0 : PGD__REDIS_MAC_BYTES);
+        vlen = size - 1 + ((flags & 4) ? 0 : tb);
         value = malloc(vlen + 1);
         if (!value) abort();
         memcpy(value, data + 1, size - 1);
         if (!(flags & 4)) {
-            if (pgd__redis_mac_compute(&mac, k, kl, value, size - 1, value + size - 1) != PGD_OK)
+            if (pgd__redis_mac_seal(mac, k, kl, value, size - 1, value + size - 1) != PGD_OK)
                 abort();
             sealed = 1;
         }
@@ -88,14 +96,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         size_t pos = 1, n_edits = size > 1 ? data[1] % 9 : 0;
         pos += size > 1;
-        vlen = (size_t)pgd__redis_value_bytes(&id);
+        vlen = (size_t)pgd__redis_value_bytes(mac, &id);
         value = malloc(vlen);
         uint8_t *page = malloc((size_t)(id.page_bytes + id.bounds_bytes));
         if (!value || !page) abort();
         size_t seed_at = pos + 3 * n_edits;
         for (uint64_t i = 0; i < id.page_bytes + id.bounds_bytes; i++)
             page[i] = seed_at < size ? data[seed_at + i % (size - seed_at)] : (uint8_t)i;
-        if (pgd__redis_value_seal(&mac, k, kl, &id, block, parent, page,
+        if (pgd__redis_value_seal(mac, k, kl, &id, block, parent, page,
                                   id.bounds_bytes ? page + id.page_bytes : NULL, value) != PGD_OK)
             abort();
         sealed = 1;
@@ -109,8 +117,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         edited = memcmp(orig, value, vlen) != 0; /* two edits of a byte may cancel */
         free(orig);
         if (edited && (flags & 2)) {
-            size_t rec = vlen - PGD__REDIS_MAC_BYTES;
-            if (pgd__redis_mac_compute(&mac, k, kl, value, rec, value + rec) != PGD_OK) abort();
+            size_t rec = vlen - tb;
+            if (pgd__redis_mac_seal(mac, k, kl, value, rec, value + rec) != PGD_OK) abort();
         } else if (edited) {
             sealed = 0;
         }
@@ -123,26 +131,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!out) abort();
     memset(out, CANARY, pb + bb + 1);
     pgd_record_info info;
-    int rc = pgd__redis_value_open(&mac, k, kl, value, vlen, &expect, ask, out,
+    int rc = pgd__redis_value_open(opener, k, kl, value, vlen, &expect, ask, out,
                                    bb ? out + pb : NULL, &info);
     if (rc < PGD__RV_OK || rc > PGD__RV_FOREIGN) abort();
     if (out[pb + bb] != CANARY) abort(); /* never past the buffer */
     if ((rc == PGD__RV_MAC || rc == PGD__RV_FOREIGN) && !untouched(out, pb + bb)) abort();
-    if (!sealed && rc != PGD__RV_MAC) abort(); /* edited, not sealed again: the MAC fails */
+    if (!sealed && rc != PGD__RV_MAC) abort();       /* edited, not sealed again: the MAC fails */
+    if (opener != mac && rc != PGD__RV_MAC) abort(); /* the other algorithm: never opens */
     if (rc == PGD__RV_OK) {
         const uint8_t *payload = value + PGD_RECORD_HEADER_BYTES;
-        if (vlen != (size_t)pgd__redis_value_bytes(&expect)) abort();
+        if (vlen != (size_t)pgd__redis_value_bytes(mac, &expect)) abort();
         if (memcmp(out, payload, pb + bb) != 0) abort();
         if (!pgd_hash_eq(info.block, ask) && !pgd_hash_eq(ask, block)) abort();
         if (!pgd_record_ident_eq(&info.ident, &expect)) abort();
         /* Checks only (no page) agrees. */
-        if (pgd__redis_value_open(&mac, k, kl, value, vlen, &expect, ask, NULL, NULL, NULL) !=
+        if (pgd__redis_value_open(mac, k, kl, value, vlen, &expect, ask, NULL, NULL, NULL) !=
             PGD__RV_OK)
             abort();
     }
     if (page_src) {
         /* Sealed and not edited: OK unless another block or model was asked for. */
-        int want = (flags & 32) ? PGD__RV_FOREIGN : (flags & 16) ? PGD__RV_CORRUPT : PGD__RV_OK;
+        int want = (flags & 128)  ? PGD__RV_MAC
+                   : (flags & 32) ? PGD__RV_FOREIGN
+                   : (flags & 16) ? PGD__RV_CORRUPT
+                                  : PGD__RV_OK;
         if (rc != want) abort();
         if (rc == PGD__RV_OK && memcmp(out, page_src, pb + bb) != 0) abort();
         free((void *)page_src);

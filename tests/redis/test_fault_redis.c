@@ -11,7 +11,9 @@
  *     deleted, never served (the page buffer keeps its canary); a value sealed with
  *     another key (forged): the same; a record damaged under a valid MAC: n_corrupt,
  *     deleted; a record of another identity sealed with the right key: foreign, ignored,
- *     left in place
+ *     left in place; a value sealed with the other MAC algorithm (right shared key), a
+ *     real value with a byte of its trailer changed (nonce, tag / HMAC, magic) or its
+ *     trailer cut: MAC failures, deleted. All of it for both mac=gmac and mac=hmac
  *   Redis slow (a delaying proxy, 300 ms): get_many returns by its deadline with PGD_EIO,
  *     n_deadline_misses > 0; then the tier recovers
  *   Redis hung (SIGSTOP): every call is bounded; after SIGCONT the tier recovers
@@ -328,19 +330,41 @@ static const char *event_of(const char *stream, pgd_hash block)
     return type;
 }
 
-static int test_garbage_forged_foreign(void)
+/* GET key behind the tier's back into v[0..cap): its length, or 0. */
+static size_t get_raw(const char *key, uint8_t *v, size_t cap)
 {
-    pgd_tier *t = open_tier(srv.port, "&ns=lies&events=lies");
+    redisReply *rep = t_redis_cmd(&srv, "GET %s", key);
+    size_t n = 0;
+    if (rep && rep->type == REDIS_REPLY_STRING && rep->len <= cap) {
+        memcpy(v, rep->str, rep->len);
+        n = rep->len;
+    }
+    if (rep) freeReplyObject(rep);
+    return n;
+}
+
+/* The lies of Redis to a tier of MAC alg (PGD_TIER_REDIS_MAC_*). */
+static int garbage_forged_foreign(int alg)
+{
+    const char *name = alg == PGD_TIER_REDIS_MAC_GMAC ? "gmac" : "hmac";
+    int cross_alg =
+        alg == PGD_TIER_REDIS_MAC_GMAC ? PGD_TIER_REDIS_MAC_HMAC : PGD_TIER_REDIS_MAC_GMAC;
+    char extra[128], stream[32];
+    snprintf(stream, sizeof stream, "lies-%s", name);
+    snprintf(extra, sizeof extra, "&ns=lies-%s&events=%s&mac=%s", name, stream, name);
+    pgd_tier *t = open_tier(srv.port, extra);
     T_ASSERT(t);
     pgd_record_ident id = ident_of(0), other_id = ident_of(1);
-    uint64_t vb = pgd__redis_value_bytes(&id);
+    pgd__redis_mac right, attacker, cross;
+    T_OK(pgd__redis_mac_init(&right, alg, shared_key, sizeof shared_key - 1));
+    T_OK(pgd__redis_mac_init(&attacker, alg, (const uint8_t *)"attacker's key", 14));
+    T_OK(pgd__redis_mac_init(&cross, cross_alg, shared_key, sizeof shared_key - 1));
+    uint64_t vb = pgd__redis_value_bytes(&right, &id);
+    size_t vcap = (size_t)pgd__redis_value_bytes(&cross, &other_id) + PGD__REDIS_TRAILER_MAX;
     uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
-    uint8_t *v = malloc(pgd__redis_value_bytes(&other_id));
+    uint8_t *v = malloc(vcap);
     T_ASSERT(page && out && v);
     char key[PGD__REDIS_KEY_MAX];
-    pgd__redis_mac right, attacker;
-    T_OK(pgd__redis_mac_init(&right, shared_key, sizeof shared_key - 1));
-    T_OK(pgd__redis_mac_init(&attacker, (const uint8_t *)"attacker's key", 14));
 
     /* 1. Garbage of the right length over a real record. */
     pgd_hash b = block_of(40, 0);
@@ -396,7 +420,7 @@ static int test_garbage_forged_foreign(void)
     fill(big, other_id.page_bytes + other_id.bounds_bytes, b);
     T_OK(pgd__redis_value_seal(&right, key, kl, &other_id, b, parent_of(40, 4), big,
                                big + other_id.page_bytes, v));
-    T_EQ(set_raw(key, v, pgd__redis_value_bytes(&other_id)), 0);
+    T_EQ(set_raw(key, v, pgd__redis_value_bytes(&right, &other_id)), 0);
     memset(out, 0x5A, id.page_bytes);
     T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
     T_ASSERT(canary_intact(out, id.page_bytes));
@@ -408,9 +432,9 @@ static int test_garbage_forged_foreign(void)
     T_EQ(st.n_corrupt, 1);
     T_EQ(st.n_gets, 0);
     /* What the tier deleted is published (BlockRemoved, "redis"); the foreign one is not. */
-    T_ASSERT(strcmp(event_of("lies", block_of(40, 1)), "BlockRemoved") == 0);
-    T_ASSERT(strcmp(event_of("lies", block_of(40, 2)), "BlockRemoved") == 0);
-    T_ASSERT(strcmp(event_of("lies", block_of(40, 4)), "") == 0);
+    T_ASSERT(strcmp(event_of(stream, block_of(40, 1)), "BlockRemoved") == 0);
+    T_ASSERT(strcmp(event_of(stream, block_of(40, 2)), "BlockRemoved") == 0);
+    T_ASSERT(strcmp(event_of(stream, block_of(40, 4)), "") == 0);
 
     /* 5. A value too short to hold a MAC. */
     b = block_of(40, 5);
@@ -418,6 +442,41 @@ static int test_garbage_forged_foreign(void)
     T_EQ(set_raw(key, "x", 1), 0);
     T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
     T_EQ(stats_of(t).n_mac_failures, 3);
+
+    /* 6. Sealed with the right shared key but the other algorithm (an instance configured
+     * with the other mac=): a MAC failure, deleted. */
+    b = block_of(40, 7);
+    kl = pgd_tier_redis_key(t, b, key, sizeof key);
+    fill(page, id.page_bytes, b);
+    T_OK(pgd__redis_value_seal(&cross, key, kl, &id, b, parent_of(40, 7), page, NULL, v));
+    T_EQ(set_raw(key, v, (size_t)pgd__redis_value_bytes(&cross, &id)), 0);
+    memset(out, 0x5A, id.page_bytes);
+    T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
+    T_ASSERT(canary_intact(out, id.page_bytes));
+    T_OK(pgd_tier_flush(t));
+    T_EQ(exists(key), 0);
+    T_EQ(stats_of(t).n_mac_failures, 4);
+
+    /* 7. A real value of the tier with one byte of its trailer changed (the nonce, the tag
+     * or HMAC, the magic), or its trailer cut short: MAC failures, deleted. */
+    size_t tb = right.trailer_bytes;
+    size_t at[] = {(size_t)vb - tb, (size_t)vb - 5, (size_t)vb - 1, 0};
+    for (int c = 0; c < 4; c++) {
+        b = block_of(41, (uint32_t)c);
+        kl = pgd_tier_redis_key(t, b, key, sizeof key);
+        fill(page, id.page_bytes, b);
+        T_OK(pgd_tier_put(t, b, parent_of(41, (uint32_t)c), page, NULL, NULL, NULL));
+        T_OK(pgd_tier_flush(t));
+        T_EQ(get_raw(key, v, vcap), vb);
+        if (c < 3) v[at[c]] ^= 0x40;
+        T_EQ(set_raw(key, v, c < 3 ? vb : vb - 3), 0);
+        memset(out, 0x5A, id.page_bytes);
+        T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
+        T_ASSERT(canary_intact(out, id.page_bytes));
+        T_OK(pgd_tier_flush(t));
+        T_EQ(exists(key), 0);
+        T_EQ(stats_of(t).n_mac_failures, 5 + (uint64_t)c);
+    }
 
     /* The real record of a block still reads after all that. */
     b = block_of(40, 6);
@@ -429,10 +488,18 @@ static int test_garbage_forged_foreign(void)
     pgd_tier_close(t);
     pgd__redis_mac_deinit(&right);
     pgd__redis_mac_deinit(&attacker);
+    pgd__redis_mac_deinit(&cross);
     free(big);
     free(page);
     free(out);
     free(v);
+    return 0;
+}
+
+static int test_garbage_forged_foreign(void)
+{
+    T_OK(garbage_forged_foreign(PGD_TIER_REDIS_MAC_GMAC));
+    T_OK(garbage_forged_foreign(PGD_TIER_REDIS_MAC_HMAC));
     return 0;
 }
 

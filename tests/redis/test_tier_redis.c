@@ -13,13 +13,17 @@
  * the put queue's bound and gets served from it, the KV events stream (BlockStored,
  * BlockRemoved, AllBlocksCleared with their documented fields; the prefix-index hooks),
  * create against nothing or something that is not Redis (PGD_EIO), records evicted by
- * Redis (maxmemory, volatile-lru) read as misses.
+ * Redis (maxmemory, volatile-lru) read as misses. The MAC: both algorithms round-trip
+ * between instances, an instance of the other mac= refuses (n_mac_failures) and deletes
+ * the values; the pure cases for both (forged tag, nonce, magic, truncated trailer, wrong
+ * key, moved value); seal / open us/MiB of both printed (-V), never asserted.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tier/redis/redis_int.h"
@@ -48,6 +52,13 @@ static pgd_record_ident ident_of(int key_bounds)
     pgd_pool_params p = geometry(key_bounds);
     if (pgd_record_ident_make(&p, fp, &id) != PGD_OK) abort();
     return id;
+}
+
+/* Bytes of a value of id in a tier of the default MAC (gmac). */
+static uint64_t vbytes(const pgd_record_ident *id)
+{
+    return PGD_RECORD_HEADER_BYTES + id->page_bytes + id->bounds_bytes +
+           pgd__redis_mac_trailer_bytes(PGD_TIER_REDIS_MAC_GMAC);
 }
 
 /* Block d of chain c, and its parent ({0, 0} at depth 0). */
@@ -134,7 +145,7 @@ static int test_url(void)
     char buf[1024], err[256];
     const char *url = "redis://alice:p%40ss@[::1]:6390/0?ttl=60&ns=team1&events=kv&instance=e1"
                       "&timeout_ms=50&connect_timeout_ms=70&deadline_ms=9&deadline_page_ms=3"
-                      "&conns=2&cluster=0&events_maxlen=77&queue=2M";
+                      "&conns=2&cluster=0&events_maxlen=77&queue=2M&mac=hmac";
     T_EQ(pgd__redis_url_parse(url, &p, &u, buf, sizeof buf, err, sizeof err), PGD_OK);
     T_EQ(u.n_seeds, 1);
     T_ASSERT(strcmp(u.seeds[0].host, "::1") == 0);
@@ -151,6 +162,7 @@ static int test_url(void)
     T_EQ(p.cluster, 0);
     T_EQ(p.events_maxlen, 77);
     T_EQ(p.put_queue_bytes, 2 << 20);
+    T_EQ(p.mac, PGD_TIER_REDIS_MAC_HMAC);
 
     p = pgd_tier_redis_default_params();
     T_EQ(pgd__redis_url_parse("redis://a:7000,b,c:7002?cluster=auto", &p, &u, buf, sizeof buf, err,
@@ -183,7 +195,10 @@ static int test_url(void)
     T_EQ(p.deadline_page_ms, 2);
     T_EQ(p.conns, 4);
     T_EQ(p.put_queue_bytes, 64 << 20);
+    T_EQ(p.mac, PGD_TIER_REDIS_MAC_GMAC);
     T_ASSERT(p.events_stream == NULL && p.instance_id == NULL);
+    T_EQ(pgd_tier_redis_parse_url("redis://h:1?mac=gmac", &p, buf, sizeof buf, NULL, 0), PGD_OK);
+    T_EQ(p.mac, PGD_TIER_REDIS_MAC_GMAC);
 
     T_OK(parse_case("redis://127.0.0.1:6380", 1, NULL));
     T_OK(parse_case("redis://h?queue=1GiB&ttl=0", 1, NULL));
@@ -195,6 +210,8 @@ static int test_url(void)
     T_OK(parse_case("redis://h:1?conns=0", 0, "option conns"));
     T_OK(parse_case("redis://h:1?cluster=2", 0, "option cluster"));
     T_OK(parse_case("redis://h:1?queue=12X", 0, "option queue"));
+    T_OK(parse_case("redis://h:1?mac=sha1", 0, "option mac: bad value \"sha1\" (gmac or hmac)"));
+    T_OK(parse_case("redis://h:1?mac=", 0, "option mac"));
     T_OK(parse_case("redis://h:1?bogus=1", 0, "unknown option \"bogus\""));
     T_OK(parse_case("redis://h:1?ttl", 0, "option \"ttl\" has no value"));
     T_OK(parse_case("redis://h:1?ns=a%7Bb", 0, "option ns"));
@@ -255,49 +272,163 @@ static int test_key_and_index(void)
     return 0;
 }
 
-static int test_value_mac(void)
+static int64_t mono_ns(void)
 {
-    pgd__redis_mac m, other;
-    pgd_record_ident id = ident_of(1);
-    T_OK(pgd__redis_mac_init(&m, shared_key, sizeof shared_key - 1));
-    T_EQ(pgd__redis_mac_init(&other, shared_key, 0), PGD_EINVAL);
-    pgd__redis_mac_deinit(&other); /* safe on a failed init */
-    T_OK(pgd__redis_mac_init(&other, (const uint8_t *)"another key", 11));
-    uint64_t vb = pgd__redis_value_bytes(&id);
-    T_EQ(vb, 128 + id.page_bytes + id.bounds_bytes + 32);
-    uint8_t *page = malloc(id.page_bytes + id.bounds_bytes), *v = malloc(vb);
-    uint8_t *out = malloc(id.page_bytes + id.bounds_bytes);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Seals and opens of 1 MiB pages with alg, timed: printed, never asserted (a loaded
+ * machine is slow, not wrong). */
+static int time_mac(int alg)
+{
+    pgd_pool_params pp = geometry(0);
+    pp.head_dim = 64;
+    pp.n_layers = 32;
+    pp.page_tokens = 64; /* 2 x 32 x 64 x 64 x 2 bytes: 512 KiB... */
+    pp.n_kv_heads = 2;   /* ... x 2 heads: 1 MiB */
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    pgd__redis_mac m;
+    T_OK(pgd__redis_mac_init(&m, alg, shared_key, sizeof shared_key - 1));
+    uint64_t vb = pgd__redis_value_bytes(&m, &id);
+    uint8_t *page = malloc(id.page_bytes), *v = malloc(vb), *out = malloc(id.page_bytes);
     T_ASSERT(page && v && out);
+    pgd_hash blk = block_of(9, 9);
+    fill(page, id.page_bytes, blk);
+    char key[PGD__REDIS_KEY_MAX];
+    size_t kl = pgd__redis_key("pgd", pgd__redis_ident_hash(&id), blk, key, sizeof key);
+    enum { ROUNDS = 16 };
+    int64_t seal_ns = 0, open_ns = 0, mac_ns = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        int64_t t0 = mono_ns();
+        T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, parent_of(9, 9), page, NULL, v));
+        int64_t t1 = mono_ns();
+        T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, out, NULL, NULL), PGD__RV_OK);
+        int64_t t2 = mono_ns();
+        T_OK(pgd__redis_mac_verify(&m, key, kl, v, vb));
+        int64_t t3 = mono_ns();
+        seal_ns += t1 - t0;
+        open_ns += t2 - t1;
+        mac_ns += t3 - t2;
+    }
+    double mib = (double)vb / (1 << 20) * ROUNDS;
+    printf("# mac=%s: %.1f MiB values: seal %.0f us/MiB, open %.0f us/MiB (MAC alone %.0f "
+           "us/MiB)\n",
+           pgd__redis_mac_name(alg), (double)vb / (1 << 20), seal_ns / 1e3 / mib,
+           open_ns / 1e3 / mib, mac_ns / 1e3 / mib);
+    free(page);
+    free(v);
+    free(out);
+    pgd__redis_mac_deinit(&m);
+    return 0;
+}
+
+/* The pure MAC of alg: round trip, then every way a value may be wrong. */
+static int value_mac_case(int alg)
+{
+    int other_alg =
+        alg == PGD_TIER_REDIS_MAC_GMAC ? PGD_TIER_REDIS_MAC_HMAC : PGD_TIER_REDIS_MAC_GMAC;
+    pgd__redis_mac m, other, cross;
+    pgd_record_ident id = ident_of(1);
+    T_OK(pgd__redis_mac_init(&m, alg, shared_key, sizeof shared_key - 1));
+    T_EQ(pgd__redis_mac_init(&other, alg, shared_key, 0), PGD_EINVAL);
+    pgd__redis_mac_deinit(&other); /* safe on a failed init */
+    T_EQ(pgd__redis_mac_init(&other, 7, shared_key, sizeof shared_key - 1), PGD_EINVAL);
+    pgd__redis_mac_deinit(&other);
+    T_OK(pgd__redis_mac_init(&other, alg, (const uint8_t *)"another key", 11));
+    T_OK(pgd__redis_mac_init(&cross, other_alg, shared_key, sizeof shared_key - 1));
+    size_t tb = alg == PGD_TIER_REDIS_MAC_GMAC ? 12 + 16 + 4 : 32 + 4;
+    T_EQ(pgd__redis_mac_trailer_bytes(alg), tb);
+    uint64_t vb = pgd__redis_value_bytes(&m, &id);
+    T_EQ(vb, 128 + id.page_bytes + id.bounds_bytes + tb);
+    uint8_t *page = malloc(id.page_bytes + id.bounds_bytes), *v = malloc(vb), *v2 = malloc(vb);
+    uint8_t *out = malloc(id.page_bytes + id.bounds_bytes);
+    T_ASSERT(page && v && v2 && out);
     pgd_hash blk = block_of(2, 3);
     fill(page, id.page_bytes + id.bounds_bytes, blk);
     char key[PGD__REDIS_KEY_MAX];
     size_t kl = pgd__redis_key("pgd", pgd__redis_ident_hash(&id), blk, key, sizeof key);
     T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, parent_of(2, 3), page, page + id.page_bytes,
                                v));
+    /* The trailer's last 4 bytes name the algorithm. */
+    T_ASSERT(memcmp(v + vb - 4, alg == PGD_TIER_REDIS_MAC_GMAC ? "PGM1" : "PGH1", 4) == 0);
     pgd_record_info info;
     T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, out, out + id.page_bytes, &info),
          PGD__RV_OK);
     T_ASSERT(memcmp(out, page, id.page_bytes + id.bounds_bytes) == 0);
     T_ASSERT(pgd_hash_eq(info.parent, parent_of(2, 3)));
-    /* Another key's MAC, a flipped byte, a value under another block's key, too short. */
+    size_t rec = (size_t)(vb - tb);
+    /* Sealed again: a GMAC has a fresh nonce each time (same tag length, other bytes); an
+     * HMAC is the same bytes. Both open. */
+    T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, parent_of(2, 3), page, page + id.page_bytes,
+                               v2));
+    T_ASSERT(memcmp(v, v2, rec) == 0);
+    if (alg == PGD_TIER_REDIS_MAC_GMAC)
+        T_ASSERT(memcmp(v + rec, v2 + rec, 12) != 0);
+    else
+        T_ASSERT(memcmp(v + rec, v2 + rec, tb) == 0);
+    T_EQ(pgd__redis_value_open(&m, key, kl, v2, vb, &id, blk, NULL, NULL, NULL), PGD__RV_OK);
+    /* Another shared key, the other algorithm (same shared key), a flipped byte of the
+     * record, of the tag / HMAC, of the nonce, of the magic, a value under another block's
+     * key, a truncated trailer, too short. */
     T_EQ(pgd__redis_value_open(&other, key, kl, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
-    v[200] ^= 1;
-    T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
-    v[200] ^= 1;
+    T_EQ(pgd__redis_value_open(&cross, key, kl, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
+    size_t flips[] = {0, 200, rec - 1, rec, rec + 11, rec + 12, vb - 5, vb - 4, vb - 1};
+    for (size_t f = 0; f < sizeof flips / sizeof flips[0]; f++) {
+        memset(out, 0x5a, id.page_bytes);
+        v[flips[f]] ^= 0x10;
+        T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, out, out + id.page_bytes, NULL),
+             PGD__RV_MAC);
+        T_EQ(out[0], 0x5a); /* not written */
+        v[flips[f]] ^= 0x10;
+    }
+    /* Another algorithm's magic over an otherwise valid value: still a MAC failure. */
+    memcpy(v2, v, vb);
+    memcpy(v2 + vb - 4, alg == PGD_TIER_REDIS_MAC_GMAC ? "PGH1" : "PGM1", 4);
+    T_EQ(pgd__redis_value_open(&m, key, kl, v2, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
+    T_EQ(pgd__redis_value_open(&cross, key, kl, v2, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
+    T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_OK);
     char key2[PGD__REDIS_KEY_MAX];
     size_t kl2 =
         pgd__redis_key("pgd", pgd__redis_ident_hash(&id), block_of(2, 4), key2, sizeof key2);
     T_EQ(pgd__redis_value_open(&m, key2, kl2, v, vb, &id, block_of(2, 4), NULL, NULL, NULL),
          PGD__RV_MAC);
+    T_EQ(pgd__redis_value_open(&m, key2, kl2, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
+    for (size_t cut = 1; cut <= tb; cut++)
+        T_EQ(pgd__redis_value_open(&m, key, kl, v, vb - cut, &id, blk, NULL, NULL, NULL),
+             PGD__RV_MAC);
     T_EQ(pgd__redis_value_open(&m, key, kl, v, 100, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
+    T_EQ(pgd__redis_mac_verify(&m, key, kl, v, tb - 1), PGD_ECORRUPT);
     /* Sealed by the right key but of another identity: foreign. */
     pgd_record_ident id0 = ident_of(0);
     T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id0, blk, NULL, NULL, NULL), PGD__RV_FOREIGN);
+    /* The MAC verifies but the record's checksum does not (a writer's bug): corrupt, and the
+     * MAC does not make the copy skip the checksum. */
+    v[128 + 5] ^= 1;
+    T_OK(pgd__redis_mac_seal(&m, key, kl, v, rec, v + rec));
+    T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, out, out + id.page_bytes, NULL),
+         PGD__RV_CORRUPT);
     free(page);
     free(v);
+    free(v2);
     free(out);
     pgd__redis_mac_deinit(&m);
     pgd__redis_mac_deinit(&other);
+    pgd__redis_mac_deinit(&cross);
+    return 0;
+}
+
+static int test_value_mac(void)
+{
+    T_EQ(pgd__redis_mac_name(PGD_TIER_REDIS_MAC_GMAC)[0], 'g');
+    T_EQ(pgd__redis_mac_name(PGD_TIER_REDIS_MAC_HMAC)[0], 'h');
+    T_ASSERT(pgd__redis_mac_name(2) == NULL && pgd__redis_mac_trailer_bytes(2) == 0);
+    T_OK(value_mac_case(PGD_TIER_REDIS_MAC_GMAC));
+    T_OK(value_mac_case(PGD_TIER_REDIS_MAC_HMAC));
+    T_OK(time_mac(PGD_TIER_REDIS_MAC_GMAC));
+    T_OK(time_mac(PGD_TIER_REDIS_MAC_HMAC));
     return 0;
 }
 
@@ -327,7 +458,7 @@ static int test_round_trip(void)
     T_EQ(st.remote, 1);
     T_EQ(st.n_puts, N);
     T_EQ(st.n_records, N);
-    T_EQ(st.bytes_used, N * pgd__redis_value_bytes(&id));
+    T_EQ(st.bytes_used, N * vbytes(&id));
     T_EQ(st.bytes_capacity, 0);
     T_EQ(st.n_nodes, 1);
     T_EQ(st.n_nodes_up, 1);
@@ -487,7 +618,7 @@ static int test_key_format_and_ttl(void)
     freeReplyObject(rep);
     rep = t_redis_cmd(&srv, "STRLEN %s", key);
     T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER);
-    T_EQ(rep->integer, pgd__redis_value_bytes(&id));
+    T_EQ(rep->integer, vbytes(&id));
     freeReplyObject(rep);
     pgd_tier_close(t);
     /* ttl=0: no expiry. */
@@ -634,13 +765,18 @@ static int test_unreachable_create(void)
     p.url = "redis://127.0.0.1:1";
     T_EQ(pgd_tier_redis_create(&p, &t, err, sizeof err), PGD_EINVAL); /* no key */
     T_ASSERT(strstr(err, "key"));
+    p.key = shared_key;
+    p.key_len = sizeof shared_key - 1;
+    p.mac = 5;
+    T_EQ(pgd_tier_redis_create(&p, &t, err, sizeof err), PGD_EINVAL); /* no such MAC */
+    T_ASSERT(strstr(err, "unknown mac"));
     return 0;
 }
 
 static int test_queue_bound(void)
 {
     pgd_record_ident id = ident_of(0);
-    uint64_t vb = pgd__redis_value_bytes(&id);
+    uint64_t vb = vbytes(&id);
     char extra[128];
     /* Room for two values; the server hung so that nothing drains. */
     snprintf(extra, sizeof extra, "&queue=%llu&timeout_ms=2000&ns=queue",
@@ -932,6 +1068,74 @@ static int test_large_batch(void)
     return 0;
 }
 
+/* Two instances per algorithm: what one writes the other reads (mac=hmac as well as the
+ * default); an instance configured with the other algorithm refuses the values (MAC
+ * failures, counted) and deletes them. */
+static int test_mac_choice(void)
+{
+    enum { N = 4 };
+    pgd_record_ident id = ident_of(1);
+    uint64_t rb = id.page_bytes + id.bounds_bytes;
+    uint8_t *src = malloc(N * rb), *dst = malloc(N * rb);
+    T_ASSERT(src && dst);
+    pgd_hash blocks[N];
+    void *pages[N], *bounds[N];
+    int results[N];
+    const char *algs[2] = {"gmac", "hmac"};
+    for (int a = 0; a < 2; a++) {
+        char extra[96], cross[96];
+        snprintf(extra, sizeof extra, "&ns=mac-%s&mac=%s", algs[a], algs[a]);
+        snprintf(cross, sizeof cross, "&ns=mac-%s&mac=%s", algs[a], algs[1 - a]);
+        pgd_tier *w = open_tier(&srv, extra, 1), *r = open_tier(&srv, extra, 1);
+        pgd_tier *x = open_tier(&srv, cross, 1);
+        T_ASSERT(w && r && x);
+        for (uint32_t i = 0; i < N; i++) {
+            blocks[i] = block_of(90 + (uint32_t)a, i);
+            fill(src + i * rb, rb, blocks[i]);
+            T_OK(pgd_tier_put(w, blocks[i], parent_of(90 + (uint32_t)a, i), src + i * rb,
+                              src + i * rb + id.page_bytes, NULL, NULL));
+            pages[i] = dst + i * rb;
+            bounds[i] = dst + i * rb + id.page_bytes;
+        }
+        T_OK(pgd_tier_flush(w));
+        char key[PGD__REDIS_KEY_MAX];
+        T_ASSERT(pgd_tier_redis_key(w, blocks[0], key, sizeof key) > 0);
+        redisReply *rep = t_redis_cmd(&srv, "STRLEN %s", key);
+        T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER);
+        T_EQ(rep->integer, PGD_RECORD_HEADER_BYTES + rb + (a ? 36 : 32));
+        freeReplyObject(rep);
+        memset(dst, 0, N * rb);
+        T_EQ(pgd_tier_get_many(r, N, blocks, pages, bounds, results), N);
+        T_ASSERT(memcmp(src, dst, N * rb) == 0);
+        /* The other algorithm: nothing opens, everything is deleted. */
+        memset(dst, 0x5a, N * rb);
+        T_EQ(pgd_tier_get_many(x, N, blocks, pages, bounds, results), 0);
+        for (uint32_t i = 0; i < N; i++)
+            T_EQ(results[i], PGD_ENOTFOUND);
+        T_EQ(dst[0], 0x5a);
+        pgd_tier_stats st;
+        pgd_tier_get_stats(x, &st);
+        T_EQ(st.n_mac_failures, N);
+        T_EQ(st.n_gets, 0);
+        T_OK(pgd_tier_flush(x)); /* the DELs */
+        for (uint32_t i = 0; i < N; i++) {
+            T_ASSERT(pgd_tier_redis_key(w, blocks[i], key, sizeof key) > 0);
+            rep = t_redis_cmd(&srv, "EXISTS %s", key);
+            T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER);
+            T_EQ(rep->integer, 0);
+            freeReplyObject(rep);
+        }
+        pgd_tier_get_stats(r, &st);
+        T_EQ(st.n_mac_failures + st.n_corrupt + st.n_foreign, 0);
+        pgd_tier_close(w);
+        pgd_tier_close(r);
+        pgd_tier_close(x);
+    }
+    free(src);
+    free(dst);
+    return 0;
+}
+
 /* Every allocation of create failed in turn: PGD_ENOMEM, nothing leaked, then it works.
  * (Only create: the writer thread frees queued values, and t_alloc.h is single-threaded.) */
 static int test_create_oom(void)
@@ -1028,6 +1232,7 @@ int main(void)
     T_RUN(test_db_and_unix_socket);
     T_RUN(test_unreachable_create);
     T_RUN(test_queue_bound);
+    T_RUN(test_mac_choice);
     T_RUN(test_events);
     T_RUN(test_create_oom);
     T_RUN(test_large_batch);

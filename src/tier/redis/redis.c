@@ -5,7 +5,7 @@
  * local index).
  *
  *   caller threads                               writer thread (one per tier)
- *   put:  seal value (HMAC) -> put queue ------> SET key value EX ttl, pipelined (<= 8 MiB
+ *   put:  seal value (MAC)  -> put queue ------> SET key value EX ttl, pipelined (<= 8 MiB
  *         (skips what the index or the queue      a batch) -> local index (mine), events
  *          holds; bounded: put_queue_bytes)      DEL queue (damaged / forged values), events
  *   get / get_many: queue, else pipelined GET    events ring -> one XADD per batch
@@ -120,7 +120,7 @@ typedef struct rtier {
     int bound;
     pgd_record_ident ident;
     uint64_t ident_hash;
-    uint64_t value_bytes; /* pgd__redis_value_bytes(ident) */
+    uint64_t value_bytes; /* pgd__redis_value_bytes(&mac, ident) */
     pgd__rix ix;
     put_item *qhead, *qtail;
     put_item *qhash[QHASH];
@@ -678,7 +678,7 @@ static int redis_bind(void *state, const pgd_record_ident *ident)
     }
     t->ident = *ident;
     t->ident_hash = pgd__redis_ident_hash(ident);
-    t->value_bytes = pgd__redis_value_bytes(ident);
+    t->value_bytes = pgd__redis_value_bytes(&t->mac, ident);
     t->bound = 1;
     __atomic_store_n(&t->block_size, ident->page_tokens, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&t->mu);
@@ -777,9 +777,10 @@ static void *open_range(void *arg)
 }
 
 /* Opens the m values of a batch: on this thread, or, for a large batch, split over this
- * thread and up to n_helpers threads started for it (the MAC costs about what loopback
- * Redis takes to send the bytes: 0.7 ms per MiB here; a 64-page batch of 512 KiB pages
- * is 23 ms of MAC). A thread that cannot start leaves its part to this one. */
+ * thread and up to n_helpers threads started for it (HMAC-SHA256 costs about what
+ * loopback Redis takes to send the bytes, 0.7 ms per MiB here: a 64-page batch of 512 KiB
+ * pages is 23 ms of MAC; GMAC about 0.1 ms per MiB). A thread that cannot start leaves its
+ * part to this one. */
 static void open_all(rtier *t, const pgd_hash *blocks, void *const *pages, void *const *bounds,
                      const rget *gs, const pgd__rc_cmd *cs, const size_t *idx, int *verdict,
                      size_t m)
@@ -1298,9 +1299,14 @@ int pgd_tier_redis_create(const pgd_tier_redis_params *p, pgd_tier **out, char *
         snprintf(t->where + wl, sizeof t->where - wl, " and %zu more", t->url.n_seeds - 1);
     }
 
-    rc = pgd__redis_mac_init(&t->mac, p->key, p->key_len);
+    rc = pgd__redis_mac_init(&t->mac, t->p.mac, p->key, p->key_len);
+    if (rc == PGD_EINVAL && !pgd__redis_mac_name(t->p.mac))
+        return create_fail(t, rc, err, errlen, "redis tier: an unknown mac (gmac or hmac)");
     if (rc != PGD_OK)
-        return create_fail(t, rc, err, errlen, "redis tier: HMAC-SHA256 unavailable (OpenSSL)");
+        return create_fail(t, rc, err, errlen,
+                           t->p.mac == PGD_TIER_REDIS_MAC_GMAC
+                               ? "redis tier: AES-256-GCM unavailable (OpenSSL)"
+                               : "redis tier: HMAC-SHA256 unavailable (OpenSSL)");
     rc = pgd__rix_init(&t->ix, &al, RIX_ENTRIES);
     t->dels = pgd__calloc(&al, DEL_CAP, sizeof *t->dels);
     t->wcmds = pgd__calloc(&al, BATCH_PUTS + BATCH_DELS + 1, sizeof *t->wcmds);

@@ -4,12 +4,14 @@
  * targets call directly:
  *
  *   redis_url.c     the URL (seeds, user / password, db, query options) -> params + seeds
- *   redis_value.c   the record identity's IDENT, the keys, the MAC (HMAC-SHA256 through
- *                   OpenSSL's EVP_MAC), sealing a record into a value and opening one
+ *   redis_value.c   the record identity's IDENT, the keys, the MAC (AES-256-GMAC or
+ *                   HMAC-SHA256 through OpenSSL's EVP), sealing a record into a value
+ *                   and opening one
  *   redis_index.c   the local index: a bounded set of blocks known to be in Redis
  *   redis.c         the tier itself (queues, the writer thread, the ops): uses rclient.h
  *
- *   value = record (128-byte header + payload, tier.h) || HMAC-SHA256(mac_key, key || record)
+ *   value = record (128-byte header + payload, tier.h) || MAC trailer (gmac: nonce, tag,
+ *           "PGM1"; hmac: HMAC-SHA256, "PGH1"), over key || record
  *
  * Internal to libpagoda (src/tier/redis/ and INTERNAL tests, fuzz targets).
  */
@@ -41,7 +43,6 @@ int pgd__redis_url_parse(const char *url, pgd_tier_redis_params *p, pgd__redis_u
 
 /* ---- values, keys, MAC (redis_value.c) ---- */
 
-#define PGD__REDIS_MAC_BYTES 32
 #define PGD__REDIS_IDENT_HEX 16
 /* The longest key: ns (at most PGD__REDIS_NS_MAX), ':', 16 hex, ":{", 32 hex, '}'. */
 #define PGD__REDIS_NS_MAX 64
@@ -55,30 +56,53 @@ uint64_t pgd__redis_ident_hash(const pgd_record_ident *id);
  * when cap is too small. */
 size_t pgd__redis_key(const char *ns, uint64_t ident_hash, pgd_hash block, char *buf, size_t cap);
 
-/* The MAC of the instances: mac_key = HMAC-SHA256(shared key, "pagoda redis record v1"),
- * and an EVP_MAC_CTX initialised with it that each MAC duplicates (so that calls from
- * several threads share nothing mutable). */
+/* The MAC of the instances (tier_redis.h), one of two algorithms, each with its own key:
+ *   mac_key = HMAC-SHA256(shared key, "pagoda redis record v1 " NAME), NAME "gmac" | "hmac"
+ *   gmac  trailer = nonce (12, RAND_bytes per seal) || tag (16) || "PGM1"
+ *         tag = AES-256-GCM(mac_key, nonce, AAD = "pagoda-gmac-v1" || key || record)
+ *   hmac  trailer = HMAC-SHA256(mac_key, key || record) (32) || "PGH1"
+ * tmpl is keyed once (an EVP_CIPHER_CTX or an EVP_MAC_CTX) and each MAC works on a copy of
+ * it, so calls from several threads share nothing mutable and nothing is re-keyed. */
+#define PGD__REDIS_GMAC_NONCE 12
+#define PGD__REDIS_GMAC_TAG 16
+#define PGD__REDIS_HMAC_BYTES 32
+#define PGD__REDIS_MAGIC_BYTES 4
+#define PGD__REDIS_TRAILER_MAX (PGD__REDIS_HMAC_BYTES + PGD__REDIS_MAGIC_BYTES)
+
 typedef struct pgd__redis_mac {
-    void *tmpl; /* EVP_MAC_CTX *, initialised with mac_key */
-    void *mac;  /* EVP_MAC * ("HMAC") */
+    int alg;              /* PGD_TIER_REDIS_MAC_* */
+    size_t trailer_bytes; /* pgd__redis_mac_trailer_bytes(alg) */
+    void *tmpl;           /* EVP_CIPHER_CTX * (gmac) or EVP_MAC_CTX * (hmac), keyed */
+    void *cipher;         /* EVP_CIPHER * ("AES-256-GCM"), gmac only */
+    void *hmac;           /* EVP_MAC * ("HMAC") */
     uint8_t mac_key[32];
 } pgd__redis_mac;
 
-/* Derives mac_key from key[0..key_len) (1..256 bytes) and prepares the template.
- * Returns PGD_OK, PGD_EINVAL (key length) or PGD_ENOMEM (OpenSSL failed). */
-int pgd__redis_mac_init(pgd__redis_mac *m, const uint8_t *key, size_t key_len);
+/* Bytes after the record for alg (PGD_TIER_REDIS_MAC_*): 32 (gmac), 36 (hmac); 0: no such
+ * algorithm. */
+size_t pgd__redis_mac_trailer_bytes(int alg);
+/* "gmac", "hmac", or NULL for an unknown alg. */
+const char *pgd__redis_mac_name(int alg);
+/* Derives alg's mac_key from key[0..key_len) (1..256 bytes) and keys the template.
+ * Returns PGD_OK, PGD_EINVAL (alg, key length) or PGD_ENOMEM (OpenSSL failed). */
+int pgd__redis_mac_init(pgd__redis_mac *m, int alg, const uint8_t *key, size_t key_len);
 /* NULL-safe, and safe on a zeroed struct. */
 void pgd__redis_mac_deinit(pgd__redis_mac *m);
-/* out = HMAC-SHA256(mac_key, a[0..a_len) || b[0..b_len)). Returns PGD_OK or PGD_ENOMEM.
- * Thread-safe (m is only read). */
-int pgd__redis_mac_compute(const pgd__redis_mac *m, const void *a, size_t a_len, const void *b,
-                           size_t b_len, uint8_t out[PGD__REDIS_MAC_BYTES]);
+/* Writes the trailer (m->trailer_bytes) of key[0..key_len) || rec[0..rec_len) to trailer
+ * (gmac: with a fresh nonce). Returns PGD_OK or PGD_ENOMEM. Thread-safe (m is only read). */
+int pgd__redis_mac_seal(const pgd__redis_mac *m, const char *key, size_t key_len, const void *rec,
+                        size_t rec_len, uint8_t *trailer);
+/* Verifies the trailer at the end of value[0..value_len) (the record before it) for key:
+ * the magic must be m's algorithm's, the tag or HMAC must match (CRYPTO_memcmp). Returns
+ * PGD_OK, PGD_ECORRUPT (too short, another magic, a wrong MAC) or PGD_ENOMEM. Thread-safe. */
+int pgd__redis_mac_verify(const pgd__redis_mac *m, const char *key, size_t key_len,
+                          const void *value, size_t value_len);
 
-/* Bytes of a value of identity id: header, page, bounds, MAC. */
-uint64_t pgd__redis_value_bytes(const pgd_record_ident *id);
+/* Bytes of a value of identity id sealed by m: header, page, bounds, m's trailer. */
+uint64_t pgd__redis_value_bytes(const pgd__redis_mac *m, const pgd_record_ident *id);
 /* Seals block's record (RAW, store_type = kv_type) into value[0..pgd__redis_value_bytes):
- * header, page (id->page_bytes), bounds (id->bounds_bytes; NULL when 0), then the MAC over
- * key[0..key_len) || record. Returns PGD_OK, PGD_EINVAL or PGD_ENOMEM. Pure. */
+ * header, page (id->page_bytes), bounds (id->bounds_bytes; NULL when 0), then m's trailer
+ * over key[0..key_len) || record. Returns PGD_OK, PGD_EINVAL or PGD_ENOMEM. Pure. */
 int pgd__redis_value_seal(const pgd__redis_mac *m, const char *key, size_t key_len,
                           const pgd_record_ident *id, pgd_hash block, pgd_hash parent,
                           const void *page, const void *bounds, uint8_t *value);
@@ -86,7 +110,8 @@ int pgd__redis_value_seal(const pgd__redis_mac *m, const char *key, size_t key_l
 /* What opening a value found. */
 enum {
     PGD__RV_OK = 0,      /* a record of block, of identity id: copied to page / bounds */
-    PGD__RV_MAC = 1,     /* too short for a MAC, or the MAC does not verify: forged or damaged */
+    PGD__RV_MAC = 1,     /* too short for a trailer, another algorithm's trailer, or the MAC
+                            does not verify: forged, damaged, or another instance's MAC */
     PGD__RV_CORRUPT = 2, /* the MAC verifies but the record is damaged (header, lengths,
                             checksum, another block than the key's) */
     PGD__RV_FOREIGN = 3  /* the MAC verifies, the record is sound, but of another identity
@@ -94,7 +119,7 @@ enum {
                             re-encoded) */
 };
 /* Opens value[0..value_len), read back from key[0..key_len): checks the MAC first
- * (CRYPTO_memcmp), then the header against id and block, then copies the payload into
+ * (pgd__redis_mac_verify), then the header against id and block, then copies the payload into
  * page / bounds verifying its checksum (page NULL: checks only, the checksum included).
  * page is written only when the MAC and the header verify; after PGD__RV_CORRUPT it may
  * hold damaged bytes (a miss: the caller does not use it). *info (may be NULL) gets the

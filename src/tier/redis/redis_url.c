@@ -5,8 +5,8 @@
  *   redis://[user:password@ | :password@]host[:port][,host[:port]...][/db][?opts]
  *   unix:///path/to/redis.sock[?db=N&opts]
  *   opts    name=value&...  ns ttl timeout_ms connect_timeout_ms deadline_ms
- *           deadline_page_ms conns cluster events instance events_maxlen queue db
- *           user password
+ *           deadline_page_ms conns cluster events instance events_maxlen queue mac
+ *           db user password
  *
  * host is a name, an IPv4 address or a bracketed IPv6 address ("[::1]:6380"); the port
  * defaults to 6379. user, password and option values are percent-decoded ("%40" is '@').
@@ -236,6 +236,13 @@ static int apply_option(const char *name, size_t nn, const char *val, size_t vn,
             p->cluster = -1;
         else
             return BADVAL("0, 1 or auto");
+    } else if (IS("mac")) {
+        if (vn == 4 && memcmp(val, "gmac", 4) == 0)
+            p->mac = PGD_TIER_REDIS_MAC_GMAC;
+        else if (vn == 4 && memcmp(val, "hmac", 4) == 0)
+            p->mac = PGD_TIER_REDIS_MAC_HMAC;
+        else
+            return BADVAL("gmac or hmac");
     } else if (IS("events_maxlen")) {
         if (parse_u64(val, vn, 1, UINT32_MAX, &v) != 0) return BADVAL("1..4294967295");
         p->events_maxlen = (uint32_t)v;
@@ -270,7 +277,7 @@ static int apply_option(const char *name, size_t nn, const char *val, size_t vn,
         return fail(err, errlen,
                     "unknown option \"%.*s\" (ns, ttl, timeout_ms, connect_timeout_ms, "
                     "deadline_ms, deadline_page_ms, conns, cluster, events, instance, "
-                    "events_maxlen, queue, db, user, password)",
+                    "events_maxlen, queue, mac, db, user, password)",
                     (int)nn, name);
     }
     return PGD_OK;
@@ -441,5 +448,6 @@ pgd_tier_redis_params pgd_tier_redis_default_params(void)
     p.cluster = -1;
     p.put_queue_bytes = 64ull << 20;
     p.events_maxlen = 100000;
+    p.mac = PGD_TIER_REDIS_MAC_GMAC;
     return p;
 }
