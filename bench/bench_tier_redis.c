@@ -35,8 +35,23 @@
  *
  * Two instances sharing Redis under `pagoda serve` are bench/bench_redis_instances.sh.
  *
- * FIGURES: see the README's benchmark section (the lead's copy of the run on the 2-core
- * development machine).
+ * FIGURES on the 2-core development machine (AVX-512, SHA-NI; other builds running, one
+ * run each, so +-30%), redis-server 7.0, hiredis 0.14:
+ *   1. GET MiB/s, 16 in flight:  4 KiB 814, 16 KiB 1353, 64 KiB 1468, 256 KiB 1955,
+ *      1 MiB 2215, 4 MiB 1758, 16 MiB 885 (redis-benchmark: 590, 2170, 1533, 2098, 2695,
+ *      1089, 613). The peak is 256 KiB - 1 MiB; above it (likely) hiredis's reader buffer
+ *      grows 1 MiB at a time (sds: a copy per realloc), below it per-command costs rule. One page
+ * record per value is at the peak for a real model (the 1b shape: 512 KiB); only records under 16
+ * KiB (stories260K: 10 KiB) would gain, at most ~2x, from several pages per value.
+ *   2. HMAC-SHA256: 730 us/MiB (1.37 GB/s), 0.62 of a pipelined GET + MAC of a 1b record
+ *      (365 of 588 us), 0.53 of a lone GET's; GMAC-AES256 85 us/MiB, Poly1305 99 us/MiB.
+ *   3. get_many, 2 fill threads: 0.38x (stories260K) and 0.37x (1b) of raw GET (target
+ *      0.70); per record the tier took 1209 us of thread time where its steps alone sum to
+ *      894 (fetch 495 + MAC 368 + checksum and copy 31): it opens values one after
+ *      another once the whole batch is read, so nothing overlaps, and holds 64 replies
+ *      (32 MiB) at once.
+ *   4. 8192 tokens, 1b q8_0, 2 threads: A cold 90.4 s; B from Redis 1.35 s (promotion
+ *      1.08 s, last page 0.27 s): 67x (target 20x), logits equal to A's pool hit's.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -1122,7 +1137,7 @@ static int part_ttft(bench *b)
     for (uint32_t i = 1; i < pr.n_tokens; i++)
         pr.toks[i] = 3 + (int32_t)(bench_rng(&seed) % (pr.n_vocab - 3));
     if (!b->json)
-        printf("4. TTFT of a %u-token prompt computed by another instance: model %s (%.2f GiB, "
+        printf("4. TTFT of a prompt of %u tokens computed by another instance: model %s (%.2f GiB, "
                "%u threads, isa %s), %zu pages of %.1f KiB\n",
                pr.n_tokens, model, pe_model_weight_bytes(pr.m) / 1073741824.0, pr.threads,
                pe_isa_name(pe_isa_detect()), pr.n_hash, page_bytes / 1024.0);
