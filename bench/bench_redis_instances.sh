@@ -8,9 +8,9 @@
 # with two `pagoda bench --url` processes (one per URL, the same --seed: both see the same
 # system prompts, in the same order, offset by --stagger seconds). Then it stops them and
 # does the same with two instances without the tier. It prints, per setup, the aggregate
-# requests/s (requests of both / the longer run's duration), output tokens/s, TTFT p50
-# and p90 (the mean of the two processes' percentiles), the prompt tokens the servers
-# computed, and the ratio of the two setups. Everything it started is stopped on every
+# requests/s (requests of both / the time from the first start to the last end), output
+# tokens/s, TTFT p50 and p90 (the mean of the two processes' percentiles), the prompt
+# tokens the servers computed, and the ratio of the two setups. Everything it started is stopped on every
 # exit path (SIGTERM, then SIGKILL after 10 s); each wait is bounded.
 #
 # Usage: bench/bench_redis_instances.sh [options] [-- more `pagoda serve` flags]
@@ -19,10 +19,12 @@
 #   --pagoda BIN        the CLI (default $PGD_BUILD_DIR/pagoda or build/pagoda)
 #   --groups G --prompts P --system-tokens S --question-tokens Q --output-tokens O
 #   --concurrency C --seed N     the workload, passed to both `pagoda bench` (defaults
-#                       8, 8, 1024, 32, 16, 4, 1)
+#                       8, 8, 384, 32, 16, 4, 1: a request fits stories260K's 512
+#                       positions)
 #   --stagger SECONDS   start the second `pagoda bench` this much later (default 0)
 #   --tier-opts STR     appended to the redis URL (e.g. "?deadline_ms=50")
 #   --kv-memory SIZE    both servers' KV pool (default: serve's)
+#   --ctx N             both servers' --ctx (default 512: stories260K's positions)
 #   -t N                threads of each server (default 1: two servers on two cores)
 #   --timeout SECONDS   bound on a server's start and on each bench run (default 600)
 #   --json              print one JSON object instead of the table
@@ -33,8 +35,8 @@ cd "$(dirname "$0")/.."
 
 BIN=${PGD_BUILD_DIR:-build}/pagoda
 model=""
-groups=8 prompts=8 system=1024 question=32 output=16 conc=4 seed=1
-stagger=0 tier_opts="" kv_memory="" threads=1 timeout=600 json=0
+groups=8 prompts=8 system=384 question=32 output=16 conc=4 seed=1
+stagger=0 tier_opts="" kv_memory="" ctx=512 threads=1 timeout=600 json=0
 serve_extra=()
 
 die() {
@@ -56,6 +58,7 @@ while [ $# -gt 0 ]; do
     --stagger) stagger=$2; shift 2 ;;
     --tier-opts) tier_opts=$2; shift 2 ;;
     --kv-memory) kv_memory=$2; shift 2 ;;
+    --ctx) ctx=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --json) json=1; shift ;;
@@ -141,7 +144,7 @@ head -c 32 /dev/urandom >"$tmp/key"
 start_server() {
     local name=$1 log=$tmp/$1.log pid url=""
     shift
-    local args=(serve -m "$model" --host 127.0.0.1 --port 0 -t "$threads")
+    local args=(serve -m "$model" --host 127.0.0.1 --port 0 -t "$threads" --ctx "$ctx")
     [ -n "$kv_memory" ] && args+=(--kv-memory "$kv_memory")
     "$BIN" "${args[@]}" "$@" "${serve_extra[@]}" >"$log" 2>&1 &
     pid=$!
@@ -195,9 +198,9 @@ run_pair() {
 
 # The setup's figures as one JSON object, from both runs.
 summarize() {
-    jq -s --arg setup "$1" '
+    jq -s --arg setup "$1" --argjson stagger "$stagger" '
       [.[] | .runs[0]] as $r |
-      ($r | map(.duration_s) | max) as $d |
+      ([$r[0].duration_s, $stagger + $r[1].duration_s] | max) as $d |
       {setup: $setup,
        requests: ($r | map(.ok) | add), failed: ($r | map(.failed) | add),
        duration_s: $d,
