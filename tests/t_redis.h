@@ -10,8 +10,9 @@
  *   t_redis_kill9, t_redis_restart, t_redis_pause    faults: crash, restart empty, hang
  *   t_redis_cmd, t_redis_cmdargv    one command on a fresh connection (2 s timeout, AUTH)
  *   t_cluster_*         n masters (--cluster-enabled, redis-cli --cluster create), waits
- *                       for cluster_state:ok everywhere and one slot map; slot migration
- *                       in steps (begin, keys, end) so a test keeps load running meanwhile
+ *                       for cluster_state:ok everywhere and one slot map; one more empty
+ *                       master (t_cluster_add_node); slot migration in steps (begin,
+ *                       keys, end) so a test keeps load running meanwhile
  *   t_proxy_*           a delaying TCP proxy (one poll loop thread): "Redis is slow"
  *
  * In extra args, "@DIR@" stands for the server's temp dir (e.g. "--unixsocket", "@DIR@/s").
@@ -603,6 +604,66 @@ static inline int t_cluster_start(t_cluster *c, int n_masters)
     return 0;
 fail:
     t_cluster_stop(c);
+    return -1;
+}
+
+/* 1 when every node of c lists every other in CLUSTER NODES as connected (no handshake,
+ * noaddr or fail flags). */
+static inline int t_cluster_meshed(const t_cluster *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        redisReply *rep = t_redis_cmd(&c->node[i], "CLUSTER NODES");
+        int ok = rep && rep->type == REDIS_REPLY_STRING;
+        for (int j = 0; ok && j < c->n; j++) {
+            char needle[32];
+            const char *at, *eol;
+            snprintf(needle, sizeof needle, "127.0.0.1:%d@", c->node[j].port);
+            at = strstr(rep->str, needle);
+            eol = at ? strchr(at, '\n') : NULL;
+            if (!at || !eol) {
+                ok = 0;
+                break;
+            }
+            for (const char *f = at; f < eol && ok; f++)
+                if (strncmp(f, "handshake", 9) == 0 || strncmp(f, "noaddr", 6) == 0 ||
+                    strncmp(f, "fail", 4) == 0 || strncmp(f, "disconnected", 12) == 0)
+                    ok = 0;
+        }
+        if (rep) freeReplyObject(rep);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* Adds one empty master (no slots) to a running cluster: started like the others, CLUSTER
+ * MEET from node 0, then waits until every node knows every other and says cluster_state:ok
+ * with one slot map (the new node too). Returns its index, or
+ * -1 (c is then as it was). */
+static inline int t_cluster_add_node(t_cluster *c)
+{
+    static const char *const args[] = {"--cluster-enabled",
+                                       "yes",
+                                       "--cluster-config-file",
+                                       "@DIR@/nodes.conf",
+                                       "--cluster-node-timeout",
+                                       "2000",
+                                       NULL};
+    int i = c->n;
+    uint64_t end;
+    if (i >= 6 || t_redis_start(&c->node[i], args) != 0) return -1;
+    c->n = i + 1;
+    if (!t_redis_ok(t_redis_cmd(&c->node[0], "CLUSTER MEET 127.0.0.1 %d", c->node[i].port)))
+        goto fail;
+    end = t_redis_now_ms() + T_CLUSTER_READY_S * 1000u;
+    while (!t_cluster_meshed(c) || !t_cluster_ready(c)) {
+        if (t_redis_now_ms() >= end) goto fail;
+        t_redis_sleep_ms(50);
+    }
+    return i;
+fail:
+    fprintf(stderr, "t_cluster_add_node: the new node did not join\n");
+    t_redis_stop(&c->node[i]);
+    c->n = i;
     return -1;
 }
 

@@ -73,7 +73,10 @@ typedef struct pgd_tier_redis_params {
      * Options may follow as a query string, "?name=value&...": ns, ttl, timeout_ms,
      * connect_timeout_ms, deadline_ms, deadline_page_ms, conns, cluster (0, 1, auto),
      * events (a stream name), instance, events_maxlen, queue (bytes, K/M/G suffixes);
-     * each sets the field of the same meaning below. Borrowed for the call. */
+     * each sets the field of the same meaning below; also db, user and password (for a
+     * unix socket, which has no user:password@ part). user:password, :password (no ACL
+     * user) and option values are percent-decoded; the port defaults to 6379; IPv6 hosts
+     * go in brackets. Borrowed for the call. */
     const char *url;
     /* The instances' shared key (required, 1..256 bytes): the MAC key is derived from it.
      * Borrowed for the call. */

@@ -227,6 +227,15 @@ static int test_cluster(void)
     /* One seed is enough: the slot map names the others. */
     snprintf(url, sizeof url, "redis://127.0.0.1:%d?cluster=1&instance=e", c.node[1].port);
     int rc = two_engines(url, 48 * PT);
+    /* A db on a cluster is refused at create, naming it. */
+    char url_db[256], err[512];
+    pgd_tier *t = NULL;
+    pgd_tier_redis_params p = pgd_tier_redis_default_params();
+    snprintf(url_db, sizeof url_db, "redis://127.0.0.1:%d/2", c.node[0].port);
+    p.url = url_db;
+    p.key = mac_key;
+    p.key_len = sizeof mac_key - 1;
+    int db_rc = pgd_tier_redis_create(&p, &t, err, sizeof err);
     long long keys[3] = {-1, -1, -1};
     for (int i = 0; i < 3; i++) {
         redisReply *rep = t_redis_cmd(&c.node[i], "DBSIZE");
@@ -235,6 +244,9 @@ static int test_cluster(void)
     }
     t_cluster_stop(&c);
     T_EQ(rc, 0);
+    T_EQ(db_rc, PGD_EINVAL);
+    T_ASSERT(t == NULL);
+    if (!strstr(err, "db") && !strstr(err, "SELECT")) T_FAIL("err: %s", err);
     fprintf(stderr, "  cluster: records per master %lld %lld %lld\n", keys[0], keys[1], keys[2]);
     T_ASSERT(keys[0] > 0 && keys[1] > 0 && keys[2] > 0);
     T_EQ(keys[0] + keys[1] + keys[2], 48);

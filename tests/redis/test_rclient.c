@@ -13,8 +13,9 @@
  * malformed input), the CLUSTER SLOTS parser (a live reply, built malformed ones).
  * Standalone: a 1000-command pipeline of 64 KiB values; AUTH with a password and with an
  * ACL user (wrong ones refused, PGD_EINVAL, Redis's message); SELECT isolates a db; a
- * paused server times out within the deadline; kill -9 fails commands at once, restart
- * reconnects through tick; a unix socket; threads sharing a small pool.
+ * paused server times out within the deadline, and so does a slow one (the delaying
+ * proxy); kill -9 fails commands at once, restart reconnects through tick; a unix socket;
+ * threads sharing a small pool.
  * Cluster: 3 masters, keys spread over all; a slot migrated while a thread keeps SET +
  * GET on it loses no command (ASK / MOVED followed), then routes straight.
  * It prints round trips per second of a 1-command exec and of a 100-command pipeline.
@@ -23,6 +24,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -597,6 +599,15 @@ static int test_standalone_faults(void)
     T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
     T_EQ(rc_set(rc, "x", "1"), 0);
 
+    /* a deadline already past: nothing is sent, the node stays up */
+    cmd = (pgd__rc_cmd){.argc = 2, .argv = argv, .argvlen = lens, .key = 1};
+    T_EQ(pgd__rc_exec(rc, &cmd, 1, pgd__tier_now_ns() - 1), 0);
+    T_EQ(cmd.status, PGD_EIO);
+    T_ASSERT(cmd.timed_out);
+    pgd__rc_get_stats(rc, &st);
+    T_EQ(st.n_nodes_up, 1);
+    T_EQ(rc_get(rc, "x", buf, sizeof buf), 1);
+
     /* a hung server: the deadline bounds the call */
     t_redis_pause(&r, 1);
     t0 = pgd__tier_now_ns();
@@ -653,6 +664,55 @@ static int test_standalone_faults(void)
     t_redis_stop(&r);
     T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_EIO);
     T_ASSERT(strstr(err, "127.0.0.1:"));
+    return 0;
+}
+
+/* Through the delaying proxy: a slow Redis costs the deadline, no more; fast again, tick
+ * brings the node back. */
+static int test_standalone_slow(void)
+{
+    t_redis r;
+    t_proxy px;
+    pgd__rc_addr seed;
+    pgd__rc_params p;
+    pgd__rc *rc = NULL;
+    pgd__rc_stats st;
+    char err[256], buf[64];
+    const char *argv[2] = {"GET", "s"};
+    size_t lens[2] = {3, 1};
+    pgd__rc_cmd cmd;
+    uint64_t t0;
+    int up = 0;
+
+    T_EQ(t_redis_start(&r, NULL), 0);
+    T_EQ(t_proxy_start(&px, r.port, 0), 0);
+    p = params_for(&seed, px.port, NULL);
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    T_EQ(rc_set(rc, "s", "1"), 0);
+    t_proxy_set_delay(&px, 30); /* 60 ms a round trip: still within a 200 ms deadline */
+    cmd = (pgd__rc_cmd){.argc = 2, .argv = argv, .argvlen = lens, .key = 1};
+    t0 = pgd__tier_now_ns();
+    T_EQ(pgd__rc_exec(rc, &cmd, 1, t0 + 200000000ull), 1);
+    T_ASSERT(ms_since(t0) >= 55);
+    freeReplyObject(cmd.reply);
+    t_proxy_set_delay(&px, 300); /* past a 50 ms deadline */
+    cmd = (pgd__rc_cmd){.argc = 2, .argv = argv, .argvlen = lens, .key = 1};
+    t0 = pgd__tier_now_ns();
+    T_EQ(pgd__rc_exec(rc, &cmd, 1, t0 + 50000000ull), 0);
+    printf("     a 300 ms proxy, a 50 ms deadline: back after %llu ms\n",
+           (unsigned long long)ms_since(t0));
+    T_ASSERT(ms_since(t0) < 150);
+    T_ASSERT(cmd.timed_out);
+    t_proxy_set_delay(&px, 0);
+    for (t0 = pgd__tier_now_ns(); ms_since(t0) < 6000 && !up; usleep(10000))
+        up = pgd__rc_tick(rc) == 1;
+    T_ASSERT(up);
+    T_EQ(rc_get(rc, "s", buf, sizeof buf), 1);
+    pgd__rc_get_stats(rc, &st);
+    T_ASSERT(st.n_timeouts > 0 && st.n_reconnects > 0);
+    pgd__rc_destroy(rc);
+    t_proxy_stop(&px);
+    t_redis_stop(&r);
     return 0;
 }
 
@@ -782,12 +842,380 @@ static int test_standalone_rate(void)
         n100++;
     }
     s100 = (double)(pgd__tier_now_ns() - t0) * 1e-9;
+    {
+        redisContext *c = t_redis_connect(&r);
+        uint64_t nraw = 0;
+        T_ASSERT(c);
+        t0 = pgd__tier_now_ns();
+        while (ms_since(t0) < 500) {
+            redisReply *rep = redisCommandArgv(c, 2, argv, lens);
+            T_ASSERT(rep && rep->type == REDIS_REPLY_STRING);
+            freeReplyObject(rep);
+            nraw++;
+        }
+        printf("     loopback: raw hiredis redisCommandArgv %.0f round trips/s\n",
+               (double)nraw / ((double)(pgd__tier_now_ns() - t0) * 1e-9));
+        redisFree(c);
+    }
     printf("     loopback: 1-command exec %.0f round trips/s (%.0f cmds/s); 100-command "
            "pipeline %.0f round trips/s (%.0f cmds/s)\n",
            (double)n1 / s1, (double)n1 / s1, (double)n100 / s100, 100.0 * (double)n100 / s100);
     pgd__rc_destroy(rc);
     t_redis_stop(&r);
     return 0;
+}
+
+/* ---- cluster ---- */
+
+static int cluster_keyslot_live(t_cluster *c)
+{
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 200; i++) {
+        char key[40];
+        size_t len = 1 + t_rand(&seed) % 30;
+        const char *argv[3] = {"CLUSTER", "KEYSLOT", key};
+        size_t lens[3] = {7, 7, len};
+        redisReply *r;
+        for (size_t j = 0; j < len; j++) { /* braces often, any byte sometimes */
+            uint64_t x = t_rand(&seed) % 8;
+            key[j] = x == 0 ? '{' : x == 1 ? '}' : (char)(x == 2 ? t_rand(&seed) : 'a' + x);
+        }
+        r = t_redis_cmdargv(&c->node[i % c->n], 3, argv, lens);
+        T_ASSERT(r && r->type == REDIS_REPLY_INTEGER);
+        if ((uint32_t)r->integer != pgd__rc_key_slot(key, len))
+            T_FAIL("key %d: server slot %lld, ours %u", i, r->integer, pgd__rc_key_slot(key, len));
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+static int cluster_parse_slots_live(t_cluster *c)
+{
+    redisReply *r = t_redis_cmd(&c->node[0], "CLUSTER SLOTS");
+    pgd__rc_range out[16];
+    uint32_t covered = 0;
+    int n, seen[3] = {0, 0, 0};
+    T_ASSERT(r);
+    n = pgd__rc_parse_slots(r, "127.0.0.1", out, 16);
+    T_EQ(n, 3);
+    for (int i = 0; i < n; i++) {
+        covered += out[i].hi - out[i].lo + 1;
+        T_ASSERT(strcmp(out[i].master.host, "127.0.0.1") == 0);
+        for (int j = 0; j < 3; j++)
+            seen[j] |= out[i].master.port == c->node[j].port;
+    }
+    T_EQ(covered, 16384);
+    T_ASSERT(seen[0] && seen[1] && seen[2]);
+    T_EQ(pgd__rc_parse_slots(r, "127.0.0.1", out, 2), -1);
+    freeReplyObject(r);
+    return 0;
+}
+
+static int cluster_spread(t_cluster *c)
+{
+    enum { N = 3000 };
+    pgd__rc_addr seed;
+    pgd__rc_params p;
+    pgd__rc *rc = NULL;
+    pgd__rc_stats st;
+    char err[256];
+    static char keys[N][64];
+    static const char *argv[2 * N][3];
+    static size_t lens[2 * N][3];
+    static pgd__rc_cmd cmds[2 * N];
+    long long total = 0;
+
+    p = params_for(&seed, c->node[1].port, NULL);
+    p.db = 2; /* a cluster has db 0 only */
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_EINVAL);
+    printf("     db on a cluster: %s\n", err);
+    p.db = 0;
+    p.cluster = 0; /* forced off on a cluster node */
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_EINVAL);
+    p.cluster = -1;
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    pgd__rc_get_stats(rc, &st);
+    T_EQ(st.cluster, 1);
+    T_EQ(st.n_nodes, 3);
+    T_EQ(st.n_nodes_up, 3);
+    for (int i = 0; i < N; i++) { /* keys shaped like the tier's: NS:IDENT:{BLOCK} */
+        snprintf(keys[i], sizeof keys[i], "pgd:00ff00ff00ff00ff:{%032x}",
+                 (unsigned)i * 2654435761u);
+        argv[i][0] = "SET";
+        argv[i][1] = keys[i];
+        argv[i][2] = keys[i];
+        argv[N + i][0] = "GET";
+        argv[N + i][1] = keys[i];
+        for (int j = 0; j < 3; j++) {
+            lens[i][j] = strlen(argv[i][j]);
+            lens[N + i][j] = j < 2 ? strlen(argv[N + i][j]) : 0;
+        }
+        cmds[i] = (pgd__rc_cmd){.argc = 3, .argv = argv[i], .argvlen = lens[i], .key = 1};
+        cmds[N + i] =
+            (pgd__rc_cmd){.argc = 2, .argv = argv[N + i], .argvlen = lens[N + i], .key = 1};
+    }
+    T_EQ(pgd__rc_exec(rc, cmds, 2 * N, pgd__tier_now_ns() + 10000000000ull), 2 * N);
+    for (int i = 0; i < 2 * N; i++) {
+        redisReply *r = cmds[i].reply;
+        if (i >= N) T_ASSERT(r->type == REDIS_REPLY_STRING && strcmp(r->str, keys[i - N]) == 0);
+        freeReplyObject(r);
+    }
+    for (int j = 0; j < 3; j++) {
+        redisReply *r = t_redis_cmd(&c->node[j], "DBSIZE");
+        T_ASSERT(r && r->type == REDIS_REPLY_INTEGER);
+        printf("     master %d holds %lld of %d keys\n", j, r->integer, N);
+        T_ASSERT(r->integer > N / 5);
+        total += r->integer;
+        freeReplyObject(r);
+    }
+    T_EQ(total, N);
+    pgd__rc_get_stats(rc, &st);
+    T_EQ(st.n_moved + st.n_ask, 0); /* the map was right */
+    pgd__rc_destroy(rc);
+    return 0;
+}
+
+/* The load of the migration test: SET then GET of keys of one slot, in one batch. */
+typedef struct mig_arg {
+    pgd__rc *rc;
+    _Atomic int stop;
+    long iterations, failed;
+} mig_arg;
+
+static void *mig_main(void *arg)
+{
+    mig_arg *a = arg;
+    for (long it = 0; !atomic_load(&a->stop); it++) {
+        char key[3][32], val[32];
+        const char *argv[4][3];
+        size_t lens[4][3];
+        pgd__rc_cmd cmds[4];
+        snprintf(key[0], sizeof key[0], "{mig}:%ld", it % 200);
+        snprintf(key[1], sizeof key[1], "{mig}:%ld", (it * 7 + 3) % 200);
+        snprintf(key[2], sizeof key[2], "{mig}:%ld", (it + 1) % 200);
+        snprintf(val, sizeof val, "v%ld", it);
+        argv[0][0] = "SET";
+        argv[0][1] = key[0];
+        argv[0][2] = val;
+        argv[1][0] = "GET";
+        argv[1][1] = key[0];
+        argv[2][0] = "EXISTS";
+        argv[2][1] = key[1];
+        argv[3][0] = "MGET"; /* two keys: TRYAGAIN while they are split over two nodes */
+        argv[3][1] = key[0];
+        argv[3][2] = key[2];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 3; j++)
+                lens[i][j] = i == 0 || i == 3 || j < 2 ? strlen(argv[i][j]) : 0;
+        for (int i = 0; i < 4; i++)
+            cmds[i] = (pgd__rc_cmd){
+                .argc = i == 0 || i == 3 ? 3 : 2, .argv = argv[i], .argvlen = lens[i], .key = 1};
+        pgd__rc_exec(a->rc, cmds, 4, 0);
+        for (int i = 0; i < 4; i++) {
+            redisReply *r = cmds[i].reply;
+            int ok = cmds[i].status == PGD_OK && r && r->type != REDIS_REPLY_ERROR;
+            if (ok && i == 1) ok = r->type == REDIS_REPLY_STRING && strcmp(r->str, val) == 0;
+            if (ok && i == 2) ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+            if (ok && i == 3) ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+            if (!ok) {
+                a->failed++;
+                fprintf(stderr, "     load: command %d failed: status %d, %s\n", i, cmds[i].status,
+                        r && r->str ? r->str : "(no reply text)");
+            }
+            if (r) freeReplyObject(r);
+        }
+        a->iterations++;
+        if (it % 16 == 0) pgd__rc_tick(a->rc); /* as the tier's writer thread does */
+    }
+    return NULL;
+}
+
+static int cluster_migration(t_cluster *c)
+{
+    pgd__rc_addr seed;
+    pgd__rc_params p;
+    pgd__rc *rc = NULL;
+    pgd__rc_stats st, st2;
+    char err[256], key[32], buf[32];
+    int slot = (int)pgd__rc_key_slot("mig", 3), from, to, moved = 0, n;
+    mig_arg a;
+    pthread_t th;
+
+    p = params_for(&seed, c->node[0].port, NULL);
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "{mig}:%d", i);
+        T_EQ(rc_set(rc, key, "0"), 0);
+    }
+    from = t_cluster_node_of_slot(c, slot);
+    T_ASSERT(from >= 0);
+    to = (from + 1) % c->n;
+    a.rc = rc;
+    atomic_store(&a.stop, 0);
+    a.iterations = a.failed = 0;
+    T_EQ(pthread_create(&th, NULL, mig_main, &a), 0);
+    usleep(50000);
+    if (t_cluster_migrate_begin(c, slot, from, to) != 0) {
+        atomic_store(&a.stop, 1);
+        pthread_join(th, NULL);
+        T_FAIL("migrate_begin");
+    }
+    for (;;) {
+        n = t_cluster_migrate_keys(c, slot, from, to, 10);
+        if (n <= 0) break;
+        moved += n;
+        usleep(5000); /* the load runs between batches: ASK redirections */
+    }
+    n = n < 0 ? -1 : t_cluster_migrate_end(c, slot, to);
+    usleep(200000); /* the load runs on: MOVED, then the refreshed map */
+    atomic_store(&a.stop, 1);
+    pthread_join(th, NULL);
+    T_EQ(n, 0);
+    T_ASSERT(moved >= 200);
+    pgd__rc_get_stats(rc, &st);
+    printf("     slot %d moved from master %d to %d during load: %ld iterations, %ld failed, "
+           "%llu ASK, %llu MOVED, %llu TRYAGAIN, %llu refreshes\n",
+           slot, from, to, a.iterations, a.failed, (unsigned long long)st.n_ask,
+           (unsigned long long)st.n_moved, (unsigned long long)st.n_tryagain,
+           (unsigned long long)st.n_slot_refreshes);
+    T_EQ(a.failed, 0);
+    T_ASSERT(a.iterations > 20);
+    T_ASSERT(st.n_ask + st.n_moved > 0);
+    T_EQ(t_cluster_node_of_slot(c, slot), to);
+    /* afterwards: straight to the new node (no redirection) */
+    pgd__rc_tick(rc);
+    pgd__rc_get_stats(rc, &st);
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "{mig}:%d", i);
+        T_EQ(rc_get(rc, key, buf, sizeof buf), 1);
+    }
+    pgd__rc_get_stats(rc, &st2);
+    T_EQ(st2.n_moved, st.n_moved);
+    T_EQ(st2.n_ask, st.n_ask);
+    pgd__rc_destroy(rc);
+
+    /* a fresh client sees the new map at once */
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    T_EQ(rc_get(rc, "{mig}:7", buf, sizeof buf), 1);
+    pgd__rc_get_stats(rc, &st);
+    T_EQ(st.n_moved + st.n_ask, 0);
+    pgd__rc_destroy(rc);
+    return 0;
+}
+
+/* A master that joins later gets a slot: a client made before learns it from MOVED and
+ * connects to it on demand, and the refresh puts it in the map. */
+static int cluster_new_node(t_cluster *c)
+{
+    pgd__rc_addr seed;
+    pgd__rc_params p;
+    pgd__rc *rc = NULL;
+    pgd__rc_stats st;
+    char err[256], buf[32];
+    int slot = (int)pgd__rc_key_slot("new", 3), from, to;
+
+    p = params_for(&seed, c->node[0].port, NULL);
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    T_EQ(rc_set(rc, "{new}:a", "A"), 0);
+    to = t_cluster_add_node(c);
+    T_ASSERT(to == 3);
+    from = t_cluster_node_of_slot(c, slot);
+    T_ASSERT(from >= 0 && from < 3);
+    T_EQ(t_cluster_migrate_begin(c, slot, from, to), 0);
+    T_ASSERT(t_cluster_migrate_keys(c, slot, from, to, 100) >= 1);
+    T_EQ(t_cluster_migrate_keys(c, slot, from, to, 100), 0);
+    T_EQ(t_cluster_migrate_end(c, slot, to), 0);
+    T_EQ(rc_get(rc, "{new}:a", buf, sizeof buf), 1); /* MOVED to a node it did not know */
+    T_ASSERT(strcmp(buf, "A") == 0);
+    pgd__rc_get_stats(rc, &st);
+    T_ASSERT(st.n_moved >= 1);
+    T_EQ(st.n_nodes, 4);
+    pgd__rc_tick(rc); /* the refresh MOVED asked for */
+    pgd__rc_get_stats(rc, &st);
+    T_ASSERT(st.n_slot_refreshes >= 1);
+    T_EQ(st.n_nodes, 4);
+    T_EQ(st.n_nodes_up, 4);
+    pgd__rc_destroy(rc);
+    return 0;
+}
+
+/* A master killed: its slots fail at once (PGD_EIO), the others' keep working; restarted,
+ * tick reconnects it. */
+static int cluster_kill_master(t_cluster *c)
+{
+    pgd__rc_addr seed;
+    pgd__rc_params p;
+    pgd__rc *rc = NULL;
+    pgd__rc_stats st;
+    char err[256], buf[32], key[3][16];
+    int victim = 2, owner[3], up = 0;
+    uint64_t t0;
+
+    p = params_for(&seed, c->node[0].port, NULL);
+    T_EQ(pgd__rc_create(&p, &rc, err, sizeof err), PGD_OK);
+    for (int i = 0, found = 0; found < 3 && i < 10000; i++) { /* a key on each of 3 masters */
+        char k[16];
+        int o;
+        snprintf(k, sizeof k, "kill%d", i);
+        o = t_cluster_node_of_slot(c, (int)pgd__rc_key_slot(k, strlen(k)));
+        if (o < 0 || o > 2) continue;
+        if (found == 0 || (o != owner[0] && (found < 2 || o != owner[1]))) {
+            owner[found] = o;
+            memcpy(key[found++], k, sizeof k);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        T_EQ(rc_set(rc, key[i], "x"), 0);
+    t_redis_kill9(&c->node[victim]);
+    for (int i = 0; i < 3; i++) {
+        int got = rc_get(rc, key[i], buf, sizeof buf);
+        if (owner[i] == victim)
+            T_EQ(got, -1);
+        else
+            T_EQ(got, 1);
+    }
+    pgd__rc_get_stats(rc, &st);
+    T_EQ(st.n_nodes_up, st.n_nodes - 1);
+    t0 = pgd__tier_now_ns();
+    for (int i = 0; i < 3; i++)
+        if (owner[i] == victim) T_EQ(rc_get(rc, key[i], buf, sizeof buf), -1);
+    T_ASSERT(ms_since(t0) < 20); /* at once */
+    T_EQ(t_redis_restart(&c->node[victim]), 0);
+    for (t0 = pgd__tier_now_ns(); ms_since(t0) < 6000 && !up; usleep(10000)) {
+        pgd__rc_get_stats(rc, &st);
+        up = pgd__rc_tick(rc) == st.n_nodes;
+    }
+    T_ASSERT(up);
+    pgd__rc_get_stats(rc, &st);
+    T_ASSERT(st.n_reconnects >= 1);
+    for (int i = 0; i < 3; i++) /* the restarted master is empty; it may refuse a while */
+        if (owner[i] == victim) {
+            int got = -1;
+            for (t0 = pgd__tier_now_ns(); ms_since(t0) < 10000 && got != 0; usleep(20000))
+                got = rc_get(rc, key[i], buf, sizeof buf);
+            T_EQ(got, 0);
+        }
+    pgd__rc_destroy(rc);
+    return 0;
+}
+
+/* One 3-master cluster for the cluster tests (forming one takes seconds). */
+static int test_cluster(void)
+{
+    t_cluster c;
+    int rc = 1;
+    if (t_cluster_start(&c, 3) != 0) T_FAIL("t_cluster_start");
+    if (cluster_keyslot_live(&c) != 0) goto done;
+    printf("     200 random keys: our slots = CLUSTER KEYSLOT\n");
+    if (cluster_parse_slots_live(&c) != 0) goto done;
+    if (cluster_spread(&c) != 0) goto done;
+    if (cluster_migration(&c) != 0) goto done;
+    if (cluster_new_node(&c) != 0) goto done;
+    if (cluster_kill_master(&c) != 0) goto done;
+    rc = 0;
+done:
+    t_cluster_stop(&c);
+    return rc;
 }
 
 int main(void)
@@ -805,8 +1233,10 @@ int main(void)
     T_RUN(test_standalone_auth);
     T_RUN(test_standalone_select);
     T_RUN(test_standalone_faults);
+    T_RUN(test_standalone_slow);
     T_RUN(test_standalone_unix);
     T_RUN(test_standalone_threads);
     T_RUN(test_standalone_rate);
+    T_RUN(test_cluster);
     T_DONE();
 }

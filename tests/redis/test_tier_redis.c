@@ -11,7 +11,9 @@
  * a miss, the TTL, AUTH with --requirepass and with an ACL user through the URL (a wrong
  * password: create fails naming WRONGPASS and host:port), db selection, a unix socket,
  * the put queue's bound and gets served from it, the KV events stream (BlockStored,
- * BlockRemoved, AllBlocksCleared with their documented fields; the prefix-index hooks).
+ * BlockRemoved, AllBlocksCleared with their documented fields; the prefix-index hooks),
+ * create against nothing or something that is not Redis (PGD_EIO), records evicted by
+ * Redis (maxmemory, volatile-lru) read as misses.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -22,6 +24,7 @@
 
 #include "tier/redis/redis_int.h"
 #include "t.h"
+#include "t_alloc.h"
 #include "t_redis.h"
 
 static const uint8_t shared_key[] = "test shared key of the instances";
@@ -422,6 +425,24 @@ static int test_round_trip(void)
     T_EQ(st.n_get_misses, misses + N);
     T_EQ(pgd_tier_lookup(t2, blocks, N), 0);
 
+    /* A del right after a put (queued, or being written): gone once flushed, whichever
+     * the writer was doing; put again: there. */
+    for (uint32_t k = 0; k < 8; k++) {
+        pgd_hash b = block_of(8, k);
+        T_OK(pgd_tier_put(t, b, parent_of(8, k), src, src + id.page_bytes, NULL, NULL));
+        T_OK(pgd_tier_del(t, b));
+        T_OK(pgd_tier_flush(t));
+        T_ASSERT(pgd_tier_redis_key(t, b, key, sizeof key) > 0);
+        rep = t_redis_cmd(&srv, "EXISTS %s", key);
+        T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
+        freeReplyObject(rep);
+        T_EQ(pgd_tier_get(t, b, dst, dst + id.page_bytes), PGD_ENOTFOUND);
+        T_OK(pgd_tier_put(t, b, parent_of(8, k), src, src + id.page_bytes, NULL, NULL));
+        T_OK(pgd_tier_flush(t));
+        T_OK(pgd_tier_get(t2, b, dst, dst + id.page_bytes));
+        T_ASSERT(memcmp(dst, src, rb) == 0);
+    }
+
     /* A tier bound to nothing refuses; the key call says 0. */
     pgd_tier *t5 = NULL;
     char url[128], err[256];
@@ -595,6 +616,18 @@ static int test_unreachable_create(void)
     char where[64];
     snprintf(where, sizeof where, "127.0.0.1:%d", port);
     if (!strstr(err, where)) T_FAIL("err: %s", err);
+    /* Something that accepts and hangs up (a proxy to nowhere): not Redis, PGD_EIO. */
+    t_proxy px;
+    T_EQ(t_proxy_start(&px, port, 0), 0);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?connect_timeout_ms=300&timeout_ms=300",
+             px.port);
+    t0 = t_redis_now_ms();
+    int not_redis = make_tier(url, &t, err, sizeof err);
+    uint64_t took = t_redis_now_ms() - t0;
+    t_proxy_stop(&px);
+    T_EQ(not_redis, PGD_EIO);
+    T_ASSERT(took < 3000);
+    T_ASSERT(t == NULL);
     T_EQ(make_tier("redis://h:1?ttl=x", &t, err, sizeof err), PGD_EINVAL);
     T_ASSERT(strstr(err, "ttl"));
     pgd_tier_redis_params p = pgd_tier_redis_default_params();
@@ -842,6 +875,146 @@ static int test_events(void)
     return 0;
 }
 
+/* A batch large enough to be opened on several threads (4 MiB of values): byte-exact, and
+ * a forged value in the middle is caught whichever thread opens it. */
+static int test_large_batch(void)
+{
+    enum { N = 32 };
+    pgd_pool_params pp = geometry(1);
+    pp.n_layers = 8;
+    pp.n_kv_heads = 4;
+    pgd_record_ident id;
+    T_OK(pgd_record_ident_make(&pp, fp, &id));
+    char url[256], err[512];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?ns=large&timeout_ms=2000&deadline_ms=2000",
+             srv.port);
+    pgd_tier *t = NULL, *t2 = NULL;
+    T_OK(make_tier(url, &t, err, sizeof err));
+    T_OK(make_tier(url, &t2, err, sizeof err));
+    T_OK(pgd_tier_bind(t, &id));
+    T_OK(pgd_tier_bind(t2, &id));
+    uint64_t rb = id.page_bytes + id.bounds_bytes;
+    uint8_t *src = malloc(N * rb), *dst = malloc(N * rb);
+    T_ASSERT(src && dst);
+    pgd_hash blocks[N];
+    void *pages[N], *bounds[N];
+    int results[N];
+    for (uint32_t i = 0; i < N; i++) {
+        blocks[i] = block_of(80, i);
+        fill(src + i * rb, rb, blocks[i]);
+        T_OK(pgd_tier_put(t, blocks[i], parent_of(80, i), src + i * rb,
+                          src + i * rb + id.page_bytes, NULL, NULL));
+        pages[i] = dst + i * rb;
+        bounds[i] = dst + i * rb + id.page_bytes;
+    }
+    T_OK(pgd_tier_flush(t));
+    T_EQ(pgd_tier_get_many(t2, N, blocks, pages, bounds, results), N);
+    T_ASSERT(memcmp(src, dst, N * rb) == 0);
+    /* Garbage over block 21's value. */
+    char key[PGD__REDIS_KEY_MAX];
+    T_ASSERT(pgd_tier_redis_key(t, blocks[21], key, sizeof key) > 0);
+    redisReply *rep = t_redis_cmd(&srv, "SET %s %s", key, "not a value");
+    T_ASSERT(t_redis_ok(rep));
+    memset(dst, 0, N * rb);
+    T_EQ(pgd_tier_get_many(t2, N, blocks, pages, bounds, results), 21);
+    for (uint32_t i = 0; i < N; i++)
+        T_EQ(results[i], i == 21 ? PGD_ENOTFOUND : PGD_OK);
+    T_ASSERT(memcmp(src, dst, 21 * rb) == 0);
+    T_ASSERT(memcmp(src + 22 * rb, dst + 22 * rb, 10 * rb) == 0);
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t2, &st);
+    T_EQ(st.n_mac_failures, 1);
+    T_EQ(st.n_gets, 2 * N - 1);
+    pgd_tier_close(t);
+    pgd_tier_close(t2);
+    free(src);
+    free(dst);
+    return 0;
+}
+
+/* Every allocation of create failed in turn: PGD_ENOMEM, nothing leaked, then it works.
+ * (Only create: the writer thread frees queued values, and t_alloc.h is single-threaded.) */
+static int test_create_oom(void)
+{
+    static t_counting A;
+    static const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
+    char url[128], err[512];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?events=oom&ns=oom", srv.port);
+    pgd_record_ident id = ident_of(0);
+    for (long n = 1;; n++) {
+        pgd_tier_redis_params p = pgd_tier_redis_default_params();
+        pgd_tier *t = NULL;
+        p.url = url;
+        p.key = shared_key;
+        p.key_len = sizeof shared_key - 1;
+        p.alloc = &alloc;
+        memset(&A, 0, sizeof A);
+        t_counting_arm(&A, n);
+        int rc = pgd_tier_redis_create(&p, &t, err, sizeof err);
+        if (rc == PGD_OK) rc = pgd_tier_bind(t, &id);
+        int fired = A.fired;
+        t_counting_arm(&A, 0);
+        if (!fired) {
+            if (rc != PGD_OK) T_FAIL("allocation %ld not failed: %d (%s)", n, rc, err);
+            pgd_tier_close(t);
+            T_EQ(A.n_live, 0);
+            T_ASSERT(n > 5);
+            fprintf(stderr, "  create: %ld allocations, each failed in turn\n", n - 1);
+            return 0;
+        }
+        if (rc != PGD_ENOMEM && rc != PGD_EIO) T_FAIL("allocation %ld: %d (%s)", n, rc, err);
+        if (t) pgd_tier_close(t);
+        if (A.n_live != 0) T_FAIL("allocation %ld: %ld blocks leaked", n, A.n_live);
+        T_ASSERT(n < 10000);
+    }
+}
+
+/* Redis evicting records (maxmemory, volatile-lru: every record has a TTL) is a miss. */
+static int test_evicted(void)
+{
+    enum { N = 400 };
+    static const char *const lru[] = {"--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru",
+                                      NULL};
+    t_redis r;
+    T_EQ(t_redis_start(&r, lru), 0);
+    pgd_tier *t = open_tier(&r, "&ns=lru", 0), *t2 = open_tier(&r, "&ns=lru", 0);
+    pgd_record_ident id = ident_of(0);
+    uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
+    int rc = t && t2 && page && out ? 0 : 1;
+    for (uint32_t i = 0; i < N && !rc; i++) {
+        fill(page, id.page_bytes, block_of(70, i));
+        if (pgd_tier_put(t, block_of(70, i), parent_of(70, i), page, NULL, NULL, NULL) != PGD_OK)
+            rc = 2;
+        if (i % 32 == 31 && pgd_tier_flush(t) != PGD_OK) rc = 3;
+    }
+    if (!rc && pgd_tier_flush(t) != PGD_OK) rc = 4;
+    uint32_t n_ok = 0, n_miss = 0;
+    for (uint32_t i = 0; i < N && !rc; i++) {
+        int g = pgd_tier_get(t2, block_of(70, i), out, NULL);
+        fill(page, id.page_bytes, block_of(70, i));
+        if (g == PGD_OK && memcmp(out, page, id.page_bytes) == 0)
+            n_ok++;
+        else if (g == PGD_ENOTFOUND)
+            n_miss++;
+        else
+            rc = 5;
+    }
+    pgd_tier_stats st;
+    if (t2) pgd_tier_get_stats(t2, &st);
+    pgd_tier_close(t);
+    pgd_tier_close(t2);
+    t_redis_stop(&r);
+    free(page);
+    free(out);
+    T_EQ(rc, 0);
+    fprintf(stderr, "  maxmemory 3mb: %u of %d records read, %u evicted\n", n_ok, N, n_miss);
+    T_ASSERT(n_ok > 0 && n_miss > 0);
+    T_EQ(n_ok + n_miss, N);
+    T_EQ(st.n_get_misses, n_miss);
+    T_EQ(st.n_mac_failures + st.n_corrupt + st.n_io_errors, 0);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_url);
@@ -856,6 +1029,9 @@ int main(void)
     T_RUN(test_unreachable_create);
     T_RUN(test_queue_bound);
     T_RUN(test_events);
+    T_RUN(test_create_oom);
+    T_RUN(test_large_batch);
     t_redis_stop(&srv);
+    T_RUN(test_evicted);
     T_DONE();
 }

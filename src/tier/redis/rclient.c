@@ -16,9 +16,10 @@
  *             any node for key -1); the nodes sorted by index
  *   take      one free connection per node, in index order (so two callers never wait
  *             on each other in a cycle); a DOWN node fails its commands at once
- *             (PGD_EIO); a NEW node (learnt from CLUSTER SLOTS or a redirection) or an
- *             UP node with fewer than params.conns connections gets one opened here,
- *             bounded by the deadline; else wait on cv, bounded by the deadline
+ *             (PGD_EIO); a node without any connection (NEW: learnt from CLUSTER SLOTS
+ *             or a redirection) gets one opened here, bounded by the deadline; else
+ *             wait on cv, bounded by the deadline. tick reconnects DOWN nodes and fills
+ *             every pool up to params.conns
  *   append    every node's commands (ASKING before an ASK-redirected one), then flush
  *             every node's buffer, then read the replies node by node: the nodes work on
  *             their pipelines at the same time
@@ -542,9 +543,10 @@ static int wait_until(pgd__rc *rc, uint64_t deadline_ns)
     return pthread_cond_timedwait(&rc->cv, &rc->mu, &ts) == ETIMEDOUT ? -1 : 0;
 }
 
-/* Takes a connection of node i for a caller (mu not held): a free one; or one opened
- * now when the node is NEW or UP with fewer than conns (bounded by deadline_ns); or the
- * next one given back, waiting until deadline_ns. A DOWN node fails at once. Returns
+/* Takes a connection of node i for a caller (mu not held): a free one; or, when the node
+ * has no connection at all (NEW: learnt from a redirection or CLUSTER SLOTS), one opened
+ * now, bounded by deadline_ns; or the next one given back, waiting until deadline_ns
+ * (tick fills pools up to conns). A DOWN node fails at once. Returns
  * PGD_OK with *out, or PGD_EIO (*timed_out when the deadline is why) / PGD_ENOMEM. */
 static int conn_take(pgd__rc *rc, uint32_t i, uint64_t deadline_ns, rc_conn **out, int *timed_out)
 {
@@ -564,7 +566,7 @@ static int conn_take(pgd__rc *rc, uint32_t i, uint64_t deadline_ns, rc_conn **ou
             break;
         }
         if (n->state == NODE_DOWN) break;
-        if (n->n_conns + n->n_opening < rc->conns) {
+        if (n->n_conns + n->n_opening == 0) { /* no connection at all: one now */
             pgd__rc_addr a = n->addr;
             uint32_t gen = n->gen;
             int to = 0, was_new = n->state == NODE_NEW;
@@ -720,6 +722,15 @@ static void exec_round(pgd__rc *rc, pgd__rc_cmd *cmds, rc_job *jobs, size_t n, r
     for (size_t g = 0; g < n_groups; g++) {
         rc_group *gr = &groups[g];
         int to = 0, st = conn_take(rc, gr->node, deadline_ns, &gr->conn, &to);
+        if (st == PGD_OK && pgd__tier_now_ns() >= deadline_ns) { /* unused: still clean */
+            pthread_mutex_lock(&rc->mu);
+            conn_give(rc, gr->conn, &close_list);
+            pthread_mutex_unlock(&rc->mu);
+            gr->conn = NULL;
+            st = PGD_EIO;
+            to = 1;
+            stat_add(&rc->n_timeouts, 1);
+        }
         if (st != PGD_OK) {
             group_fail(cmds, jobs, n, gr, st, to);
             continue;
@@ -783,7 +794,9 @@ static void exec_round(pgd__rc *rc, pgd__rc_cmd *cmds, rc_job *jobs, size_t n, r
             addr_fmt(&rc->nodes[gr->node]->addr, where, sizeof where);
             if (gr->timed_out) stat_add(&rc->n_timeouts, 1);
             pgd__logf(rc->log, PGD_LOG_WARN, "redis %s: %s", where,
-                      gr->timed_out ? "timed out" : gr->conn->ctx->errstr);
+                      gr->timed_out        ? "timed out"
+                      : gr->conn->ctx->err ? gr->conn->ctx->errstr
+                                           : gr->conn->ctx->reader->errstr);
             node_down(rc, gr->node, gr->conn->gen, &close_list);
             rc->nodes[gr->node]->n_conns--;
             gr->conn->next = close_list;
@@ -838,7 +851,7 @@ size_t pgd__rc_exec(pgd__rc *rc, pgd__rc_cmd *cmds, size_t n, uint64_t deadline_
     }
     for (;;) {
         int any = 0, again = 0;
-        exec_round(rc, cmds, jobs, n, groups, deadline_ns);
+        if (pgd__tier_now_ns() < deadline_ns) exec_round(rc, cmds, jobs, n, groups, deadline_ns);
         for (size_t k = 0; k < n; k++) {
             if (!jobs[k].pending) continue;
             any = 1;
@@ -850,7 +863,7 @@ size_t pgd__rc_exec(pgd__rc *rc, pgd__rc_cmd *cmds, size_t n, uint64_t deadline_
             struct timespec ms = {0, 1000000};
             if (pgd__tier_now_ns() + 1000000u < deadline_ns) nanosleep(&ms, NULL);
         }
-        if (pgd__tier_now_ns() >= deadline_ns) {
+        if (pgd__tier_now_ns() >= deadline_ns) { /* never sends past the deadline */
             stat_add(&rc->n_timeouts, 1);
             for (size_t k = 0; k < n; k++)
                 if (jobs[k].pending) {
@@ -900,6 +913,7 @@ static int load_slots(pgd__rc *rc, rc_conn *c, const char *host, uint64_t deadli
     static const char *av[2] = {"CLUSTER", "SLOTS"};
     pgd__rc_range *ranges;
     redisReply *r;
+    rc_conn *close_list = NULL;
     int to = 0, nr, st = PGD_OK;
     uint16_t *map;
 
@@ -942,9 +956,20 @@ static int load_slots(pgd__rc *rc, rc_conn *c, const char *host, uint64_t deadli
             rc->nodes[i]->in_map = 0;
         for (uint32_t s = 0; s < PGD__RC_SLOTS; s++)
             if (map[s] != RC_NONE) rc->nodes[map[s]]->in_map = 1;
+        for (uint32_t i = 0; i < rc->n_nodes; i++) { /* left the map: its idle connections */
+            rc_node *nd = rc->nodes[i];
+            while (!nd->in_map && nd->free) {
+                rc_conn *f = nd->free;
+                nd->free = f->next;
+                nd->n_conns--;
+                f->next = close_list;
+                close_list = f;
+            }
+        }
         pthread_cond_broadcast(&rc->cv);
     }
     pthread_mutex_unlock(&rc->mu);
+    close_all(rc, close_list);
 done:
     freeReplyObject(r);
     pgd__free(&rc->al, ranges);
@@ -993,19 +1018,21 @@ static int refresh_slots(pgd__rc *rc)
 uint32_t pgd__rc_tick(pgd__rc *rc)
 {
     uint64_t now = pgd__tier_now_ns();
-    uint32_t up = 0, n_try = 0, *todo = NULL, cap;
+    uint32_t up = 0, n_try = 0, todo_stack[64], *todo = todo_stack, cap = 64;
     int refresh;
 
     pthread_mutex_lock(&rc->mu);
-    cap = rc->n_nodes;
-    pthread_mutex_unlock(&rc->mu);
-    todo = cap ? pgd__malloc(&rc->al, cap * sizeof *todo) : NULL;
-    pthread_mutex_lock(&rc->mu);
+    if (rc->n_nodes > cap) {
+        cap = rc->n_nodes;
+        pthread_mutex_unlock(&rc->mu);
+        todo = pgd__malloc(&rc->al, cap * sizeof *todo); /* NULL: no reconnect this time */
+        pthread_mutex_lock(&rc->mu);
+    }
     for (uint32_t i = 0; todo && i < rc->n_nodes && n_try < cap; i++) {
         rc_node *n = rc->nodes[i];
         if (!n->in_map || n->n_opening) continue;
         if ((n->state == NODE_DOWN && n->retry_ns <= now) ||
-            (n->state == NODE_NEW && n->n_conns == 0)) {
+            (n->state != NODE_DOWN && n->n_conns < rc->conns)) {
             n->n_opening++;
             todo[n_try++] = i;
         }
@@ -1014,12 +1041,12 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
     rc->refresh = 0;
     pthread_mutex_unlock(&rc->mu);
 
-    for (uint32_t t = 0; t < n_try; t++) {
+    for (uint32_t t = 0; t < n_try; t++) { /* reconnect, or fill the pool up to conns */
         uint32_t i = todo[t], gen;
         pgd__rc_addr a;
         rc_conn *c = NULL, *close_list = NULL;
         char err[256];
-        int to = 0, st, was_down;
+        int to = 0, st, was_down, was_up, more = 0;
         pthread_mutex_lock(&rc->mu);
         a = rc->nodes[i]->addr;
         gen = rc->nodes[i]->gen;
@@ -1030,6 +1057,7 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
             rc_node *n = rc->nodes[i];
             n->n_opening--;
             was_down = n->state == NODE_DOWN;
+            was_up = n->state == NODE_UP;
             if (st == PGD_OK && n->gen == gen) {
                 n->state = NODE_UP;
                 n->n_conns++;
@@ -1037,8 +1065,11 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
                 n->free = c;
                 if (was_down) stat_add(&rc->n_reconnects, 1);
                 pthread_cond_broadcast(&rc->cv);
-                pgd__logf(rc->log, PGD_LOG_INFO, "redis %s%s:%d: connected",
-                          a.port ? "" : "unix:", a.host, a.port);
+                if (!was_up)
+                    pgd__logf(rc->log, PGD_LOG_INFO, "redis %s%s:%d: connected",
+                              a.port ? "" : "unix:", a.host, a.port);
+                more = n->in_map && n->n_opening == 0 && n->n_conns < rc->conns;
+                if (more) n->n_opening++;
             } else if (st == PGD_OK) {
                 close_list = c;
             } else {
@@ -1055,8 +1086,9 @@ uint32_t pgd__rc_tick(pgd__rc *rc)
         }
         pthread_mutex_unlock(&rc->mu);
         close_all(rc, close_list);
+        if (more) t--; /* the same node again */
     }
-    if (todo) pgd__free(&rc->al, todo);
+    if (todo != todo_stack) pgd__free(&rc->al, todo);
     if (refresh && refresh_slots(rc) != PGD_OK) {
         pthread_mutex_lock(&rc->mu);
         rc->refresh = 1;
