@@ -47,11 +47,15 @@
  *      (365 of 588 us), 0.53 of a lone GET's; GMAC-AES256 85 us/MiB, Poly1305 99 us/MiB.
  *   3. get_many, 2 fill threads: 0.38x (stories260K) and 0.37x (1b) of raw GET (target
  *      0.70); per record the tier took 1209 us of thread time where its steps alone sum to
- *      894 (fetch 495 + MAC 368 + checksum and copy 31): it opens values one after
- *      another once the whole batch is read, so nothing overlaps, and holds 64 replies
- *      (32 MiB) at once.
+ *      894 (fetch 495 + MAC 368 + checksum and copy 31): it opened values one after
+ *      another once the whole batch was read. With values opened on several threads
+ *      (i12/tier 6950e28): 0.42x and 0.32x (1 fill thread: 0.41x, 0.26x), the same on 2
+ *      cores, where redis-server, the client and the MAC already share both: the MAC's
+ *      CPU time (730 us/MiB, as much as the fetch's) is what a faster MAC would remove.
  *   4. 8192 tokens, 1b q8_0, 2 threads: A cold 90.4 s; B from Redis 1.35 s (promotion
- *      1.08 s, last page 0.27 s): 67x (target 20x), logits equal to A's pool hit's.
+ *      1.08 s, last page 0.27 s): 67x (target 20x), logits equal to A's pool hit's. Again
+ *      with the parallel opening, less loaded: 69.6 s against 1.25 s (promotion 0.95 s),
+ *      55x.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
