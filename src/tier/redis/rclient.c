@@ -416,6 +416,9 @@ static int conn_open(pgd__rc *rc, const pgd__rc_addr *a, uint32_t node, uint32_t
         st = c->ctx ? PGD_EIO : PGD_ENOMEM;
         goto fail;
     }
+    /* Keep the reader's buffer between replies: hiredis frees it once empty when it is over
+     * 16 KiB, so every large value (a 512 KiB page record) grew it again from nothing. */
+    c->ctx->reader->maxbuf = 0;
     if (rc->password) {
         const char *av[3] = {"AUTH", rc->user ? rc->user : rc->password, rc->password};
         r = conn_sync(c, rc->user ? 3 : 2, av, dl, timed_out);
@@ -667,6 +670,7 @@ static void job_reply(pgd__rc *rc, pgd__rc_cmd *cmd, rc_job *j, const rc_group *
     cmd->reply = r;
     cmd->status = PGD_OK;
     j->pending = 0;
+    if (cmd->on_reply) cmd->on_reply(cmd);
 }
 
 /* Fails the jobs of this round on group g's node not answered yet with st. */

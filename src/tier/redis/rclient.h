@@ -80,14 +80,21 @@ typedef struct pgd__rc_cmd {
     int argc;
     const char **argv;
     const size_t *argvlen;
-    int key;            /* argv index of the routing key, or -1 */
-    redisReply *reply;  /* out: the final reply (after redirections), the caller frees it
-                           with freeReplyObject; NULL when status != PGD_OK */
-    int status;         /* out: PGD_OK (a reply, maybe an error reply other than MOVED /
-                           ASK / TRYAGAIN), PGD_EIO (node down, connection failed or timed
-                           out, deadline passed, a redirection chain too long), PGD_ENOMEM */
-    int timed_out;      /* out: nonzero when status is PGD_EIO because of the deadline or
-                           a timeout */
+    int key;           /* argv index of the routing key, or -1 */
+    redisReply *reply; /* out: the final reply (after redirections), the caller frees it
+                          with freeReplyObject; NULL when status != PGD_OK */
+    int status;        /* out: PGD_OK (a reply, maybe an error reply other than MOVED /
+                          ASK / TRYAGAIN), PGD_EIO (node down, connection failed or timed
+                          out, deadline passed, a redirection chain too long), PGD_ENOMEM */
+    int timed_out;     /* out: nonzero when status is PGD_EIO because of the deadline or
+                          a timeout */
+    /* Optional (NULL: none): called by exec, on its thread, as soon as this command's final
+     * reply is read (status PGD_OK, reply set), before the next reply is read; it may
+     * consume the reply (freeReplyObject, then reply = NULL). A caller that opens large
+     * values here keeps one reply alive at a time, not the batch (no heap growth and page
+     * faults per batch), and works while the rest of the batch is still on the wire. */
+    void (*on_reply)(struct pgd__rc_cmd *cmd);
+    void *ud; /* the caller's, for on_reply */
 } pgd__rc_cmd;
 
 /* Runs cmds[0..n): grouped by node, one pipeline per node (appended, then the replies

@@ -65,10 +65,8 @@ enum {
     MEDIUM_MAX = 16,       /* bytes of an event's medium name, NUL included */
     WHERE_MAX = PGD__RC_HOST_MAX + 32,
     XADD_ARGS = 14,
-    MAX_HELPERS = 3, /* threads a large get_many opens its values on, besides its own */
 };
 #define BATCH_BYTES (8ull << 20) /* bytes of values per writer pipeline, at most */
-#define PAR_BYTES (2ull << 20)   /* a get_many of this many value bytes opens in parallel */
 #define MAC_LOG_NS (10ull * 1000000000ull)
 
 /* A put accepted, not yet written: its key and its sealed value. */
@@ -145,8 +143,7 @@ typedef struct rtier {
     char cause[256];     /* the client's latest warning: the cause of an outage */
     uint64_t rc_log_ns;  /* the next client warning passed on */
     uint64_t rc_log_suppressed;
-    int creating;       /* inside pgd__rc_create */
-    uint32_t n_helpers; /* open_all's threads: min(online CPUs - 1, MAX_HELPERS) */
+    int creating; /* inside pgd__rc_create */
 
     pthread_t writer;
     int writer_started;
@@ -746,9 +743,10 @@ typedef struct rget {
     char key[PGD__REDIS_KEY_MAX];
 } rget;
 
-/* Values [lo, hi) of a get_many batch to open: verdict[k] = PGD__RV_*, or -1 for a
- * command that brought no value (failed, nil, an error reply). */
-typedef struct open_job {
+/* A get_many batch whose values are opened as they arrive (pgd__rc_cmd.on_reply):
+ * verdict[k] = PGD__RV_* for command k's value, or -1 for a command that brought none
+ * (failed, nil, an error reply: accounted after exec). */
+typedef struct open_ctx {
     rtier *t;
     const pgd_hash *blocks;
     void *const *pages, *const *bounds;
@@ -756,66 +754,20 @@ typedef struct open_job {
     const pgd__rc_cmd *cs;
     const size_t *idx;
     int *verdict;
-    size_t lo, hi;
-} open_job;
+} open_ctx;
 
-static void *open_range(void *arg)
+/* on_reply of a GET: opens the value (the MAC, then the header, then the copy into the
+ * page) and frees the reply at once, so that one reply is alive at a time. No lock held. */
+static void open_on_reply(pgd__rc_cmd *c)
 {
-    open_job *j = arg;
-    for (size_t k = j->lo; k < j->hi; k++) {
-        const pgd__rc_cmd *c = &j->cs[k];
-        size_t i = j->idx[k];
-        if (c->status != PGD_OK || c->reply->type != REDIS_REPLY_STRING) {
-            j->verdict[k] = -1;
-            continue;
-        }
-        j->verdict[k] = pgd__redis_value_open(
-            &j->t->mac, j->gs[k].key, j->gs[k].len[1], c->reply->str, c->reply->len, &j->t->ident,
-            j->blocks[i], j->pages[i], j->bounds ? j->bounds[i] : NULL, NULL);
-    }
-    return NULL;
-}
-
-/* Opens the m values of a batch: on this thread, or, for a large batch, split over this
- * thread and up to n_helpers threads started for it (HMAC-SHA256 costs about what
- * loopback Redis takes to send the bytes, 0.7 ms per MiB here: a 64-page batch of 512 KiB
- * pages is 23 ms of MAC; GMAC about 0.1 ms per MiB). A thread that cannot start leaves its
- * part to this one. */
-static void open_all(rtier *t, const pgd_hash *blocks, void *const *pages, void *const *bounds,
-                     const rget *gs, const pgd__rc_cmd *cs, const size_t *idx, int *verdict,
-                     size_t m)
-{
-    open_job jobs[1 + MAX_HELPERS];
-    pthread_t th[MAX_HELPERS];
-    int started[MAX_HELPERS] = {0};
-    uint64_t bytes = 0;
-    for (size_t k = 0; k < m; k++)
-        if (cs[k].status == PGD_OK && cs[k].reply->type == REDIS_REPLY_STRING)
-            bytes += cs[k].reply->len;
-    size_t h = bytes >= PAR_BYTES && m >= 4 ? t->n_helpers : 0;
-    if (h > m / 2) h = m / 2;
-    for (size_t p = 0; p <= h; p++) {
-        open_job *j = &jobs[p];
-        j->t = t;
-        j->blocks = blocks;
-        j->pages = pages;
-        j->bounds = bounds;
-        j->gs = gs;
-        j->cs = cs;
-        j->idx = idx;
-        j->verdict = verdict;
-        j->lo = m * p / (h + 1);
-        j->hi = m * (p + 1) / (h + 1);
-    }
-    for (size_t p = 1; p <= h; p++)
-        started[p - 1] = pthread_create(&th[p - 1], NULL, open_range, &jobs[p]) == 0;
-    open_range(&jobs[0]);
-    for (size_t p = 1; p <= h; p++) {
-        if (started[p - 1])
-            pthread_join(th[p - 1], NULL);
-        else
-            open_range(&jobs[p]);
-    }
+    const open_ctx *o = c->ud;
+    size_t k = (size_t)(c - o->cs), i = o->idx[k];
+    if (c->reply->type != REDIS_REPLY_STRING) return; /* nil or an error: accounted later */
+    o->verdict[k] = pgd__redis_value_open(&o->t->mac, o->gs[k].key, o->gs[k].len[1], c->reply->str,
+                                          c->reply->len, &o->t->ident, o->blocks[i], o->pages[i],
+                                          o->bounds ? o->bounds[i] : NULL, NULL);
+    freeReplyObject(c->reply);
+    c->reply = NULL;
 }
 
 static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void *const *pages,
@@ -874,6 +826,7 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
             m = 0;
         }
         size_t k = 0;
+        open_ctx oc = {t, blocks, pages, bounds, gs, cs, idx, verdict};
         for (size_t i = 0; i < n && m; i++) {
             if (results[i] == PGD_OK) continue;
             rget *g = &gs[k];
@@ -886,6 +839,9 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
             cs[k].argv = g->argv;
             cs[k].argvlen = g->len;
             cs[k].key = 1;
+            cs[k].on_reply = open_on_reply;
+            cs[k].ud = &oc;
+            verdict[k] = -1;
             idx[k++] = i;
         }
         if (m) pgd__rc_exec(t->rc, cs, m, deadline);
@@ -906,6 +862,8 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
                     t->st.n_io_errors++;
                 cause = c->timed_out ? "timed out" : "connection failed";
                 results[i] = c->status == PGD_ENOMEM ? PGD_ENOMEM : PGD_EIO;
+            } else if (!r) {
+                /* a value, opened as it arrived: verdict[k] says what it was */
             } else if (r->type == REDIS_REPLY_NIL) {
                 t->st.n_get_misses++; /* evicted, expired, restarted empty, deleted */
                 pgd__rix_remove(&t->ix, blocks[i]);
@@ -914,12 +872,8 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
                 t->st.n_io_errors++; /* an error reply (e.g. WRONGTYPE) */
                 results[i] = PGD_EIO;
             }
-            /* A string: opened below, outside the lock (the MAC and the copy). */
         }
         pthread_mutex_unlock(&t->mu);
-        /* Open the values outside the lock (the MAC and the copy), in parallel when the
-         * batch is large. */
-        open_all(t, blocks, pages, bounds, gs, cs, idx, verdict, m);
         uint64_t elapsed = now_ns() - t0;
         pthread_mutex_lock(&t->mu);
         for (size_t k = 0; k < m; k++) {
@@ -1238,8 +1192,6 @@ int pgd_tier_redis_create(const pgd_tier_redis_params *p, pgd_tier **out, char *
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->emu, NULL);
     pthread_mutex_init(&t->lmu, NULL);
-    long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    t->n_helpers = n_cpus > 1 ? (uint32_t)(n_cpus - 1 < MAX_HELPERS ? n_cpus - 1 : MAX_HELPERS) : 0;
     t->rc_lg.fn = rc_log;
     t->rc_lg.ud = t;
     pthread_condattr_t ca;
