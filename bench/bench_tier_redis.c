@@ -11,8 +11,9 @@
  *     `redis-benchmark -t get -d SIZE -P 16 -c 1` (one connection, 16 in flight: the same
  *     depth; -d takes up to 1 GiB) as a second baseline when it is installed. Backs the
  *     header's one page record per value: see "FIGURES".
- *  2. HMAC-SHA256 (libcrypto EVP_MAC, over key || record as the tier computes it) per MiB
- *     and per record, and its share of a get of one record (pipelined, and one round trip).
+ *  2. The record MACs (libcrypto EVP_MAC over key || record: HMAC-SHA256, the tier's
+ *     mac=hmac; GMAC-AES256, its default mac=gmac; Poly1305 for comparison) per MiB and per
+ *     record, and their share of a get of one record (pipelined, and one round trip).
  *  3. Promotion throughput: pgd_tier_get_many of N records in batches of 64 (cache.c's
  *     FILL_BATCH: one fill job's call) on --fill-threads threads (default 2, the cache's
  *     fill threads) against raw pipelined GET of the same keys (16 and 64 in flight, one
@@ -52,6 +53,9 @@
  *      (i12/tier 6950e28): 0.42x and 0.32x (1 fill thread: 0.41x, 0.26x), the same on 2
  *      cores, where redis-server, the client and the MAC already share both: the MAC's
  *      CPU time (730 us/MiB, as much as the fetch's) is what a faster MAC would remove.
+ *      Then (AES-256-GMAC the default, values opened as their replies arrive), quiet
+ *      machine: GMAC 0.74-0.87x (stories260K) and 0.50-0.55x (1b; 900 us per record
+ *      against steps of 640); --mac hmac 0.46x and 0.36x.
  *   4. 8192 tokens, 1b q8_0, 2 threads: A cold 90.4 s; B from Redis 1.35 s (promotion
  *      1.08 s, last page 0.27 s): 67x (target 20x), logits equal to A's pool hit's. Again
  *      with the parallel opening, less loaded: 69.6 s against 1.25 s (promotion 0.95 s),
@@ -76,7 +80,7 @@
 static void usage(FILE *f)
 {
     fputs("usage: bench_tier_redis [options]\n"
-          "  --parts LIST       which parts to run, of 1 (value size), 2 (HMAC), 3 (promotion),\n"
+          "  --parts LIST       which parts to run, of 1 (value size), 2 (MAC), 3 (promotion),\n"
           "                     4 (TTFT from another instance) (default 1,2,3,4)\n"
           "  --url URL          an existing standalone Redis (redis://[user:password@]host:port\n"
           "                     [/db]: the raw baselines do not follow cluster redirections);\n"
@@ -89,6 +93,8 @@ static void usage(FILE *f)
           "                     deadline, is measured; part 4 runs with the tier's defaults)\n"
           "  --fill-threads N   part 3's threads reading at once, tier and raw alike (default\n"
           "                     2: the cache's fill threads, pgd_cache_params.tier_threads)\n"
+          "  --mac gmac|hmac    the tier's record MAC in parts 3 and 4 (default gmac, the\n"
+          "                     tier's default)\n"
           "  --reps N           repetitions; medians printed (default 3)\n"
           "  --redis-benchmark PATH  the second baseline of part 1 (default redis-benchmark;\n"
           "                     'none': skip it)\n"
@@ -120,6 +126,7 @@ typedef struct bench {
     const char *redis_benchmark;
     const char *model_path;
     int json, smoke;
+    int mac; /* --mac: the tier's PGD_TIER_REDIS_MAC_* (part 3's steps use the same) */
     uint64_t seed;
     /* where the raw baselines connect (parsed from the url) */
     char host[256];
@@ -575,7 +582,7 @@ static double mac_seconds(bench *b, uint64_t size, int kind)
 }
 
 /* Record sizes of the two models of part 3 (f16 KV, 16-token pages) as the tier stores
- * them: 128-byte header + page + 32-byte MAC. */
+ * them: 128-byte header + page + 32-byte MAC trailer (GMAC's; HMAC's is 36). */
 typedef struct geometry {
     const char *name;
     uint32_t n_layers, n_kv_heads, head_dim;
@@ -641,7 +648,8 @@ static int part_mac(bench *b)
     sizes[2] = 1 << 20;
     sizes[3] = 4 << 20;
     if (!b->json)
-        printf("2. MAC of key || value (libcrypto EVP_MAC; the tier's is HMAC-SHA256) and its "
+        printf("2. MAC of key || value (libcrypto EVP_MAC; the tier's: GMAC-AES256, HMAC-SHA256 "
+               "with mac=hmac) and its "
                "share of a GET of one value\n%-19s %-11s %8s %8s %9s %7s %8s %6s %9s\n",
                "value", "MAC", "bytes", "MAC us", "MAC MiB/s", "us/MiB", "GET us", "share",
                "RTT share");
@@ -698,6 +706,7 @@ static int tier_open(bench *b, pgd_tier **out)
     p.ttl_s = 3600; /* what a crashed run leaves in a --url Redis goes away */
     p.put_queue_bytes = 256ull << 20;
     if (b->deadline_ms) p.deadline_ms = (uint32_t)b->deadline_ms;
+    p.mac = b->mac;
     int rc = pgd_tier_redis_create(&p, out, err, sizeof err);
     if (rc != PGD_OK)
         fprintf(stderr, PROG ": Redis tier on %s: %s (%s)\n", b->url, err, pgd_strerror(rc));
@@ -841,7 +850,9 @@ static int part_promote(bench *b)
         int rc = pgd_record_ident_make(&pp, (pgd_hash){0x5eed + (uint64_t)g, 0xbe4c}, &ident);
         if (rc != PGD_OK) return fail("pgd_record_ident_make", rc);
         const uint64_t page_bytes = ident.page_bytes;
-        const uint64_t value_bytes = PGD_RECORD_HEADER_BYTES + page_bytes + 32;
+        /* the trailer: GMAC 12-byte nonce + 16-byte tag, HMAC 32 bytes; then a 4-byte marker */
+        const uint64_t value_bytes =
+            PGD_RECORD_HEADER_BYTES + page_bytes + (b->mac == PGD_TIER_REDIS_MAC_HMAC ? 36 : 32);
         size_t n = (size_t)((b->mib << 20) / page_bytes);
         if (n < PIPE_BATCH) n = PIPE_BATCH;
         n = (n + PIPE_BATCH - 1) / PIPE_BATCH * PIPE_BATCH;
@@ -942,7 +953,8 @@ static int part_promote(bench *b)
         b->checksum = fold(b->checksum, got);
         double tm = bench_median(tt, reps), m16 = bench_median(r16, reps);
         double m64 = bench_median(r64, reps);
-        double mac_s = mac_seconds(b, value_bytes, MAC_HMAC);
+        double mac_s =
+            mac_seconds(b, value_bytes, b->mac == PGD_TIER_REDIS_MAC_HMAC ? MAC_HMAC : MAC_GMAC);
         double ver_s = verify_seconds(b, c, keys[0], klen[0], &ident, dst);
         if (mac_s < 0 || ver_s < 0) {
             fprintf(stderr, PROG ": %s: timing the MAC or the checksum failed\n", geo->name);
@@ -1228,19 +1240,13 @@ out:
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"parts", required_argument, NULL, 'P'},
-        {"url", required_argument, NULL, 'u'},
-        {"sizes", required_argument, NULL, 'S'},
-        {"mib", required_argument, NULL, 'm'},
-        {"depth", required_argument, NULL, 'D'},
-        {"reps", required_argument, NULL, 'r'},
-        {"redis-benchmark", required_argument, NULL, 'R'},
-        {"model", required_argument, NULL, 'M'},
-        {"tokens", required_argument, NULL, 'n'},
-        {"batch", required_argument, NULL, 'b'},
-        {"fill-threads", required_argument, NULL, 'F'},
-        {"deadline-ms", required_argument, NULL, 'L'},
-        {NULL, 0, NULL, 0},
+        {"parts", required_argument, NULL, 'P'},           {"url", required_argument, NULL, 'u'},
+        {"sizes", required_argument, NULL, 'S'},           {"mib", required_argument, NULL, 'm'},
+        {"depth", required_argument, NULL, 'D'},           {"reps", required_argument, NULL, 'r'},
+        {"redis-benchmark", required_argument, NULL, 'R'}, {"model", required_argument, NULL, 'M'},
+        {"tokens", required_argument, NULL, 'n'},          {"batch", required_argument, NULL, 'b'},
+        {"fill-threads", required_argument, NULL, 'F'},    {"mac", required_argument, NULL, 'A'},
+        {"deadline-ms", required_argument, NULL, 'L'},     {NULL, 0, NULL, 0},
     };
     bench b = {.parts = 0x1e,
                .sizes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
@@ -1284,6 +1290,13 @@ int main(int argc, char **argv)
             break;
         case 'u':
             b.url = optarg;
+            break;
+        case 'A':
+            if (strcmp(optarg, "gmac") && strcmp(optarg, "hmac")) {
+                fprintf(stderr, PROG ": --mac: gmac or hmac, got '%s'\n", optarg);
+                return 2;
+            }
+            b.mac = strcmp(optarg, "hmac") ? PGD_TIER_REDIS_MAC_GMAC : PGD_TIER_REDIS_MAC_HMAC;
             break;
         case 'S':
             b.n_sizes = bench_parse_u32_list(optarg, list, MAX_SIZES, 1);
