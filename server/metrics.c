@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * metrics.c - counters, histograms and the Prometheus page (see metrics.h), and the
- * labels of the cache's tiers.
+ * labels of the cache's tiers. A remote tier (pgd_tier_stats.remote: the Redis tier) adds
+ * its own families (connection state, reconnects, timeouts, deadline misses, MAC
+ * failures, cluster redirections, KV events), sampled for the remote tiers only and absent
+ * without one.
  */
 #include "metrics.h"
 
@@ -245,6 +248,19 @@ TIER_FIELD(tf_put_refused, ts->t.n_put_refused)
 TIER_FIELD(tf_corrupt, ts->t.n_corrupt)
 TIER_FIELD(tf_foreign, ts->t.n_foreign)
 TIER_FIELD(tf_io_errors, ts->t.n_io_errors)
+TIER_FIELD(tf_connected, ts->t.n_nodes && ts->t.n_nodes_up >= ts->t.n_nodes ? 1 : 0)
+TIER_FIELD(tf_nodes, ts->t.n_nodes)
+TIER_FIELD(tf_nodes_up, ts->t.n_nodes_up)
+TIER_FIELD(tf_reconnects, ts->t.n_reconnects)
+TIER_FIELD(tf_connect_failures, ts->t.n_connect_failures)
+TIER_FIELD(tf_timeouts, ts->t.n_timeouts)
+TIER_FIELD(tf_deadline_misses, ts->t.n_deadline_misses)
+TIER_FIELD(tf_mac_failures, ts->t.n_mac_failures)
+TIER_FIELD(tf_slot_refreshes, ts->t.n_slot_refreshes)
+TIER_FIELD(tf_lookups_remote, ts->t.n_lookups_remote)
+TIER_FIELD(tf_events, ts->t.n_events)
+TIER_FIELD(tf_events_dropped, ts->t.n_events_dropped)
+TIER_FIELD(tf_put_queue_bytes, ts->t.put_queue_bytes)
 #undef TIER_FIELD
 
 static const struct {
@@ -295,6 +311,66 @@ static const struct {
      tf_io_errors},
 };
 
+/* The families of remote tiers only (pgd_tier_stats.remote); redirections, by kind, are
+ * rendered after them. */
+static const struct {
+    const char *name, *type, *help;
+    tier_field_fn f;
+} remote_families[] = {
+    {"pagoda_tier_connected", "gauge",
+     "1 while a remote tier is connected to every node it knows, else 0 (an outage: requests "
+     "compute).",
+     tf_connected},
+    {"pagoda_tier_nodes", "gauge", "Nodes a remote tier knows (standalone: 1).", tf_nodes},
+    {"pagoda_tier_nodes_up", "gauge", "Nodes a remote tier is connected to now.", tf_nodes_up},
+    {"pagoda_tier_reconnects_total", "counter",
+     "Connections a remote tier re-established after a failure.", tf_reconnects},
+    {"pagoda_tier_connect_failures_total", "counter",
+     "Connection or AUTH attempts of a remote tier that failed.", tf_connect_failures},
+    {"pagoda_tier_timeouts_total", "counter",
+     "Commands of a remote tier past their timeout (the connection is dropped).", tf_timeouts},
+    {"pagoda_tier_deadline_misses_total", "counter",
+     "Remote gets abandoned at their deadline: the request computed those pages.",
+     tf_deadline_misses},
+    {"pagoda_tier_mac_failures_total", "counter",
+     "Remote records whose MAC did not verify (forged or damaged): deleted, never served.",
+     tf_mac_failures},
+    {"pagoda_tier_slot_refreshes_total", "counter",
+     "Cluster slot map reloads (CLUSTER SLOTS) of a remote tier.", tf_slot_refreshes},
+    {"pagoda_tier_remote_lookups_total", "counter",
+     "Look-ups a remote tier asked the store (not answered from what it knows).",
+     tf_lookups_remote},
+    {"pagoda_tier_events_total", "counter", "KV events a remote tier published.", tf_events},
+    {"pagoda_tier_events_dropped_total", "counter",
+     "KV events a remote tier dropped (queue full, store down).", tf_events_dropped},
+    {"pagoda_tier_put_queue_bytes", "gauge",
+     "Bytes of puts a remote tier accepted and has not written yet.", tf_put_queue_bytes},
+};
+
+static void render_remote(const ps_metrics_info *info, const tier_snap *ts, ps_buf *b)
+{
+    uint32_t n = info->n_tiers, any = 0;
+    for (uint32_t i = 0; i < n; i++)
+        any |= ts[i].t.remote != 0;
+    if (!any) return;
+    for (size_t f = 0; f < sizeof remote_families / sizeof remote_families[0]; f++) {
+        head(b, remote_families[f].name, remote_families[f].type, remote_families[f].help);
+        for (uint32_t i = 0; i < n; i++)
+            if (ts[i].t.remote)
+                tier_sample(b, remote_families[f].name, info->tier_labels[i],
+                            remote_families[f].f(&ts[i], info->page_tokens));
+    }
+    head(b, "pagoda_tier_redirects_total", "counter",
+         "Cluster redirections a remote tier followed, by kind (MOVED, ASK).");
+    for (uint32_t i = 0; i < n; i++) {
+        if (!ts[i].t.remote) continue;
+        ps_buf_printf(b, "pagoda_tier_redirects_total{tier=\"%s\",kind=\"moved\"} %llu\n",
+                      info->tier_labels[i], (unsigned long long)ts[i].t.n_moved);
+        ps_buf_printf(b, "pagoda_tier_redirects_total{tier=\"%s\",kind=\"ask\"} %llu\n",
+                      info->tier_labels[i], (unsigned long long)ts[i].t.n_ask);
+    }
+}
+
 static void render_tiers(const ps_metrics_info *info, pgd_cache *cache, ps_buf *b)
 {
     tier_snap ts[PGD_MAX_TIERS];
@@ -323,6 +399,7 @@ static void render_tiers(const ps_metrics_info *info, pgd_cache *cache, ps_buf *
     for (uint32_t i = 0; i < n; i++)
         tier_hist(b, "pagoda_tier_put_latency_seconds", info->tier_labels[i], ts[i].t.put_hist,
                   ts[i].t.put_ns_sum);
+    render_remote(info, ts, b);
 }
 
 void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, pgd_cache *cache,

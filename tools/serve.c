@@ -107,7 +107,7 @@ static void usage(FILE *out)
     cli_tier_help(out);
     fputs("                          Responses report cached tokens by tier in\n"
           "                          usage.pagoda.cached_tokens_by_tier; /metrics has\n"
-          "                          pagoda_tier_* by tier=\"ram\", \"disk\", ...\n"
+          "                          pagoda_tier_* by tier=\"ram\", \"disk\", \"redis\", ...\n"
           "  -h, --help\n",
           out);
 }

@@ -8,12 +8,23 @@
  *   ram:SIZE[:q8_0|q4_0][:lz4|zstd]                      options in any order, each once
  *   disk:PATH:SIZE[:fsync][:direct][:write-through[=N]]  likewise
  * SIZE is cli_parse_size's: digits with an optional K, M, G or T suffix (powers of 1024).
+ *   redis://... | unix://...   a URL (any spec with "://"): the library's grammar
+ *                              (pgd_tier_redis_parse_url), whose query string may also hold
+ *                              the CLI's write-back and write-through[=N], taken out here
+ * The query string starts at the first '?', as for the library (a '?', '/' or '@' in a
+ * password is percent-encoded: %3F, %2F, %40). The password (between the userinfo's ':'
+ * and the last '@' before the query; the whole userinfo without a ':') and the value of
+ * a password= option are shown as "***" in every message, the library's included.
  */
 #include "tier_spec.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef PGD_HAVE_REDIS
+#include <pagoda/tier_redis.h>
+#endif
 
 #include "cli.h"
 
@@ -114,6 +125,161 @@ static int parse_disk(const char *cmd, cli_tier_spec *o, char **f, int n)
     return 0;
 }
 
+/* Where the query string of URL u starts (its first '?', or the terminating NUL). */
+static const char *url_query(const char *u)
+{
+    const char *q = strchr(u, '?');
+    return q ? q : u + strlen(u);
+}
+
+/* The secrets of a URL: spans of spec never shown (the userinfo's password, or the whole
+ * userinfo when it has no ':'; the value of each password= option). */
+typedef struct secrets {
+    const char *at[8];
+    size_t len[8];
+    int n;
+} secrets;
+
+static void add_secret(secrets *sc, const char *at, size_t len)
+{
+    if (len && sc->n < 8) {
+        sc->at[sc->n] = at;
+        sc->len[sc->n++] = len;
+    }
+}
+
+static void find_secrets(const char *spec, secrets *sc)
+{
+    const char *a = strstr(spec, "://");
+    const char *q = url_query(spec);
+    const char *at = NULL, *colon = NULL;
+    sc->n = 0;
+    if (!a) return;
+    for (const char *p = a + 3; p < q; p++)
+        if (*p == '@') at = p;
+    if (at) {
+        for (const char *p = a + 3; p < at && !colon; p++)
+            if (*p == ':') colon = p;
+        if (colon)
+            add_secret(sc, colon + 1, (size_t)(at - colon - 1));
+        else
+            add_secret(sc, a + 3, (size_t)(at - a - 3));
+    }
+    for (const char *p = *q ? q + 1 : q; *p;) {
+        const char *e = strchr(p, '&');
+        if (!e) e = p + strlen(p);
+        if (!strncmp(p, "password=", 9) && p + 9 < e) add_secret(sc, p + 9, (size_t)(e - p - 9));
+        p = *e ? e + 1 : e;
+    }
+}
+
+/* Copies spec into text (cap bytes) with each secret as "***". */
+static void redact(const char *spec, const secrets *sc, char *text, size_t cap)
+{
+    size_t len = 0;
+    const char *p = spec;
+    text[0] = '\0';
+    for (int i = 0; i < sc->n && len < cap; i++) { /* spans in spec's order */
+        len += (size_t)snprintf(text + len, cap - len, "%.*s***", (int)(sc->at[i] - p), p);
+        p = sc->at[i] + sc->len[i];
+    }
+    if (len < cap) snprintf(text + len, cap - len, "%s", p);
+}
+
+static int bad_redis(const char *cmd, const cli_tier_spec *o, const char *why)
+{
+    fprintf(stderr, "%s: --tier '%s': %s\n", cmd, o->text, why);
+    return -1;
+}
+
+#ifdef PGD_HAVE_REDIS
+/* Replaces each secret of sc that occurs in msg (cap bytes) with "***", in place. */
+static void scrub(char *msg, size_t cap, const secrets *sc)
+{
+    for (int i = 0; i < sc->n; i++) {
+        char secret[CLI_TIER_PATH_MAX], *hit, *from = msg;
+        snprintf(secret, sizeof secret, "%.*s", (int)sc->len[i], sc->at[i]);
+        for (hit = strstr(from, secret); hit; hit = strstr(from, secret)) {
+            char rest[512];
+            snprintf(rest, sizeof rest, "%s", hit + sc->len[i]);
+            snprintf(hit, cap - (size_t)(hit - msg), "***%s", rest);
+            from = hit + 3 < msg + cap ? hit + 3 : msg + cap - 1;
+        }
+    }
+}
+
+/* The library's message about url (err, cap bytes) without url's secrets, or fallback. */
+static const char *lib_err(const char *url, char *err, size_t cap, const char *fallback)
+{
+    secrets sc;
+    find_secrets(url, &sc);
+    scrub(err, cap, &sc);
+    return err[0] ? err : fallback;
+}
+#endif
+
+/* A Redis spec (a URL): takes the CLI's options out of the query string into o, keeps the
+ * rest for the library in o->url, and checks it with pgd_tier_redis_parse_url. */
+static int parse_redis(const char *cmd, cli_tier_spec *o, const char *spec)
+{
+    int have_wb = 0, have_wt = 0;
+    const char *q = url_query(spec);
+    size_t base = (size_t)(q - spec);
+    char query[CLI_TIER_PATH_MAX];
+
+#ifndef PGD_HAVE_REDIS
+    if (strncmp(spec, "redis://", 8) && strncmp(spec, "unix://", 7)) {
+        char scheme[32];
+        snprintf(scheme, sizeof scheme, "%.*s", (int)(strstr(spec, "://") - spec), spec);
+        return bad(cmd, o, "unknown tier kind (ram or disk)", scheme);
+    }
+    return bad_redis(cmd, o, "this pagoda was built without the Redis tier (PGD_WITH_REDIS=OFF)");
+#endif
+    o->kind = CLI_TIER_REDIS;
+    o->write_through = 1; /* a committed page is shared with the other instances at once */
+    if (strlen(spec) >= sizeof o->url) return bad_redis(cmd, o, "the URL is too long");
+    memcpy(o->url, spec, base);
+    o->url[base] = '\0';
+    snprintf(query, sizeof query, "%s", *q ? q + 1 : "");
+    size_t len = base;
+    int kept = 0;
+    for (char *opt = query, *next; opt; opt = next) {
+        next = strchr(opt, '&');
+        if (next) *next++ = '\0';
+        if (!strcmp(opt, "write-back")) {
+            if (have_wb++) return bad(cmd, o, "option given twice", opt);
+            o->write_through = 0;
+        } else if (!strncmp(opt, "write-back=", 11)) {
+            return bad(cmd, o, "write-back takes no value; the option is", opt);
+        } else if (!strcmp(opt, "write-through") || !strncmp(opt, "write-through=", 14)) {
+            if (have_wt++) return bad(cmd, o, "option given twice", opt);
+            if (opt[13] != '\0') { /* write-through=N */
+                char what[CLI_TIER_PATH_MAX + 96];
+                uint64_t v;
+                snprintf(what, sizeof what, "--tier '%s': write-through=N", o->text);
+                if (cli_parse_u64(cmd, what, opt + 14, 0, UINT32_MAX, &v)) return -1;
+                o->admit_hits = (uint32_t)v;
+            }
+        } else if (opt[0]) { /* the library's */
+            len += (size_t)snprintf(o->url + len, sizeof o->url - len, "%c%s", kept++ ? '&' : '?',
+                                    opt);
+        }
+    }
+    if (have_wb && have_wt)
+        return bad_redis(cmd, o,
+                         "write-back and write-through exclude each other (the default is "
+                         "write-through)");
+#ifdef PGD_HAVE_REDIS
+    pgd_tier_redis_params p = pgd_tier_redis_default_params();
+    char buf[2 * CLI_TIER_PATH_MAX + 64], err[256];
+    err[0] = '\0';
+    if (pgd_tier_redis_parse_url(o->url, &p, buf, sizeof buf, err, sizeof err) != PGD_OK)
+        return bad_redis(cmd, o, lib_err(o->url, err, sizeof err, "not a Redis URL"));
+    o->events = p.events_stream && p.events_stream[0];
+#endif
+    return 0;
+}
+
 int cli_tier_spec_parse(const char *cmd, const char *spec, cli_tier_spec *out)
 {
     char buf[CLI_TIER_PATH_MAX + 128];
@@ -123,8 +289,11 @@ int cli_tier_spec_parse(const char *cmd, const char *spec, cli_tier_spec *out)
     memset(out, 0, sizeof *out);
     out->store_type = -1;
     out->compression = PGD_RECORD_RAW;
-    snprintf(out->text, sizeof out->text, "%s", spec);
+    secrets sc;
+    find_secrets(spec, &sc);
+    redact(spec, &sc, out->text, sizeof out->text);
     if (strlen(spec) >= sizeof buf) return bad(cmd, out, "the spec is too long", "");
+    if (strstr(spec, "://")) return parse_redis(cmd, out, spec);
     n = split(spec, buf, sizeof buf, f, (int)(sizeof f / sizeof f[0]));
     if (n < 0) return bad(cmd, out, "too many ':' fields in", spec);
     if (!strcmp(f[0], "ram")) {
@@ -135,7 +304,7 @@ int cli_tier_spec_parse(const char *cmd, const char *spec, cli_tier_spec *out)
         out->kind = CLI_TIER_DISK;
         return parse_disk(cmd, out, f, n);
     }
-    return bad(cmd, out, "unknown tier kind (ram or disk)", f[0]);
+    return bad(cmd, out, "unknown tier kind (ram, disk, redis:// or unix://)", f[0]);
 }
 
 int cli_tier_option(const char *cmd, int opt, const char *arg, cli_tiers *t)
@@ -194,10 +363,38 @@ static int read_key(const char *cmd, cli_tiers *t)
     return 0;
 }
 
-static int open_one(const char *cmd, const cli_tier_spec *sp, pgd_log_fn log, void *log_ud,
-                    pgd_tier **out)
+/* Creates the Redis tier of sp with t's key (read already). Returns 0 or -1 (printed: the
+ * library's reason, host:port and Redis's own message). */
+static int open_redis(const char *cmd, const cli_tier_spec *sp, const cli_tiers *t, pgd_log_fn log,
+                      void *log_ud, pgd_tier **out)
+{
+#ifdef PGD_HAVE_REDIS
+    pgd_tier_redis_params p = pgd_tier_redis_default_params();
+    char err[512];
+    err[0] = '\0';
+    p.url = sp->url;
+    p.key = t->key;
+    p.key_len = t->key_len;
+    p.log = log;
+    p.log_ud = log_ud;
+    int rc = pgd_tier_redis_create(&p, out, err, sizeof err);
+    if (rc == PGD_OK) return 0;
+    fprintf(stderr, "%s: --tier '%s': %s\n", cmd, sp->text,
+            lib_err(sp->url, err, sizeof err, pgd_strerror(rc)));
+    return -1;
+#else
+    (void)t, (void)log, (void)log_ud, (void)out; /* refused by the parser already */
+    fprintf(stderr, "%s: --tier '%s': this pagoda was built without the Redis tier\n", cmd,
+            sp->text);
+    return -1;
+#endif
+}
+
+static int open_one(const char *cmd, const cli_tier_spec *sp, const cli_tiers *t, pgd_log_fn log,
+                    void *log_ud, pgd_tier **out)
 {
     int rc;
+    if (sp->kind == CLI_TIER_REDIS) return open_redis(cmd, sp, t, log, log_ud, out);
     if (sp->kind == CLI_TIER_RAM) {
         pgd_tier_ram_params p = pgd_tier_ram_default_params();
         p.capacity_bytes = sp->capacity_bytes;
@@ -240,13 +437,22 @@ static int open_one(const char *cmd, const cli_tier_spec *sp, pgd_log_fn log, vo
 int cli_tiers_open(const char *cmd, cli_tiers *t, pgd_log_fn log, void *log_ud)
 {
     int have_key = 0;
+    for (uint32_t i = 0; i < t->n && !t->key_file; i++)
+        if (t->specs[i].kind == CLI_TIER_REDIS) {
+            fprintf(stderr,
+                    "%s: --tier '%s': a Redis tier needs --hash-key-file (the key that the "
+                    "instances share: it authenticates their records and pins the block-hash "
+                    "key)\n",
+                    cmd, t->specs[i].text);
+            return -1;
+        }
     if (t->key_file) {
         if (read_key(cmd, t)) return -1;
         have_key = 1;
     }
     for (uint32_t i = 0; i < t->n; i++) {
         const cli_tier_spec *sp = &t->specs[i];
-        if (open_one(cmd, sp, log, log_ud, &t->tiers[i])) {
+        if (open_one(cmd, sp, t, log, log_ud, &t->tiers[i])) {
             cli_tiers_close(t);
             return -1;
         }
@@ -277,6 +483,15 @@ void cli_tiers_apply(const cli_tiers *t, pe_ctx_params *cp)
         cp->hash_key = t->key;
         cp->hash_key_len = t->key_len;
     }
+#ifdef PGD_HAVE_REDIS
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->specs[i].kind == CLI_TIER_REDIS && t->specs[i].events && t->tiers[i]) {
+            cp->on_register = pgd_tier_redis_on_register;
+            cp->on_evict = pgd_tier_redis_on_evict;
+            cp->event_ud = t->tiers[i];
+            break;
+        }
+#endif
 }
 
 void cli_tiers_close(cli_tiers *t)
@@ -335,8 +550,34 @@ void cli_tier_help(FILE *out)
           "                          that does not verify is a miss). fsync: each record and\n"
           "                          its directory are fsynced before it counts as stored.\n"
           "                          direct: O_DIRECT record I/O\n"
+          "        redis://[user:password@]host:port[,host:port...][/db][?options]\n"
+          "        unix:///path/to/redis.sock[?options]\n"
+          "                          Redis or Redis Cluster (detected; the seeds are tried in\n"
+          "                          turn), shared by every instance with the same model and\n"
+          "                          --hash-key-file, which it requires: the key signs each\n"
+          "                          record (HMAC-SHA256; a forged one is a miss, deleted).\n"
+          "                          Put it after the local tiers (or alone). Options, joined\n"
+          "                          by '&': ns=PREFIX (pgd), ttl=SECONDS (86400; 0: none),\n"
+          "                          timeout_ms=N (200), connect_timeout_ms=N (500),\n"
+          "                          deadline_ms=N (20) and deadline_page_ms=N (2): a\n"
+          "                          promotion's gets wait N + N per page at most, then the\n"
+          "                          request computes; conns=N per node (4), cluster=0|1|auto,\n"
+          "                          queue=SIZE of unwritten puts (64M), db=N, user=NAME,\n"
+          "                          password=P (percent-encoded, as in the URL), and the\n"
+          "                          CLI's own: write-through (the default: a committed page\n"
+          "                          is shared at once, by the tier's writer thread),\n"
+          "                          write-through=N (after N matches) or write-back (shared\n"
+          "                          only when the pool evicts it). KV events for routers:\n"
+          "                          events=STREAM XADDs BlockStored / BlockRemoved /\n"
+          "                          AllBlocksCleared of the pool and of Redis to that stream\n"
+          "                          (events_maxlen=N, 100000), tagged instance=ID (default\n"
+          "                          hostname:pid).\n"
+          "                          While Redis is down requests compute; it reconnects.\n"
+          "                          e.g. redis://:secret@10.0.0.5:6379/0?events=pgd-events\n"
           "      --hash-key-file F   the block-hash key: the bytes of F (1 to 256); default:\n"
           "                          the first disk tier's stable key (in its directory, mode\n"
-          "                          0600), so a restart matches what an earlier run stored\n",
+          "                          0600), so a restart matches what an earlier run stored.\n"
+          "                          Required with a Redis tier: give every instance the same\n"
+          "                          file (it is also the records' MAC key)\n",
           out);
 }

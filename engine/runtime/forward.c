@@ -30,7 +30,8 @@
  * Storage tiers (pe_ctx_params.tiers) go to the cache as they are: a match may promote
  * pages from them, and a batch waits for its sequences' promotions (pgd_seq_wait) before
  * it reads their lengths; callers that want to overlap that wait with other work check
- * pgd_seq_ready first (the scheduler does).
+ * pgd_seq_ready first (the scheduler does). The prefix-index events (on_register /
+ * on_evict) go to the cache as they are too.
  *
  * Callers: tools/run.c, tools/eval.c, the scheduler, tests. Uses include/pagoda only.
  */
@@ -217,6 +218,9 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.n_tiers = c->p.tiers ? c->p.n_tiers : 0;
     cp.hash_key = c->p.hash_key;
     cp.hash_key_len = c->p.hash_key ? c->p.hash_key_len : 0;
+    cp.on_register = c->p.on_register;
+    cp.on_evict = c->p.on_evict;
+    cp.event_ud = c->p.event_ud;
     c->p.hash_key = NULL; /* borrowed for pe_ctx_create only */
     c->p.hash_key_len = 0;
     if (cp.n_tiers > PGD_MAX_TIERS) {

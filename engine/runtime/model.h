@@ -107,6 +107,13 @@ typedef struct pe_ctx_params {
      * random key per context. Borrowed for pe_ctx_create. */
     const uint8_t *hash_key;
     size_t hash_key_len;
+    /* Prefix-index events (pgd_cache_params.on_register / on_evict, cache.h: called under
+     * the cache lock), passed to the cache as they are: the CLI sets them to a Redis tier's
+     * KV-event hooks (pgd_tier_redis_on_register / _on_evict, event_ud the tier) so that
+     * routers see what this instance's pool holds. NULL: none. */
+    pgd_register_fn on_register;
+    pgd_evict_fn on_evict;
+    void *event_ud;
 } pe_ctx_params;
 
 /* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,

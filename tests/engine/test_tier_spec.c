@@ -9,7 +9,15 @@
  *   - cli_tiers_open creates the tiers in order: the hash key is the first disk tier's
  *     stable key (the same after reopening), or the key file's bytes; a key file that is
  *     empty or over 256 bytes is refused; a directory held by another open tier is EBUSY;
- *   - the --help block spells out the syntax, the sizes, the fsync policy and both modes.
+ *   - Redis specs (no server needed: nothing connects): the CLI's write-back /
+ *     write-through[=N] are taken out of the query string (write-through is the default),
+ *     the rest goes to the library as it is; events= is seen; the password never shows;
+ *     a bad scheme, port or option, write-back twice or with write-through fail in one
+ *     line naming it; without --hash-key-file cli_tiers_open refuses before connecting;
+ *     with events, cli_tiers_apply installs the tier's hooks (checked on a spec only);
+ *     built without PGD_HAVE_REDIS, a Redis spec names PGD_WITH_REDIS=OFF;
+ *   - the --help block spells out the syntax, the sizes, the fsync policy and both modes,
+ *     and the Redis tier's URL, options, key requirement and events.
  * argv[1]: a scratch directory.
  */
 #include <fcntl.h>
@@ -25,21 +33,35 @@
 static const char *g_dir = "tier_spec.d";
 static char g_err[4096];
 
-/* Runs cli_tier_spec_parse with stderr captured into g_err. */
-static int parse(const char *spec, cli_tier_spec *o)
+/* stderr into a file from capture_begin to capture_end, which reads it into g_err. */
+static int g_saved = -1;
+static void capture_begin(void)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
     fflush(stderr);
-    int saved = dup(2);
+    g_saved = dup(2);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 2);
     close(fd);
-    int rc = cli_tier_spec_parse("pagoda run", spec, o);
+}
+
+static void capture_end(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
     fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    dup2(g_saved, 2);
+    close(g_saved);
     t_slurp(path, g_err, sizeof g_err);
+}
+
+/* Runs cli_tier_spec_parse with stderr captured into g_err. */
+static int parse(const char *spec, cli_tier_spec *o)
+{
+    capture_begin();
+    int rc = cli_tier_spec_parse("pagoda run", spec, o);
+    capture_end();
     return rc;
 }
 
@@ -226,6 +248,125 @@ static int test_open_and_keys(void)
     return 0;
 }
 
+#ifdef PGD_HAVE_REDIS
+static int test_redis_specs(void)
+{
+    cli_tier_spec o;
+    T_OK(parse("redis://127.0.0.1:6379", &o));
+    T_EQ(o.kind, CLI_TIER_REDIS);
+    T_EQ(o.write_through, 1); /* shared at once by default */
+    T_EQ(o.admit_hits, 0);
+    T_EQ(o.events, 0);
+    T_ASSERT(!strcmp(o.url, "redis://127.0.0.1:6379"));
+    T_EQ(g_err[0], '\0');
+
+    T_OK(parse("redis://bob:s3cret@h1:7000/2?ttl=60&write-back&events=kv", &o));
+    T_EQ(o.write_through, 0);
+    T_EQ(o.events, 1);
+    T_ASSERT(!strcmp(o.url, "redis://bob:s3cret@h1:7000/2?ttl=60&events=kv"));
+    T_ASSERT(!strstr(o.text, "s3cret"));
+    T_ASSERT(!strcmp(o.text, "redis://bob:***@h1:7000/2?ttl=60&write-back&events=kv"));
+
+    T_OK(parse("redis://:pw@h:1?write-through=3", &o));
+    T_EQ(o.write_through, 1);
+    T_EQ(o.admit_hits, 3);
+    T_ASSERT(!strcmp(o.url, "redis://:pw@h:1"));
+    T_ASSERT(!strcmp(o.text, "redis://:***@h:1?write-through=3"));
+    T_OK(parse("redis://h:1?write-through", &o));
+    T_EQ(o.write_through, 1);
+    T_EQ(o.admit_hits, 0);
+    T_ASSERT(!strcmp(o.url, "redis://h:1"));
+    T_OK(parse("redis://a:7000,b:7001,c:7002?cluster=1&write-back&timeout_ms=50", &o));
+    T_EQ(o.write_through, 0);
+    T_ASSERT(!strcmp(o.url, "redis://a:7000,b:7001,c:7002?cluster=1&timeout_ms=50"));
+    T_OK(parse("unix:///run/redis/redis.sock?db=3&write-back", &o));
+    T_EQ(o.kind, CLI_TIER_REDIS);
+    T_EQ(o.write_through, 0);
+    T_ASSERT(!strcmp(o.url, "unix:///run/redis/redis.sock?db=3"));
+    T_OK(parse("redis://h:1?events=s&instance=a@b", &o)); /* '@' in the query: no userinfo */
+    T_EQ(o.events, 1);
+    T_ASSERT(!strcmp(o.text, "redis://h:1?events=s&instance=a@b"));
+
+    static const struct {
+        const char *spec, *part;
+    } cases[] = {
+        {"rediss://h:6379", "rediss"},
+        {"http://h:6379", "http"},
+        {"redis://h:99999", "99999"},
+        {"redis://h:port", "port"},
+        {"redis://h:1?bogus=1", "bogus"},
+        {"redis://h:1?ttl=soon", "soon"},
+        {"redis://h:1?write-back&write-back", "write-back"},
+        {"redis://h:1?write-back&write-through", "exclude"},
+        {"redis://h:1?write-through=two", "two"},
+        {"redis://h:1?write-through=1&write-through=2", "twice"},
+        {"redis://h:1?write-back=1", "write-back=1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (parse(cases[i].spec, &o) != -1) T_FAIL("'%s' was accepted", cases[i].spec);
+        if (lines(g_err) != 1) T_FAIL("'%s': %d lines: %s", cases[i].spec, lines(g_err), g_err);
+        if (!strstr(g_err, cases[i].part) || !strstr(g_err, "pagoda run: --tier '"))
+            T_FAIL("'%s': the message does not name '%s': %s", cases[i].spec, cases[i].part, g_err);
+    }
+    /* A bad URL's secrets are not shown either, not even in the library's message. */
+    T_EQ(parse("redis://u:hunter2@h:99999", &o), -1);
+    T_ASSERT(strstr(g_err, "99999") && !strstr(g_err, "hunter2"));
+    T_EQ(parse("redis://hunter2@h:1", &o), -1); /* no ':': the whole userinfo is secret */
+    T_ASSERT(!strstr(g_err, "hunter2"));
+    T_EQ(parse("redis://h:1?password=hunter2&bogus=1", &o), -1);
+    T_ASSERT(strstr(g_err, "password=***") && strstr(g_err, "bogus") && !strstr(g_err, "hunter2"));
+    T_OK(parse("redis://h:1?user=ann&password=*", &o));
+    T_ASSERT(!strcmp(o.text, "redis://h:1?user=ann&password=***"));
+
+    /* No --hash-key-file: refused before anything connects (no server on port 1). */
+    cli_tiers t;
+    memset(&t, 0, sizeof t);
+    T_EQ(cli_tier_option("pagoda serve", CLI_OPT_TIER, "ram:1M", &t), 1);
+    T_EQ(cli_tier_option("pagoda serve", CLI_OPT_TIER, "redis://127.0.0.1:1?events=e", &t), 1);
+    capture_begin();
+    int rc = cli_tiers_open("pagoda serve", &t, NULL, NULL);
+    capture_end();
+    T_EQ(rc, -1);
+    T_EQ(lines(g_err), 1);
+    if (!strstr(g_err, "needs --hash-key-file") || !strstr(g_err, "pagoda serve: --tier '"))
+        T_FAIL("no --hash-key-file: %s", g_err);
+    T_ASSERT(!t.tiers[0] && !t.tiers[1]);
+
+    /* With the key but no server: the library's reason, one line, nothing left open. */
+    char kf[1100];
+    snprintf(kf, sizeof kf, "%s/shared.key", g_dir);
+    T_OK(t_write_all(kf, "instances-share-this", 20));
+    T_EQ(cli_tier_option("pagoda serve", CLI_OPT_HASH_KEY_FILE, kf, &t), 1);
+    capture_begin();
+    rc = cli_tiers_open("pagoda serve", &t, NULL, NULL);
+    capture_end();
+    T_EQ(rc, -1);
+    if (!strstr(g_err, "pagoda serve: --tier 'redis://127.0.0.1:1?events=e': "))
+        T_FAIL("no server: %s", g_err);
+    T_ASSERT(!t.tiers[0] && !t.tiers[1]);
+
+    /* The hooks are installed only for an open Redis tier with events. */
+    pe_ctx_params cp = pe_ctx_default_params();
+    cli_tiers_apply(&t, &cp);
+    T_ASSERT(!cp.on_register && !cp.on_evict && !cp.event_ud);
+    return 0;
+}
+#else
+static int test_redis_specs(void)
+{
+    cli_tier_spec o;
+    T_EQ(parse("redis://127.0.0.1:6379", &o), -1);
+    T_EQ(lines(g_err), 1);
+    if (!strstr(g_err, "built without the Redis tier (PGD_WITH_REDIS=OFF)"))
+        T_FAIL("without Redis: %s", g_err);
+    T_EQ(parse("unix:///tmp/r.sock", &o), -1);
+    T_ASSERT(strstr(g_err, "PGD_WITH_REDIS=OFF"));
+    T_EQ(parse("http://h:1", &o), -1);
+    T_ASSERT(strstr(g_err, "unknown tier kind") && strstr(g_err, "'http'"));
+    return 0;
+}
+#endif
+
 static int test_help(void)
 {
     char path[1024];
@@ -242,7 +383,12 @@ static int test_help(void)
                           "fsync policy",
                           "Write-back (the default)",
                           "write-through",
-                          "--hash-key-file"};
+                          "--hash-key-file",
+                          "redis://[user:password@]host:port",
+                          "unix:///",
+                          "write-back",
+                          "events=STREAM",
+                          "Required with a Redis tier"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(buf, want[i])) T_FAIL("--help lacks '%s'", want[i]);
     for (const char *l = buf; *l;) {
@@ -262,6 +408,7 @@ int main(int argc, char **argv)
     T_RUN(test_bad_specs);
     T_RUN(test_options);
     T_RUN(test_open_and_keys);
+    T_RUN(test_redis_specs);
     T_RUN(test_help);
     T_DONE();
 }
