@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+// test_redis.mjs - two `pagoda serve` instances sharing one Redis (issue 12), end to end:
+// real redis-server processes on 127.0.0.1 with ephemeral ports (redis.mjs), instances A
+// and B with `--tier redis://... --hash-key-file F` (the same F: they agree on block hashes
+// and on the records' MAC key), stories260K, temperature 0:
+//   - standalone: a ~100-token prompt computed by A, once A's tier wrote it (no puts
+//     queued, pages demoted to "redis", keys in Redis), is served to B with
+//     prompt_tokens_details.cached_tokens > 0, reported under
+//     usage.pagoda.cached_tokens_by_tier.redis, and B's greedy text equals A's cold one;
+//     completions (fetch) and chat completions (B's through the official `openai` client
+//     when tests/server/node_modules has it);
+//   - tenants: the prompt with cache_salt "t1" on A, then "t2" on B: no hit through Redis;
+//     "t1" on B: a hit;
+//   - Redis Cluster: three masters (redis-cli --cluster create), A and B with the three
+//     seeds: the same cross-instance check, and the records are spread over all three
+//     masters (KEYS on each), each record on the master that owns its hash tag's slot.
+// The faults (Redis killed, restarted empty, garbage and forged records, a slow Redis)
+// are in test_redis_faults.mjs. Skips (77) without redis-server / redis-cli or a model.
+// Run by ctest (labels integration, thread, http, redis); see common.mjs for the environment.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { requireSetup, metrics, randomTokens } from './common.mjs';
+import {
+  requireRedis, startRedis, startCluster, keys, command, tempDir, killChildren, tierMetric,
+  instances, complete, chat, written, byTier, MAX_TOKENS,
+} from './redis.mjs';
+
+requireRedis();
+// The prompt of a seed (randomTokens starts from seed | 1: seeds 2k and 2k+1 would agree).
+const tokens = (seed, n) => randomTokens(2 * seed + 1, n);
+const model = requireSetup();
+const T = { timeout: 120000 }; // a bound on each test, not a timing assertion
+const dir = tempDir('pagoda-redis-e2e-');
+const keyFile = path.join(dir, 'hash.key');
+// A fixed key: block hashes, key names and MACs are the same on every run.
+writeFileSync(keyFile, Buffer.from('pagoda issue 12 shared test key, 32B'.slice(0, 32)));
+const SERVE = ['--ctx', '512', '--kv-memory', '1M', '--max-running', '4'];
+
+const inst = instances(model.path, keyFile, SERVE);
+// A second for a get and a command (defaults 20 ms + 2 ms per page, 200 ms), so that a hit
+// never depends on scheduling (a loaded machine, a sanitizer build); test_redis_faults.mjs
+// tests the default deadline.
+const RELAXED = 'deadline_ms=1000&timeout_ms=1000';
+let redis = null, cluster = null;
+
+before(async () => { redis = await startRedis(); });
+after(async () => {
+  try {
+    await inst.stopAll();
+  } finally {
+    if (redis) await redis.stop();
+    if (cluster) await cluster.stop();
+    killChildren();
+  }
+});
+
+// B's chat goes through the official `openai` client when tests/server/node_modules has
+// it (npm ci there), else through fetch: the usage extension reaches the client's callers.
+const here = path.dirname(fileURLToPath(import.meta.url));
+const OpenAI = existsSync(path.join(here, 'node_modules', 'openai'))
+  ? (await import('openai')).default : null;
+async function chatOn(srv, content) {
+  if (!OpenAI) return chat(srv, content);
+  const client = new OpenAI({ apiKey: 'none', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const modelId = (await client.models.list()).data[0].id;
+  const r = await client.chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content }], max_tokens: MAX_TOKENS, temperature: 0,
+  });
+  return { text: r.choices[0].message.content, usage: r.usage, t: byTier(r.usage) };
+}
+
+const P1 = tokens(12, 100);
+const STORY = 'Once upon a time there was a little girl named Lily. She liked to play in the '
+  + 'garden with her dog Max. One day they found a big red ball under a tree, and they played '
+  + 'with it all afternoon until the sun went down and her mother called them home.';
+
+// The cross-instance check on a pair (A, B) sharing one Redis (or one cluster): returns
+// the number of keys written.
+async function crossInstance(A, B, prompt, content, nKeys) {
+  let m0 = await metrics(A);
+  const a = await complete(A, prompt);
+  assert.deepEqual(a.t, { pool: 0, redis: 0 }, 'a cold prompt on A');
+  await written(A, m0);
+  const k1 = await nKeys();
+  assert.ok(k1 >= Math.floor(prompt.length / 16), `A wrote the prompt's pages: ${k1} keys`);
+
+  const b = await complete(B, prompt);
+  console.log(`# B, completions: ${JSON.stringify(b.t)} of ${b.usage.prompt_tokens} prompt tokens`);
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(b.usage));
+  assert.ok(b.t.redis > 0, `served from redis: ${JSON.stringify(b.usage)}`);
+  assert.equal(b.text, a.text, "B's greedy output from A's pages equals A's cold one");
+
+  m0 = await metrics(A);
+  const ac = await chat(A, content);
+  assert.equal(ac.t.redis, 0);
+  await written(A, m0);
+  const bc = await chatOn(B, content);
+  console.log(`# B, chat: ${JSON.stringify(bc.t)} of ${bc.usage.prompt_tokens} prompt tokens`);
+  assert.ok(bc.t.redis > 0, `chat served from redis: ${JSON.stringify(bc.usage)}`);
+  assert.equal(bc.text, ac.text);
+
+  const mb = await metrics(B);
+  assert.ok(tierMetric(mb, 'pagoda_tier_hit_tokens_total') >= b.t.redis + bc.t.redis);
+  assert.equal(tierMetric(mb, 'pagoda_tier_mac_failures_total'), 0);
+  assert.equal(tierMetric(mb, 'pagoda_tier_checksum_failures_total'), 0);
+  return nKeys();
+}
+
+test('standalone: B serves from Redis what A computed, with the same greedy output', T, async () => {
+  const url = `redis://127.0.0.1:${redis.port}?${RELAXED}`;
+  const A = await inst.start(url);
+  const B = await inst.start(url);
+  const ma = await metrics(A);
+  assert.equal(tierMetric(ma, 'pagoda_tier_nodes'), 1);
+  assert.equal(tierMetric(ma, 'pagoda_tier_nodes_up'), 1);
+  const n = await crossInstance(A, B, P1, STORY, async () => Number(await command(redis.port, 'DBSIZE')));
+  console.log(`# ${n} records in Redis`);
+  for (const k of await keys(redis.port)) {
+    assert.match(k, /^pgd:[0-9a-f]{16}:\{[0-9a-f]{32}\}$/, 'key NS:IDENT:{BLOCK}');
+    const ttl = Number(await command(redis.port, 'TTL', k));
+    assert.ok(ttl > 0 && ttl <= 86400, `every record has a TTL: ${k} ${ttl}`);
+  }
+});
+
+test('tenants: another cache_salt gets no hit through Redis, the same salt does', T, async () => {
+  const [A, B] = inst.list;
+  assert.ok(A && B);
+  const P = tokens(13, 100);
+  const m0 = await metrics(A);
+  const a = await complete(A, P, { cache_salt: 't1' });
+  assert.equal(a.usage.prompt_tokens_details.cached_tokens, 0);
+  await written(A, m0);
+
+  const b2 = await complete(B, P, { cache_salt: 't2' });
+  assert.equal(b2.usage.prompt_tokens_details.cached_tokens, 0,
+    `tenant t2 shares nothing with t1: ${JSON.stringify(b2.usage)}`);
+  assert.equal(b2.text, a.text);
+  const b1 = await complete(B, P, { cache_salt: 't1' });
+  assert.ok(b1.t.redis > 0, `tenant t1 on B hits A's records: ${JSON.stringify(b1.usage)}`);
+  assert.equal(b1.text, a.text);
+  // The default tenant shares nothing with t1 or t2, in the pool or in Redis.
+  const b0 = await complete(B, P);
+  assert.equal(b0.usage.prompt_tokens_details.cached_tokens, 0, JSON.stringify(b0.usage));
+  assert.equal(b0.text, a.text);
+  await inst.stopAll();
+});
+
+test('cluster: three masters, B serves what A computed; records on all three', T, async () => {
+  cluster = await startCluster(3);
+  const url = 'redis://' + cluster.ports.map((p) => `127.0.0.1:${p}`).join(',') + `?${RELAXED}`;
+  const A = await inst.start(url);
+  const B = await inst.start(url);
+  const ma = await metrics(A);
+  assert.equal(tierMetric(ma, 'pagoda_tier_nodes'), 3);
+  assert.equal(tierMetric(ma, 'pagoda_tier_nodes_up'), 3);
+  const count = async () => {
+    let n = 0;
+    for (const p of cluster.ports) n += (await keys(p)).length;
+    return n;
+  };
+  // 200 tokens and the chat: ~20 records, so every master gets some.
+  await crossInstance(A, B, tokens(14, 200), STORY + ' The end.', count);
+  const per = [];
+  for (const p of cluster.ports) {
+    const ks = await keys(p);
+    per.push(ks.length);
+    // A record's slot is its hash tag's (the block hash): a chain's records spread out.
+    for (const k of ks) {
+      const slot = Number(await command(p, 'CLUSTER', 'KEYSLOT', k));
+      const tag = k.slice(k.indexOf('{') + 1, k.indexOf('}'));
+      assert.equal(Number(await command(p, 'CLUSTER', 'KEYSLOT', tag)), slot, `hash tag of ${k}`);
+    }
+  }
+  console.log(`# records per master: ${per.join(' ')}`);
+  assert.ok(per.every((n) => n > 0), `records on every master: ${per.join(' ')}`);
+  const mb = await metrics(B);
+  assert.equal(tierMetric(mb, 'pagoda_tier_nodes_up'), 3);
+  await inst.stopAll();
+});
