@@ -16,6 +16,10 @@
 //     instance C with another --hash-key-file (which keys the block hashes too: C's key
 //     names share nothing with A's) copied under A's key names: rejected, counted, never
 //     served; a record left alone is served;
+//   - records whose MAC verifies (recomputed with the shared key) but with a payload byte
+//     flipped, or of another KV type (an instance with --kv-type f32: other IDENT, same
+//     blocks): rejected as damaged (checksum_failures_total) or foreign
+//     (foreign_records_total), never served;
 //   - Redis slow (a proxy delaying every chunk by 500 ms between B2 and Redis): B2's
 //     requests finish within 30 s with the cold answers; timeouts or deadline misses are
 //     counted; B2 still stops cleanly.
@@ -261,6 +265,70 @@ test('records forged with another key: rejected, counted, never served', T, asyn
   const h = await complete(B, ok.prompt);
   assert.ok(h.t.redis > 0, JSON.stringify(h.usage));
   assert.equal(h.text, ok.text);
+});
+
+test('records with a valid MAC but damaged, or of another KV type: rejected, counted', T, async () => {
+  await connected(B);
+  const good = readFileSync(keyFile);
+  const block = (k) => k.slice(k.indexOf('{'));
+  const ident = (k) => k.slice(0, k.indexOf('{'));
+  // Damaged after the MAC: one payload byte flipped, the MAC recomputed with the shared
+  // key (what only a holder of the key could do): the record's checksum catches it.
+  const d = await computedByA(520);
+  for (const k of d.keys) {
+    const v = await command(redis.port, 'GET', k);
+    const record = Buffer.from(v.subarray(0, v.length - 32));
+    record[128 + 7] ^= 0x40; // past the 128-byte header (tier.h)
+    await command(redis.port, 'SET', k, Buffer.concat([record, recordMac(good, k, record)]));
+  }
+  let x0 = await metrics(B);
+  const r = await complete(B, d.prompt);
+  assert.equal(r.t.redis, 0, `a damaged record is never served: ${JSON.stringify(r.usage)}`);
+  assert.equal(r.text, d.text);
+  let x1 = await metrics(B);
+  const sum = (x, names) => names.reduce((a, n) => a + tierMetric(x, n), 0);
+  console.log(`# damaged, valid MAC: B's checksum failures `
+    + `${tierMetric(x0, 'pagoda_tier_checksum_failures_total')} -> `
+    + `${tierMetric(x1, 'pagoda_tier_checksum_failures_total')}, MAC failures `
+    + `${tierMetric(x0, 'pagoda_tier_mac_failures_total')} -> `
+    + `${tierMetric(x1, 'pagoda_tier_mac_failures_total')}`);
+  assert.ok(tierMetric(x1, 'pagoda_tier_checksum_failures_total')
+    > tierMetric(x0, 'pagoda_tier_checksum_failures_total'), 'counted as damaged');
+
+  // Another identity: D stores f32 KV (same model and key: the same block hashes, another
+  // IDENT in its key names). D's records under A's key names, MACed with the shared key:
+  // they verify, and are ignored as foreign.
+  const D = await inst.start(url, ['--kv-type', 'f32']);
+  const Q = tokens(521, 100);
+  const before = new Set(await keys(redis.port));
+  const md = await metrics(D);
+  await complete(D, Q);
+  await written(D, md);
+  const dKeys = (await keys(redis.port)).filter((k) => !before.has(k));
+  await inst.stop(D);
+  const q = await computedByA(521);
+  assert.ok(dKeys.length > 0 && ident(dKeys[0]) !== ident(q.keys[0]), 'another IDENT');
+  let n = 0;
+  for (const k of q.keys) {
+    const dk = dKeys.find((x) => block(x) === block(k));
+    if (!dk) continue;
+    const v = await command(redis.port, 'GET', dk);
+    const record = v.subarray(0, v.length - 32);
+    await command(redis.port, 'SET', k, Buffer.concat([record, recordMac(good, k, record)]));
+    n++;
+  }
+  assert.equal(n, q.keys.length, 'D wrote the same blocks');
+  x0 = await metrics(B);
+  const r2 = await complete(B, Q);
+  assert.equal(r2.t.redis, 0, `a foreign record is never served: ${JSON.stringify(r2.usage)}`);
+  assert.equal(r2.text, q.text);
+  x1 = await metrics(B);
+  const names = ['pagoda_tier_foreign_records_total', 'pagoda_tier_checksum_failures_total',
+                 'pagoda_tier_mac_failures_total'];
+  console.log(`# another KV type: B's foreign, checksum, MAC failures: `
+    + `${names.map((k) => tierMetric(x0, k)).join(' ')} -> ${names.map((k) => tierMetric(x1, k)).join(' ')}`);
+  assert.ok(tierMetric(x1, names[0]) > tierMetric(x0, names[0]), 'counted as foreign');
+  assert.equal(sum(x1, names.slice(1)), sum(x0, names.slice(1)), 'not as damaged or forged');
 });
 
 // Prompts that push ~36 pages through a pool of 20 (--kv-memory 200K below).
