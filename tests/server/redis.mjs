@@ -294,6 +294,38 @@ export async function startCluster(n = 3) {
   };
 }
 
+const nodeId = async (port) => (await command(port, 'CLUSTER', 'MYID')).toString();
+
+// Moves slot from the master at port src to the one at dst (the steps of redis-cli
+// --cluster reshard, for one slot): IMPORTING on dst, MIGRATING on src, MIGRATE of its keys
+// (a client meeting the slot meanwhile gets ASK from src), then, unless finish is false
+// (finishSlot later), SETSLOT NODE on every master (from then on: MOVED). Returns the
+// number of keys moved.
+export async function migrateSlot(cl, slot, src, dst, finish = true) {
+  const srcId = await nodeId(src), dstId = await nodeId(dst);
+  await command(dst, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', srcId);
+  await command(src, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', dstId);
+  let moved = 0;
+  for (;;) {
+    const ks = await command(src, 'CLUSTER', 'GETKEYSINSLOT', slot, 100);
+    if (!ks.length) break;
+    await command(src, 'MIGRATE', '127.0.0.1', dst, '', 0, 5000, 'KEYS', ...ks);
+    moved += ks.length;
+  }
+  if (finish) await finishSlot(cl, slot, src, dst);
+  return moved;
+}
+
+// The last step of migrateSlot: slot belongs to dst on every master.
+export async function finishSlot(cl, slot, src, dst) {
+  const dstId = await nodeId(dst);
+  await command(dst, 'CLUSTER', 'SETSLOT', slot, 'NODE', dstId);
+  await command(src, 'CLUSTER', 'SETSLOT', slot, 'NODE', dstId);
+  for (const p of cl.ports) {
+    if (p !== src && p !== dst) await command(p, 'CLUSTER', 'SETSLOT', slot, 'NODE', dstId);
+  }
+}
+
 // The keys matching pattern on one node (KEYS; tests hold few keys), as strings.
 export async function keys(port, pattern = 'pgd:*') {
   return (await command(port, 'KEYS', pattern)).map((b) => b.toString('latin1'));

@@ -13,7 +13,11 @@
 //     "t1" on B: a hit;
 //   - Redis Cluster: three masters (redis-cli --cluster create), A and B with the three
 //     seeds: the same cross-instance check, and the records are spread over all three
-//     masters (KEYS on each), each record on the master that owns its hash tag's slot.
+//     masters (KEYS on each), each key's slot that of its hash tag; then the slots of
+//     new records migrated from one master to another (IMPORTING / MIGRATING, MIGRATE,
+//     SETSLOT NODE) while B serves them: no request lost, cold answers, B follows the
+//     redirections (redirects_total) and finds the moved records; slots caught
+//     mid-migration (keys moved, MIGRATING / IMPORTING still): B follows ASK.
 // The faults (Redis killed, restarted empty, garbage and forged records, a slow Redis)
 // are in test_redis_faults.mjs. Skips (77) without redis-server / redis-cli or a model.
 // Run by ctest (labels integration, thread, http, redis); see common.mjs for the environment.
@@ -25,7 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { requireSetup, metrics, randomTokens } from './common.mjs';
 import {
   requireRedis, startRedis, startCluster, keys, command, tempDir, killChildren, tierMetric,
-  instances, complete, chat, written, byTier, MAX_TOKENS,
+  migrateSlot, finishSlot, instances, complete, chat, written, byTier, MAX_TOKENS,
 } from './redis.mjs';
 
 requireRedis();
@@ -178,5 +182,70 @@ test('cluster: three masters, B serves what A computed; records on all three', T
   assert.ok(per.every((n) => n > 0), `records on every master: ${per.join(' ')}`);
   const mb = await metrics(B);
   assert.equal(tierMetric(mb, 'pagoda_tier_nodes_up'), 3);
+});
+
+test('cluster: slots migrated under load: no request lost, B follows MOVED and ASK', T, async () => {
+  const [A, B] = inst.list;
+  assert.ok(A && B && cluster);
+  // Prompts A computed and B has not seen: their records are only in the cluster.
+  const seeds = [40, 41, 42, 43, 44];
+  const [p0, p1] = cluster.ports;
+  const cold = new Map();
+  const seen = new Set(await keys(p0));
+  const fresh = []; // the new records on the first master
+  let lastOnP0 = 0;
+  for (const sd of seeds) {
+    const m0 = await metrics(A);
+    cold.set(sd, (await complete(A, tokens(sd, 200))).text);
+    await written(A, m0);
+    const added = (await keys(p0)).filter((k) => !seen.has(k));
+    added.forEach((k) => { seen.add(k); fresh.push(k); });
+    lastOnP0 = added.length;
+  }
+  // Every slot of the new records on the first master moves to the second, while B
+  // serves four of the prompts; the fifth comes after, with B's slot map stale (some of
+  // its records were on the first master: B meets MOVED whatever the load did).
+  assert.ok(lastOnP0 > 0, 'the last prompt has records on the first master');
+  const slots = new Set();
+  for (const k of fresh) slots.add(Number(await command(p0, 'CLUSTER', 'KEYSLOT', k)));
+  const mb0 = await metrics(B);
+  const load = seeds.slice(0, 4).map((sd) => complete(B, tokens(sd, 200)));
+  let moved = 0;
+  for (const slot of slots) moved += await migrateSlot(cluster, slot, p0, p1);
+  const rs = await Promise.all(load);
+  rs.forEach((r, i) => assert.equal(r.text, cold.get(seeds[i]), `seed ${seeds[i]}`));
+  const last = await complete(B, tokens(seeds[4], 200));
+  assert.equal(last.text, cold.get(seeds[4]));
+  const mb1 = await metrics(B);
+  const redirects = (x, kind) => x[`pagoda_tier_redirects_total{tier="redis",kind="${kind}"}`];
+  console.log(`# ${slots.size} slots (${moved} records) moved under load; B: redis tokens `
+    + `${rs.map((r) => r.t.redis).join(' ')}, then ${last.t.redis}; MOVED `
+    + `${redirects(mb0, 'moved')} -> ${redirects(mb1, 'moved')}, ASK ${redirects(mb0, 'ask')} -> `
+    + `${redirects(mb1, 'ask')}, slot refreshes ${tierMetric(mb1, 'pagoda_tier_slot_refreshes_total')}`);
+  assert.ok(last.t.redis > 0, `B found the moved records: ${JSON.stringify(last.usage)}`);
+  assert.ok(redirects(mb1, 'moved') + redirects(mb1, 'ask') > 0, 'B was redirected');
+
+  // Caught mid-migration: the slots of a new prompt's records on the second master are
+  // MIGRATING to the third, their keys moved already: B's map is right, the owner answers
+  // ASK, B asks the importing node.
+  const p2 = cluster.ports[2];
+  const had = new Set(await keys(p1));
+  const m0 = await metrics(A);
+  const coldA = (await complete(A, tokens(45, 200))).text;
+  await written(A, m0);
+  const mid = new Set();
+  for (const k of (await keys(p1)).filter((x) => !had.has(x)))
+    mid.add(Number(await command(p1, 'CLUSTER', 'KEYSLOT', k)));
+  assert.ok(mid.size > 0, 'the prompt has records on the second master');
+  for (const slot of mid) await migrateSlot(cluster, slot, p1, p2, false);
+  const r = await complete(B, tokens(45, 200));
+  const mb2 = await metrics(B);
+  for (const slot of mid) await finishSlot(cluster, slot, p1, p2);
+  console.log(`# ${mid.size} slots caught mid-migration: B: ${JSON.stringify(r.t)}, ASK `
+    + `${redirects(mb1, 'ask')} -> ${redirects(mb2, 'ask')}`);
+  assert.equal(r.text, coldA);
+  assert.ok(r.t.redis > 0, JSON.stringify(r.usage));
+  assert.ok(redirects(mb2, 'ask') > redirects(mb1, 'ask'), 'B followed ASK');
+  assert.equal(tierMetric(mb2, 'pagoda_tier_mac_failures_total'), 0);
   await inst.stopAll();
 });
