@@ -45,7 +45,7 @@ const dir = tempDir('pagoda-redis-faults-');
 const keyFile = path.join(dir, 'hash.key');
 writeFileSync(keyFile, Buffer.from('pagoda issue 12 fault-test key..'));
 // Room for the 16 concurrent requests of the load (16 x ~8 pages) in the pool.
-const SERVE = ['--ctx', '512', '--kv-memory', '2M', '--max-running', '8'];
+const SERVE = ['--ctx', '512', '--kv-memory', '2M', '--max-running', '4'];
 const inst = instances(model.path, keyFile, SERVE);
 // A and B: a second for a get and a command, so that a hit never depends on scheduling (a
 // loaded machine, a sanitizer build); B2 of the slow test keeps the defaults (20 ms + 2 ms
@@ -106,9 +106,11 @@ test('Redis killed during load: no request fails; the outage shows; reconnect', 
   let answered = 0;
   load.forEach((p) => p.then(() => { answered++; }, () => {}));
   await Promise.race(load); // the first answered: the rest run, their pages are being written
-  await redis.kill('SIGKILL');
-  console.log(`# Redis killed with ${16 - answered} of 16 requests in flight`);
-  assert.ok(answered < 16);
+  const inFlight = 16 - answered; // 4 run at once (--max-running 4): >= 11 are left
+  const killed = redis.kill('SIGKILL'); // the signal is sent now
+  console.log(`# Redis killed with ${inFlight} of 16 requests in flight`);
+  assert.ok(inFlight > 0);
+  await killed;
   const res = await Promise.all(load);
   const failed = res.filter((r) => r.status !== 200);
   assert.equal(failed.length, 0, `failed requests: ${failed.map((r) => r.text).join('\n')}`);
@@ -223,13 +225,21 @@ test('records forged with another key: rejected, counted, never served', T, asyn
   const mac1 = await m(B, 'pagoda_tier_mac_failures_total');
   console.log(`# forged: B's MAC failures ${mac0} -> ${mac1}`);
   assert.ok(mac1 > mac0, 'counted');
-  // Deleted, and written again by B, which computed them: every value verifies again.
+  // What B read and rejected it deletes (tier_redis.h: a DEL queued to its writer), and
+  // it writes what it computed: no forged value is left. A key may end deleted rather
+  // than valid: the writer sends a batch's SETs before its DELs (src/tier/redis/redis.c
+  // write_batch), so the DEL of a rejected value can follow B's own SET of that key (a
+  // stricter form of this check, every value valid, failed once in ~30 runs of ctest -j2).
   await written(B, mb);
+  const state = { valid: 0, deleted: 0, forged: 0 };
   for (const k of f.keys) {
     const v = await command(redis.port, 'GET', k);
-    assert.ok(v && recordMac(good, k, v.subarray(0, v.length - 32)).equals(v.subarray(v.length - 32)),
-      `${k}: no forged value left`);
+    if (v === null) state.deleted++;
+    else if (recordMac(good, k, v.subarray(0, v.length - 32)).equals(v.subarray(v.length - 32))) state.valid++;
+    else state.forged++;
   }
+  console.log(`# forged records after B's request: ${JSON.stringify(state)}`);
+  assert.equal(state.forged, 0, `the rejected ones are gone: ${JSON.stringify(state)}`);
 
   // A third instance C with another --hash-key-file: that file keys the block hashes too,
   // so C's records of a prompt have other key names than A's (same model, same IDENT):
