@@ -231,7 +231,12 @@ export async function startRedis({ port, dir, extra = [] } = {}) {
   exited.then((e) => { gone = e; });
   await waitFor(async () => {
     if (gone) throw new Error(`redis-server exited (${JSON.stringify(gone)}): ${log}`);
-    return (await command(port, 'PING')) === 'PONG';
+    try {
+      return (await command(port, 'PING')) === 'PONG';
+    } catch (e) {
+      if (e instanceof RedisError && e.message.startsWith('NOAUTH')) return true; // requirepass
+      throw e;
+    }
   }, `redis-server on port ${port} to answer PING`, 15000);
   const r = {
     port, dir, proc, exited,
@@ -390,6 +395,20 @@ export async function stopServer(srv, ms = 30000) {
     throw new Error(`${err.message}\n${srv.stderr()}`);
   }
   if (e.code !== 0) throw new Error(`pagoda serve exited with code ${e.code} signal ${e.sig}:\n${srv.stderr()}`);
+}
+
+// Runs `pagoda serve -m modelPath ...args` expecting it to exit by itself (a startup
+// error); resolves { code, stderr }; SIGKILLs it and rejects if it still runs after ms.
+export function serveToExit(modelPath, args, ms = 30000) {
+  return new Promise((resolve, reject) => {
+    const p = track(spawn(process.env.PAGODA_BIN, ['serve', '-m', modelPath, '--host', '127.0.0.1',
+                                                   '--port', '0', '-t', '1', ...args],
+                          { stdio: ['ignore', 'ignore', 'pipe'] }));
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    const timer = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`still running: ${err}`)); }, ms);
+    p.on('exit', (code) => { clearTimeout(timer); resolve({ code, stderr: err }); });
+  });
 }
 
 // metric name{tier="redis"} of a parseMetrics result (undefined when absent).

@@ -11,6 +11,11 @@
 //     when tests/server/node_modules has it);
 //   - tenants: the prompt with cache_salt "t1" on A, then "t2" on B: no hit through Redis;
 //     "t1" on B: a hit;
+//   - AUTH: requirepass (A) and an ACL user limited to pgd:* (B) share records; KV events
+//     on a stream (AllBlocksCleared at bind, BlockStored "redis" for every record A wrote,
+//     "pool" events of A's prefix index); startup errors exit 1 with the node and Redis's
+//     message and no password (WRONGPASS, NOAUTH, no --hash-key-file, connection refused),
+//     a bad option exits 2;
 //   - Redis Cluster: three masters (redis-cli --cluster create), A and B with the three
 //     seeds: the same cross-instance check, and the records are spread over all three
 //     masters (KEYS on each), each key's slot that of its hash tag; then the slots of
@@ -29,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 import { requireSetup, metrics, randomTokens } from './common.mjs';
 import {
   requireRedis, startRedis, startCluster, keys, command, tempDir, killChildren, tierMetric,
-  migrateSlot, finishSlot, instances, complete, chat, written, byTier, MAX_TOKENS,
+  migrateSlot, finishSlot, connect, serveToExit, waitFor, instances, complete, chat, written, byTier, MAX_TOKENS,
 } from './redis.mjs';
 
 requireRedis();
@@ -150,6 +155,95 @@ test('tenants: another cache_salt gets no hit through Redis, the same salt does'
   assert.equal(b0.usage.prompt_tokens_details.cached_tokens, 0, JSON.stringify(b0.usage));
   assert.equal(b0.text, a.text);
   await inst.stopAll();
+});
+
+// XRANGE of a KV-event stream: [{ id, instance, seq, ts, events: [...] }].
+async function events(c, stream) {
+  return (await c.cmd('XRANGE', stream, '-', '+')).map(([id, f]) => {
+    const o = { id: id.toString() };
+    for (let i = 0; i < f.length; i += 2) o[f[i].toString()] = f[i + 1].toString();
+    o.events = JSON.parse(o.events);
+    o.seq = Number(o.seq);
+    return o;
+  });
+}
+
+test('AUTH (requirepass, an ACL user), startup errors, KV events', T, async () => {
+  const pw = 's3cret-pw';
+  const rp = await startRedis({ extra: ['--requirepass', pw] });
+  const c = await connect(rp.port);
+  try {
+    assert.equal(await c.cmd('AUTH', pw), 'OK');
+    // An ACL user that may touch the keys pgd:* only (the records and the event stream).
+    assert.equal(await c.cmd('ACL', 'SETUSER', 'pagoda', 'on', '>user-pw', '~pgd:*', '+@all'), 'OK');
+    const where = `127.0.0.1:${rp.port}`;
+    const opts = `events=pgd:events&${RELAXED}`;
+    const A = await inst.start(`redis://:${pw}@${where}?${opts}&instance=A`);
+    const B = await inst.start(`redis://pagoda:user-pw@${where}?${opts}&instance=B`);
+    const P = tokens(15, 100);
+    const m0 = await metrics(A);
+    const a = await complete(A, P);
+    await written(A, m0);
+    const b = await complete(B, P);
+    assert.ok(b.t.redis > 0, `the ACL user's instance reads A's records: ${JSON.stringify(b.usage)}`);
+    assert.equal(b.text, a.text);
+    const blocks = (await c.cmd('KEYS', 'pgd:*:{*}')).map((k) => {
+      const s = k.toString();
+      return s.slice(s.indexOf('{') + 1, -1);
+    });
+    assert.ok(blocks.length >= 6);
+
+    // KV events (tier_redis.h): each instance clears at bind, A's records are stored
+    // "redis" blocks, and its prefix index publishes "pool" events.
+    await waitFor(async () => (await events(c, 'pgd:events')).some((e) => e.instance === 'B'
+      && e.events.some((x) => x.type === 'BlockStored')), "B's events", 10000);
+    const ev = await events(c, 'pgd:events');
+    for (const who of ['A', 'B']) {
+      const mine = ev.filter((e) => e.instance === who);
+      assert.ok(mine.length > 0, `events of ${who}`);
+      assert.equal(mine[0].events[0].type, 'AllBlocksCleared', `${who} starts empty`);
+      for (let i = 1; i < mine.length; i++) assert.ok(mine[i].seq > mine[i - 1].seq);
+    }
+    const stored = (who, medium) => ev.filter((e) => e.instance === who).flatMap((e) => e.events)
+      .filter((x) => x.type === 'BlockStored' && x.medium === medium).flatMap((x) => x.block_hashes);
+    const aRedis = new Set(stored('A', 'redis'));
+    assert.ok(blocks.every((h) => aRedis.has(h)), 'every record A wrote is a BlockStored "redis"');
+    assert.ok(stored('A', 'pool').length > 0, 'A publishes its pool');
+    console.log(`# events: ${ev.length} batches; A: ${aRedis.size} redis, `
+      + `${stored('A', 'pool').length} pool blocks; B: ${stored('B', 'pool').length} pool blocks`);
+    await inst.stopAll();
+  } finally {
+    c.close();
+    await rp.stop();
+  }
+  // Startup errors: one line naming the node and Redis's own message; no password shown.
+  const m = model.path;
+  const key = ['--hash-key-file', keyFile];
+  const dead = rp.port; // stopped: nothing listens there
+  let r;
+  const rp2 = await startRedis({ extra: ['--requirepass', pw] });
+  try {
+    r = await serveToExit(m, [...key, '--tier', `redis://:wrong-pw@127.0.0.1:${rp2.port}`]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /WRONGPASS/);
+    assert.ok(r.stderr.includes(`127.0.0.1:${rp2.port}`) && r.stderr.includes('***'), r.stderr);
+    assert.ok(!r.stderr.includes('wrong-pw'), `the password is not shown: ${r.stderr}`);
+    r = await serveToExit(m, [...key, '--tier', `redis://127.0.0.1:${rp2.port}`]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /NOAUTH/);
+    r = await serveToExit(m, ['--tier', `redis://:${pw}@127.0.0.1:${rp2.port}`]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /needs --hash-key-file/);
+    assert.ok(!r.stderr.includes(pw), r.stderr);
+  } finally {
+    await rp2.stop();
+  }
+  r = await serveToExit(m, [...key, '--tier', `redis://127.0.0.1:${dead}`]);
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, new RegExp(`127\\.0\\.0\\.1:${dead}: Connection refused`));
+  r = await serveToExit(m, [...key, '--tier', `redis://127.0.0.1:${dead}?bogus=1`]);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /unknown option "bogus"/);
 });
 
 test('cluster: three masters, B serves what A computed; records on all three', T, async () => {
