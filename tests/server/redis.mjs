@@ -239,8 +239,11 @@ export async function startRedis({ port, dir, extra = [] } = {}) {
     }
   }, `redis-server on port ${port} to answer PING`, 15000);
   const r = {
-    port, dir, proc, exited,
+    port, dir, extra, proc, exited,
     log: () => log,
+    // A new redis-server on the same port, directory and arguments (a cluster node keeps
+    // its identity and slots from its nodes.conf; the data is gone: no persistence).
+    restart() { return startRedis({ port, dir, extra }); },
     // Sends sig (SIGKILL: no shutdown at all) and waits (bounded) for the exit.
     async kill(sig = 'SIGKILL') {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);
@@ -258,6 +261,18 @@ export async function startRedis({ port, dir, extra = [] } = {}) {
     },
   };
   return r;
+}
+
+// Waits (bounded) until every node of cl says cluster_state:ok, knows all of them and has
+// every slot assigned.
+export async function clusterOk(cl, ms = 30000) {
+  for (const x of cl.nodes) {
+    await waitFor(async () => {
+      const s = (await command(x.port, 'CLUSTER', 'INFO')).toString();
+      return s.includes('cluster_state:ok') && s.includes(`cluster_known_nodes:${cl.nodes.length}`)
+        && s.includes('cluster_slots_assigned:16384');
+    }, `cluster_state:ok on node ${x.port}`, ms, 100);
+  }
 }
 
 // Starts n cluster-enabled masters (each with an explicit --cluster-port, so the bus port
@@ -279,15 +294,7 @@ export async function startCluster(n = 3) {
     }
     await redisCli(nodes[0].port, ['--cluster', 'create',
       ...nodes.map((x) => `127.0.0.1:${x.port}`), '--cluster-replicas', '0', '--cluster-yes'], 60000);
-    for (const x of nodes) {
-      await waitFor(async () => {
-        const ci = await x.info('cluster');
-        if (ci.cluster_enabled !== '1') return false;
-        const s = (await command(x.port, 'CLUSTER', 'INFO')).toString();
-        return s.includes('cluster_state:ok') && s.includes(`cluster_known_nodes:${n}`)
-          && s.includes('cluster_slots_assigned:16384');
-      }, `cluster_state:ok on node ${x.port}`, 30000, 100);
-    }
+    await clusterOk({ nodes });
   } catch (e) {
     for (const x of nodes) await x.stop();
     throw e;

@@ -22,7 +22,10 @@
 //     new records migrated from one master to another (IMPORTING / MIGRATING, MIGRATE,
 //     SETSLOT NODE) while B serves them: no request lost, cold answers, B follows the
 //     redirections (redirects_total) and finds the moved records; slots caught
-//     mid-migration (keys moved, MIGRATING / IMPORTING still): B follows ASK.
+//     mid-migration (keys moved, MIGRATING / IMPORTING still): B follows ASK; a master
+//     SIGKILLed while B serves a load: no request fails, the outage shows (nodes_up,
+//     connected 0); restarted (same nodes.conf, empty), it rejoins, B reconnects, and new
+//     records land on it and are served.
 // The faults (Redis killed, restarted empty, garbage and forged records, a slow Redis)
 // are in test_redis_faults.mjs. Skips (77) without redis-server / redis-cli or a model.
 // Run by ctest (labels integration, thread, http, redis); see common.mjs for the environment.
@@ -31,10 +34,10 @@ import assert from 'node:assert/strict';
 import { existsSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { requireSetup, metrics, randomTokens } from './common.mjs';
+import { requireSetup, post, metrics, randomTokens } from './common.mjs';
 import {
   requireRedis, startRedis, startCluster, keys, command, tempDir, killChildren, tierMetric,
-  migrateSlot, finishSlot, connect, serveToExit, waitFor, instances, complete, chat, written, byTier, MAX_TOKENS,
+  migrateSlot, finishSlot, clusterOk, connect, serveToExit, waitFor, instances, complete, chat, written, byTier, MAX_TOKENS,
 } from './redis.mjs';
 
 requireRedis();
@@ -341,5 +344,65 @@ test('cluster: slots migrated under load: no request lost, B follows MOVED and A
   assert.ok(r.t.redis > 0, JSON.stringify(r.usage));
   assert.ok(redirects(mb2, 'ask') > redirects(mb1, 'ask'), 'B followed ASK');
   assert.equal(tierMetric(mb2, 'pagoda_tier_mac_failures_total'), 0);
+});
+
+test('cluster: a master killed during load: no request fails; restarted, it is used again', T, async () => {
+  const [A, B] = inst.list;
+  assert.ok(A && B && cluster);
+  const victim = cluster.nodes[2];
+  // A computes the prompts first (cold answers); B serves them while a master dies.
+  const seeds = Array.from({ length: 12 }, (_, i) => 50 + i);
+  const cold = new Map();
+  for (const sd of seeds) cold.set(sd, (await complete(A, tokens(sd, 100))).text);
+  let answered = 0;
+  const load = seeds.map((sd) => post(B, '/v1/completions',
+    { prompt: tokens(sd, 100), max_tokens: MAX_TOKENS, temperature: 0 }));
+  load.forEach((p) => p.then(() => { answered++; }, () => {}));
+  await Promise.race(load);
+  const inFlight = seeds.length - answered;
+  assert.ok(inFlight > 0);
+  await victim.kill('SIGKILL'); // the signal is sent at once; this waits for the exit
+  const rs = await Promise.all(load);
+  const failed = rs.filter((r) => r.status !== 200);
+  assert.equal(failed.length, 0, failed.map((r) => r.text).join('\n'));
+  rs.forEach((r, i) => assert.equal(r.json.choices[0].text, cold.get(seeds[i]), `seed ${seeds[i]}`));
+  // The outage: a node down (B notices at its next command to it: requests keep coming).
+  let k = 0;
+  await waitFor(async () => {
+    if (tierMetric(await metrics(B), 'pagoda_tier_nodes_up') < 3) return true;
+    await complete(B, tokens(80 + k++, 100)); // answers (status 200), computed
+    return false;
+  }, 'nodes_up < 3 after the kill', 20000, 100);
+  const down = await metrics(B);
+  console.log(`# a master killed with ${inFlight} of ${seeds.length} requests in flight: `
+    + `nodes_up ${tierMetric(down, 'pagoda_tier_nodes_up')} of `
+    + `${tierMetric(down, 'pagoda_tier_nodes')}, connected ${tierMetric(down, 'pagoda_tier_connected')}`);
+  assert.equal(tierMetric(down, 'pagoda_tier_connected'), 0);
+  // Restarted (same port and nodes.conf: same slots, empty): it rejoins, the tier
+  // reconnects, and records are written to it again.
+  cluster.nodes[2] = await victim.restart();
+  await clusterOk(cluster);
+  assert.equal((await keys(victim.port)).length, 0, 'restarted empty');
+  // A was idle during the outage: its connections to the victim are stale until used
+  // (the first command on each fails). Both are sent prompts until they reconnected.
+  for (const [who, srv] of [['B', B], ['A', A]]) {
+    await waitFor(async () => {
+      const x = await metrics(srv);
+      if (tierMetric(x, 'pagoda_tier_nodes_up') === 3
+          && tierMetric(x, 'pagoda_tier_reconnects_total') > 0) return true;
+      await complete(srv, tokens(90 + k++, 100));
+      return false;
+    }, `${who} to reconnect to the restarted master`, 30000, 100);
+  }
+  const had = new Set(await keys(victim.port)); // the warm-up prompts' records
+  const m0 = await metrics(A);
+  const c = await complete(A, tokens(70, 200));
+  await written(A, m0);
+  const n2 = (await keys(victim.port)).filter((x) => !had.has(x)).length;
+  const b = await complete(B, tokens(70, 200));
+  console.log(`# restarted master: ${n2} new records on it; B: ${JSON.stringify(b.t)}`);
+  assert.ok(n2 > 0, 'records on the restarted master');
+  assert.ok(b.t.redis > 0, JSON.stringify(b.usage));
+  assert.equal(b.text, c.text);
   await inst.stopAll();
 });
