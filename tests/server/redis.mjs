@@ -79,7 +79,9 @@ export async function waitFor(fn, what, ms = 20000, everyMs = 50) {
       const v = await fn();
       if (v) return v;
     } catch (e) { last = e; }
-    if (Date.now() > end) throw new Error(`gave up after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    if (Date.now() > end) {
+      throw new Error(`gave up after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    }
     await sleep(everyMs);
   }
 }
@@ -293,7 +295,8 @@ export async function startCluster(n = 3) {
       }));
     }
     await redisCli(nodes[0].port, ['--cluster', 'create',
-      ...nodes.map((x) => `127.0.0.1:${x.port}`), '--cluster-replicas', '0', '--cluster-yes'], 60000);
+      ...nodes.map((x) => `127.0.0.1:${x.port}`), '--cluster-replicas', '0', '--cluster-yes'],
+    60000);
     await clusterOk({ nodes });
   } catch (e) {
     for (const x of nodes) await x.stop();
@@ -363,7 +366,9 @@ export function startProxy(port) {
         setTimeout(() => dst.end(), ms > 0 ? ms + 1 : 0);
       });
       src.on('error', () => dst.destroy());
-      src.on('close', () => setTimeout(() => dst.destroy(), proxy.delayMs > 0 ? proxy.delayMs + 1 : 0));
+      src.on('close', () => {
+        setTimeout(() => dst.destroy(), proxy.delayMs > 0 ? proxy.delayMs + 1 : 0);
+      });
     };
     const srv = net.createServer((client) => {
       proxy.n_conns++;
@@ -401,7 +406,9 @@ export async function stopServer(srv, ms = 30000) {
     srv.proc.kill('SIGKILL');
     throw new Error(`${err.message}\n${srv.stderr()}`);
   }
-  if (e.code !== 0) throw new Error(`pagoda serve exited with code ${e.code} signal ${e.sig}:\n${srv.stderr()}`);
+  if (e.code !== 0) {
+    throw new Error(`pagoda serve exited with code ${e.code} signal ${e.sig}:\n${srv.stderr()}`);
+  }
 }
 
 // Runs `pagoda serve -m modelPath ...args` expecting it to exit by itself (a startup
@@ -413,7 +420,10 @@ export function serveToExit(modelPath, args, ms = 30000) {
                           { stdio: ['ignore', 'ignore', 'pipe'] }));
     let err = '';
     p.stderr.on('data', (d) => { err += d; });
-    const timer = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`still running: ${err}`)); }, ms);
+    const timer = setTimeout(() => {
+      p.kill('SIGKILL');
+      reject(new Error(`still running: ${err}`));
+    }, ms);
     p.on('exit', (code) => { clearTimeout(timer); resolve({ code, stderr: err }); });
   });
 }

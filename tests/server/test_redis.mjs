@@ -37,7 +37,8 @@ import { fileURLToPath } from 'node:url';
 import { requireSetup, post, metrics, randomTokens } from './common.mjs';
 import {
   requireRedis, startRedis, startCluster, keys, command, tempDir, killChildren, tierMetric,
-  migrateSlot, finishSlot, clusterOk, connect, serveToExit, waitFor, instances, complete, chat, written, byTier, MAX_TOKENS,
+  migrateSlot, finishSlot, clusterOk, connect, serveToExit, waitFor, instances, complete, chat,
+  written, byTier, MAX_TOKENS,
 } from './redis.mjs';
 
 requireRedis();
@@ -121,14 +122,15 @@ async function crossInstance(A, B, prompt, content, nKeys) {
   return nKeys();
 }
 
-test('standalone: B serves from Redis what A computed, with the same greedy output', T, async () => {
+test('standalone: B serves from Redis what A computed, the same greedy output', T, async () => {
   const url = `redis://127.0.0.1:${redis.port}?${RELAXED}`;
   const A = await inst.start(url);
   const B = await inst.start(url);
   const ma = await metrics(A);
   assert.equal(tierMetric(ma, 'pagoda_tier_nodes'), 1);
   assert.equal(tierMetric(ma, 'pagoda_tier_nodes_up'), 1);
-  const n = await crossInstance(A, B, P1, STORY, async () => Number(await command(redis.port, 'DBSIZE')));
+  const dbsize = async () => Number(await command(redis.port, 'DBSIZE'));
+  const n = await crossInstance(A, B, P1, STORY, dbsize);
   console.log(`# ${n} records in Redis`);
   for (const k of await keys(redis.port)) {
     assert.match(k, /^pgd:[0-9a-f]{16}:\{[0-9a-f]{32}\}$/, 'key NS:IDENT:{BLOCK}');
@@ -178,7 +180,8 @@ test('AUTH (requirepass, an ACL user), startup errors, KV events', T, async () =
   try {
     assert.equal(await c.cmd('AUTH', pw), 'OK');
     // An ACL user that may touch the keys pgd:* only (the records and the event stream).
-    assert.equal(await c.cmd('ACL', 'SETUSER', 'pagoda', 'on', '>user-pw', '~pgd:*', '+@all'), 'OK');
+    assert.equal(await c.cmd('ACL', 'SETUSER', 'pagoda', 'on', '>user-pw', '~pgd:*', '+@all'),
+      'OK');
     const where = `127.0.0.1:${rp.port}`;
     const opts = `events=pgd:events&${RELAXED}`;
     const A = await inst.start(`redis://:${pw}@${where}?${opts}&instance=A`);
@@ -188,7 +191,7 @@ test('AUTH (requirepass, an ACL user), startup errors, KV events', T, async () =
     const a = await complete(A, P);
     await written(A, m0);
     const b = await complete(B, P);
-    assert.ok(b.t.redis > 0, `the ACL user's instance reads A's records: ${JSON.stringify(b.usage)}`);
+    assert.ok(b.t.redis > 0, `the ACL user reads A's records: ${JSON.stringify(b.usage)}`);
     assert.equal(b.text, a.text);
     const blocks = (await c.cmd('KEYS', 'pgd:*:{*}')).map((k) => {
       const s = k.toString();
@@ -208,7 +211,8 @@ test('AUTH (requirepass, an ACL user), startup errors, KV events', T, async () =
       for (let i = 1; i < mine.length; i++) assert.ok(mine[i].seq > mine[i - 1].seq);
     }
     const stored = (who, medium) => ev.filter((e) => e.instance === who).flatMap((e) => e.events)
-      .filter((x) => x.type === 'BlockStored' && x.medium === medium).flatMap((x) => x.block_hashes);
+      .filter((x) => x.type === 'BlockStored' && x.medium === medium)
+      .flatMap((x) => x.block_hashes);
     const aRedis = new Set(stored('A', 'redis'));
     assert.ok(blocks.every((h) => aRedis.has(h)), 'every record A wrote is a BlockStored "redis"');
     assert.ok(stored('A', 'pool').length > 0, 'A publishes its pool');
@@ -281,7 +285,7 @@ test('cluster: three masters, B serves what A computed; records on all three', T
   assert.equal(tierMetric(mb, 'pagoda_tier_nodes_up'), 3);
 });
 
-test('cluster: slots migrated under load: no request lost, B follows MOVED and ASK', T, async () => {
+test('cluster: slots migrated under load: nothing lost, B follows MOVED and ASK', T, async () => {
   const [A, B] = inst.list;
   assert.ok(A && B && cluster);
   // Prompts A computed and B has not seen: their records are only in the cluster.
@@ -318,7 +322,8 @@ test('cluster: slots migrated under load: no request lost, B follows MOVED and A
   console.log(`# ${slots.size} slots (${moved} records) moved under load; B: redis tokens `
     + `${rs.map((r) => r.t.redis).join(' ')}, then ${last.t.redis}; MOVED `
     + `${redirects(mb0, 'moved')} -> ${redirects(mb1, 'moved')}, ASK ${redirects(mb0, 'ask')} -> `
-    + `${redirects(mb1, 'ask')}, slot refreshes ${tierMetric(mb1, 'pagoda_tier_slot_refreshes_total')}`);
+    + `${redirects(mb1, 'ask')}, slot refreshes `
+    + `${tierMetric(mb1, 'pagoda_tier_slot_refreshes_total')}`);
   assert.ok(last.t.redis > 0, `B found the moved records: ${JSON.stringify(last.usage)}`);
   assert.ok(redirects(mb1, 'moved') + redirects(mb1, 'ask') > 0, 'B was redirected');
 
@@ -346,7 +351,7 @@ test('cluster: slots migrated under load: no request lost, B follows MOVED and A
   assert.equal(tierMetric(mb2, 'pagoda_tier_mac_failures_total'), 0);
 });
 
-test('cluster: a master killed during load: no request fails; restarted, it is used again', T, async () => {
+test('cluster: a master killed during load: none fails; restarted, it is used again', T, async () => {
   const [A, B] = inst.list;
   assert.ok(A && B && cluster);
   const victim = cluster.nodes[2];
@@ -365,7 +370,9 @@ test('cluster: a master killed during load: no request fails; restarted, it is u
   const rs = await Promise.all(load);
   const failed = rs.filter((r) => r.status !== 200);
   assert.equal(failed.length, 0, failed.map((r) => r.text).join('\n'));
-  rs.forEach((r, i) => assert.equal(r.json.choices[0].text, cold.get(seeds[i]), `seed ${seeds[i]}`));
+  rs.forEach((r, i) => {
+    assert.equal(r.json.choices[0].text, cold.get(seeds[i]), `seed ${seeds[i]}`);
+  });
   // The outage: a node down (B notices at its next command to it: requests keep coming).
   let k = 0;
   await waitFor(async () => {
@@ -376,7 +383,8 @@ test('cluster: a master killed during load: no request fails; restarted, it is u
   const down = await metrics(B);
   console.log(`# a master killed with ${inFlight} of ${seeds.length} requests in flight: `
     + `nodes_up ${tierMetric(down, 'pagoda_tier_nodes_up')} of `
-    + `${tierMetric(down, 'pagoda_tier_nodes')}, connected ${tierMetric(down, 'pagoda_tier_connected')}`);
+    + `${tierMetric(down, 'pagoda_tier_nodes')}, connected `
+    + `${tierMetric(down, 'pagoda_tier_connected')}`);
   assert.equal(tierMetric(down, 'pagoda_tier_connected'), 0);
   // Restarted (same port and nodes.conf: same slots, empty): it rejoins, the tier
   // reconnects, and records are written to it again.
