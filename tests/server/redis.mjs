@@ -145,12 +145,12 @@ function parseReply(buf, off) {
   }
 }
 
-// A connection to 127.0.0.1:port. cmd(...args) sends one command (strings or Buffers) and
+// A connection to 127.0.0.1:port (port a string: the unix socket at that path). cmd(...args) sends one command (strings or Buffers) and
 // resolves its reply (bulk strings as Buffers); an error reply rejects with RedisError;
 // no reply within timeoutMs rejects and closes the connection.
 export function connect(port, timeoutMs = 5000) {
   return new Promise((resolve, reject) => {
-    const sock = net.connect({ host: '127.0.0.1', port });
+    const sock = net.connect(typeof port === 'string' ? { path: port } : { host: '127.0.0.1', port });
     const pending = [];
     let buf = Buffer.alloc(0);
     const fail = (e) => {
@@ -170,7 +170,7 @@ export function connect(port, timeoutMs = 5000) {
       buf = buf.subarray(off);
     });
     sock.on('error', (e) => { fail(e); reject(e); });
-    sock.on('close', () => fail(new Error(`redis 127.0.0.1:${port}: connection closed`)));
+    sock.on('close', () => fail(new Error(`redis ${port}: connection closed`)));
     sock.on('connect', () => resolve({
       cmd(...args) {
         const parts = [Buffer.from(`*${args.length}\r\n`)];
@@ -180,7 +180,7 @@ export function connect(port, timeoutMs = 5000) {
         }
         return new Promise((res, rej) => {
           const timer = setTimeout(() => {
-            rej(new Error(`redis 127.0.0.1:${port}: no reply to ${args[0]} in ${timeoutMs} ms`));
+            rej(new Error(`redis ${port}: no reply to ${args[0]} in ${timeoutMs} ms`));
             sock.destroy();
           }, timeoutMs);
           pending.push({ resolve: res, reject: rej, timer });
@@ -216,14 +216,17 @@ export function redisCli(port, args, ms = 30000, input = null) {
 // Starts redis-server on 127.0.0.1:port (default: an ephemeral one; pass the port of a
 // server that was stopped to restart "on the same port") in dir (default: a new temporary
 // directory), without persistence (--save "" --appendonly no: a restart is empty), and
-// resolves once it answers PING. extra: more "--name value" arguments. Returns
-// { port, dir, proc, exited, kill(sig), stop(), info(section) }.
-export async function startRedis({ port, dir, extra = [] } = {}) {
-  if (!port) port = await freePort();
+// resolves once it answers PING. extra: more "--name value" arguments. unix: no TCP port,
+// a unix socket dir/redis.sock (mode 700) instead, whose path is then `port` (connect and
+// command take it). Returns { port, dir, proc, exited, kill(sig), stop(), info(section) }.
+export async function startRedis({ port, dir, extra = [], unix = false } = {}) {
   if (!dir) dir = tempDir('pagoda-redis-');
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-                '--dir', dir, '--daemonize', 'no', '--logfile', '', '--loglevel', 'warning',
-                ...extra];
+  if (unix) port = path.join(dir, 'redis.sock');
+  else if (!port) port = await freePort();
+  const where = unix ? ['--port', '0', '--unixsocket', port, '--unixsocketperm', '700']
+    : ['--port', String(port), '--bind', '127.0.0.1'];
+  const args = [...where, '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no',
+                '--logfile', '', '--loglevel', 'warning', ...extra];
   const proc = track(spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] }));
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });
@@ -245,7 +248,7 @@ export async function startRedis({ port, dir, extra = [] } = {}) {
     log: () => log,
     // A new redis-server on the same port, directory and arguments (a cluster node keeps
     // its identity and slots from its nodes.conf; the data is gone: no persistence).
-    restart() { return startRedis({ port, dir, extra }); },
+    restart() { return startRedis({ port: unix ? undefined : port, dir, extra, unix }); },
     // Sends sig (SIGKILL: no shutdown at all) and waits (bounded) for the exit.
     async kill(sig = 'SIGKILL') {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);

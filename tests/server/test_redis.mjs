@@ -9,6 +9,7 @@
 //     usage.pagoda.cached_tokens_by_tier.redis, and B's greedy text equals A's cold one;
 //     completions (fetch) and chat completions (B's through the official `openai` client
 //     when tests/server/node_modules has it);
+//   - a unix socket (redis-server --port 0 --unixsocket): unix:///path shares the same way;
 //   - tenants: the prompt with cache_salt "t1" on A, then "t2" on B: no hit through Redis;
 //     "t1" on B: a hit;
 //   - AUTH: requirepass (A) and an ACL user limited to pgd:* (B) share records; KV events
@@ -136,6 +137,27 @@ test('standalone: B serves from Redis what A computed, the same greedy output', 
     assert.match(k, /^pgd:[0-9a-f]{16}:\{[0-9a-f]{32}\}$/, 'key NS:IDENT:{BLOCK}');
     const ttl = Number(await command(redis.port, 'TTL', k));
     assert.ok(ttl > 0 && ttl <= 86400, `every record has a TTL: ${k} ${ttl}`);
+  }
+});
+
+test('a unix socket: unix:///path, shared the same way', T, async () => {
+  const ru = await startRedis({ unix: true });
+  try {
+    const url = `unix://${ru.port}?${RELAXED}`;
+    const A = await inst.start(url);
+    const B = await inst.start(url);
+    const P = tokens(16, 100);
+    const m0 = await metrics(A);
+    const a = await complete(A, P);
+    await written(A, m0);
+    assert.ok(Number(await command(ru.port, 'DBSIZE')) >= 6);
+    const b = await complete(B, P);
+    assert.ok(b.t.redis > 0, JSON.stringify(b.usage));
+    assert.equal(b.text, a.text);
+    await inst.stop(A);
+    await inst.stop(B);
+  } finally {
+    await ru.stop();
   }
 });
 
