@@ -6,13 +6,20 @@
 // proxy. No npm dependencies: node:* only.
 //
 //   requireRedis()            exits 77 (ctest: skipped) when redis-server / redis-cli are absent
-//   startRedis({ port })      one server: --save "" --appendonly no, loopback, its own dir
+//   startRedis({ port })      one server: --save "" --appendonly no, loopback (or a unix
+//                             socket), its own dir; .kill(sig), .restart() on the same port
 //   startCluster(n)           n masters, every slot assigned, cluster_state:ok everywhere
+//                             (clusterOk waits for it again); migrateSlot / finishSlot move
+//                             a slot between masters as redis-cli --cluster reshard does
 //   connect(port)             a RESP connection: cmd(...args) -> reply (Buffer, number,
-//                             string, array, or a RedisError thrown)
+//                             string, array, or a RedisError thrown); command(port, ...)
 //   redisCli(port, args)      runs redis-cli, resolves its stdout (bounded)
 //   startProxy(port)          127.0.0.1:<ephemeral> -> 127.0.0.1:port, delaying each chunk
 //                             by proxy.delayMs (settable at any time; 0: pass through)
+// and for the `pagoda serve` side (common.mjs starts it): instances() (a set of servers on
+// one tier URL and key file, stopped with a bound), complete / chat (greedy requests, the
+// usage split by tier checked), written() (waits until a tier wrote what it was given),
+// serveToExit() (a serve that must fail at startup), tierMetric().
 //
 // Every child process is registered: killChildren() (called by the tests' after hooks,
 // and on process exit whatever happens) SIGKILLs what is still running, so no redis-server
