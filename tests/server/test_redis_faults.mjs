@@ -11,7 +11,7 @@
 //     record's length; a short string): B's answer is the cold one, redis 0, and B counts
 //     mac_failures_total;
 //   - records forged with another key: the record bytes A wrote with the MAC recomputed
-//     (HMAC-SHA256, tier_redis.h) under another key (the test first checks that the MAC it
+//     (AES-256-GMAC, tier_redis.h) under another key (the test first checks that the MAC it
 //     computes with the shared key is the one A wrote); and the records of a third
 //     instance C with another --hash-key-file (which keys the block hashes too: C's key
 //     names share nothing with A's) copied under A's key names: rejected, counted, never
@@ -27,7 +27,7 @@
 // Run by ctest (labels integration, thread, http, redis); see common.mjs for the environment.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHmac, randomBytes } from 'node:crypto';
+import { createCipheriv, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { writeFileSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { requireSetup, post, metrics, randomTokens } from './common.mjs';
@@ -198,11 +198,30 @@ test('records overwritten with garbage: B computes, counts MAC failures, serves 
   assert.ok(mac2 > mac1, `a short value fails the MAC too: ${mac1} -> ${mac2}`);
 });
 
-// HMAC-SHA256 of a record under key name k with the instances' key (tier_redis.h):
-// mac_key = HMAC-SHA256(key, "pagoda redis record v1"), mac = HMAC-SHA256(mac_key, k || record).
-function recordMac(key, k, record) {
-  const macKey = createHmac('sha256', key).update('pagoda redis record v1').digest();
-  return createHmac('sha256', macKey).update(Buffer.from(k, 'latin1')).update(record).digest();
+// A Redis value as the tier writes it (tier_redis.h, "KEYS AND VALUES"), here in node so
+// that the test can forge one: record || trailer, the trailer of the default MAC
+// (mac=gmac) nonce (12) || tag (16) || "PGM1", tag = AES-256-GCM(mac_key, nonce,
+// AAD = "pagoda-gmac-v1" || key name || record) with no plaintext, and mac_key =
+// HMAC-SHA256(shared key, "pagoda redis record v1 gmac"). (mac=hmac: HMAC-SHA256(mac_key,
+// key name || record) || "PGH1", not used by these instances.)
+const GMAC_TRAILER = 12 + 16 + 4;
+function gmacTag(key, k, record, nonce) {
+  const macKey = createHmac('sha256', key).update('pagoda redis record v1 gmac').digest();
+  const c = createCipheriv('aes-256-gcm', macKey, nonce);
+  c.setAAD(Buffer.concat([Buffer.from('pagoda-gmac-v1'), Buffer.from(k, 'latin1'), record]));
+  c.final();
+  return c.getAuthTag();
+}
+const recordOf = (v) => v.subarray(0, v.length - GMAC_TRAILER);
+function sealValue(key, k, record) {
+  const nonce = randomBytes(12);
+  return Buffer.concat([record, nonce, gmacTag(key, k, record, nonce), Buffer.from('PGM1')]);
+}
+function verifyValue(key, k, v) {
+  if (v.length < GMAC_TRAILER || v.subarray(v.length - 4).toString('latin1') !== 'PGM1')
+    return false;
+  const t = v.subarray(v.length - GMAC_TRAILER);
+  return timingSafeEqual(gmacTag(key, k, recordOf(v), t.subarray(0, 12)), t.subarray(12, 28));
 }
 
 test('records forged with another key: rejected, counted, never served', T, async () => {
@@ -212,10 +231,10 @@ test('records forged with another key: rejected, counted, never served', T, asyn
   const other = Buffer.from('an attacker key, not the shared');
   for (const k of f.keys) {
     const v = await command(redis.port, 'GET', k);
-    const record = v.subarray(0, v.length - 32);
-    assert.ok(recordMac(good, k, record).equals(v.subarray(v.length - 32)),
-      `the value is record || HMAC-SHA256 with the shared key: ${k}`);
-    const forged = Buffer.concat([record, recordMac(other, k, record)]);
+    const record = recordOf(v);
+    assert.ok(verifyValue(good, k, v),
+      `the value is record || GMAC trailer with the shared key: ${k}`);
+    const forged = sealValue(other, k, record);
     assert.equal(await command(redis.port, 'SET', k, forged, 'EX', 3600), 'OK');
   }
   const mac0 = await m(B, 'pagoda_tier_mac_failures_total');
@@ -236,7 +255,7 @@ test('records forged with another key: rejected, counted, never served', T, asyn
   for (const k of f.keys) {
     const v = await command(redis.port, 'GET', k);
     if (v === null) state.deleted++;
-    else if (recordMac(good, k, v.subarray(0, v.length - 32)).equals(v.subarray(v.length - 32)))
+    else if (verifyValue(good, k, v))
       state.valid++;
     else state.forged++;
   }
@@ -289,9 +308,9 @@ test('records with a valid MAC, damaged or of another KV type: rejected, counted
   const d = await computedByA(520);
   for (const k of d.keys) {
     const v = await command(redis.port, 'GET', k);
-    const record = Buffer.from(v.subarray(0, v.length - 32));
+    const record = Buffer.from(recordOf(v));
     record[128 + 7] ^= 0x40; // past the 128-byte header (tier.h)
-    await command(redis.port, 'SET', k, Buffer.concat([record, recordMac(good, k, record)]));
+    await command(redis.port, 'SET', k, sealValue(good, k, record));
   }
   let x0 = await metrics(B);
   const r = await complete(B, d.prompt);
@@ -325,8 +344,8 @@ test('records with a valid MAC, damaged or of another KV type: rejected, counted
     const dk = dKeys.find((x) => block(x) === block(k));
     if (!dk) continue;
     const v = await command(redis.port, 'GET', dk);
-    const record = v.subarray(0, v.length - 32);
-    await command(redis.port, 'SET', k, Buffer.concat([record, recordMac(good, k, record)]));
+    const record = recordOf(v);
+    await command(redis.port, 'SET', k, sealValue(good, k, record));
     n++;
   }
   assert.equal(n, q.keys.length, 'D wrote the same blocks');
