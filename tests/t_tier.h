@@ -4,6 +4,8 @@
  * test_threads_tiers.c, test_sched_tiers.c, fuzz_cache_ops.c):
  *   t_mix          a 64-bit finalizer, for tags (page bytes as a function of a block hash)
  *                  and pseudo-random choices
+ *   t_block_of     block d of chain c, t_parent_of its parent; t_fill_block: payload bytes
+ *                  derived from a block hash (test_tier_ram.c, tests/redis/)
  *   t_tier_fwd_*   pgd_tier_ops entries that forward to another tier: a wrapper tier
  *                  (pgd_tier_wrap) overrides the calls it injects faults into and takes
  *                  these for the rest. Its state must begin with the pgd_tier * it wraps.
@@ -23,6 +25,28 @@ static inline uint64_t t_mix(uint64_t x)
     x ^= x >> 27;
     x *= 0x81dadef4bc2dd44dull;
     return x ^ (x >> 33);
+}
+
+/* Block d of chain c: distinct hashes for distinct (c, d); its parent is block (c, d - 1),
+ * or {0, 0} at depth 0. */
+static inline pgd_hash t_block_of(uint32_t c, uint32_t d)
+{
+    pgd_hash h = {0x9E3779B97F4A7C15ull * (c + 1) + d, 0xC2B2AE3D27D4EB4Full * (d + 1) + c};
+    return h;
+}
+
+static inline pgd_hash t_parent_of(uint32_t c, uint32_t d)
+{
+    pgd_hash none = {0, 0};
+    return d ? t_block_of(c, d - 1) : none;
+}
+
+/* n payload bytes derived from the block hash h (the same bytes for the same h). */
+static inline void t_fill_block(uint8_t *buf, uint64_t n, pgd_hash h)
+{
+    uint64_t s = h.lo ^ (h.hi << 1) ^ 1;
+    for (uint64_t i = 0; i < n; i++)
+        buf[i] = (uint8_t)(t_mix(s += 0x9E3779B97F4A7C15ull) >> 56);
 }
 
 /* The wrapped tier: the first member of the wrapper's state. */

@@ -28,6 +28,7 @@
 
 #include "tier/redis/redis_int.h"
 #include "t.h"
+#include "t_tier.h"
 #include "t_redis.h"
 
 static const uint8_t shared_key[] = "test shared key of the instances";
@@ -45,25 +46,6 @@ static pgd_record_ident ident_of(int key_bounds)
     p.key_bounds = key_bounds;
     if (pgd_record_ident_make(&p, fp, &id) != PGD_OK) abort();
     return id;
-}
-
-static pgd_hash block_of(uint32_t c, uint32_t d)
-{
-    pgd_hash h = {0x9E3779B97F4A7C15ull * (c + 1) + d, 0xC2B2AE3D27D4EB4Full * (d + 1) + c};
-    return h;
-}
-
-static pgd_hash parent_of(uint32_t c, uint32_t d)
-{
-    pgd_hash none = {0, 0};
-    return d ? block_of(c, d - 1) : none;
-}
-
-static void fill(uint8_t *buf, uint64_t n, pgd_hash h)
-{
-    uint64_t s = h.lo ^ (h.hi << 1) ^ 1;
-    for (uint64_t i = 0; i < n; i++)
-        buf[i] = (uint8_t)(t_rand(&s) >> 56);
 }
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -151,18 +133,18 @@ static void *load_main(void *arg)
     uint8_t *page = malloc(id.page_bytes);
     if (!page) return NULL;
     for (uint32_t i = 0; i < 100000 && atomic_load(&l->phase[0]) != 2; i++) {
-        pgd_hash b = block_of(100 + (uint32_t)l->id, i % 512);
+        pgd_hash b = t_block_of(100 + (uint32_t)l->id, i % 512);
         int after = atomic_load(&l->phase[0]) == 1;
         uint64_t t0 = t_redis_now_ms() * 1000;
         struct timespec a, z;
         clock_gettime(CLOCK_MONOTONIC, &a);
         int rc;
         if (l->id == 0) {
-            fill(page, 64, b);
-            rc = pgd_tier_put(l->t, b, parent_of(100, i % 512), page, NULL, NULL, NULL);
+            t_fill_block(page, 64, b);
+            rc = pgd_tier_put(l->t, b, t_parent_of(100, i % 512), page, NULL, NULL, NULL);
         } else {
-            pgd_hash run[4] = {block_of(100, i % 512), block_of(100, (i + 1) % 512),
-                               block_of(100, (i + 2) % 512), block_of(100, (i + 3) % 512)};
+            pgd_hash run[4] = {t_block_of(100, i % 512), t_block_of(100, (i + 1) % 512),
+                               t_block_of(100, (i + 2) % 512), t_block_of(100, (i + 3) % 512)};
             void *pages[4] = {page, page, page, page};
             void *bounds[4] = {NULL, NULL, NULL, NULL};
             int results[4];
@@ -200,8 +182,8 @@ static int test_kill_and_restart(void)
     T_ASSERT(page && out);
     /* Records written before the crash. */
     for (uint32_t i = 0; i < 16; i++) {
-        fill(page, id.page_bytes, block_of(100, i));
-        T_OK(pgd_tier_put(t, block_of(100, i), parent_of(100, i), page, NULL, NULL, NULL));
+        t_fill_block(page, id.page_bytes, t_block_of(100, i));
+        T_OK(pgd_tier_put(t, t_block_of(100, i), t_parent_of(100, i), page, NULL, NULL, NULL));
     }
     T_OK(pgd_tier_flush(t));
 
@@ -225,8 +207,8 @@ static int test_kill_and_restart(void)
     pgd_tier_stats down = stats_of(t);
     t_redis_sleep_ms(500); /* load keeps running against a dead server */
     uint64_t t0 = t_redis_now_ms();
-    int put_rc = pgd_tier_put(t, block_of(200, 0), parent_of(200, 0), page, NULL, NULL, NULL);
-    int get_rc = pgd_tier_get(t, block_of(100, 1), out, NULL);
+    int put_rc = pgd_tier_put(t, t_block_of(200, 0), t_parent_of(200, 0), page, NULL, NULL, NULL);
+    int get_rc = pgd_tier_get(t, t_block_of(100, 1), out, NULL);
     uint64_t fast_ms = t_redis_now_ms() - t0;
     atomic_store(&phase, 2);
     for (int i = 0; i < 2; i++)
@@ -238,12 +220,12 @@ static int test_kill_and_restart(void)
         t_redis_sleep_ms(20);
     pgd_tier_stats up = stats_of(t);
     /* Restarted empty: what was written before is a miss, nothing else. */
-    int old_rc = pgd_tier_get(t, block_of(100, 2), out, NULL);
-    fill(page, id.page_bytes, block_of(201, 0));
-    int new_put = pgd_tier_put(t, block_of(201, 0), parent_of(201, 0), page, NULL, NULL, NULL);
+    int old_rc = pgd_tier_get(t, t_block_of(100, 2), out, NULL);
+    t_fill_block(page, id.page_bytes, t_block_of(201, 0));
+    int new_put = pgd_tier_put(t, t_block_of(201, 0), t_parent_of(201, 0), page, NULL, NULL, NULL);
     int flushed = pgd_tier_flush(t);
     memset(out, 0, id.page_bytes);
-    int new_get = pgd_tier_get(t, block_of(201, 0), out, NULL);
+    int new_get = pgd_tier_get(t, t_block_of(201, 0), out, NULL);
     int same = memcmp(out, page, id.page_bytes) == 0;
     pgd_tier_stats end_st = stats_of(t);
     pgd_tier_close(t);
@@ -367,9 +349,9 @@ static int garbage_forged_foreign(int alg)
     char key[PGD__REDIS_KEY_MAX];
 
     /* 1. Garbage of the right length over a real record. */
-    pgd_hash b = block_of(40, 0);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd_tier_put(t, b, parent_of(40, 0), page, NULL, NULL, NULL));
+    pgd_hash b = t_block_of(40, 0);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd_tier_put(t, b, t_parent_of(40, 0), page, NULL, NULL, NULL));
     T_OK(pgd_tier_flush(t));
     size_t kl = pgd_tier_redis_key(t, b, key, sizeof key);
     T_ASSERT(kl > 0);
@@ -385,10 +367,10 @@ static int garbage_forged_foreign(int alg)
     T_EQ(pgd_tier_lookup(t, &b, 1), 0);
 
     /* 2. Forged: a well-formed record sealed with another key. */
-    b = block_of(40, 1);
+    b = t_block_of(40, 1);
     kl = pgd_tier_redis_key(t, b, key, sizeof key);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd__redis_value_seal(&attacker, key, kl, &id, b, parent_of(40, 1), page, NULL, v));
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd__redis_value_seal(&attacker, key, kl, &id, b, t_parent_of(40, 1), page, NULL, v));
     T_EQ(set_raw(key, v, vb), 0);
     void *pages[1] = {out};
     void *bounds[1] = {NULL};
@@ -402,10 +384,10 @@ static int garbage_forged_foreign(int alg)
     T_EQ(stats_of(t).n_mac_failures, 2);
 
     /* 3. A valid MAC over a record of another block (a buggy writer): damaged. */
-    b = block_of(40, 2);
+    b = t_block_of(40, 2);
     kl = pgd_tier_redis_key(t, b, key, sizeof key);
-    T_OK(pgd__redis_value_seal(&right, key, kl, &id, block_of(40, 3), parent_of(40, 2), page, NULL,
-                               v));
+    T_OK(pgd__redis_value_seal(&right, key, kl, &id, t_block_of(40, 3), t_parent_of(40, 2), page,
+                               NULL, v));
     T_EQ(set_raw(key, v, vb), 0);
     T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
     T_OK(pgd_tier_flush(t));
@@ -413,12 +395,12 @@ static int garbage_forged_foreign(int alg)
     T_EQ(stats_of(t).n_corrupt, 1);
 
     /* 4. Foreign: another identity's record sealed with the right key, under our key. */
-    b = block_of(40, 4);
+    b = t_block_of(40, 4);
     kl = pgd_tier_redis_key(t, b, key, sizeof key);
     uint8_t *big = malloc(other_id.page_bytes + other_id.bounds_bytes);
     T_ASSERT(big);
-    fill(big, other_id.page_bytes + other_id.bounds_bytes, b);
-    T_OK(pgd__redis_value_seal(&right, key, kl, &other_id, b, parent_of(40, 4), big,
+    t_fill_block(big, other_id.page_bytes + other_id.bounds_bytes, b);
+    T_OK(pgd__redis_value_seal(&right, key, kl, &other_id, b, t_parent_of(40, 4), big,
                                big + other_id.page_bytes, v));
     T_EQ(set_raw(key, v, pgd__redis_value_bytes(&right, &other_id)), 0);
     memset(out, 0x5A, id.page_bytes);
@@ -432,12 +414,12 @@ static int garbage_forged_foreign(int alg)
     T_EQ(st.n_corrupt, 1);
     T_EQ(st.n_gets, 0);
     /* What the tier deleted is published (BlockRemoved, "redis"); the foreign one is not. */
-    T_ASSERT(strcmp(event_of(stream, block_of(40, 1)), "BlockRemoved") == 0);
-    T_ASSERT(strcmp(event_of(stream, block_of(40, 2)), "BlockRemoved") == 0);
-    T_ASSERT(strcmp(event_of(stream, block_of(40, 4)), "") == 0);
+    T_ASSERT(strcmp(event_of(stream, t_block_of(40, 1)), "BlockRemoved") == 0);
+    T_ASSERT(strcmp(event_of(stream, t_block_of(40, 2)), "BlockRemoved") == 0);
+    T_ASSERT(strcmp(event_of(stream, t_block_of(40, 4)), "") == 0);
 
     /* 5. A value too short to hold a MAC. */
-    b = block_of(40, 5);
+    b = t_block_of(40, 5);
     kl = pgd_tier_redis_key(t, b, key, sizeof key);
     T_EQ(set_raw(key, "x", 1), 0);
     T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
@@ -445,10 +427,10 @@ static int garbage_forged_foreign(int alg)
 
     /* 6. Sealed with the right shared key but the other algorithm (an instance configured
      * with the other mac=): a MAC failure, deleted. */
-    b = block_of(40, 7);
+    b = t_block_of(40, 7);
     kl = pgd_tier_redis_key(t, b, key, sizeof key);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd__redis_value_seal(&cross, key, kl, &id, b, parent_of(40, 7), page, NULL, v));
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd__redis_value_seal(&cross, key, kl, &id, b, t_parent_of(40, 7), page, NULL, v));
     T_EQ(set_raw(key, v, (size_t)pgd__redis_value_bytes(&cross, &id)), 0);
     memset(out, 0x5A, id.page_bytes);
     T_EQ(pgd_tier_get(t, b, out, NULL), PGD_ENOTFOUND);
@@ -462,10 +444,10 @@ static int garbage_forged_foreign(int alg)
     size_t tb = right.trailer_bytes;
     size_t at[] = {(size_t)vb - tb, (size_t)vb - 5, (size_t)vb - 1, 0};
     for (int c = 0; c < 4; c++) {
-        b = block_of(41, (uint32_t)c);
+        b = t_block_of(41, (uint32_t)c);
         kl = pgd_tier_redis_key(t, b, key, sizeof key);
-        fill(page, id.page_bytes, b);
-        T_OK(pgd_tier_put(t, b, parent_of(41, (uint32_t)c), page, NULL, NULL, NULL));
+        t_fill_block(page, id.page_bytes, b);
+        T_OK(pgd_tier_put(t, b, t_parent_of(41, (uint32_t)c), page, NULL, NULL, NULL));
         T_OK(pgd_tier_flush(t));
         T_EQ(get_raw(key, v, vcap), vb);
         if (c < 3) v[at[c]] ^= 0x40;
@@ -479,9 +461,9 @@ static int garbage_forged_foreign(int alg)
     }
 
     /* The real record of a block still reads after all that. */
-    b = block_of(40, 6);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd_tier_put(t, b, parent_of(40, 6), page, NULL, NULL, NULL));
+    b = t_block_of(40, 6);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd_tier_put(t, b, t_parent_of(40, 6), page, NULL, NULL, NULL));
     T_OK(pgd_tier_flush(t));
     T_OK(pgd_tier_get(t, b, out, NULL));
     T_ASSERT(memcmp(out, page, id.page_bytes) == 0);
@@ -526,9 +508,9 @@ static int test_slow_proxy(void)
     void *pages[N], *bounds[N];
     int results[N];
     for (uint32_t i = 0; i < N; i++) {
-        blocks[i] = block_of(50, i);
-        fill(src + i * id.page_bytes, id.page_bytes, blocks[i]);
-        T_OK(pgd_tier_put(t, blocks[i], parent_of(50, i), src + i * id.page_bytes, NULL, NULL,
+        blocks[i] = t_block_of(50, i);
+        t_fill_block(src + i * id.page_bytes, id.page_bytes, blocks[i]);
+        T_OK(pgd_tier_put(t, blocks[i], t_parent_of(50, i), src + i * id.page_bytes, NULL, NULL,
                           NULL));
         pages[i] = dst + i * id.page_bytes;
         bounds[i] = NULL;
@@ -585,9 +567,9 @@ static int test_hung_server(void)
     pgd_record_ident id = ident_of(0);
     uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
     T_ASSERT(page && out);
-    pgd_hash b = block_of(60, 0), unknown = block_of(61, 0);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd_tier_put(t, b, parent_of(60, 0), page, NULL, NULL, NULL));
+    pgd_hash b = t_block_of(60, 0), unknown = t_block_of(61, 0);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd_tier_put(t, b, t_parent_of(60, 0), page, NULL, NULL, NULL));
     T_OK(pgd_tier_flush(t));
 
     t_redis_pause(&srv, 1);
@@ -598,7 +580,7 @@ static int test_hung_server(void)
     size_t lk = pgd_tier_lookup(t, &unknown, 1); /* timeout_ms 100 */
     uint64_t t_lookup = t_redis_now_ms() - t0;
     t0 = t_redis_now_ms();
-    int p = pgd_tier_put(t, block_of(60, 1), parent_of(60, 1), page, NULL, NULL, NULL);
+    int p = pgd_tier_put(t, t_block_of(60, 1), t_parent_of(60, 1), page, NULL, NULL, NULL);
     uint64_t t_put = t_redis_now_ms() - t0;
     t0 = t_redis_now_ms();
     int f = pgd_tier_flush(t); /* bounded (5 s at most) */

@@ -28,6 +28,7 @@
 
 #include "tier/redis/redis_int.h"
 #include "t.h"
+#include "t_tier.h"
 #include "t_alloc.h"
 #include "t_redis.h"
 
@@ -59,27 +60,6 @@ static uint64_t vbytes(const pgd_record_ident *id)
 {
     return PGD_RECORD_HEADER_BYTES + id->page_bytes + id->bounds_bytes +
            pgd__redis_mac_trailer_bytes(PGD_TIER_REDIS_MAC_GMAC);
-}
-
-/* Block d of chain c, and its parent ({0, 0} at depth 0). */
-static pgd_hash block_of(uint32_t c, uint32_t d)
-{
-    pgd_hash h = {0x9E3779B97F4A7C15ull * (c + 1) + d, 0xC2B2AE3D27D4EB4Full * (d + 1) + c};
-    return h;
-}
-
-static pgd_hash parent_of(uint32_t c, uint32_t d)
-{
-    pgd_hash none = {0, 0};
-    return d ? block_of(c, d - 1) : none;
-}
-
-/* Payload bytes derived from a block hash. */
-static void fill(uint8_t *buf, uint64_t n, pgd_hash h)
-{
-    uint64_t s = h.lo ^ (h.hi << 1) ^ 1;
-    for (uint64_t i = 0; i < n; i++)
-        buf[i] = (uint8_t)(t_rand(&s) >> 56);
 }
 
 /* Log lines into a buffer (the tests check what was said). */
@@ -254,11 +234,11 @@ static int test_key_and_index(void)
     pgd__alloc_init(&al, NULL);
     T_OK(pgd__rix_init(&x, &al, 64));
     for (uint32_t i = 0; i < 1000; i++)
-        pgd__rix_add(&x, block_of(1, i), 100 + i, i % 2);
+        pgd__rix_add(&x, t_block_of(1, i), 100 + i, i % 2);
     T_ASSERT(x.n_forgot > 0); /* bounded */
-    T_ASSERT(pgd__rix_find(&x, block_of(1, 999), 2000, 0) != NULL);
-    T_ASSERT(pgd__rix_find(&x, block_of(1, 999), 2000, 10) == NULL); /* older than the TTL */
-    T_ASSERT(pgd__rix_find(&x, block_of(1, 999), 2000, 0) == NULL);  /* and dropped */
+    T_ASSERT(pgd__rix_find(&x, t_block_of(1, 999), 2000, 0) != NULL);
+    T_ASSERT(pgd__rix_find(&x, t_block_of(1, 999), 2000, 10) == NULL); /* older than the TTL */
+    T_ASSERT(pgd__rix_find(&x, t_block_of(1, 999), 2000, 0) == NULL);  /* and dropped */
     uint32_t mine = 0;
     for (uint32_t i = 0; i < x.n_buckets * PGD__RIX_WAYS; i++)
         mine += x.e[i].t_s && x.e[i].mine;
@@ -295,15 +275,15 @@ static int time_mac(int alg)
     uint64_t vb = pgd__redis_value_bytes(&m, &id);
     uint8_t *page = malloc(id.page_bytes), *v = malloc(vb), *out = malloc(id.page_bytes);
     T_ASSERT(page && v && out);
-    pgd_hash blk = block_of(9, 9);
-    fill(page, id.page_bytes, blk);
+    pgd_hash blk = t_block_of(9, 9);
+    t_fill_block(page, id.page_bytes, blk);
     char key[PGD__REDIS_KEY_MAX];
     size_t kl = pgd__redis_key("pgd", pgd__redis_ident_hash(&id), blk, key, sizeof key);
     enum { ROUNDS = 16 };
     int64_t seal_ns = 0, open_ns = 0, mac_ns = 0;
     for (int r = 0; r < ROUNDS; r++) {
         int64_t t0 = mono_ns();
-        T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, parent_of(9, 9), page, NULL, v));
+        T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, t_parent_of(9, 9), page, NULL, v));
         int64_t t1 = mono_ns();
         T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, out, NULL, NULL), PGD__RV_OK);
         int64_t t2 = mono_ns();
@@ -346,11 +326,11 @@ static int value_mac_case(int alg)
     uint8_t *page = malloc(id.page_bytes + id.bounds_bytes), *v = malloc(vb), *v2 = malloc(vb);
     uint8_t *out = malloc(id.page_bytes + id.bounds_bytes);
     T_ASSERT(page && v && v2 && out);
-    pgd_hash blk = block_of(2, 3);
-    fill(page, id.page_bytes + id.bounds_bytes, blk);
+    pgd_hash blk = t_block_of(2, 3);
+    t_fill_block(page, id.page_bytes + id.bounds_bytes, blk);
     char key[PGD__REDIS_KEY_MAX];
     size_t kl = pgd__redis_key("pgd", pgd__redis_ident_hash(&id), blk, key, sizeof key);
-    T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, parent_of(2, 3), page, page + id.page_bytes,
+    T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, t_parent_of(2, 3), page, page + id.page_bytes,
                                v));
     /* The trailer's last 4 bytes name the algorithm. */
     T_ASSERT(memcmp(v + vb - 4, alg == PGD_TIER_REDIS_MAC_GMAC ? "PGM1" : "PGH1", 4) == 0);
@@ -358,11 +338,11 @@ static int value_mac_case(int alg)
     T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, out, out + id.page_bytes, &info),
          PGD__RV_OK);
     T_ASSERT(memcmp(out, page, id.page_bytes + id.bounds_bytes) == 0);
-    T_ASSERT(pgd_hash_eq(info.parent, parent_of(2, 3)));
+    T_ASSERT(pgd_hash_eq(info.parent, t_parent_of(2, 3)));
     size_t rec = (size_t)(vb - tb);
     /* Sealed again: a GMAC has a fresh nonce each time (same tag length, other bytes); an
      * HMAC is the same bytes. Both open. */
-    T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, parent_of(2, 3), page, page + id.page_bytes,
+    T_OK(pgd__redis_value_seal(&m, key, kl, &id, blk, t_parent_of(2, 3), page, page + id.page_bytes,
                                v2));
     T_ASSERT(memcmp(v, v2, rec) == 0);
     if (alg == PGD_TIER_REDIS_MAC_GMAC)
@@ -392,8 +372,8 @@ static int value_mac_case(int alg)
     T_EQ(pgd__redis_value_open(&m, key, kl, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_OK);
     char key2[PGD__REDIS_KEY_MAX];
     size_t kl2 =
-        pgd__redis_key("pgd", pgd__redis_ident_hash(&id), block_of(2, 4), key2, sizeof key2);
-    T_EQ(pgd__redis_value_open(&m, key2, kl2, v, vb, &id, block_of(2, 4), NULL, NULL, NULL),
+        pgd__redis_key("pgd", pgd__redis_ident_hash(&id), t_block_of(2, 4), key2, sizeof key2);
+    T_EQ(pgd__redis_value_open(&m, key2, kl2, v, vb, &id, t_block_of(2, 4), NULL, NULL, NULL),
          PGD__RV_MAC);
     T_EQ(pgd__redis_value_open(&m, key2, kl2, v, vb, &id, blk, NULL, NULL, NULL), PGD__RV_MAC);
     for (size_t cut = 1; cut <= tb; cut++)
@@ -447,10 +427,10 @@ static int test_round_trip(void)
     T_ASSERT(src && dst);
     pgd_hash blocks[N];
     for (uint32_t i = 0; i < N; i++) {
-        blocks[i] = block_of(7, i);
-        fill(src + i * rb, rb, blocks[i]);
-        T_OK(pgd_tier_put(t, blocks[i], parent_of(7, i), src + i * rb, src + i * rb + id.page_bytes,
-                          NULL, NULL));
+        blocks[i] = t_block_of(7, i);
+        t_fill_block(src + i * rb, rb, blocks[i]);
+        T_OK(pgd_tier_put(t, blocks[i], t_parent_of(7, i), src + i * rb,
+                          src + i * rb + id.page_bytes, NULL, NULL));
     }
     T_OK(pgd_tier_flush(t));
     pgd_tier_stats st;
@@ -469,7 +449,7 @@ static int test_round_trip(void)
         hsum += st.put_hist[b];
     T_EQ(hsum, N);
     /* A second put of a held block writes nothing. */
-    T_OK(pgd_tier_put(t, blocks[3], parent_of(7, 3), src + 3 * rb, src + 3 * rb + id.page_bytes,
+    T_OK(pgd_tier_put(t, blocks[3], t_parent_of(7, 3), src + 3 * rb, src + 3 * rb + id.page_bytes,
                       NULL, NULL));
     T_OK(pgd_tier_flush(t));
     pgd_tier_get_stats(t, &st);
@@ -513,7 +493,7 @@ static int test_round_trip(void)
     T_EQ(pgd_tier_lookup(t3, blocks, N), N); /* now known */
     pgd_tier_get_stats(t3, &st);
     T_EQ(st.n_lookups_remote, 1);
-    pgd_hash run[5] = {blocks[0], blocks[1], block_of(99, 0), blocks[2], blocks[3]};
+    pgd_hash run[5] = {blocks[0], blocks[1], t_block_of(99, 0), blocks[2], blocks[3]};
     T_EQ(pgd_tier_lookup(t3, run, 5), 2); /* stops at the hole */
     T_EQ(pgd_tier_lookup(t3, run + 2, 3), 0);
     /* Another identity never sees these records. */
@@ -559,8 +539,8 @@ static int test_round_trip(void)
     /* A del right after a put (queued, or being written): gone once flushed, whichever
      * the writer was doing; put again: there. */
     for (uint32_t k = 0; k < 8; k++) {
-        pgd_hash b = block_of(8, k);
-        T_OK(pgd_tier_put(t, b, parent_of(8, k), src, src + id.page_bytes, NULL, NULL));
+        pgd_hash b = t_block_of(8, k);
+        T_OK(pgd_tier_put(t, b, t_parent_of(8, k), src, src + id.page_bytes, NULL, NULL));
         T_OK(pgd_tier_del(t, b));
         T_OK(pgd_tier_flush(t));
         T_ASSERT(pgd_tier_redis_key(t, b, key, sizeof key) > 0);
@@ -568,7 +548,7 @@ static int test_round_trip(void)
         T_ASSERT(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
         freeReplyObject(rep);
         T_EQ(pgd_tier_get(t, b, dst, dst + id.page_bytes), PGD_ENOTFOUND);
-        T_OK(pgd_tier_put(t, b, parent_of(8, k), src, src + id.page_bytes, NULL, NULL));
+        T_OK(pgd_tier_put(t, b, t_parent_of(8, k), src, src + id.page_bytes, NULL, NULL));
         T_OK(pgd_tier_flush(t));
         T_OK(pgd_tier_get(t2, b, dst, dst + id.page_bytes));
         T_ASSERT(memcmp(dst, src, rb) == 0);
@@ -580,7 +560,7 @@ static int test_round_trip(void)
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", srv.port);
     T_OK(make_tier(url, &t5, err, sizeof err));
     T_EQ(pgd_tier_redis_key(t5, blocks[0], key, sizeof key), 0);
-    T_EQ(pgd_tier_put(t5, blocks[0], parent_of(7, 0), src, src, NULL, NULL), PGD_EINVAL);
+    T_EQ(pgd_tier_put(t5, blocks[0], t_parent_of(7, 0), src, src, NULL, NULL), PGD_EINVAL);
     T_EQ(pgd_tier_lookup(t5, blocks, 1), 0);
     T_EQ(pgd_tier_redis_publish(t5, PGD_KV_EVENT_CLEARED, NULL, 0, blocks[0], "pool"), PGD_ESTATE);
     pgd_tier_close(t5);
@@ -600,9 +580,9 @@ static int test_key_format_and_ttl(void)
     pgd_record_ident id = ident_of(0);
     uint8_t *page = malloc(id.page_bytes);
     T_ASSERT(page);
-    pgd_hash b = block_of(3, 0);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd_tier_put(t, b, parent_of(3, 0), page, NULL, NULL, NULL));
+    pgd_hash b = t_block_of(3, 0);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd_tier_put(t, b, t_parent_of(3, 0), page, NULL, NULL, NULL));
     T_OK(pgd_tier_flush(t));
     char key[PGD__REDIS_KEY_MAX], want[128], hex[33];
     pgd_hash_hex(b, hex);
@@ -624,7 +604,7 @@ static int test_key_format_and_ttl(void)
     /* ttl=0: no expiry. */
     t = open_tier(&srv, "&ttl=0&ns=ttl0", 0);
     T_ASSERT(t);
-    T_OK(pgd_tier_put(t, b, parent_of(3, 0), page, NULL, NULL, NULL));
+    T_OK(pgd_tier_put(t, b, t_parent_of(3, 0), page, NULL, NULL, NULL));
     T_OK(pgd_tier_flush(t));
     T_ASSERT(pgd_tier_redis_key(t, b, key, sizeof key));
     rep = t_redis_cmd(&srv, "TTL %s", key);
@@ -645,9 +625,9 @@ static int put_get_via(const char *url)
     T_OK(pgd_tier_bind(t, &id));
     uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
     T_ASSERT(page && out);
-    pgd_hash b = block_of(11, 0);
-    fill(page, id.page_bytes, b);
-    T_OK(pgd_tier_put(t, b, parent_of(11, 0), page, NULL, NULL, NULL));
+    pgd_hash b = t_block_of(11, 0);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd_tier_put(t, b, t_parent_of(11, 0), page, NULL, NULL, NULL));
     T_OK(pgd_tier_flush(t));
     pgd_tier *t2 = NULL;
     T_OK(make_tier(url, &t2, err, sizeof err));
@@ -786,17 +766,17 @@ static int test_queue_bound(void)
     uint8_t *page = malloc(3 * id.page_bytes), *out = malloc(id.page_bytes);
     T_ASSERT(page && out);
     for (uint32_t i = 0; i < 3; i++)
-        fill(page + i * id.page_bytes, id.page_bytes, block_of(21, i));
+        t_fill_block(page + i * id.page_bytes, id.page_bytes, t_block_of(21, i));
     t_redis_pause(&srv, 1);
-    T_OK(pgd_tier_put(t, block_of(21, 0), parent_of(21, 0), page, NULL, NULL, NULL));
-    T_OK(
-        pgd_tier_put(t, block_of(21, 1), parent_of(21, 1), page + id.page_bytes, NULL, NULL, NULL));
-    int rc3 = pgd_tier_put(t, block_of(21, 2), parent_of(21, 2), page + 2 * id.page_bytes, NULL,
+    T_OK(pgd_tier_put(t, t_block_of(21, 0), t_parent_of(21, 0), page, NULL, NULL, NULL));
+    T_OK(pgd_tier_put(t, t_block_of(21, 1), t_parent_of(21, 1), page + id.page_bytes, NULL, NULL,
+                      NULL));
+    int rc3 = pgd_tier_put(t, t_block_of(21, 2), t_parent_of(21, 2), page + 2 * id.page_bytes, NULL,
                            NULL, NULL);
     /* Queued puts are seen by lookup and get, served from the queue. */
-    pgd_hash run[2] = {block_of(21, 0), block_of(21, 1)};
+    pgd_hash run[2] = {t_block_of(21, 0), t_block_of(21, 1)};
     size_t looked = pgd_tier_lookup(t, run, 2);
-    int got = pgd_tier_get(t, block_of(21, 1), out, NULL);
+    int got = pgd_tier_get(t, t_block_of(21, 1), out, NULL);
     int same = memcmp(out, page + id.page_bytes, id.page_bytes) == 0;
     pgd_tier_stats st;
     pgd_tier_get_stats(t, &st);
@@ -947,22 +927,22 @@ static int test_events(void)
     uint8_t *page = malloc(id.page_bytes);
     T_ASSERT(page);
     for (uint32_t d = 0; d < 3; d++) {
-        fill(page, id.page_bytes, block_of(31, d));
-        T_OK(pgd_tier_put(t, block_of(31, d), parent_of(31, d), page, NULL, NULL, NULL));
+        t_fill_block(page, id.page_bytes, t_block_of(31, d));
+        T_OK(pgd_tier_put(t, t_block_of(31, d), t_parent_of(31, d), page, NULL, NULL, NULL));
     }
     free(page);
     T_OK(pgd_tier_flush(t));
-    T_OK(pgd_tier_del(t, block_of(31, 2)));
+    T_OK(pgd_tier_del(t, t_block_of(31, 2)));
     /* The prefix-index hooks: "pool" events (event_ud is the tier). */
-    pgd_tier_redis_on_register(t, block_of(32, 0), parent_of(32, 0), 0, 7);
-    pgd_tier_redis_on_register(t, block_of(32, 1), block_of(32, 0), 1, 8);
-    pgd_tier_redis_on_evict(t, block_of(32, 1), 8);
-    pgd_tier_redis_on_register(t, block_of(34, 5), block_of(34, 4), 5, 1);
-    pgd_hash two[2] = {block_of(33, 0), block_of(33, 1)};
-    T_OK(pgd_tier_redis_publish(t, PGD_KV_EVENT_STORED, two, 2, parent_of(33, 0), "ram"));
-    T_OK(pgd_tier_redis_publish(t, PGD_KV_EVENT_CLEARED, NULL, 0, parent_of(33, 0), "pool"));
-    T_EQ(pgd_tier_redis_publish(t, 99, two, 2, parent_of(33, 0), "ram"), PGD_EINVAL);
-    T_EQ(pgd_tier_redis_publish(t, PGD_KV_EVENT_STORED, two, 0, parent_of(33, 0), "ram"),
+    pgd_tier_redis_on_register(t, t_block_of(32, 0), t_parent_of(32, 0), 0, 7);
+    pgd_tier_redis_on_register(t, t_block_of(32, 1), t_block_of(32, 0), 1, 8);
+    pgd_tier_redis_on_evict(t, t_block_of(32, 1), 8);
+    pgd_tier_redis_on_register(t, t_block_of(34, 5), t_block_of(34, 4), 5, 1);
+    pgd_hash two[2] = {t_block_of(33, 0), t_block_of(33, 1)};
+    T_OK(pgd_tier_redis_publish(t, PGD_KV_EVENT_STORED, two, 2, t_parent_of(33, 0), "ram"));
+    T_OK(pgd_tier_redis_publish(t, PGD_KV_EVENT_CLEARED, NULL, 0, t_parent_of(33, 0), "pool"));
+    T_EQ(pgd_tier_redis_publish(t, 99, two, 2, t_parent_of(33, 0), "ram"), PGD_EINVAL);
+    T_EQ(pgd_tier_redis_publish(t, PGD_KV_EVENT_STORED, two, 0, t_parent_of(33, 0), "ram"),
          PGD_EINVAL);
     T_OK(pgd_tier_flush(t));
     pgd_tier_stats st;
@@ -975,21 +955,21 @@ static int test_events(void)
     int n = flatten(text, evs, 256);
     if (n < 0) T_FAIL("events of another shape:\n%s", text);
     char h0[33], h1[33], p0[33], p34[33];
-    pgd_hash_hex(block_of(31, 0), h0);
-    pgd_hash_hex(block_of(31, 1), h1);
-    pgd_hash_hex(block_of(32, 0), p0);
-    pgd_hash_hex(block_of(34, 4), p34);
+    pgd_hash_hex(t_block_of(31, 0), h0);
+    pgd_hash_hex(t_block_of(31, 1), h1);
+    pgd_hash_hex(t_block_of(32, 0), p0);
+    pgd_hash_hex(t_block_of(34, 4), p34);
     int ok = n == 12 && strcmp(evs[0].type, "AllBlocksCleared") == 0 && /* bind's, first */
-             has_ev(evs, n, "BlockStored", block_of(31, 0), "null", "redis") &&
-             has_ev(evs, n, "BlockStored", block_of(31, 1), h0, "redis") &&
-             has_ev(evs, n, "BlockStored", block_of(31, 2), h1, "redis") &&
-             has_ev(evs, n, "BlockRemoved", block_of(31, 2), NULL, "redis") &&
-             has_ev(evs, n, "BlockStored", block_of(32, 0), "null", "pool") &&
-             has_ev(evs, n, "BlockStored", block_of(32, 1), p0, "pool") &&
-             has_ev(evs, n, "BlockRemoved", block_of(32, 1), NULL, "pool") &&
-             has_ev(evs, n, "BlockStored", block_of(34, 5), p34, "pool") &&
-             has_ev(evs, n, "BlockStored", block_of(33, 0), "null", "ram") &&
-             has_ev(evs, n, "BlockStored", block_of(33, 1), NULL, "ram") &&
+             has_ev(evs, n, "BlockStored", t_block_of(31, 0), "null", "redis") &&
+             has_ev(evs, n, "BlockStored", t_block_of(31, 1), h0, "redis") &&
+             has_ev(evs, n, "BlockStored", t_block_of(31, 2), h1, "redis") &&
+             has_ev(evs, n, "BlockRemoved", t_block_of(31, 2), NULL, "redis") &&
+             has_ev(evs, n, "BlockStored", t_block_of(32, 0), "null", "pool") &&
+             has_ev(evs, n, "BlockStored", t_block_of(32, 1), p0, "pool") &&
+             has_ev(evs, n, "BlockRemoved", t_block_of(32, 1), NULL, "pool") &&
+             has_ev(evs, n, "BlockStored", t_block_of(34, 5), p34, "pool") &&
+             has_ev(evs, n, "BlockStored", t_block_of(33, 0), "null", "ram") &&
+             has_ev(evs, n, "BlockStored", t_block_of(33, 1), NULL, "ram") &&
              strcmp(evs[n - 1].type, "AllBlocksCleared") == 0;
     for (int i = 0; i < n && ok; i++)
         if (strcmp(evs[i].type, "BlockStored") == 0 && evs[i].block_size != 16) ok = 0;
@@ -1036,9 +1016,9 @@ static int test_large_batch(void)
     void *pages[N], *bounds[N];
     int results[N];
     for (uint32_t i = 0; i < N; i++) {
-        blocks[i] = block_of(80, i);
-        fill(src + i * rb, rb, blocks[i]);
-        T_OK(pgd_tier_put(t, blocks[i], parent_of(80, i), src + i * rb,
+        blocks[i] = t_block_of(80, i);
+        t_fill_block(src + i * rb, rb, blocks[i]);
+        T_OK(pgd_tier_put(t, blocks[i], t_parent_of(80, i), src + i * rb,
                           src + i * rb + id.page_bytes, NULL, NULL));
         pages[i] = dst + i * rb;
         bounds[i] = dst + i * rb + id.page_bytes;
@@ -1090,9 +1070,9 @@ static int test_mac_choice(void)
         pgd_tier *x = open_tier(&srv, cross, 1);
         T_ASSERT(w && r && x);
         for (uint32_t i = 0; i < N; i++) {
-            blocks[i] = block_of(90 + (uint32_t)a, i);
-            fill(src + i * rb, rb, blocks[i]);
-            T_OK(pgd_tier_put(w, blocks[i], parent_of(90 + (uint32_t)a, i), src + i * rb,
+            blocks[i] = t_block_of(90 + (uint32_t)a, i);
+            t_fill_block(src + i * rb, rb, blocks[i]);
+            T_OK(pgd_tier_put(w, blocks[i], t_parent_of(90 + (uint32_t)a, i), src + i * rb,
                               src + i * rb + id.page_bytes, NULL, NULL));
             pages[i] = dst + i * rb;
             bounds[i] = dst + i * rb + id.page_bytes;
@@ -1186,16 +1166,17 @@ static int test_evicted(void)
     uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
     int rc = t && t2 && page && out ? 0 : 1;
     for (uint32_t i = 0; i < N && !rc; i++) {
-        fill(page, id.page_bytes, block_of(70, i));
-        if (pgd_tier_put(t, block_of(70, i), parent_of(70, i), page, NULL, NULL, NULL) != PGD_OK)
+        t_fill_block(page, id.page_bytes, t_block_of(70, i));
+        if (pgd_tier_put(t, t_block_of(70, i), t_parent_of(70, i), page, NULL, NULL, NULL) !=
+            PGD_OK)
             rc = 2;
         if (i % 32 == 31 && pgd_tier_flush(t) != PGD_OK) rc = 3;
     }
     if (!rc && pgd_tier_flush(t) != PGD_OK) rc = 4;
     uint32_t n_ok = 0, n_miss = 0;
     for (uint32_t i = 0; i < N && !rc; i++) {
-        int g = pgd_tier_get(t2, block_of(70, i), out, NULL);
-        fill(page, id.page_bytes, block_of(70, i));
+        int g = pgd_tier_get(t2, t_block_of(70, i), out, NULL);
+        t_fill_block(page, id.page_bytes, t_block_of(70, i));
         if (g == PGD_OK && memcmp(out, page, id.page_bytes) == 0)
             n_ok++;
         else if (g == PGD_ENOTFOUND)

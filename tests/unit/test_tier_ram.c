@@ -12,6 +12,7 @@
 
 #include "tier/tier_int.h"
 #include "t.h"
+#include "t_tier.h"
 #include "t_alloc.h"
 
 static const pgd_hash fp = {0xfeedull, 0xbeefull};
@@ -28,32 +29,11 @@ static pgd_pool_params geometry(pgd_kv_type type, int key_bounds)
     return p;
 }
 
-/* Block (chain c, depth d): parent (c, d - 1), or {0, 0} at depth 0. */
-static pgd_hash block_of(uint32_t c, uint32_t d)
-{
-    pgd_hash h = {0x9E3779B97F4A7C15ull * (c + 1) + d, 0xC2B2AE3D27D4EB4Full * (d + 1) + c};
-    return h;
-}
-
-static pgd_hash parent_of(uint32_t c, uint32_t d)
-{
-    pgd_hash none = {0, 0};
-    return d ? block_of(c, d - 1) : none;
-}
-
-/* The raw payload of a block: bytes derived from its hash. */
-static void fill(uint8_t *buf, uint64_t n, pgd_hash h)
-{
-    uint64_t s = h.lo ^ (h.hi << 1) ^ 1;
-    for (uint64_t i = 0; i < n; i++)
-        buf[i] = (uint8_t)(t_rand(&s) >> 56);
-}
-
 /* fill, then (zero_mid) bytes 100 .. n-100 zeroed for blocks whose hash is odd: a
  * compressible payload. */
 static void fill_block(uint8_t *buf, uint64_t n, pgd_hash h, int zero_mid)
 {
-    fill(buf, n, h);
+    t_fill_block(buf, n, h);
     if (zero_mid && (h.lo & 1) && n > 200) memset(buf + 100, 0, (size_t)n - 200);
 }
 
@@ -70,7 +50,7 @@ static int test_map(void)
     /* A chain inserted leaf first (as demotion does): the child counts come right. */
     uint32_t s[4];
     for (int d = 3; d >= 0; d--) {
-        s[d] = pgd__tmap_insert(m, block_of(0, (uint32_t)d), parent_of(0, (uint32_t)d));
+        s[d] = pgd__tmap_insert(m, t_block_of(0, (uint32_t)d), t_parent_of(0, (uint32_t)d));
         T_ASSERT(s[d] != PGD__NONE);
         T_OK(pgd__tmap_check(m, NULL));
     }
@@ -86,25 +66,25 @@ static int test_map(void)
     T_OK(pgd__tmap_check(m, NULL));
     pgd__tmap_unpin(m, s[3]);
     /* Siblings: two children of depth 1. */
-    uint32_t sib = pgd__tmap_insert(m, block_of(9, 0), block_of(0, 1));
+    uint32_t sib = pgd__tmap_insert(m, t_block_of(9, 0), t_block_of(0, 1));
     T_EQ(pgd__tmap_slot_get(m, s[1])->n_children, 2);
     T_OK(pgd__tmap_check(m, NULL));
     /* Removing a middle block: its children stay, parentless. */
     pgd__tmap_remove(m, s[1]);
     T_EQ(pgd__tmap_slot_get(m, s[0])->n_children, 0);
     T_OK(pgd__tmap_check(m, NULL));
-    T_EQ(pgd__tmap_find(m, block_of(0, 1)), PGD__NONE);
-    T_EQ(pgd__tmap_find(m, block_of(0, 2)), s[2]);
+    T_EQ(pgd__tmap_find(m, t_block_of(0, 1)), PGD__NONE);
+    T_EQ(pgd__tmap_find(m, t_block_of(0, 2)), s[2]);
     /* Back: it counts both its children again. */
-    s[1] = pgd__tmap_insert(m, block_of(0, 1), parent_of(0, 1));
+    s[1] = pgd__tmap_insert(m, t_block_of(0, 1), t_parent_of(0, 1));
     T_EQ(pgd__tmap_slot_get(m, s[1])->n_children, 2);
     T_EQ(pgd__tmap_slot_get(m, s[0])->n_children, 1);
     T_OK(pgd__tmap_check(m, NULL));
     (void)sib;
     /* Full. */
     for (uint32_t c = 1; pgd__tmap_count(m) < 8; c++)
-        T_ASSERT(pgd__tmap_insert(m, block_of(c, 0), parent_of(c, 0)) != PGD__NONE);
-    T_EQ(pgd__tmap_insert(m, block_of(100, 0), parent_of(100, 0)), PGD__NONE);
+        T_ASSERT(pgd__tmap_insert(m, t_block_of(c, 0), t_parent_of(c, 0)) != PGD__NONE);
+    T_EQ(pgd__tmap_insert(m, t_block_of(100, 0), t_parent_of(100, 0)), PGD__NONE);
     T_OK(pgd__tmap_check(m, NULL));
     pgd__tmap_destroy(m);
     pgd__tmap_destroy(NULL);
@@ -120,7 +100,7 @@ static int test_map_crafted_parents(void)
     pgd__tmap *m;
     pgd__alloc_init(&al, NULL);
     T_OK(pgd__tmap_create(&al, 4, NULL, &m));
-    pgd_hash a = block_of(1, 1), b = block_of(2, 2);
+    pgd_hash a = t_block_of(1, 1), b = t_block_of(2, 2);
     uint32_t self = pgd__tmap_insert(m, a, a);
     T_OK(pgd__tmap_check(m, NULL));
     T_EQ(pgd__tmap_slot_get(m, self)->n_children, 0);
@@ -167,7 +147,7 @@ static int test_map_random(void)
     T_OK(pgd__tmap_create(&al, 64, NULL, &m));
     for (int it = 0; it < 20000; it++) {
         uint32_t c = (uint32_t)(t_rand(&seed) % 20), d = (uint32_t)(t_rand(&seed) % 10);
-        pgd_hash h = block_of(c, d);
+        pgd_hash h = t_block_of(c, d);
         uint32_t s = pgd__tmap_find(m, h);
         int op = (int)(t_rand(&seed) % 4);
         if (s == PGD__NONE && op < 3) {
@@ -177,7 +157,7 @@ static int test_map_random(void)
                 T_EQ(pgd__tmap_slot_get(m, v)->n_children, 0);
                 pgd__tmap_remove(m, v);
             }
-            T_ASSERT(pgd__tmap_insert(m, h, parent_of(c, d)) != PGD__NONE);
+            T_ASSERT(pgd__tmap_insert(m, h, t_parent_of(c, d)) != PGD__NONE);
         } else if (s != PGD__NONE && op == 3) {
             pgd__tmap_remove(m, s);
         } else if (s != PGD__NONE) {
@@ -269,7 +249,7 @@ static int run_model(int key_bounds, uint64_t seed)
     rp.capacity_bytes = rec_bytes * cap_records + rec_bytes / 2; /* not a multiple */
     pgd_tier *t;
     T_OK(pgd_tier_ram_create(&rp, &t));
-    T_EQ(pgd_tier_put(t, block_of(0, 0), parent_of(0, 0), "x", NULL, NULL, NULL), PGD_EINVAL);
+    T_EQ(pgd_tier_put(t, t_block_of(0, 0), t_parent_of(0, 0), "x", NULL, NULL, NULL), PGD_EINVAL);
     T_OK(pgd_tier_bind(t, &id));
     T_OK(pgd_tier_bind(t, &id)); /* the same identity again */
     pgd_record_ident other = id;
@@ -282,14 +262,14 @@ static int run_model(int key_bounds, uint64_t seed)
     uint64_t n_puts = 0, n_gets = 0, n_misses = 0, n_evictions = 0;
     for (int it = 0; it < 6000; it++) {
         uint32_t c = (uint32_t)(t_rand(&seed) % 6), d = (uint32_t)(t_rand(&seed) % 6);
-        pgd_hash h = block_of(c, d);
+        pgd_hash h = t_block_of(c, d);
         int op = (int)(t_rand(&seed) % 10), i = model_find(&md, c, d);
         spilled sp;
         memset(&sp, 0, sizeof sp);
         sp.page_bytes = id.page_bytes;
         sp.bounds_bytes = id.bounds_bytes;
         if (op < 5) { /* put */
-            fill(buf, id.page_bytes + id.bounds_bytes, h);
+            t_fill_block(buf, id.page_bytes + id.bounds_bytes, h);
             int want_victims[64], nv = 0;
             if (i >= 0) {
                 model_touch(&md, i);
@@ -304,20 +284,20 @@ static int run_model(int key_bounds, uint64_t seed)
                 n_puts++;
                 n_evictions += (uint64_t)nv;
             }
-            T_EQ(pgd_tier_put(t, h, parent_of(c, d), page, bounds, on_spill, &sp), PGD_OK);
+            T_EQ(pgd_tier_put(t, h, t_parent_of(c, d), page, bounds, on_spill, &sp), PGD_OK);
             T_EQ(sp.n, nv);
             T_EQ(sp.bad, 0);
             /* Victims come in eviction order: each the model's choice at its turn. */
             for (int k = 0; k < nv; k++) {
                 uint32_t vc = (uint32_t)want_victims[k] / 100, vd = (uint32_t)want_victims[k] % 100;
-                T_ASSERT(pgd_hash_eq(sp.block[k], block_of(vc, vd)));
+                T_ASSERT(pgd_hash_eq(sp.block[k], t_block_of(vc, vd)));
             }
         } else if (op < 8) { /* get */
             memset(buf, 0, (size_t)(id.page_bytes + id.bounds_bytes));
             int rc = pgd_tier_get(t, h, page, bounds);
             if (i >= 0) {
                 T_EQ(rc, PGD_OK);
-                fill(want, id.page_bytes + id.bounds_bytes, h);
+                t_fill_block(want, id.page_bytes + id.bounds_bytes, h);
                 T_ASSERT(memcmp(buf, want, (size_t)(id.page_bytes + id.bounds_bytes)) == 0);
                 model_touch(&md, i);
                 n_gets++;
@@ -332,7 +312,7 @@ static int run_model(int key_bounds, uint64_t seed)
             pgd_hash run[6];
             size_t want_run = 0;
             for (uint32_t k = 0; k < 6; k++)
-                run[k] = block_of(c, k);
+                run[k] = t_block_of(c, k);
             while (want_run < 6 && model_find(&md, c, (uint32_t)want_run) >= 0)
                 want_run++;
             T_EQ(pgd_tier_lookup(t, run, 6), want_run);
@@ -387,26 +367,26 @@ static int test_eviction_order(void)
     sp.page_bytes = id.page_bytes;
     /* Chain 0 of three blocks put root first: the root is the oldest but not a leaf. */
     for (uint32_t d = 0; d < 3; d++) {
-        fill(page, id.page_bytes, block_of(0, d));
-        T_OK(pgd_tier_put(t, block_of(0, d), parent_of(0, d), page, NULL, on_spill, &sp));
+        t_fill_block(page, id.page_bytes, t_block_of(0, d));
+        T_OK(pgd_tier_put(t, t_block_of(0, d), t_parent_of(0, d), page, NULL, on_spill, &sp));
     }
     T_EQ(sp.n, 0);
-    fill(page, id.page_bytes, block_of(1, 0));
-    T_OK(pgd_tier_put(t, block_of(1, 0), parent_of(1, 0), page, NULL, on_spill, &sp));
+    t_fill_block(page, id.page_bytes, t_block_of(1, 0));
+    T_OK(pgd_tier_put(t, t_block_of(1, 0), t_parent_of(1, 0), page, NULL, on_spill, &sp));
     T_EQ(sp.n, 1);
-    T_ASSERT(pgd_hash_eq(sp.block[0], block_of(0, 2))); /* the end of the chain, not its root */
+    T_ASSERT(pgd_hash_eq(sp.block[0], t_block_of(0, 2))); /* the end of the chain, not its root */
     T_EQ(sp.bad, 0);
-    pgd_hash run[3] = {block_of(0, 0), block_of(0, 1), block_of(0, 2)};
+    pgd_hash run[3] = {t_block_of(0, 0), t_block_of(0, 1), t_block_of(0, 2)};
     T_EQ(pgd_tier_lookup(t, run, 3), 2);
     /* A put of a block held is no write and no eviction. */
-    T_OK(pgd_tier_put(t, block_of(0, 0), parent_of(0, 0), page, NULL, on_spill, &sp));
+    T_OK(pgd_tier_put(t, t_block_of(0, 0), t_parent_of(0, 0), page, NULL, on_spill, &sp));
     T_EQ(sp.n, 1);
     pgd_tier_stats st;
     pgd_tier_get_stats(t, &st);
     T_EQ(st.n_puts, 4);
     /* Without a spill callback the victim is dropped. */
-    fill(page, id.page_bytes, block_of(2, 0));
-    T_OK(pgd_tier_put(t, block_of(2, 0), parent_of(2, 0), page, NULL, NULL, NULL));
+    t_fill_block(page, id.page_bytes, t_block_of(2, 0));
+    T_OK(pgd_tier_put(t, t_block_of(2, 0), t_parent_of(2, 0), page, NULL, NULL, NULL));
     T_EQ(pgd_tier_lookup(t, run, 3), 1);
     T_OK(pgd__tier_ram_check(t));
     pgd_tier_close(t);
@@ -431,18 +411,18 @@ static int test_corrupt(void)
         /* Compressible content, so lz4 / zstd really compress. */
         for (uint32_t c = 0; c < 4; c++) {
             memset(buf, (int)c, (size_t)(id.page_bytes + id.bounds_bytes));
-            T_OK(pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, bounds, NULL, NULL));
+            T_OK(pgd_tier_put(t, t_block_of(c, 0), t_parent_of(c, 0), buf, bounds, NULL, NULL));
         }
-        T_OK(pgd__tier_ram_corrupt(t, block_of(0, 0), 128 + 5)); /* payload */
-        T_OK(pgd__tier_ram_corrupt(t, block_of(1, 0), 70));      /* block hash in header */
-        T_OK(pgd__tier_ram_corrupt(t, block_of(2, 0), 121));     /* checksum */
-        T_EQ(pgd__tier_ram_corrupt(t, block_of(9, 0), 1), PGD_ENOTFOUND);
+        T_OK(pgd__tier_ram_corrupt(t, t_block_of(0, 0), 128 + 5)); /* payload */
+        T_OK(pgd__tier_ram_corrupt(t, t_block_of(1, 0), 70));      /* block hash in header */
+        T_OK(pgd__tier_ram_corrupt(t, t_block_of(2, 0), 121));     /* checksum */
+        T_EQ(pgd__tier_ram_corrupt(t, t_block_of(9, 0), 1), PGD_ENOTFOUND);
         for (uint32_t c = 0; c < 3; c++) {
-            T_EQ(pgd_tier_get(t, block_of(c, 0), buf, bounds), PGD_ENOTFOUND);
-            pgd_hash h = block_of(c, 0);
+            T_EQ(pgd_tier_get(t, t_block_of(c, 0), buf, bounds), PGD_ENOTFOUND);
+            pgd_hash h = t_block_of(c, 0);
             T_EQ(pgd_tier_lookup(t, &h, 1), 0); /* dropped */
         }
-        T_OK(pgd_tier_get(t, block_of(3, 0), buf, bounds));
+        T_OK(pgd_tier_get(t, t_block_of(3, 0), buf, bounds));
         T_EQ(buf[0], 3);
         pgd_tier_stats st;
         pgd_tier_get_stats(t, &st);
@@ -451,16 +431,16 @@ static int test_corrupt(void)
         T_OK(pgd__tier_ram_check(t));
         /* Damaged, then evicted: not spilled. */
         for (uint32_t c = 4; c < 7; c++) { /* incompressible: the bound is reached */
-            fill(buf, id.page_bytes + id.bounds_bytes, block_of(c, 0));
-            T_OK(pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, bounds, NULL, NULL));
+            t_fill_block(buf, id.page_bytes + id.bounds_bytes, t_block_of(c, 0));
+            T_OK(pgd_tier_put(t, t_block_of(c, 0), t_parent_of(c, 0), buf, bounds, NULL, NULL));
         }
-        T_OK(pgd__tier_ram_corrupt(t, block_of(3, 0), 128 + 1));
+        T_OK(pgd__tier_ram_corrupt(t, t_block_of(3, 0), 128 + 1));
         spilled sp;
         memset(&sp, 0, sizeof sp);
         sp.page_bytes = id.page_bytes;
         sp.bounds_bytes = id.bounds_bytes;
-        fill(buf, id.page_bytes + id.bounds_bytes, block_of(7, 0));
-        T_OK(pgd_tier_put(t, block_of(7, 0), parent_of(7, 0), buf, bounds, on_spill, &sp));
+        t_fill_block(buf, id.page_bytes + id.bounds_bytes, t_block_of(7, 0));
+        T_OK(pgd_tier_put(t, t_block_of(7, 0), t_parent_of(7, 0), buf, bounds, on_spill, &sp));
         T_EQ(sp.n, 0);
         pgd_tier_get_stats(t, &st);
         T_EQ(st.n_corrupt, 4);
@@ -533,10 +513,10 @@ static int round_trip(pgd_kv_type pool_type, int store, uint32_t comp, uint64_t 
         float *fb = (float *)(void *)(in + id.page_bytes);
         for (uint64_t i = 0; i < id.bounds_bytes / 4; i++)
             fb[i] = (float)i * 0.25f - (float)k;
-        T_OK(pgd_tier_put(t, block_of((uint32_t)k, 0), parent_of((uint32_t)k, 0), in,
+        T_OK(pgd_tier_put(t, t_block_of((uint32_t)k, 0), t_parent_of((uint32_t)k, 0), in,
                           in + id.page_bytes, NULL, NULL));
         memset(out, 0xee, raw);
-        T_OK(pgd_tier_get(t, block_of((uint32_t)k, 0), out, out + id.page_bytes));
+        T_OK(pgd_tier_get(t, t_block_of((uint32_t)k, 0), out, out + id.page_bytes));
         T_ASSERT(memcmp(in + id.page_bytes, out + id.page_bytes, (size_t)id.bounds_bytes) == 0);
         if (store < 0 || store == (int)pool_type) {
             T_ASSERT(memcmp(in, out, (size_t)id.page_bytes) == 0);
@@ -630,8 +610,8 @@ static int test_spill_decodes(void)
         sp.zero_mid = 1;
         uint32_t n = 0;
         while (sp.n < 3) {
-            fill_block(buf, id.page_bytes + id.bounds_bytes, block_of(n, 0), 1);
-            T_OK(pgd_tier_put(t, block_of(n, 0), parent_of(n, 0), buf, buf + id.page_bytes,
+            fill_block(buf, id.page_bytes + id.bounds_bytes, t_block_of(n, 0), 1);
+            T_OK(pgd_tier_put(t, t_block_of(n, 0), t_parent_of(n, 0), buf, buf + id.page_bytes,
                               on_spill, &sp));
             n++;
             T_ASSERT(n < 10000);
@@ -701,7 +681,7 @@ static void on_spill_held(void *ud, pgd_hash block, pgd_hash parent, const void 
     (void)parent, (void)bounds;
     for (uint32_t c = 0; c < 8; c++)
         for (uint32_t d = 0; d < 8; d++)
-            if (pgd_hash_eq(block, block_of(c, d))) {
+            if (pgd_hash_eq(block, t_block_of(c, d))) {
                 if (!hm->held[c][d]) hm->bad = 1; /* spilled what was not held */
                 hm->held[c][d] = 0;
                 fill_block(want, hm->page_bytes, block, 1);
@@ -732,11 +712,11 @@ static int run_held(int store, uint32_t comp, uint64_t seed)
     static uint8_t buf[1 << 20], want[1 << 20];
     for (int it = 0; it < 3000; it++) {
         uint32_t c = (uint32_t)(t_rand(&seed) % 8), d = (uint32_t)(t_rand(&seed) % 8);
-        pgd_hash h = block_of(c, d);
+        pgd_hash h = t_block_of(c, d);
         int op = (int)(t_rand(&seed) % 8);
         if (op < 4) {
             fill_block(buf, id.page_bytes, h, 1);
-            T_OK(pgd_tier_put(hm.t, h, parent_of(c, d), buf, NULL, on_spill_held, &hm));
+            T_OK(pgd_tier_put(hm.t, h, t_parent_of(c, d), buf, NULL, on_spill_held, &hm));
             hm.held[c][d] = 1;
         } else if (op < 7) {
             int rc = pgd_tier_get(hm.t, h, buf, NULL);
@@ -752,7 +732,7 @@ static int run_held(int store, uint32_t comp, uint64_t seed)
         uint64_t n_held = 0;
         for (uint32_t a = 0; a < 8; a++)
             for (uint32_t b = 0; b < 8; b++) {
-                pgd_hash x = block_of(a, b);
+                pgd_hash x = t_block_of(a, b);
                 T_EQ(pgd_tier_lookup(hm.t, &x, 1), hm.held[a][b]);
                 n_held += hm.held[a][b];
             }
@@ -817,7 +797,7 @@ static int test_alloc_failures(void)
         t_counting_arm(&ca, 0);
         /* Three puts into room for two: the third evicts and spills. */
         for (uint32_t c = 0; c < 3; c++) {
-            fill(buf, id.page_bytes + id.bounds_bytes, block_of(c, 0));
+            t_fill_block(buf, id.page_bytes + id.bounds_bytes, t_block_of(c, 0));
             spilled sp;
             memset(&sp, 0, sizeof sp);
             sp.page_bytes = id.page_bytes;
@@ -826,7 +806,7 @@ static int test_alloc_failures(void)
                 pgd_tier_stats before, after;
                 pgd_tier_get_stats(t, &before);
                 t_counting_arm(&ca, n);
-                rc = pgd_tier_put(t, block_of(c, 0), parent_of(c, 0), buf, buf + id.page_bytes,
+                rc = pgd_tier_put(t, t_block_of(c, 0), t_parent_of(c, 0), buf, buf + id.page_bytes,
                                   k == 0 ? on_spill : NULL, &sp);
                 t_counting_arm(&ca, 0);
                 T_OK(pgd__tier_ram_check(t));
@@ -840,11 +820,11 @@ static int test_alloc_failures(void)
         }
         for (long n = 1;; n++) {
             t_counting_arm(&ca, n);
-            rc = pgd_tier_get(t, block_of(2, 0), buf, buf + id.page_bytes);
+            rc = pgd_tier_get(t, t_block_of(2, 0), buf, buf + id.page_bytes);
             t_counting_arm(&ca, 0);
             if (rc == PGD_OK) break;
             T_EQ(rc, PGD_ENOMEM);
-            pgd_hash h = block_of(2, 0);
+            pgd_hash h = t_block_of(2, 0);
             T_EQ(pgd_tier_lookup(t, &h, 1), 1); /* still held */
         }
         pgd_tier_close(t);
@@ -868,14 +848,15 @@ static void *work(void *arg)
     uint8_t *buf = malloc((size_t)w->page_bytes), *want = malloc((size_t)w->page_bytes);
     for (int it = 0; it < 3000; it++) {
         uint32_t c = (uint32_t)(t_rand(&w->seed) % 16), d = (uint32_t)(t_rand(&w->seed) % 4);
-        pgd_hash h = block_of(c, d);
+        pgd_hash h = t_block_of(c, d);
         int op = (int)(t_rand(&w->seed) % 4);
         if (op < 2) {
-            fill(buf, w->page_bytes, h);
-            if (pgd_tier_put(w->t, h, parent_of(c, d), buf, NULL, NULL, NULL) != PGD_OK) w->bad = 1;
+            t_fill_block(buf, w->page_bytes, h);
+            if (pgd_tier_put(w->t, h, t_parent_of(c, d), buf, NULL, NULL, NULL) != PGD_OK)
+                w->bad = 1;
         } else if (op == 2) {
             int rc = pgd_tier_get(w->t, h, buf, NULL);
-            fill(want, w->page_bytes, h);
+            t_fill_block(want, w->page_bytes, h);
             if (rc == PGD_OK && memcmp(buf, want, (size_t)w->page_bytes) != 0) w->bad = 1;
             if (rc != PGD_OK && rc != PGD_ENOTFOUND) w->bad = 1;
         } else {
