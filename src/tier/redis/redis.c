@@ -243,6 +243,18 @@ static void queue_del(rtier *t, pgd_hash b)
     pthread_cond_signal(&t->wake);
 }
 
+/* Forgets a queued DEL of block: a put of it is queued after the value it deletes was
+ * read, and the writer sends a batch's SETs before its DELs, so the DEL would remove the
+ * new value. Lock held. */
+static void unqueue_del(rtier *t, pgd_hash b)
+{
+    for (uint32_t i = 0; i < t->n_dels;)
+        if (pgd_hash_eq(t->dels[i], b))
+            t->dels[i] = t->dels[--t->n_dels];
+        else
+            i++;
+}
+
 /* ---- events ---- */
 
 /* Queues an event (emu not held). Returns PGD_OK or PGD_ENOSPC (dropped). */
@@ -724,6 +736,7 @@ static int redis_put(void *state, pgd_hash block, pgd_hash parent, const void *p
     }
     pthread_mutex_lock(&t->mu);
     if (rc == PGD_OK && !q_find(t, block)) {
+        unqueue_del(t, block);
         q_push(t, it);
         it = NULL;
         pgd__tier_lat_add(t->st.put_hist, &t->st.put_ns_sum, now_ns() - t0);
