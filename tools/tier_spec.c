@@ -559,7 +559,7 @@ void cli_tier_help(FILE *out)
           "                          Put it after the local tiers (or alone). Options, joined\n"
           "                          by '&': ns=PREFIX (pgd), ttl=SECONDS (86400; 0: none),\n"
           "                          timeout_ms=N (200), connect_timeout_ms=N (500),\n"
-          "                          deadline_ms=N (20) and deadline_page_ms=N (2): a\n"
+          "                          deadline_ms=N (20) and deadline_page_ms=N (5): a\n"
           "                          promotion's gets wait N + N per page at most, then the\n"
           "                          request computes; conns=N per node (4), cluster=0|1|auto,\n"
           "                          queue=SIZE of unwritten puts (64M), mac=gmac|hmac (the\n"

@@ -172,7 +172,7 @@ static int test_url(void)
     T_EQ(p.command_timeout_ms, 200);
     T_EQ(p.connect_timeout_ms, 500);
     T_EQ(p.deadline_ms, 20);
-    T_EQ(p.deadline_page_ms, 2);
+    T_EQ(p.deadline_page_ms, 5);
     T_EQ(p.conns, 4);
     T_EQ(p.put_queue_bytes, 64 << 20);
     T_EQ(p.mac, PGD_TIER_REDIS_MAC_GMAC);

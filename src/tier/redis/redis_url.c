@@ -443,7 +443,7 @@ pgd_tier_redis_params pgd_tier_redis_default_params(void)
     p.connect_timeout_ms = 500;
     p.command_timeout_ms = 200;
     p.deadline_ms = 20;
-    p.deadline_page_ms = 2;
+    p.deadline_page_ms = 5;
     p.conns = 4;
     p.cluster = -1;
     p.put_queue_bytes = 64ull << 20;
