@@ -2,6 +2,8 @@
 /*
  * t.h - the whole test harness (Redis testhelp.h style). A test program is a main()
  * that calls T_RUN(fn) for each static int fn(void); a test returns 0 on success.
+ * A failure returns -1 (T_FAIL), so that a helper's failure fails the T_OK that calls it
+ * (T_OK fails on a negative result: a helper returning 1 would pass unnoticed).
  * Exit 77 means skipped (ctest SKIP_RETURN_CODE): T_SKIP says why on stderr.
  */
 #ifndef PGD_T_H
@@ -19,7 +21,7 @@ static int t_failed, t_run;
         fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
         fprintf(stderr, __VA_ARGS__);                                                              \
         fputc('\n', stderr);                                                                       \
-        return 1;                                                                                  \
+        return -1;                                                                                 \
     } while (0)
 
 #define T_ASSERT(x)                                                                                \
