@@ -460,6 +460,27 @@ static int garbage_forged_foreign(int alg)
         T_EQ(stats_of(t).n_mac_failures, 5 + (uint64_t)c);
     }
 
+    /* 8. Forged, and only looked up (EXISTS) before this instance computes the block and
+     * puts it: the put overwrites the forged value (a key that an EXISTS saw is not a
+     * record this instance checked; skipping the put left forged values in Redis). */
+    b = t_block_of(42, 0);
+    kl = pgd_tier_redis_key(t, b, key, sizeof key);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd__redis_value_seal(&attacker, key, kl, &id, b, t_parent_of(42, 0), page, NULL, v));
+    T_EQ(set_raw(key, v, vb), 0);
+    T_EQ(pgd_tier_lookup(t, &b, 1), 1); /* present, as far as EXISTS knows */
+    T_OK(pgd_tier_put(t, b, t_parent_of(42, 0), page, NULL, NULL, NULL));
+    T_OK(pgd_tier_flush(t));
+    memset(out, 0x5A, id.page_bytes);
+    T_OK(pgd_tier_get(t, b, out, NULL));
+    T_ASSERT(memcmp(out, page, id.page_bytes) == 0);
+    T_EQ(stats_of(t).n_mac_failures, 8); /* nothing more failed: the value is ours now */
+    /* A verified entry (written, or read with its MAC checked) does skip the put. */
+    uint64_t sets = stats_of(t).n_puts;
+    T_OK(pgd_tier_put(t, b, t_parent_of(42, 0), page, NULL, NULL, NULL));
+    T_OK(pgd_tier_flush(t));
+    T_EQ(stats_of(t).n_puts, sets);
+
     /* The real record of a block still reads after all that. */
     b = t_block_of(40, 6);
     t_fill_block(page, id.page_bytes, b);

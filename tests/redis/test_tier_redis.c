@@ -234,7 +234,7 @@ static int test_key_and_index(void)
     pgd__alloc_init(&al, NULL);
     T_OK(pgd__rix_init(&x, &al, 64));
     for (uint32_t i = 0; i < 1000; i++)
-        pgd__rix_add(&x, t_block_of(1, i), 100 + i, i % 2);
+        pgd__rix_add(&x, t_block_of(1, i), 100 + i, i % 2 ? PGD__RIX_MINE : PGD__RIX_SEEN);
     T_ASSERT(x.n_forgot > 0); /* bounded */
     T_ASSERT(pgd__rix_find(&x, t_block_of(1, 999), 2000, 0) != NULL);
     T_ASSERT(pgd__rix_find(&x, t_block_of(1, 999), 2000, 10) == NULL); /* older than the TTL */
@@ -243,7 +243,14 @@ static int test_key_and_index(void)
     for (uint32_t i = 0; i < x.n_buckets * PGD__RIX_WAYS; i++)
         mine += x.e[i].t_s && x.e[i].mine;
     T_EQ(mine, x.n_mine);
-    pgd__rix_add(&x, blk, 5, 1);
+    pgd__rix_add(&x, blk, 5, PGD__RIX_SEEN); /* an EXISTS saw it: not verified */
+    T_ASSERT(pgd__rix_find(&x, blk, 5, 0) && !pgd__rix_find(&x, blk, 5, 0)->verified);
+    pgd__rix_add(&x, blk, 6, PGD__RIX_READ); /* read, MAC checked: verified, not mine */
+    T_ASSERT(pgd__rix_find(&x, blk, 6, 0)->verified && !pgd__rix_find(&x, blk, 6, 0)->mine);
+    pgd__rix_add(&x, blk, 7, PGD__RIX_SEEN); /* never falls back */
+    T_ASSERT(pgd__rix_find(&x, blk, 7, 0)->verified);
+    pgd__rix_add(&x, blk, 8, PGD__RIX_MINE);
+    T_ASSERT(pgd__rix_find(&x, blk, 8, 0)->mine);
     T_EQ(pgd__rix_remove(&x, blk), 1);
     T_EQ(pgd__rix_remove(&x, blk), 0);
     pgd__rix_clear(&x);

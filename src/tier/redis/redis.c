@@ -18,10 +18,11 @@
  *
  * The local index (redis_index.c) holds the blocks this instance knows are in Redis. The
  * cache never looks a remote tier up before a put (tier.h: stats.remote), so put skips a
- * block the index or the queue holds; the index forgets (bounded) and distrusts entries
- * older than the TTL; Redis forgetting (eviction, expiry, a restart, another instance's
- * DEL) shows as a get miss, which drops the entry. bytes_used / n_records count what this
- * instance wrote and still believes present (index entries marked mine).
+ * block the queue holds or the index holds verified (written or read by this instance; one
+ * that only an EXISTS saw may be forged or damaged: the put overwrites it); the index forgets
+ * (bounded) and distrusts entries older than the TTL; Redis forgetting (eviction, expiry, a
+ * restart, another instance's DEL) shows as a get miss, which drops the entry. bytes_used /
+ * n_records count what this instance wrote and still believes present (index entries marked mine).
  *
  * Locking: mu guards the queues, the index and the counters; emu the events ring (the
  * cache's hooks take only emu, under the cache lock: lock order cache -> mu -> emu). No lock
@@ -552,7 +553,7 @@ static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_
                 if (it->cancelled) {
                     queue_del(t, it->block); /* deleted while it was being written */
                 } else {
-                    pgd__rix_add(&t->ix, it->block, now, 1);
+                    pgd__rix_add(&t->ix, it->block, now, PGD__RIX_MINE);
                     it->stored = 1; /* an event below */
                     n_stored++;
                 }
@@ -710,9 +711,10 @@ static int redis_put(void *state, pgd_hash block, pgd_hash parent, const void *p
     }
     put_item *queued = q_find(t, block);
     if (queued) queued->cancelled = 0; /* deleted while in flight, put again: write it */
-    if (queued || pgd__rix_find(&t->ix, block, now_s(), t->p.ttl_s)) {
+    pgd__rix_entry *known = pgd__rix_find(&t->ix, block, now_s(), t->p.ttl_s);
+    if (queued || (known && known->verified)) {
         pthread_mutex_unlock(&t->mu);
-        return PGD_OK; /* held, or being written */
+        return PGD_OK; /* held (and checked), or being written; seen only: overwrite it */
     }
     if (is_down(t) || t->q_bytes + t->value_bytes > t->p.put_queue_bytes) {
         int down = is_down(t);
@@ -898,7 +900,7 @@ static size_t redis_get_many(void *state, size_t n, const pgd_hash *blocks, void
                 results[i] = PGD_OK;
                 t->st.n_gets++;
                 t->st.n_get_bytes += id->page_bytes + id->bounds_bytes;
-                pgd__rix_add(&t->ix, blocks[i], now, 0);
+                pgd__rix_add(&t->ix, blocks[i], now, PGD__RIX_READ);
                 pgd__tier_lat_add(t->st.get_hist, &t->st.get_ns_sum, elapsed);
                 break;
             case PGD__RV_FOREIGN:
@@ -999,7 +1001,7 @@ static size_t redis_lookup(void *state, const pgd_hash *hashes, size_t n)
         int present =
             c->status == PGD_OK && c->reply->type == REDIS_REPLY_INTEGER && c->reply->integer > 0;
         if (c->status != PGD_OK) cause = c->timed_out ? "timed out" : "connection failed";
-        if (present) pgd__rix_add(&t->ix, hashes[j], now, 0);
+        if (present) pgd__rix_add(&t->ix, hashes[j], now, PGD__RIX_SEEN);
         run = run && present;
         i += (size_t)run;
         if (c->reply) freeReplyObject(c->reply);

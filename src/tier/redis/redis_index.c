@@ -4,7 +4,7 @@
  * knows to be in Redis, so that a look-up or a put needs no round trip for them.
  *
  *   bucket b = mix(block) & (n_buckets - 1)      e[b * WAYS .. b * WAYS + WAYS)
- *   entry    { block, t_s (learnt at, seconds, 0 = empty), mine }
+ *   entry    { block, t_s (learnt at, seconds, 0 = empty), mine, verified }
  *
  * Bounded: a full bucket replaces its oldest entry (n_forgot), so memory is fixed at init
  * (24 bytes an entry). A forgotten block is asked again (EXISTS) or written again (a SET
@@ -64,14 +64,16 @@ pgd__rix_entry *pgd__rix_find(pgd__rix *x, pgd_hash block, uint32_t now_s, uint3
     return NULL;
 }
 
-void pgd__rix_add(pgd__rix *x, pgd_hash block, uint32_t now_s, int mine)
+void pgd__rix_add(pgd__rix *x, pgd_hash block, uint32_t now_s, int how)
 {
+    int mine = how == PGD__RIX_MINE, verified = how != PGD__RIX_SEEN;
     pgd__rix_entry *b = x->e + (size_t)bucket_of(x, block) * PGD__RIX_WAYS, *slot = NULL;
     if (now_s == 0) now_s = 1; /* 0 marks an empty entry */
     for (int i = 0; i < PGD__RIX_WAYS; i++) {
         pgd__rix_entry *e = &b[i];
         if (e->t_s && pgd_hash_eq(e->block, block)) {
             e->t_s = now_s;
+            if (verified) e->verified = 1;
             if (mine && !e->mine) {
                 e->mine = 1;
                 x->n_mine++;
@@ -91,6 +93,7 @@ void pgd__rix_add(pgd__rix *x, pgd_hash block, uint32_t now_s, int mine)
     slot->block = block;
     slot->t_s = now_s;
     slot->mine = mine ? 1 : 0;
+    slot->verified = verified ? 1 : 0;
     if (mine) x->n_mine++;
 }
 

@@ -149,8 +149,10 @@ int pgd__redis_event_json(char *out, size_t cap, size_t *len, int type, const pg
 
 typedef struct pgd__rix_entry {
     pgd_hash block;
-    uint32_t t_s;  /* when it was learnt (pgd__tier_now_ns seconds); 0: empty entry */
-    uint32_t mine; /* nonzero: this instance wrote the record */
+    uint32_t t_s;      /* when it was learnt (pgd__tier_now_ns seconds); 0: empty entry */
+    uint16_t mine;     /* nonzero: this instance wrote the record */
+    uint16_t verified; /* nonzero: written or read (MAC checked) by this instance; zero:
+                        * only an EXISTS saw it, its bytes never checked */
 } pgd__rix_entry;
 
 typedef struct pgd__rix {
@@ -167,9 +169,13 @@ void pgd__rix_deinit(pgd__rix *x, const pgd__alloc *al);
 /* The entry of block, or NULL. An entry learnt more than ttl_s seconds before now_s is not
  * trusted: it is dropped and NULL returned (ttl_s 0: always trusted). */
 pgd__rix_entry *pgd__rix_find(pgd__rix *x, pgd_hash block, uint32_t now_s, uint32_t ttl_s);
-/* Records block as present since now_s (mine: written by this instance; an entry that was
- * mine stays mine). */
-void pgd__rix_add(pgd__rix *x, pgd_hash block, uint32_t now_s, int mine);
+/* How an entry was learnt (pgd__rix_add): an EXISTS saw the key, this instance wrote the
+ * record, or it read the record and its MAC and checksum held. */
+enum { PGD__RIX_SEEN = 0, PGD__RIX_MINE = 1, PGD__RIX_READ = 2 };
+/* Records block as present since now_s, learnt by how (PGD__RIX_*). An entry only rises:
+ * mine stays mine, verified (MINE or READ) stays verified. A put skips only a verified
+ * entry: a value that an EXISTS saw may be forged or damaged, and the put overwrites it. */
+void pgd__rix_add(pgd__rix *x, pgd_hash block, uint32_t now_s, int how);
 /* Forgets block (a del, a miss, a damaged value). Returns 1 when it was there. */
 int pgd__rix_remove(pgd__rix *x, pgd_hash block);
 /* Forgets everything (Redis answered a restart: misses start). */
