@@ -60,6 +60,7 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "pgd_int.h"
 
@@ -322,6 +323,14 @@ static void tiers_destroy(pgd_cache *c)
     c->slab = NULL;
 }
 
+static uint64_t cache_clock_mono(void *ud)
+{
+    (void)ud;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
 {
     pgd__alloc al;
@@ -400,7 +409,16 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     }
     rc = pgd__index_create(&c->al, p->index_capacity ? p->index_capacity : c->n_pages, &c->ix);
     if (rc != PGD_OK) goto fail;
-    pgd_policy_init pi = {c->n_pages, &c->al.a, p->next_use, p->next_use_ud, p->policy_ud};
+    pgd_policy_init pi = {.n_pages = c->n_pages,
+                          .alloc = &c->al.a,
+                          .next_use = p->next_use,
+                          .next_use_ud = p->next_use_ud,
+                          .ud = p->policy_ud,
+                          .clock = p->clock ? p->clock : cache_clock_mono,
+                          .clock_ud = p->clock_ud,
+                          .page_bytes = pgd_pool_page_bytes(c->pool),
+                          .cost = p->cost};
+    pgd_cost_model_default(&pi.cost, c->g.n_layers, c->g.n_kv_heads, c->g.head_dim);
     rc = pol->create(&pi, &c->pstate);
     if (rc != PGD_OK) {
         c->pstate = NULL;
@@ -494,7 +512,7 @@ static void unlock(pgd_cache *c)
 static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
-    pgd_policy_page info = {e->hash, e->depth};
+    pgd_policy_page info = {.hash = e->hash, .depth = e->depth, .priority = PGD_PRIORITY_DEFAULT};
     return info;
 }
 
@@ -1129,7 +1147,8 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
-    pgd_policy_page info = {h, pgd__index_entry(c->ix, e)->depth};
+    pgd_policy_page info = {
+        .hash = h, .depth = pgd__index_entry(c->ix, e)->depth, .priority = PGD_PRIORITY_DEFAULT};
     c->pol->insert(c->pstate, page, &info);
     if (c->on_register) {
         pgd_hash parent = {0, 0};

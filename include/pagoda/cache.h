@@ -140,7 +140,16 @@ typedef struct pgd_cache_params {
     uint32_t writeback_pages; /* pages copied out of the pool waiting for a mover (the
                                  write-back queue); 0: 256. Full: an evicted page is
                                  dropped (counted), never waited for */
-} pgd_cache_params;           /* append fields only */
+    /* Retention (see "Retention" below). */
+    pgd_clock_fn clock; /* the time base of TTLs and hints, ns; NULL: CLOCK_MONOTONIC */
+    void *clock_ud;
+    double pin_share;     /* pinned pages may fill at most this share of the pool and of
+                             each tier (0: 0.5; at most 1) */
+    pgd_cost_model cost;  /* for cost-aware policies; zero fields: pgd_cost_model_default */
+    uint32_t max_tenants; /* tenants tracked for quotas and stats (0: 64); sequences of
+                             further salts share one "other" entry (index 0 is the
+                             default tenant, salt_len 0) */
+} pgd_cache_params;       /* append fields only */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
@@ -339,6 +348,127 @@ PGD_API uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **
 PGD_API size_t pgd_cache_hash_tokens(const pgd_cache *c, const void *salt, size_t salt_len,
                                      const int32_t *tokens, size_t n_tokens, pgd_hash *hashes,
                                      size_t max_hashes);
+
+/* ---- retention ----
+ *
+ * A page carries a retention: a priority (0..100, PGD_PRIORITY_DEFAULT), an expiry (clock
+ * time, 0: none), a next-use hint (clock time, 0: none) and a pin count. A sequence's
+ * retention (pgd_seq_set_retention) is merged into every page it holds or registers when
+ * it releases them (destroy, truncate): priority = max(the page's, if not expired, and the
+ * sequence's); expiry = the later of the two, or none when either has none (a use without
+ * a TTL keeps the page as long as the policy does); next use = the sequence's hint when it
+ * has one, else the page's unless passed. Orders that hold under every policy:
+ *   - a pinned page is not evictable (it is out of the policy's set, like a page a
+ *     sequence holds) until its pins are released (pgd_cache_unpin, or the pin's expiry:
+ *     a pin with a TTL holds until then);
+ *   - an evictable page whose expiry has passed is evicted before the policy is asked
+ *     (leaf-only still: an expired page with a cached child waits for it);
+ *   - tenants' reserved shares (pgd_cache_set_tenant).
+ * The priority and the hint order pages within the policy's set only under policies that
+ * read them (PGD_POLICY_PRIORITY; the others ignore them).
+ * Tiers: a page written to a tier with a retention that is not the default carries it
+ * (pgd_tier_retain when the tier has the op): its TTL, priority and pin hold there too.
+ * Pinned pages are bounded by pin_share of the pool's pages and of each tier's record
+ * capacity: a pin past it is refused (PGD_ENOSPC), never silently dropped. */
+typedef struct pgd_retention {
+    uint32_t priority;    /* 0..100 */
+    uint64_t ttl_ms;      /* 0: no expiry; else the retention ends ttl after the release */
+    int pin;              /* nonzero: pin the pages (until unpinned, or ttl_ms when set) */
+    uint64_t next_use_ms; /* 0: no hint; else the prefix is needed again this long after
+                             the release (pgd_cache_hinted lists what is due) */
+} pgd_retention;
+
+/* {PGD_PRIORITY_DEFAULT, 0, 0, 0}. */
+PGD_API pgd_retention pgd_retention_default(void);
+/* Sets the retention of s for the pages it holds and will register (see above).
+ * expect_tokens: the length the sequence will reach (its prompt), for the pin budget: with
+ * r->pin, ceil(expect_tokens / page_tokens) pages are reserved against pin_share now (a
+ * sequence set twice reserves the larger). Returns PGD_OK, PGD_EINVAL (priority > 100,
+ * NULL r) or PGD_ENOSPC (the pin would take the pinned pages past pin_share: nothing
+ * changed; the caller says so, e.g. a 400). */
+PGD_API int pgd_seq_set_retention(pgd_cache *c, pgd_seq *s, const pgd_retention *r,
+                                  uint64_t expect_tokens);
+
+/* Admin operations on a chain of block hashes (pgd_cache_hash_tokens of a prompt for a
+ * salt), from its first block. Each stops at the first block the cache (pool) does not
+ * hold. Return the number of pages affected, or a negative status. */
+/* Pins the cached pages of the chain (ttl_ms 0: until unpinned), in the pool and, with
+ * tiers that have the op, in tiers[0..). PGD_ENOSPC past pin_share (nothing pinned). */
+PGD_API int pgd_cache_pin(pgd_cache *c, const pgd_hash *hashes, size_t n, uint64_t ttl_ms);
+/* Drops every pin of the chain's pages (request pins too). */
+PGD_API int pgd_cache_unpin(pgd_cache *c, const pgd_hash *hashes, size_t n);
+/* Evicts the chain's pages from the pool, deepest first, as far as no sequence holds them
+ * and no cached page outside the chain extends them (a page with another child stays, and
+ * so do its ancestors). Pinned pages are unpinned first. Demotion runs as for any
+ * eviction (tiers keep their copies). */
+PGD_API int pgd_cache_evict_chain(pgd_cache *c, const pgd_hash *hashes, size_t n);
+/* Warms the chain into the pool: the pages the pool lacks that the tiers hold (in a row
+ * after the pool's prefix) are promoted and registered, as a match would, then released
+ * (cached, evictable). Waits for the fills. Returns the pages the pool holds for the chain
+ * afterwards (pool prefix + promoted). salt: the chain's tenant (for quotas and stats). */
+PGD_API int pgd_cache_warm(pgd_cache *c, const void *salt, size_t salt_len, const pgd_hash *hashes,
+                           size_t n);
+/* How many pages of the chain the pool holds, in a row from the first (no side effect). */
+PGD_API size_t pgd_cache_lookup(pgd_cache *c, const pgd_hash *hashes, size_t n);
+
+/* Next-use hints (KVFlow-style prefetch): registers the chain hashes[0..n) (copied) of
+ * tenant salt as needed again at clock time due_ns. pgd_cache_hints_run warms (as
+ * pgd_cache_warm) every registered chain due before now + lead_ns and forgets it; an
+ * engine calls it from its loop (the server: every tick). A chain hinted again replaces
+ * its entry (same first and last hash). At most 256 chains wait (PGD_ENOSPC past it).
+ * pgd_cache_hint returns PGD_OK, PGD_EINVAL (n 0) or PGD_ENOSPC / PGD_ENOMEM;
+ * pgd_cache_hints_run returns the chains warmed; pgd_cache_n_hints those waiting. */
+PGD_API int pgd_cache_hint(pgd_cache *c, const void *salt, size_t salt_len, const pgd_hash *hashes,
+                           size_t n, uint64_t due_ns);
+PGD_API int pgd_cache_hints_run(pgd_cache *c, uint64_t lead_ns);
+PGD_API uint32_t pgd_cache_n_hints(pgd_cache *c);
+/* The cache's clock now (params.clock), ns. */
+PGD_API uint64_t pgd_cache_now_ns(const pgd_cache *c);
+
+/* ---- tenants (quotas and per-tenant stats) ----
+ *
+ * A tenant is a salt (pgd_seq_create). The cache tracks up to max_tenants of them (index
+ * 0: the default tenant, salt_len 0; the last index: "other", every further salt). Each
+ * registered page is charged to the tenant of the sequence that registered it.
+ * Quotas: a tenant may be given a reserved share of the pool (and of each tier). When a
+ * sequence of tenant T needs a page and the pool has none free:
+ *   - a tenant with a reservation that holds at least it evicts its own pages first;
+ *   - then (or otherwise) pages of any tenant U, but never of a U that holds no more than
+ *     its reserved share (a flood from one tenant cannot evict another's reserved
+ *     prefix);
+ *   - nothing else evictable: the grow fails (PGD_ENOSPC).
+ * Reserved shares sum to at most 1. */
+typedef struct pgd_tenant_params {
+    double pool_share;                /* reserved share of the pool's pages, 0..1 */
+    double tier_share[PGD_MAX_TIERS]; /* reserved share of tier i (tiers that support
+                                         it: the RAM and disk tiers), 0..1 */
+} pgd_tenant_params;
+
+/* Registers (or updates) the tenant of salt with its reservation. Returns the tenant's
+ * index (>= 1), PGD_EINVAL (a share outside 0..1, shares summing past 1, the default
+ * tenant given salt_len 0 is index 0 and may be reserved too: returns 0) or PGD_ENOSPC (no
+ * tenant entry left). */
+PGD_API int pgd_cache_set_tenant(pgd_cache *c, const void *salt, size_t salt_len,
+                                 const pgd_tenant_params *tp);
+
+typedef struct pgd_tenant_stats {
+    uint64_t id;             /* a hash of the salt (XXH3-64 with the cache key): never
+                                the salt; 0 for the default tenant, UINT64_MAX "other" */
+    uint32_t reserved_pages; /* pool pages reserved */
+    uint32_t pages_held;     /* registered pool pages charged to it now */
+    uint32_t pages_pinned;
+    uint64_t hit_pages, hit_tokens; /* served from the pool */
+    uint64_t query_pages;           /* pages its matches asked for */
+    uint64_t evictions;             /* its pages evicted by the policy */
+    uint64_t evictions_by_others;   /* of those, to make room for another tenant */
+} pgd_tenant_stats;
+
+/* Number of tenant entries in use (>= 1: the default tenant). */
+PGD_API uint32_t pgd_cache_n_tenants(pgd_cache *c);
+/* Fills *out for tenant index i. Returns PGD_OK or PGD_EINVAL (i out of range). */
+PGD_API int pgd_cache_get_tenant_stats(pgd_cache *c, uint32_t i, pgd_tenant_stats *out);
+/* The tenant index a salt maps to (no registration), or the "other" index. */
+PGD_API uint32_t pgd_cache_tenant_of(pgd_cache *c, const void *salt, size_t salt_len);
 
 /* ---- stats and checks ---- */
 

@@ -49,7 +49,8 @@ typedef enum pgd_status {
     PGD_EBUSY = -5,     /* object in use (page pinned, sequence busy) */
     PGD_EIO = -6,       /* tier I/O failed; detail via the log hook */
     PGD_ECORRUPT = -7,  /* checksum or format mismatch on load */
-    PGD_ESTATE = -8     /* call not valid in the object's current state */
+    PGD_ESTATE = -8,    /* call not valid in the object's current state */
+    PGD_ENOTSUP = -9    /* the object does not support the operation (an optional op) */
 } pgd_status;
 
 /* Returns a short English description of a status code; static storage, never NULL. */

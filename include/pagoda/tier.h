@@ -163,6 +163,20 @@ typedef struct pgd_tier_stats {
 typedef void (*pgd_tier_spill_fn)(void *ud, pgd_hash block, pgd_hash parent, const void *page,
                                   const void *bounds);
 
+/* A record's retention in a tier (pgd_tier_ops.retain). Times are wall-clock seconds
+ * (a disk tier outlives the process; Redis counts TTLs itself). */
+typedef struct pgd_tier_retention {
+    uint32_t priority;     /* 0..100 (policy.h PGD_PRIORITY_DEFAULT): ordered by tiers whose
+                              policy reads it (priority) */
+    uint64_t ttl_s;        /* 0: none; else the record's retention ends ttl_s from now:
+                              Redis sets it as the key's TTL (EXPIRE), local tiers evict it
+                              first once past */
+    int pin;               /* 1: pin (not evicted; Redis: PERSIST, kept under volatile-*
+                              maxmemory policies), 0: leave pins, -1: unpin */
+    uint64_t tenant;       /* pgd_tenant_stats.id of the page's tenant (quotas) */
+    uint32_t tenant_index; /* its index in the cache, < 64 */
+} pgd_tier_retention;
+
 /* The ops table of a tier (built-in: ram, disk; user: pgd_tier_wrap). Every member is
  * required; state is the pointer given to pgd_tier_wrap. Members may be called from
  * several threads at once. */
@@ -201,6 +215,11 @@ typedef struct pgd_tier_ops {
      * PGD_OK in a row (a caller that needs a prefix stops there). */
     size_t (*get_many)(void *state, size_t n, const pgd_hash *blocks, void *const *pages,
                        void *const *bounds, int *results);
+    /* OPTIONAL (NULL: the tier keeps no retention). Sets the retention of block's record
+     * (pgd_tier_retention; the cache calls it after a put of a page whose retention is
+     * not the default, and for pgd_cache_pin / unpin). PGD_OK, PGD_ENOTFOUND (not held),
+     * PGD_ENOSPC (a pin past the tier's pin share: nothing changed). */
+    int (*retain)(void *state, pgd_hash block, const pgd_tier_retention *r);
 } pgd_tier_ops;
 
 /* Wraps a user tier (ops borrowed while the tier lives; every member required except
@@ -220,6 +239,10 @@ PGD_API size_t pgd_tier_lookup(pgd_tier *t, const pgd_hash *hashes, size_t n);
 PGD_API int pgd_tier_del(pgd_tier *t, pgd_hash block);
 PGD_API void pgd_tier_get_stats(pgd_tier *t, pgd_tier_stats *out);
 PGD_API int pgd_tier_flush(pgd_tier *t);
+/* ops->retain, or PGD_ENOTSUP when the tier has none. */
+PGD_API int pgd_tier_retain(pgd_tier *t, pgd_hash block, const pgd_tier_retention *r);
+/* Nonzero when the tier has the retain op. */
+PGD_API int pgd_tier_has_retain(const pgd_tier *t);
 
 /* ---- the RAM tier (src/tier/ram.c) ---- */
 
@@ -231,6 +254,10 @@ typedef struct pgd_tier_ram_params {
     const pgd_allocator *alloc; /* NULL: libc */
     pgd_log_fn log;             /* NULL: silent */
     void *log_ud;
+    int policy;        /* pgd_policy_kind ordering its evictions (default
+                          PGD_POLICY_LRU; belady is refused: no future) */
+    double pin_share;  /* pinned records at most this share of the capacity
+                          (0: 0.5) */
 } pgd_tier_ram_params; /* append fields only */
 
 PGD_API pgd_tier_ram_params pgd_tier_ram_default_params(void);
@@ -254,6 +281,8 @@ typedef struct pgd_tier_disk_params {
     const pgd_allocator *alloc;
     pgd_log_fn log;
     void *log_ud;
+    int policy;         /* as pgd_tier_ram_params.policy */
+    double pin_share;   /* as pgd_tier_ram_params.pin_share */
 } pgd_tier_disk_params; /* append fields only */
 
 PGD_API pgd_tier_disk_params pgd_tier_disk_default_params(void);

@@ -41,3 +41,19 @@ int pgd_policy_from_name(const char *name, pgd_policy_kind *out)
     }
     return PGD_EINVAL;
 }
+
+void pgd_cost_model_default(pgd_cost_model *m, uint32_t n_layers, uint32_t n_kv_heads,
+                            uint32_t head_dim)
+{
+    double width = (double)n_kv_heads * head_dim;
+    if (!(m->attn_flops_per_pos > 0)) m->attn_flops_per_pos = 4.0 * n_layers * width;
+    if (!(m->linear_flops_per_token > 0))
+        m->linear_flops_per_token = 24.0 * n_layers * width * width;
+}
+
+double pgd_cost_model_page(const pgd_cost_model *m, uint32_t page_tokens, uint32_t depth)
+{
+    double t = page_tokens;
+    return t * m->linear_flops_per_token +
+           m->attn_flops_per_pos * t * ((double)depth * t + (t + 1.0) / 2.0);
+}

@@ -1038,8 +1038,8 @@ done:
 }
 
 static const pgd_tier_ops disk_ops = {
-    "disk",   disk_bind,  disk_put,   disk_get,   disk_lookup,
-    disk_del, disk_stats, disk_flush, disk_close, NULL,
+    "disk",     disk_bind,  disk_put,   disk_get, disk_lookup, disk_del,
+    disk_stats, disk_flush, disk_close, NULL,     NULL,
 };
 
 /* ---- create: the directory, its lock and its key ---- */

@@ -196,7 +196,8 @@ static uint32_t count_children(const pgd__tmap *m, pgd_hash block)
 
 static pgd_policy_page page_info(const pgd__tmap *m, uint32_t s)
 {
-    pgd_policy_page info = {m->slots[s].hash, m->slots[s].depth};
+    pgd_policy_page info = {
+        .hash = m->slots[s].hash, .depth = m->slots[s].depth, .priority = PGD_PRIORITY_DEFAULT};
     return info;
 }
 

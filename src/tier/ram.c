@@ -597,7 +597,8 @@ static void ram_close(void *state)
 }
 
 static const pgd_tier_ops ram_ops = {
-    "ram", ram_bind, ram_put, ram_get, ram_lookup, ram_del, ram_stats, ram_flush, ram_close, NULL,
+    "ram",     ram_bind,  ram_put,   ram_get, ram_lookup, ram_del,
+    ram_stats, ram_flush, ram_close, NULL,    NULL,
 };
 
 /* ---- create ---- */

@@ -157,3 +157,13 @@ void pgd__tier_lat_add(uint64_t hist[PGD_TIER_HIST_BUCKETS], uint64_t *sum, uint
     hist[pgd__tier_hist_bucket(ns)]++;
     *sum += ns;
 }
+
+int pgd_tier_retain(pgd_tier *t, pgd_hash block, const pgd_tier_retention *r)
+{
+    return t->ops->retain ? t->ops->retain(t->state, block, r) : PGD_ENOTSUP;
+}
+
+int pgd_tier_has_retain(const pgd_tier *t)
+{
+    return t->ops->retain != NULL;
+}

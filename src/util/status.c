@@ -33,6 +33,8 @@ const char *pgd_strerror(int status)
         return "corrupt data or broken invariant";
     case PGD_ESTATE:
         return "call not valid in the object's current state";
+    case PGD_ENOTSUP:
+        return "operation not supported";
     default:
         return status >= 0 ? "ok (count)" : "unknown error";
     }

@@ -60,7 +60,7 @@ static void w_close(void *st)
 
 static const pgd_tier_ops wrap_ops = {
     "ram",          t_tier_fwd_bind,  t_tier_fwd_put,   w_get,   t_tier_fwd_lookup,
-    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, w_close, NULL};
+    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, w_close, NULL, NULL};
 
 static void gate(wrap *w, int closed)
 {

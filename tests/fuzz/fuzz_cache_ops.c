@@ -205,9 +205,17 @@ static void f_close(void *st)
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
-static const pgd_tier_ops faulty_ops = {
-    "faulty",       t_tier_fwd_bind,  t_tier_fwd_put,   f_get,   t_tier_fwd_lookup,
-    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, f_close, NULL};
+static const pgd_tier_ops faulty_ops = {"faulty",
+                                        t_tier_fwd_bind,
+                                        t_tier_fwd_put,
+                                        f_get,
+                                        t_tier_fwd_lookup,
+                                        t_tier_fwd_del,
+                                        t_tier_fwd_stats,
+                                        t_tier_fwd_flush,
+                                        f_close,
+                                        NULL,
+                                        NULL};
 
 static faulty *g_fault; /* the wrapped tier's state, NULL: none */
 

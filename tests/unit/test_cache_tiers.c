@@ -133,7 +133,7 @@ static void f_close(void *st)
 }
 static const pgd_tier_ops faulty_ops = {
     "faulty",         t_tier_fwd_bind,  f_put,   f_get, t_tier_fwd_lookup, t_tier_fwd_del,
-    t_tier_fwd_stats, t_tier_fwd_flush, f_close, NULL};
+    t_tier_fwd_stats, t_tier_fwd_flush, f_close, NULL, NULL};
 
 static pgd_tier *faulty_tier(pgd_tier *inner, uint32_t fail_every, faulty **state)
 {

@@ -14,6 +14,8 @@
 static pgd_policy_page info_of(uint32_t id, uint32_t depth)
 {
     pgd_policy_page i;
+    memset(&i, 0, sizeof i);
+    i.priority = PGD_PRIORITY_DEFAULT;
     i.hash.lo = (uint64_t)id * 1000 + 17; /* not the id: the policy must pass the hash */
     i.hash.hi = 0x99;
     i.depth = depth;
@@ -52,7 +54,8 @@ static int pol_open(pol *p, const pgd_policy_ops *ops, uint32_t n, pgd_next_use_
     p->ops = ops;
     pgd__alloc_init(&p->al, NULL);
     p->st = NULL;
-    pgd_policy_init init = {n, &p->al.a, fn, ud, NULL};
+    pgd_policy_init init = {
+        .n_pages = n, .alloc = &p->al.a, .next_use = fn, .next_use_ud = ud, .page_bytes = 1};
     return ops->create(&init, &p->st);
 }
 
@@ -95,7 +98,7 @@ static int test_lookup(void)
     /* Belady refuses to exist without its oracle. */
     pgd__alloc al;
     pgd__alloc_init(&al, NULL);
-    pgd_policy_init init = {8, &al.a, NULL, NULL, NULL};
+    pgd_policy_init init = {.n_pages = 8, .alloc = &al.a, .page_bytes = 1};
     void *st = &al;
     T_EQ(pgd__policy_belady.create(&init, &st), PGD_EINVAL);
     T_ASSERT(st == NULL);

@@ -1161,7 +1161,7 @@ static void redis_close(void *state)
 
 static const pgd_tier_ops redis_ops = {
     "redis",   redis_bind,  redis_put,   redis_get,   redis_lookup,
-    redis_del, redis_stats, redis_flush, redis_close, redis_get_many,
+    redis_del, redis_stats, redis_flush, redis_close, redis_get_many, NULL,
 };
 
 /* ---- create ---- */
