@@ -5,7 +5,10 @@
  * one, leaf first), the merge rule of a page's retention over the sequences that release
  * it, pins (out of the evictable set, bounded by pin_share, ended by unpin or their TTL),
  * the admin operations (pin, unpin, evict_chain, warm from a RAM tier, lookup) and the
- * next-use hints (hint, hints_run warming a chain from the tier before it is due).
+ * next-use hints (hint, hints_run warming a chain from the tier before it is due; a
+ * request's next_use_ms registering one), retention carried to a tier with the retain op
+ * (a wrapped RAM tier that counts the calls and can refuse pins), a randomized run of every
+ * operation (8 seeds x 3000 steps, with and without a tier) and three threads at once.
  *
  * Chains are precomputed block hashes (match_hashes / commit_hashes); every step is
  * followed by pgd_cache_check, which verifies the pins and the expiry heap too. A wrapped
