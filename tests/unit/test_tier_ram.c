@@ -44,9 +44,9 @@ static int test_map(void)
     pgd__alloc al;
     pgd__tmap *m;
     pgd__alloc_init(&al, NULL);
-    T_EQ(pgd__tmap_create(&al, 0, NULL, &m), PGD_EINVAL);
-    T_EQ(pgd__tmap_create(&al, 8, pgd_policy_builtin(PGD_POLICY_BELADY), &m), PGD_EINVAL);
-    T_OK(pgd__tmap_create(&al, 8, NULL, &m));
+    T_EQ(pgd__tmap_create(&al, 0, NULL, NULL, &m), PGD_EINVAL);
+    T_EQ(pgd__tmap_create(&al, 8, pgd_policy_builtin(PGD_POLICY_BELADY), NULL, &m), PGD_EINVAL);
+    T_OK(pgd__tmap_create(&al, 8, NULL, NULL, &m));
     /* A chain inserted leaf first (as demotion does): the child counts come right. */
     uint32_t s[4];
     for (int d = 3; d >= 0; d--) {
@@ -99,7 +99,7 @@ static int test_map_crafted_parents(void)
     pgd__alloc al;
     pgd__tmap *m;
     pgd__alloc_init(&al, NULL);
-    T_OK(pgd__tmap_create(&al, 4, NULL, &m));
+    T_OK(pgd__tmap_create(&al, 4, NULL, NULL, &m));
     pgd_hash a = t_block_of(1, 1), b = t_block_of(2, 2);
     uint32_t self = pgd__tmap_insert(m, a, a);
     T_OK(pgd__tmap_check(m, NULL));
@@ -144,7 +144,7 @@ static int test_map_random(void)
     pgd__tmap *m;
     uint64_t seed = 7;
     pgd__alloc_init(&al, NULL);
-    T_OK(pgd__tmap_create(&al, 64, NULL, &m));
+    T_OK(pgd__tmap_create(&al, 64, NULL, NULL, &m));
     for (int it = 0; it < 20000; it++) {
         uint32_t c = (uint32_t)(t_rand(&seed) % 20), d = (uint32_t)(t_rand(&seed) % 10);
         pgd_hash h = t_block_of(c, d);
