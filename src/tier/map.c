@@ -518,9 +518,12 @@ const pgd_policy_ops *pgd__tier_policy_ops(int kind, const char *tier, const pgd
         pgd__logf(lg, PGD_LOG_ERROR,
                   "%s tier: policy belady needs the future (replay only); a tier takes %s", tier,
                   names);
+    else if (kind >= 0 && kind < PGD_POLICY_COUNT)
+        pgd__logf(lg, PGD_LOG_ERROR,
+                  "%s tier: policy %d is not built into this libpagoda; valid: %s", tier, kind,
+                  names);
     else
-        pgd__logf(lg, PGD_LOG_ERROR, "%s tier: unknown policy %d (%s); valid: %s", tier, kind,
-                  pgd_policy_name((pgd_policy_kind)kind), names);
+        pgd__logf(lg, PGD_LOG_ERROR, "%s tier: unknown policy %d; valid: %s", tier, kind, names);
     return NULL;
 }
 

@@ -1103,7 +1103,7 @@ static int test_policies(void)
         if (kind == PGD_POLICY_BELADY || !pgd_policy_builtin((pgd_policy_kind)kind)) {
             T_ASSERT(t == NULL);
             T_EQ(count_in_log(kind == PGD_POLICY_BELADY ? "belady needs the future"
-                                                        : "unknown policy"),
+                                                        : "is not built into this libpagoda"),
                  1);
             continue;
         }
