@@ -146,6 +146,7 @@ int pgd__tmap_create(const pgd__alloc *al, uint32_t capacity, const pgd_policy_o
     init.clock_ud = m;
     init.page_bytes = m->page_bytes ? m->page_bytes : 1;
     init.cost = m->cost;
+    init.page_tokens = m->page_tokens;
     int rc = policy->create(&init, &m->pol_state);
     if (rc != PGD_OK) {
         m->pol_state = NULL;
