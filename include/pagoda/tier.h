@@ -268,7 +268,7 @@ PGD_API pgd_tier_ram_params pgd_tier_ram_default_params(void);
  * header included), freed at eviction; get verifies the checksum. With compression, a
  * record that does not shrink is stored RAW (the header says so); zstd runs at level 1.
  * The tier holds at most capacity_bytes / record bytes records (with compression: /
- * (header + raw / 16)), about 90 bytes of index each, reserved at bind. Defaults
+ * (header + raw / 16)), about 120 bytes of index each, reserved at bind. Defaults
  * (pgd_tier_ram_default_params): 1 GiB, the pool's codec, RAW, LRU, pin_share 0.5.
  * Returns PGD_OK, PGD_EINVAL (capacity 0, an unknown store_type or compression, a policy
  * that is unknown or belady, a pin_share outside (0, 1]: logged), PGD_ENOMEM. */

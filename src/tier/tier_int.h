@@ -82,8 +82,9 @@ int pgd__record_copy_verified(const void *header, const void *payload, void *pag
  *
  * Not locked: the tier calls it under its own lock. Memory, all reserved by create:
  * 80 bytes of slot data, 16 bytes of the two hash tables (each >= 2x capacity uint32),
- * 8 of expiry list, 4 of free list and 9 of LRU state: about 110 bytes per slot (the RAM and disk
- * tiers size capacity from their byte bound and the smallest record they can store).
+ * 8 of expiry list, 4 of free list and 9 of LRU state (other policies: their own):
+ * about 120 bytes per slot (the RAM and disk tiers size capacity from their byte bound
+ * and the smallest record they can store).
  */
 
 typedef struct pgd__tmap pgd__tmap;
