@@ -166,6 +166,7 @@ void pgd__mover_destroy(pgd__mover *m);
 
 extern const pgd_policy_ops pgd__policy_lru;
 extern const pgd_policy_ops pgd__policy_belady;
+extern const pgd_policy_ops pgd__policy_priority; /* policy/priority.c */
 
 /* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *
