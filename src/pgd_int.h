@@ -195,6 +195,7 @@ void pgd__ghost_push(pgd__ghost *g, int l, pgd_hash h);
 void pgd__ghost_del(pgd__ghost *g, pgd_hash h);
 /* Drops the oldest entry of list l, if any. */
 void pgd__ghost_pop(pgd__ghost *g, int l);
+extern const pgd_policy_ops pgd__policy_priority; /* policy/priority.c */
 
 /* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *
