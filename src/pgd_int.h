@@ -167,6 +167,7 @@ void pgd__mover_destroy(pgd__mover *m);
 extern const pgd_policy_ops pgd__policy_lru;
 extern const pgd_policy_ops pgd__policy_belady;
 extern const pgd_policy_ops pgd__policy_s3fifo;
+extern const pgd_policy_ops pgd__policy_arc;
 
 /* Ghost lists of evicted block hashes (policy/ghost.c): a fixed pool of cap entries shared
  * by PGD__GHOST_LISTS FIFO lists, with a hash set over them. Nothing allocates after
