@@ -15,6 +15,7 @@ static const struct {
 } policies[] = {
     {PGD_POLICY_LRU, "lru", &pgd__policy_lru},
     {PGD_POLICY_BELADY, "belady", &pgd__policy_belady},
+    {PGD_POLICY_COST, "cost", &pgd__policy_cost},
     {PGD_POLICY_PRIORITY, "priority", &pgd__policy_priority},
 };
 
