@@ -197,6 +197,11 @@ void pgd__ghost_del(pgd__ghost *g, pgd_hash h);
 /* Drops the oldest entry of list l, if any. */
 void pgd__ghost_pop(pgd__ghost *g, int l);
 extern const pgd_policy_ops pgd__policy_priority; /* policy/priority.c */
+extern const pgd_policy_ops pgd__policy_cost;     /* policy/cost.c */
+/* The value of a page in the cost policy (policy/cost.c's header): H = inflation +
+ * f^a x (1 + b x depth) x (cost / bytes)^c. Pure; exposed for the reference in tests. */
+double pgd__policy_cost_value(double inflation, uint32_t freq, double cost, double bytes,
+                              uint32_t depth);
 
 /* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *
