@@ -304,6 +304,7 @@ static int tiers_init(tier_set *ts, future *f, const uint64_t *cap_blocks,
     pi.clock_ud = (void *)ts->clk;
     pi.page_bytes = ts->page_bytes;
     pi.cost = ts->cost;
+    pi.page_tokens = ts->block_tokens;
     for (uint32_t i = 0; i < n; i++) {
         tier_pol *t = &ts->t[i];
         int st;
