@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(gcc g++ make cmake pkgconf git libxxhash-dev liblz4-dev libzstd-dev libjansson-dev libpcre2-dev clang clang-format libclang-rt-14-dev
       valgrind libmicrohttpd-dev libcurl4-openssl-dev strace
-      libhiredis-dev libssl-dev redis-server redis-tools)
+      libhiredis-dev libssl-dev redis-server redis-tools
+      gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

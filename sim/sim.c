@@ -16,12 +16,16 @@
  * and no tiers skips the index altogether.
  *
  * Tiers (model in sim.h) name blocks by their slot in that index, so each tier is a few
- * arrays over the distinct blocks: an intrusive LRU list (head = least recently used)
- * and, per block, how many of its children the tier holds (counted whether or not the
- * block itself is there, so a parent demoted after its children starts with the right
- * count). The victim is the first block from the head with no child held: O(1) when
- * blocks arrive leaves first, as the pool evicts them, a walk past held parents
- * otherwise. The pool's evictions reach the tiers through the cache's on_evict event.
+ * arrays over the distinct blocks plus a policy (policy.h ops, page ids = slots): per
+ * block whether the tier holds it, its hits there, and how many of its children the tier
+ * holds (counted whether or not the block itself is there, so a parent demoted after its
+ * children starts with the right count). The policy's accept() is "held, no child held":
+ * the leaf-only rule of the pool. The pool's evictions reach the tiers through the
+ * cache's on_evict event. The index is built whenever tiers are used or the capacity is
+ * unlimited; its occurrence lists only when Belady orders the pool or a tier.
+ *
+ * Timing model (sim.h): a binary min-heap of the running requests by completion time
+ * holds their live sequences; each arrival first destroys those done by then.
  */
 #include "sim.h"
 
@@ -76,6 +80,7 @@ typedef struct slot {
     uint32_t cursor;   /* occ[start + cursor] is the next candidate (only moves forward) */
     uint32_t last_req; /* last request counted, so a request counts once */
     uint32_t parent;   /* slot of the previous block of the chain; NONE for a first block */
+    uint32_t depth;    /* 0 for a first block; the parent's + 1 */
 } slot;
 
 typedef struct future {
@@ -154,6 +159,7 @@ static uint32_t future_add(future *f, pgd_hash key, uint32_t parent)
     f->slots[s].key = key;
     f->slots[s].last_req = NONE;
     f->slots[s].parent = parent;
+    f->slots[s].depth = parent == NONE ? 0 : f->slots[parent].depth + 1;
     f->map[pos] = s;
     return s;
 }
@@ -214,106 +220,159 @@ static uint64_t next_use(void *ud, pgd_hash h)
 
 /* ---- the tiers ---- */
 
-typedef struct tier_lru {
-    uint64_t cap_blocks;   /* 0: the tier is skipped */
-    uint64_t n_blocks;     /* held */
-    uint32_t head, tail;   /* least / most recently used; NONE when empty */
-    uint32_t *prev, *next; /* [n_slots] links of held blocks */
-    uint32_t *n_child;     /* [n_slots] children the tier holds (held or not itself) */
-    uint8_t *in;           /* [n_slots] 1 if held */
-} tier_lru;
+/* The simulated clock, ns: the arrival time of the request being served. The pool's and
+ * the tiers' policies read it (TTLs, hints); the replay never depends on the wall clock. */
+typedef struct sim_clock {
+    uint64_t ns;
+} sim_clock;
+
+static uint64_t clock_read(void *ud)
+{
+    return ((const sim_clock *)ud)->ns;
+}
+
+static void *lc_malloc(void *ud, size_t n)
+{
+    (void)ud;
+    return malloc(n);
+}
+
+static void *lc_realloc(void *ud, void *q, size_t n)
+{
+    (void)ud;
+    return realloc(q, n);
+}
+
+static void lc_free(void *ud, void *q)
+{
+    (void)ud;
+    free(q);
+}
+
+static const pgd_allocator libc_alloc = {lc_malloc, lc_realloc, lc_free, NULL};
+
+/* One tier: the blocks it holds, ordered by its policy (ops, st) over page ids = slots. */
+typedef struct tier_pol {
+    uint64_t cap_blocks; /* 0: the tier is skipped */
+    uint64_t n_blocks;   /* held */
+    const pgd_policy_ops *ops;
+    void *st;          /* the policy's state; NULL until created */
+    uint32_t *n_child; /* [n_slots] children the tier holds (held or not itself) */
+    uint32_t *uses;    /* [n_slots] hits of the block in this tier */
+    uint8_t *in;       /* [n_slots] 1 if held */
+} tier_pol;
 
 typedef struct tier_set {
-    const future *fut; /* block slots and parents */
-    tier_lru t[SIM_MAX_TIERS];
+    future *fut; /* block slots and parents; the Belady oracle */
+    tier_pol t[SIM_MAX_TIERS];
     uint32_t n;
     sim_tier_result *res; /* [n] the result's per-tier counters */
+    const sim_clock *clk;
+    uint32_t block_tokens;
+    uint64_t page_bytes;
+    pgd_cost_model cost;
+    uint32_t failed; /* 1 + the tier whose policy gave no acceptable victim; 0: none */
 } tier_set;
 
 static void tiers_deinit(tier_set *ts)
 {
     for (uint32_t i = 0; i < ts->n; i++) {
-        free(ts->t[i].prev);
-        free(ts->t[i].next);
+        if (ts->t[i].st) ts->t[i].ops->destroy(ts->t[i].st);
         free(ts->t[i].n_child);
+        free(ts->t[i].uses);
         free(ts->t[i].in);
     }
     memset(ts, 0, sizeof *ts);
 }
 
-/* Allocates n tiers of the given capacities (in blocks) over f's blocks. 0 or -1. */
-static int tiers_init(tier_set *ts, const future *f, const uint64_t *cap_blocks, uint32_t n,
-                      sim_tier_result *res)
+/* Allocates n tiers of the given capacities (in blocks) and policies over f's blocks.
+ * Returns 0, or -1 with the reason in err. */
+static int tiers_init(tier_set *ts, future *f, const uint64_t *cap_blocks,
+                      const pgd_policy_ops *const *ops, uint32_t n, sim_tier_result *res, char *err,
+                      size_t errlen)
 {
     size_t nb = f->n_slots ? f->n_slots : 1;
+    pgd_policy_init pi;
     ts->fut = f;
     ts->res = res;
+    memset(&pi, 0, sizeof pi);
+    pi.n_pages = (uint32_t)nb;
+    pi.alloc = &libc_alloc;
+    pi.next_use = f->occ ? next_use : NULL; /* no index: Belady's create refuses */
+    pi.next_use_ud = f;
+    pi.clock = clock_read;
+    pi.clock_ud = (void *)ts->clk;
+    pi.page_bytes = ts->page_bytes;
+    pi.cost = ts->cost;
+    pi.page_tokens = ts->block_tokens;
     for (uint32_t i = 0; i < n; i++) {
-        tier_lru *t = &ts->t[i];
+        tier_pol *t = &ts->t[i];
+        int st;
         ts->n = i + 1;
         t->cap_blocks = cap_blocks[i];
-        t->head = t->tail = NONE;
+        t->ops = ops[i];
         if (t->cap_blocks == 0) continue;
-        t->prev = malloc(nb * sizeof *t->prev);
-        t->next = malloc(nb * sizeof *t->next);
         t->n_child = calloc(nb, sizeof *t->n_child);
+        t->uses = calloc(nb, sizeof *t->uses);
         t->in = calloc(nb, 1);
-        if (!t->prev || !t->next || !t->n_child || !t->in) return -1;
+        if (!t->n_child || !t->uses || !t->in) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        st = t->ops->create(&pi, &t->st);
+        if (st != PGD_OK) {
+            t->st = NULL;
+            snprintf(err, errlen, "tier %u: cannot create policy %s: %s", i, t->ops->name,
+                     pgd_strerror(st));
+            return -1;
+        }
     }
     ts->n = n;
     return 0;
 }
 
-static int tier_holds(const tier_lru *t, uint32_t b)
+static int tier_holds(const tier_pol *t, uint32_t b)
 {
     return t->cap_blocks != 0 && t->in[b];
 }
 
-static void lru_unlink(tier_lru *t, uint32_t b)
+/* The leaf-only rule of a tier: a held block of which the tier holds no child. */
+static int tier_accept(void *ctx, uint32_t b)
 {
-    uint32_t p = t->prev[b], n = t->next[b];
-    if (p != NONE)
-        t->next[p] = n;
-    else
-        t->head = n;
-    if (n != NONE)
-        t->prev[n] = p;
-    else
-        t->tail = p;
+    const tier_pol *t = ctx;
+    return t->in[b] && t->n_child[b] == 0;
 }
 
-static void lru_push(tier_lru *t, uint32_t b)
+static void tier_info(const tier_set *ts, const tier_pol *t, uint32_t b, pgd_policy_page *pg)
 {
-    t->prev[b] = t->tail;
-    t->next[b] = NONE;
-    if (t->tail != NONE)
-        t->next[t->tail] = b;
-    else
-        t->head = b;
-    t->tail = b;
+    const slot *sl = &ts->fut->slots[b];
+    memset(pg, 0, sizeof *pg);
+    pg->hash = sl->key;
+    pg->depth = sl->depth;
+    pg->priority = PGD_PRIORITY_DEFAULT;
+    pg->now_ns = ts->clk->ns;
+    pg->uses = t->uses[b];
+    pg->bytes = ts->page_bytes;
+    pg->cost = pgd_cost_model_page(&ts->cost, ts->block_tokens, sl->depth);
 }
 
-/* Marks held block b most recently used (a hit). */
-static void tier_touch(tier_lru *t, uint32_t b)
+/* Held block b was hit (promoted from this tier; the copy stays): used again, and
+ * evictable again at once. */
+static void tier_touch(const tier_set *ts, tier_pol *t, uint32_t b)
 {
-    lru_unlink(t, b);
-    lru_push(t, b);
+    pgd_policy_page pg;
+    t->uses[b]++;
+    tier_info(ts, t, b, &pg);
+    t->ops->hit(t->st, b, &pg);
+    t->ops->unreferenced(t->st, b, &pg);
 }
 
-/* The least recently used block of which t holds no child; t is not empty. */
-static uint32_t tier_victim(const tier_lru *t)
-{
-    for (uint32_t b = t->head; b != NONE; b = t->next[b]) {
-        if (t->n_child[b] == 0) return b;
-    }
-    return t->head; /* unreachable: the held blocks form a forest, which has a leaf */
-}
-
-static void tier_remove(tier_set *ts, tier_lru *t, uint32_t b)
+static void tier_remove(tier_set *ts, tier_pol *t, uint32_t b)
 {
     uint32_t p = ts->fut->slots[b].parent;
-    lru_unlink(t, b);
+    t->ops->remove(t->st, b);
     t->in[b] = 0;
+    t->uses[b] = 0;
     t->n_blocks--;
     if (p != NONE) t->n_child[p]--;
 }
@@ -323,20 +382,28 @@ static void tier_remove(tier_set *ts, tier_lru *t, uint32_t b)
 static void tiers_demote(tier_set *ts, uint32_t i, uint32_t b)
 {
     for (; i < ts->n; i++) {
-        tier_lru *t = &ts->t[i];
-        uint32_t p = ts->fut->slots[b].parent;
+        tier_pol *t = &ts->t[i];
+        uint32_t p = ts->fut->slots[b].parent, v;
+        pgd_policy_page pg;
         if (t->cap_blocks == 0) continue;
         if (t->in[b]) return;
-        lru_push(t, b);
         t->in[b] = 1;
         t->n_blocks++;
         if (p != NONE) t->n_child[p]++;
+        tier_info(ts, t, b, &pg);
+        t->ops->insert(t->st, b, &pg);
+        t->ops->unreferenced(t->st, b, &pg);
         ts->res[i].demoted_blocks++;
         if (t->n_blocks <= t->cap_blocks) return;
         /* Inserted first, so that b's parent is not a leaf now: b may be the victim. */
-        b = tier_victim(t);
-        tier_remove(ts, t, b);
+        v = t->ops->victim(t->st, tier_accept, t);
+        if (v >= ts->fut->n_slots || !tier_accept(t, v)) {
+            if (!ts->failed) ts->failed = i + 1;
+            return;
+        }
+        tier_remove(ts, t, v);
         ts->res[i].evicted_blocks++;
+        b = v;
     }
 }
 
@@ -359,8 +426,8 @@ static void on_pool_evict(void *ud, pgd_hash hash, uint32_t page)
     tiers_demote(ts, 0, b);
 }
 
-/* Walks every tier: links, held counts, child counts and the capacity bound agree.
- * Returns 0, or -1 with the reason in err. O(tiers * blocks). */
+/* Walks every tier: held counts, child counts, the capacity bound and the policy's set
+ * (contains / size) agree. Returns 0, or -1 with the reason in err. O(tiers * blocks). */
 static int tiers_check(const tier_set *ts, char *err, size_t errlen)
 {
     uint32_t *kids = calloc(ts->fut->n_slots ? ts->fut->n_slots : 1, sizeof *kids);
@@ -370,29 +437,25 @@ static int tiers_check(const tier_set *ts, char *err, size_t errlen)
         return -1;
     }
     for (uint32_t i = 0; i < ts->n; i++) {
-        const tier_lru *t = &ts->t[i];
-        uint64_t n = 0, held = 0;
-        uint32_t prev = NONE;
+        const tier_pol *t = &ts->t[i];
+        uint64_t held = 0;
         if (t->cap_blocks == 0) continue;
-        for (uint32_t b = t->head; b != NONE; b = t->next[b]) {
-            if (!t->in[b] || t->prev[b] != prev || ++n > t->n_blocks) goto bad;
-            prev = b;
-        }
-        if (prev != t->tail || n != t->n_blocks || n > t->cap_blocks) goto bad;
+        if (t->n_blocks > t->cap_blocks || t->ops->size(t->st) != t->n_blocks) goto bad;
         memset(kids, 0, ts->fut->n_slots * sizeof *kids);
         for (uint32_t b = 0; b < ts->fut->n_slots; b++) {
             uint32_t p = ts->fut->slots[b].parent;
             held += t->in[b];
             if (t->in[b] && p != NONE) kids[p]++;
+            if (!t->ops->contains(t->st, b) != !t->in[b]) goto bad;
         }
-        if (held != n) goto bad;
+        if (held != t->n_blocks) goto bad;
         for (uint32_t b = 0; b < ts->fut->n_slots; b++) {
             if (kids[b] != t->n_child[b]) goto bad;
         }
         continue;
     bad:
-        snprintf(err, errlen, "tier %u (%llu of %llu blocks held) is inconsistent", i,
-                 (unsigned long long)t->n_blocks, (unsigned long long)t->cap_blocks);
+        snprintf(err, errlen, "tier %u (%s, %llu of %llu blocks held) is inconsistent", i,
+                 t->ops->name, (unsigned long long)t->n_blocks, (unsigned long long)t->cap_blocks);
         goto done;
     }
     rc = 0;
@@ -437,21 +500,86 @@ static void progress(size_t done, size_t total, double *last, int *shown)
             100.0 * (double)done / (double)(total ? total : 1));
 }
 
+/* ---- the timing model: requests alive, by completion time ---- */
+
+typedef struct running {
+    double done_s; /* arrival + prefill + decode */
+    uint32_t r;    /* trace index: ties complete in trace order */
+    pgd_seq *s;
+} running;
+
+typedef struct run_heap {
+    running *a; /* [n] a binary min-heap by (done_s, r) */
+    size_t n;
+} run_heap;
+
+static int run_before(const running *x, const running *y)
+{
+    return x->done_s != y->done_s ? x->done_s < y->done_s : x->r < y->r;
+}
+
+static void run_push(run_heap *h, running e)
+{
+    size_t i = h->n++;
+    while (i > 0 && run_before(&e, &h->a[(i - 1) / 2])) {
+        h->a[i] = h->a[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->a[i] = e;
+}
+
+static running run_pop(run_heap *h)
+{
+    running top = h->a[0], e = h->a[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && run_before(&h->a[c + 1], &h->a[c])) c++;
+        if (!run_before(&h->a[c], &e)) break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    if (h->n) h->a[i] = e;
+    return top;
+}
+
+/* Destroys the requests done by time t (all with t < 0), in completion order. */
+static void run_complete(pgd_cache *c, run_heap *h, double t)
+{
+    while (h->n && (t < 0 || h->a[0].done_s <= t)) {
+        running e = run_pop(h);
+        pgd_seq_destroy(c, e.s);
+    }
+}
+
+/* The built-in ops of kind k, or NULL with the reason in err. */
+static const pgd_policy_ops *builtin_or_err(pgd_policy_kind k, const char *what, char *err,
+                                            size_t errlen)
+{
+    const pgd_policy_ops *ops = pgd_policy_builtin(k);
+    if (!ops) snprintf(err, errlen, "%s: policy kind %d is not built in", what, (int)k);
+    return ops;
+}
+
 int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err, size_t errlen)
 {
     const uint64_t bt = p->block_tokens;
     future fut = {0};
     tier_set ts = {0};
+    run_heap rh = {0};
+    sim_clock clk = {0};
     pgd_hash *hbuf = NULL;
     uint32_t *rbuf = NULL; /* [max_ids] blocks of the run the tiers hold */
     uint8_t *tbuf = NULL;  /* [max_ids] the tier of each */
     uint64_t tier_cap[SIM_MAX_TIERS];
+    const pgd_policy_ops *tier_ops[SIM_MAX_TIERS];
     pgd_cache *c = NULL;
     pgd_cache_params cp = pgd_cache_default_params();
     pgd_cache_stats cs;
-    uint64_t max_ids = 0, pages;
+    uint64_t max_ids = 0, pages, arrival_ms = 0;
     double t0 = now_s(), last = t0;
-    int rc = -1, shown = 0, need_future;
+    int rc = -1, shown = 0, need_future, with_occ;
 
     memset(res, 0, sizeof *res);
     if (bt == 0 || (bt & (bt - 1)) != 0 || bt > SIM_MAX_BLOCK_TOKENS) {
@@ -467,19 +595,30 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
         snprintf(err, errlen, "too many requests (%zu; at most %u)", t->n_reqs, NONE - 1);
         return -1;
     }
+    if (p->model_timing && !(p->prefill_tps > 0 && p->decode_tps > 0)) {
+        snprintf(err, errlen, "the timing model needs prefill and decode speeds above 0");
+        return -1;
+    }
+    if (!builtin_or_err(p->policy, "pool", err, errlen)) return -1;
+    with_occ = p->policy == PGD_POLICY_BELADY;
+    for (uint32_t i = 0; i < p->n_tiers; i++) {
+        pgd_policy_kind k = p->tiers[i].has_policy ? p->tiers[i].policy : p->policy;
+        tier_ops[i] = builtin_or_err(k, "tier", err, errlen);
+        if (!tier_ops[i]) return -1;
+        if (k == PGD_POLICY_BELADY && p->tiers[i].capacity_tokens / bt) with_occ = 1;
+    }
     for (size_t r = 0; r < t->n_reqs; r++) {
         if (t->reqs[r].n_ids > max_ids) max_ids = t->reqs[r].n_ids;
     }
     hbuf = malloc((max_ids ? max_ids : 1) * sizeof *hbuf);
     rbuf = malloc((max_ids ? max_ids : 1) * sizeof *rbuf);
     tbuf = malloc(max_ids ? max_ids : 1);
-    if (!hbuf || !rbuf || !tbuf) goto nomem;
+    rh.a = p->model_timing ? malloc((t->n_reqs ? t->n_reqs : 1) * sizeof *rh.a) : NULL;
+    if (!hbuf || !rbuf || !tbuf || (p->model_timing && !rh.a)) goto nomem;
 
     /* Tiers name blocks by their slot in the future index. */
-    need_future = p->policy == PGD_POLICY_BELADY || p->capacity_tokens == 0 || p->n_tiers > 0;
-    if (need_future && future_build(&fut, t, hbuf, p->policy == PGD_POLICY_BELADY) != 0) {
-        goto nomem;
-    }
+    need_future = with_occ || p->capacity_tokens == 0 || p->n_tiers > 0;
+    if (need_future && future_build(&fut, t, hbuf, with_occ) != 0) goto nomem;
     pages = p->capacity_tokens ? p->capacity_tokens / bt : (fut.n_slots ? fut.n_slots : 1);
     if (pages == 0) {
         snprintf(err, errlen, "capacity %llu tokens is less than one block of %llu tokens",
@@ -494,19 +633,34 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
     res->capacity_pages = pages;
     res->capacity_tokens = pages * bt;
     res->n_tiers = p->n_tiers;
+    res->max_running = t->n_reqs ? 1 : 0;
+    cp.pool.metadata_only = 1;
+    cp.pool.page_tokens = (uint32_t)bt;
+    cp.pool.capacity_pages = (uint32_t)pages;
     for (uint32_t i = 0; i < p->n_tiers; i++) {
         tier_cap[i] = p->tiers[i].capacity_tokens / bt;
         res->tiers[i].capacity_blocks = tier_cap[i];
         res->tiers[i].capacity_tokens = tier_cap[i] * bt;
     }
-    if (p->n_tiers && tiers_init(&ts, &fut, tier_cap, p->n_tiers, res->tiers) != 0) goto nomem;
+    /* The tiers' policies see pages as the pool's (its geometry and cost model). */
+    ts.clk = &clk;
+    ts.block_tokens = (uint32_t)bt;
+    ts.page_bytes =
+        (uint64_t)(pgd_kv_bytes_per_token(cp.pool.kv_type, (uint32_t)bt, cp.pool.n_layers,
+                                          cp.pool.n_kv_heads, cp.pool.head_dim) *
+                   (double)bt);
+    if (ts.page_bytes == 0) ts.page_bytes = bt;
+    pgd_cost_model_default(&ts.cost, cp.pool.n_layers, cp.pool.n_kv_heads, cp.pool.head_dim);
+    if (p->n_tiers &&
+        tiers_init(&ts, &fut, tier_cap, tier_ops, p->n_tiers, res->tiers, err, errlen) != 0) {
+        goto done;
+    }
 
-    cp.pool.metadata_only = 1;
-    cp.pool.page_tokens = (uint32_t)bt;
-    cp.pool.capacity_pages = (uint32_t)pages;
     cp.policy = p->policy;
     cp.hash_key = replay_key;
     cp.hash_key_len = sizeof replay_key - 1;
+    cp.clock = clock_read;
+    cp.clock_ud = &clk;
     if (p->policy == PGD_POLICY_BELADY) {
         cp.next_use = next_use;
         cp.next_use_ud = &fut;
@@ -529,10 +683,14 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
         const uint64_t n = rec->n_ids;
         int mismatch, st;
         uint64_t tokens = request_tokens(rec, (uint32_t)bt, &mismatch), hit_tokens;
+        uint64_t tier_tokens = 0; /* of this request: found in a tier */
         pgd_seq *s = NULL;
         int64_t k;
         uint64_t m = 0; /* blocks k .. k+m-1 are held by the tiers */
 
+        if (rec->timestamp_ms > arrival_ms) arrival_ms = rec->timestamp_ms;
+        clk.ns = arrival_ms * UINT64_C(1000000);
+        if (p->model_timing) run_complete(c, &rh, (double)arrival_ms / 1000.0);
         res->requests++;
         res->blocks += n;
         res->tokens = sat_add(res->tokens, tokens);
@@ -567,7 +725,7 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
             m++;
         }
         for (uint64_t j = m; j-- > 0;)
-            tier_touch(&ts.t[tbuf[j]], rbuf[j]);
+            tier_touch(&ts, &ts.t[tbuf[j]], rbuf[j]);
         /* Promoted and computed blocks alike take a pool page; demotions happen here. */
         for (uint64_t i = (uint64_t)k; i < n; i++) {
             st = pgd_seq_grow(c, s, (size_t)bt);
@@ -584,11 +742,32 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
             }
             if (i - (uint64_t)k < m) {
                 sim_tier_result *tr = &res->tiers[tbuf[i - (uint64_t)k]];
+                uint64_t bk = block_tokens_of(tokens, i, bt);
                 tr->hit_blocks++;
-                tr->hit_tokens = sat_add(tr->hit_tokens, block_tokens_of(tokens, i, bt));
+                tr->hit_tokens = sat_add(tr->hit_tokens, bk);
+                tier_tokens += bk;
             }
         }
-        pgd_seq_destroy(c, s);
+        if (ts.failed) {
+            snprintf(err, errlen, "request %zu: tier %u: policy %s gave no evictable leaf", r + 1,
+                     ts.failed - 1, ts.t[ts.failed - 1].ops->name);
+            pgd_seq_destroy(c, s);
+            goto done;
+        }
+        if (p->model_timing) {
+            running e;
+            uint64_t computed =
+                tokens - hit_tokens -
+                (tier_tokens < tokens - hit_tokens ? tier_tokens : tokens - hit_tokens);
+            e.done_s = (double)arrival_ms / 1000.0 + (double)computed / p->prefill_tps +
+                       (double)rec->output_length / p->decode_tps;
+            e.r = (uint32_t)r;
+            e.s = s;
+            run_push(&rh, e);
+            if (rh.n > res->max_running) res->max_running = rh.n;
+        } else {
+            pgd_seq_destroy(c, s);
+        }
         if (p->check) {
             st = pgd_cache_check(c);
             if (st != PGD_OK) {
@@ -598,6 +777,16 @@ int sim_run(const sim_params *p, const trace_set *t, sim_result *res, char *err,
             if (ts.n && tiers_check(&ts, err, errlen) != 0) goto done;
         }
         if (p->progress && (r & 4095) == 4095) progress(r + 1, t->n_reqs, &last, &shown);
+    }
+    run_complete(c, &rh, -1.0);
+    if (ts.failed) {
+        snprintf(err, errlen, "tier %u: policy %s gave no evictable leaf", ts.failed - 1,
+                 ts.t[ts.failed - 1].ops->name);
+        goto done;
+    }
+    if (p->check && pgd_cache_check(c) != PGD_OK) {
+        snprintf(err, errlen, "after the last request: pgd_cache_check failed");
+        goto done;
     }
     pgd_cache_get_stats(c, &cs);
     res->evictions = cs.n_evictions;
@@ -616,9 +805,11 @@ nomem:
     snprintf(err, errlen, "out of memory");
 done:
     if (shown) fprintf(stderr, "\r\033[K");
+    if (c) run_complete(c, &rh, -1.0);
     pgd_cache_destroy(c);
     tiers_deinit(&ts);
     future_deinit(&fut);
+    free(rh.a);
     free(hbuf);
     free(rbuf);
     free(tbuf);

@@ -196,11 +196,20 @@ int trace_set_add(trace_set *s, uint64_t input_length, const uint64_t *ids, size
     if (grow((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof *s->reqs) != 0) return -1;
     if (grow((void **)&s->ids, &s->cap_ids, s->n_ids + n_ids, sizeof *s->ids) != 0) return -1;
     r = &s->reqs[s->n_reqs++];
+    memset(r, 0, sizeof *r);
     r->input_length = input_length;
     r->ids_off = s->n_ids;
     r->n_ids = n_ids;
     if (n_ids) memcpy(s->ids + s->n_ids, ids, n_ids * sizeof *ids);
     s->n_ids += n_ids;
+    return 0;
+}
+
+int trace_set_add_req(trace_set *s, const trace_req *r)
+{
+    if (trace_set_add(s, r->input_length, r->ids, r->n_ids) != 0) return -1;
+    s->reqs[s->n_reqs - 1].timestamp_ms = r->timestamp_ms;
+    s->reqs[s->n_reqs - 1].output_length = r->output_length;
     return 0;
 }
 
@@ -256,8 +265,7 @@ int trace_load(FILE *f, const trace_load_opts *o, trace_set *out, trace_load_sta
                 fprintf(stderr, "%s:%llu: %s%s; line skipped\n", o->name,
                         (unsigned long long)st->n_lines, err, hint);
             }
-        } else if (r == TRACE_NOMEM ||
-                   trace_set_add(out, req.input_length, req.ids, req.n_ids) != 0) {
+        } else if (r == TRACE_NOMEM || trace_set_add_req(out, &req) != 0) {
             fprintf(stderr, "%s:%llu: out of memory\n", o->name, (unsigned long long)st->n_lines);
             rc = -1;
             break;

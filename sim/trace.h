@@ -61,6 +61,8 @@ typedef struct trace_rec {
     uint64_t input_length;
     uint64_t ids_off; /* first id in trace_set.ids */
     uint64_t n_ids;
+    uint64_t timestamp_ms;  /* 0 unless set after trace_set_add (trace_load sets it) */
+    uint64_t output_length; /* likewise; what --model-timing's decode time is made of */
 } trace_rec;
 
 typedef struct trace_set {
@@ -70,8 +72,11 @@ typedef struct trace_set {
     size_t n_ids, cap_ids;
 } trace_set; /* zero-initialize; release with trace_set_deinit */
 
-/* Appends a request (ids are copied). Returns 0, or -1 when out of memory (set unchanged). */
+/* Appends a request (ids are copied; timestamp and output length 0). Returns 0, or -1 when
+ * out of memory (set unchanged). */
 int trace_set_add(trace_set *s, uint64_t input_length, const uint64_t *ids, size_t n_ids);
+/* Appends a parsed request with its timestamp and output length. 0 or -1 (memory). */
+int trace_set_add_req(trace_set *s, const trace_req *r);
 void trace_set_deinit(trace_set *s);
 
 /* ---- loading a file ---- */

@@ -166,6 +166,42 @@ void pgd__mover_destroy(pgd__mover *m);
 
 extern const pgd_policy_ops pgd__policy_lru;
 extern const pgd_policy_ops pgd__policy_belady;
+extern const pgd_policy_ops pgd__policy_s3fifo;
+extern const pgd_policy_ops pgd__policy_arc;
+
+/* Ghost lists of evicted block hashes (policy/ghost.c): a fixed pool of cap entries shared
+ * by PGD__GHOST_LISTS FIFO lists, with a hash set over them. Nothing allocates after
+ * init. A hash is in at most one list. */
+#define PGD__GHOST_LISTS 2
+#define PGD__GHOST_FREE 0xff
+typedef struct pgd__ghost {
+    uint32_t cap, mask;    /* entries; hash table size - 1 */
+    uint32_t *table;       /* [mask+1] node or PGD__NONE */
+    pgd_hash *hash;        /* [cap] */
+    uint32_t *prev, *next; /* [cap] list links (next: free list too) */
+    uint8_t *list;         /* [cap] list of the node, PGD__GHOST_FREE if free */
+    uint32_t free;         /* first free node */
+    uint32_t head[PGD__GHOST_LISTS], tail[PGD__GHOST_LISTS]; /* newest, oldest */
+    uint32_t len[PGD__GHOST_LISTS];
+} pgd__ghost;
+/* Returns PGD_OK or PGD_ENOMEM (g zeroed). cap 0 is taken as 1. */
+int pgd__ghost_init(pgd__ghost *g, const pgd__alloc *al, uint32_t cap);
+void pgd__ghost_deinit(pgd__ghost *g, const pgd__alloc *al);
+/* The list holding h, or -1. */
+int pgd__ghost_find(const pgd__ghost *g, pgd_hash h);
+/* Adds h at the newest end of list l (moving it if it is in a list). When all cap entries
+ * are used, first drops the oldest entry of l (of the other list if l is empty). */
+void pgd__ghost_push(pgd__ghost *g, int l, pgd_hash h);
+/* Drops h if present. */
+void pgd__ghost_del(pgd__ghost *g, pgd_hash h);
+/* Drops the oldest entry of list l, if any. */
+void pgd__ghost_pop(pgd__ghost *g, int l);
+extern const pgd_policy_ops pgd__policy_priority; /* policy/priority.c */
+extern const pgd_policy_ops pgd__policy_cost;     /* policy/cost.c */
+/* The value of a page in the cost policy (policy/cost.c's header): H = inflation +
+ * f^a x (1 + b x depth) x (cost / bytes)^c. Pure; exposed for the reference in tests. */
+double pgd__policy_cost_value(double inflation, uint32_t freq, double cost, double bytes,
+                              uint32_t depth);
 
 /* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *
