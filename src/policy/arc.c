@@ -29,44 +29,49 @@
 
 enum { L_NONE, L_T1, L_T2 };
 
+/* A list through one of the two link pairs of a page: 0 T1 or T2, 1 the evictable list. */
 typedef struct dlist {
-    uint32_t head, tail, n; /* head: MRU */
+    uint32_t head, tail, n; /* head: MRU / newest */
 } dlist;
+
+/* A page's state in one record (one cache line per touch, as in s3fifo.c). */
+typedef struct arcpage {
+    uint32_t link[2][2]; /* [list][0 prev, 1 next] */
+    pgd_hash hash;
+    uint8_t l;  /* L_* */
+    uint8_t ev; /* in the evictable set */
+} arcpage;
 
 typedef struct arc {
     pgd__alloc al;
     uint32_t n, p;
-    uint32_t *prev, *next;   /* [n] T1/T2 links */
-    uint32_t *eprev, *enext; /* [n] evictable list links (release order) */
-    uint8_t *l;              /* [n] L_* */
-    uint8_t *ev;             /* [n] in the evictable set */
-    pgd_hash *hash;          /* [n] */
-    dlist t[3];              /* t[L_T1], t[L_T2] */
+    arcpage *pg; /* [n] */
+    dlist t[3];  /* t[L_T1], t[L_T2] */
     dlist evl;
     pgd__ghost ghost; /* list 0: B1, list 1: B2 */
 } arc;
 
-static void dl_push_head(dlist *l, uint32_t *prev, uint32_t *next, uint32_t id)
+static void dl_push_head(arcpage *pg, int k, dlist *l, uint32_t id)
 {
-    prev[id] = PGD__NONE;
-    next[id] = l->head;
+    pg[id].link[k][0] = PGD__NONE;
+    pg[id].link[k][1] = l->head;
     if (l->head != PGD__NONE)
-        prev[l->head] = id;
+        pg[l->head].link[k][0] = id;
     else
         l->tail = id;
     l->head = id;
     l->n++;
 }
 
-static void dl_unlink(dlist *l, uint32_t *prev, uint32_t *next, uint32_t id)
+static void dl_unlink(arcpage *pg, int k, dlist *l, uint32_t id)
 {
-    uint32_t p = prev[id], n = next[id];
+    uint32_t p = pg[id].link[k][0], n = pg[id].link[k][1];
     if (p != PGD__NONE)
-        next[p] = n;
+        pg[p].link[k][1] = n;
     else
         l->head = n;
     if (n != PGD__NONE)
-        prev[n] = p;
+        pg[n].link[k][0] = p;
     else
         l->tail = p;
     l->n--;
@@ -77,13 +82,7 @@ static void arc_destroy(void *state)
     arc *a = state;
     if (!a) return;
     pgd__alloc al = a->al;
-    pgd__free(&al, a->prev);
-    pgd__free(&al, a->next);
-    pgd__free(&al, a->eprev);
-    pgd__free(&al, a->enext);
-    pgd__free(&al, a->l);
-    pgd__free(&al, a->ev);
-    pgd__free(&al, a->hash);
+    pgd__free(&al, a->pg);
     pgd__ghost_deinit(&a->ghost, &al);
     pgd__free(&al, a);
 }
@@ -102,16 +101,9 @@ static int arc_create(const pgd_policy_init *init, void **state)
     for (int i = 0; i < 3; i++)
         a->t[i].head = a->t[i].tail = PGD__NONE;
     a->evl.head = a->evl.tail = PGD__NONE;
-    a->prev = pgd__malloc(al, (size_t)n * sizeof *a->prev);
-    a->next = pgd__malloc(al, (size_t)n * sizeof *a->next);
-    a->eprev = pgd__malloc(al, (size_t)n * sizeof *a->eprev);
-    a->enext = pgd__malloc(al, (size_t)n * sizeof *a->enext);
-    a->l = pgd__calloc(al, n ? n : 1, 1);
-    a->ev = pgd__calloc(al, n ? n : 1, 1);
-    a->hash = pgd__malloc(al, (size_t)n * sizeof *a->hash);
+    a->pg = pgd__calloc(al, n ? n : 1, sizeof *a->pg);
     int rc = pgd__ghost_init(&a->ghost, al, n);
-    if (rc != PGD_OK || !a->prev || !a->next || !a->eprev || !a->enext || !a->l || !a->ev ||
-        (n && !a->hash)) {
+    if (rc != PGD_OK || !a->pg) {
         arc_destroy(a);
         return PGD_ENOMEM;
     }
@@ -121,26 +113,26 @@ static int arc_create(const pgd_policy_init *init, void **state)
 
 static void set_evictable(arc *a, uint32_t id, int on)
 {
-    if (a->ev[id] == on) return;
+    if (a->pg[id].ev == on) return;
     if (on)
-        dl_push_head(&a->evl, a->eprev, a->enext, id);
+        dl_push_head(a->pg, 1, &a->evl, id);
     else
-        dl_unlink(&a->evl, a->eprev, a->enext, id);
-    a->ev[id] = (uint8_t)on;
+        dl_unlink(a->pg, 1, &a->evl, id);
+    a->pg[id].ev = (uint8_t)on;
 }
 
 /* Moves id to the MRU end of list to (from wherever it is). */
 static void move_to(arc *a, uint32_t id, int to)
 {
-    if (a->l[id] != L_NONE) dl_unlink(&a->t[a->l[id]], a->prev, a->next, id);
-    a->l[id] = (uint8_t)to;
-    dl_push_head(&a->t[to], a->prev, a->next, id);
+    if (a->pg[id].l != L_NONE) dl_unlink(a->pg, 0, &a->t[a->pg[id].l], id);
+    a->pg[id].l = (uint8_t)to;
+    dl_push_head(a->pg, 0, &a->t[to], id);
 }
 
 static void take_out(arc *a, uint32_t id)
 {
-    if (a->l[id] != L_NONE) dl_unlink(&a->t[a->l[id]], a->prev, a->next, id);
-    a->l[id] = L_NONE;
+    if (a->pg[id].l != L_NONE) dl_unlink(a->pg, 0, &a->t[a->pg[id].l], id);
+    a->pg[id].l = L_NONE;
     set_evictable(a, id, 0);
 }
 
@@ -149,9 +141,9 @@ static void arc_insert(void *state, uint32_t id, const pgd_policy_page *info)
     arc *a = state;
     PGD_CHECK(id < a->n);
     take_out(a, id); /* a page is registered once per stay; be safe if not */
-    a->hash[id] = info->hash;
+    a->pg[id].hash = info->hash;
     uint32_t b1 = a->ghost.len[0], b2 = a->ghost.len[1];
-    int g = pgd__ghost_find(&a->ghost, info->hash);
+    int g = b1 + b2 ? pgd__ghost_find(&a->ghost, info->hash) : -1;
     if (g == 0) {
         uint32_t d = b2 / b1 > 1 ? b2 / b1 : 1;
         a->p = a->n - a->p > d ? a->p + d : a->n;
@@ -174,16 +166,16 @@ static void arc_hit(void *state, uint32_t id, const pgd_policy_page *info)
     arc *a = state;
     (void)info;
     if (id >= a->n) return;
-    if (a->l[id] != L_NONE) move_to(a, id, L_T2);
+    if (a->pg[id].l != L_NONE) move_to(a, id, L_T2);
     set_evictable(a, id, 0);
 }
 
 static void arc_unreferenced(void *state, uint32_t id, const pgd_policy_page *info)
 {
     arc *a = state;
-    PGD_CHECK(id < a->n && !a->ev[id]);
-    if (a->l[id] == L_NONE) a->hash[id] = info->hash; /* never inserted: a new page */
-    move_to(a, id, a->l[id] == L_NONE ? L_T1 : a->l[id]);
+    PGD_CHECK(id < a->n && !a->pg[id].ev);
+    if (a->pg[id].l == L_NONE) a->pg[id].hash = info->hash; /* never inserted: a new page */
+    move_to(a, id, a->pg[id].l == L_NONE ? L_T1 : a->pg[id].l);
     set_evictable(a, id, 1);
 }
 
@@ -197,13 +189,13 @@ static uint32_t arc_victim(void *state, pgd_policy_accept_fn accept, void *ctx)
         dlist *l = &a->t[k == 0 ? first : L_T1 + L_T2 - first];
         for (uint32_t walked = 0, len = l->n; walked < len; walked++) {
             uint32_t t = l->tail;
-            if (a->ev[t] && (!accept || accept(ctx, t))) return t;
-            dl_unlink(l, a->prev, a->next, t);
-            dl_push_head(l, a->prev, a->next, t);
+            if (a->pg[t].ev && (!accept || accept(ctx, t))) return t;
+            dl_unlink(a->pg, 0, l, t);
+            dl_push_head(a->pg, 0, l, t);
             if (++skips >= ARC_MAX_SKIPS) break;
         }
     }
-    for (uint32_t id = a->evl.tail; id != PGD__NONE; id = a->eprev[id])
+    for (uint32_t id = a->evl.tail; id != PGD__NONE; id = a->pg[id].link[1][0])
         if (!accept || accept(ctx, id)) return id;
     return PGD_POLICY_NO_PAGE;
 }
@@ -212,14 +204,15 @@ static void arc_remove(void *state, uint32_t id)
 {
     arc *a = state;
     if (id >= a->n) return;
-    if (a->l[id] != L_NONE) pgd__ghost_push(&a->ghost, a->l[id] == L_T1 ? 0 : 1, a->hash[id]);
+    if (a->pg[id].l != L_NONE)
+        pgd__ghost_push(&a->ghost, a->pg[id].l == L_T1 ? 0 : 1, a->pg[id].hash);
     take_out(a, id);
 }
 
 static int arc_contains(const void *state, uint32_t id)
 {
     const arc *a = state;
-    return id < a->n && a->ev[id];
+    return id < a->n && a->pg[id].ev;
 }
 
 static uint32_t arc_size(const void *state)
