@@ -49,6 +49,7 @@ typedef struct world {
     uint32_t *n_held;
     /* counters */
     uint64_t ops, blocks, hits, failed;
+    double cost[MAXLEN]; /* pgd_cost_model_page by depth */
 } world;
 
 static uint32_t node_id(uint32_t doc, uint32_t i)
@@ -166,26 +167,25 @@ static void reset(world *w)
     w->ops = w->blocks = w->hits = w->failed = 0;
 }
 
-static pgd_policy_page info_of(const world *w, uint32_t page, const pgd_cost_model *cm)
+/* What the cache tells the policy about page (the cost by depth precomputed, as the cache
+ * keeps it per page). */
+static pgd_policy_page info_of(const world *w, uint32_t page)
 {
-    pgd_policy_page i;
-    memset(&i, 0, sizeof i);
-    i.hash.lo = w->node_of[page];
-    i.hash.hi = 0x5eed;
-    i.depth = w->depth[page];
-    i.priority = PGD_PRIORITY_DEFAULT;
-    i.bytes = 1 << 20;
-    i.cost = pgd_cost_model_page(cm, 16, i.depth);
+    uint32_t d = w->depth[page];
+    pgd_policy_page i = {.hash = {w->node_of[page], 0x5eed},
+                         .depth = d,
+                         .priority = PGD_PRIORITY_DEFAULT,
+                         .bytes = 1 << 20,
+                         .cost = w->cost[d]};
     return i;
 }
 
-static void release(world *w, const pgd_policy_ops *ops, void *st, uint32_t slot,
-                    const pgd_cost_model *cm)
+static void release(world *w, const pgd_policy_ops *ops, void *st, uint32_t slot)
 {
     for (uint32_t k = w->n_held[slot]; k-- > 0;) { /* deepest first */
         uint32_t p = w->held[slot][k];
         if (--w->refs[p] == 0) {
-            pgd_policy_page i = info_of(w, p, cm);
+            pgd_policy_page i = info_of(w, p);
             ops->unreferenced(st, p, &i);
             w->ops++;
         }
@@ -198,6 +198,8 @@ static int run(world *w, const pgd_policy_ops *ops)
 {
     pgd_cost_model cm = {0, 0};
     pgd_cost_model_default(&cm, 32, 8, 128);
+    for (uint32_t d = 0; d < MAXLEN; d++)
+        w->cost[d] = pgd_cost_model_page(&cm, 16, d);
     pgd_policy_init init = {.n_pages = w->n_pages,
                             .alloc = &libc,
                             .next_use = oracle,
@@ -219,7 +221,7 @@ static int run(world *w, const pgd_policy_ops *ops)
     if (ops->create(&init, &st) != PGD_OK) return -1;
     for (uint32_t r = 0; r < w->n_req; r++) {
         uint32_t slot = r % w->inflight, d = w->req_doc[r];
-        release(w, ops, st, slot, &cm); /* the request inflight ago is done */
+        release(w, ops, st, slot); /* the request inflight ago is done */
         w->doc_next[d] = w->next_same_doc[r] == NONE ? UINT64_MAX : w->next_same_doc[r];
         w->group_next[d % GROUPS] =
             w->next_same_group[r] == NONE ? UINT64_MAX : w->next_same_group[r];
@@ -228,7 +230,7 @@ static int run(world *w, const pgd_policy_ops *ops)
             uint32_t node = node_id(d, i), p = w->page_of[node];
             w->blocks++;
             if (p != NONE) { /* cached: a match takes it */
-                pgd_policy_page in = info_of(w, p, &cm);
+                pgd_policy_page in = info_of(w, p);
                 ops->hit(st, p, &in);
                 w->ops++;
                 w->hits++;
@@ -255,7 +257,7 @@ static int run(world *w, const pgd_policy_ops *ops)
                 w->depth[p] = i;
                 w->refs[p] = 1;
                 if (prev != NONE) w->n_children[prev]++;
-                pgd_policy_page in = info_of(w, p, &cm);
+                pgd_policy_page in = info_of(w, p);
                 ops->insert(st, p, &in);
                 w->ops++;
             }
@@ -264,7 +266,7 @@ static int run(world *w, const pgd_policy_ops *ops)
         }
     }
     for (uint32_t s = 0; s < w->inflight; s++)
-        release(w, ops, st, s, &cm);
+        release(w, ops, st, s);
     ops->destroy(st);
     return 0;
 }
@@ -278,6 +280,7 @@ static void usage(FILE *f)
                "  --requests N  requests (default 200000)\n"
                "  --inflight N  requests held at once (default 8)\n"
                "  --reps N      runs per policy, median reported (default 3)\n"
+               "  --policy NAME only this policy (and LRU, the reference)\n"
                "  --seed N      stream seed (default 1)\n"
                "  --smoke       tiny and fast (1024 pages, 2000 requests, 1 rep): for ctest\n"
                "  --help        show this help\n");
@@ -285,19 +288,27 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    static const struct option own[] = {
-        {"pages", required_argument, NULL, 'p'},    {"docs", required_argument, NULL, 'd'},
-        {"requests", required_argument, NULL, 'r'}, {"inflight", required_argument, NULL, 'i'},
-        {"reps", required_argument, NULL, 'n'},     {NULL, 0, NULL, 0}};
+    static const struct option own[] = {{"pages", required_argument, NULL, 'p'},
+                                        {"docs", required_argument, NULL, 'd'},
+                                        {"requests", required_argument, NULL, 'r'},
+                                        {"inflight", required_argument, NULL, 'i'},
+                                        {"reps", required_argument, NULL, 'n'},
+                                        {"policy", required_argument, NULL, 'P'},
+                                        {NULL, 0, NULL, 0}};
     bench_cli cli = {.prog = "bench_policy",
                      .usage = usage,
                      .own = own,
                      .common = BENCH_SEED | BENCH_SMOKE,
                      .a = {.seed = 1}};
     uint64_t pages = 32768, docs = 8192, requests = 200000, inflight = 8, reps = 3, v;
+    const char *only = NULL;
     for (;;) {
         int c = bench_cli_next(&cli, argc, argv);
         if (c == -1) break;
+        if (c == 'P') {
+            only = optarg;
+            continue;
+        }
         if (bench_parse_u64(optarg, &v) != 0 || v == 0 || v > (1u << 26)) {
             fprintf(stderr, "bench_policy: bad number '%s'\n", optarg);
             return 2;
@@ -339,7 +350,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int k = 0; k < PGD_POLICY_COUNT; k++) {
         const pgd_policy_ops *ops = pgd_policy_builtin((pgd_policy_kind)k);
-        if (!ops) continue;
+        if (!ops || (only && strcmp(only, ops->name) != 0 && k != PGD_POLICY_LRU)) continue;
         double t[16];
         uint32_t n = reps < 16 ? (uint32_t)reps : 16;
         for (uint32_t i = 0; i < n; i++) {
