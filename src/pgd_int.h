@@ -174,13 +174,21 @@ extern const pgd_policy_ops pgd__policy_arc;
  * init. A hash is in at most one list. */
 #define PGD__GHOST_LISTS 2
 #define PGD__GHOST_FREE 0xff
+typedef struct pgd__ghost_node {
+    pgd_hash hash;
+    uint32_t prev, next; /* list links (next: the free list too) */
+    uint32_t list;       /* 0..PGD__GHOST_LISTS-1, PGD__GHOST_FREE if free */
+    uint32_t slot;       /* its table slot */
+} pgd__ghost_node;
+typedef struct pgd__ghost_slot {
+    uint32_t node; /* PGD__NONE: empty */
+    uint32_t tag;  /* the hash's mixed upper bits; tag & mask is the home slot */
+} pgd__ghost_slot;
 typedef struct pgd__ghost {
-    uint32_t cap, mask;    /* entries; hash table size - 1 */
-    uint32_t *table;       /* [mask+1] node or PGD__NONE */
-    pgd_hash *hash;        /* [cap] */
-    uint32_t *prev, *next; /* [cap] list links (next: free list too) */
-    uint8_t *list;         /* [cap] list of the node, PGD__GHOST_FREE if free */
-    uint32_t free;         /* first free node */
+    uint32_t cap, mask;                                      /* entries; hash table size - 1 */
+    pgd__ghost_slot *table;                                  /* [mask+1] */
+    pgd__ghost_node *node;                                   /* [cap] */
+    uint32_t free;                                           /* first free node */
     uint32_t head[PGD__GHOST_LISTS], tail[PGD__GHOST_LISTS]; /* newest, oldest */
     uint32_t len[PGD__GHOST_LISTS];
 } pgd__ghost;

@@ -17,7 +17,8 @@
 
 typedef struct model {
     uint32_t n, p;
-    uint32_t t[3][PF_MAX], nt[3]; /* t[1] = T1, t[2] = T2 */
+    uint32_t cnt[3];              /* cached pages of class 1 (T1), 2 (T2) */
+    uint32_t t[3][PF_MAX], nt[3]; /* their evictable pages, [0] the LRU end */
     uint32_t evl[PF_MAX], n_evl;
     pgd_hash b[2][PF_MAX]; /* B1, B2 */
     uint32_t nb[2];
@@ -66,16 +67,10 @@ static void ghost_push(model *m, int g, pgd_hash h)
     m->b[g][m->nb[g]++] = h;
 }
 
-static void move_to(model *m, uint32_t id, int to)
-{
-    if (m->l[id]) arr_del(m->t[m->l[id]], &m->nt[m->l[id]], id);
-    m->l[id] = (uint8_t)to;
-    m->t[to][m->nt[to]++] = id;
-}
-
 static void take_out(model *m, uint32_t id)
 {
-    if (m->l[id]) arr_del(m->t[m->l[id]], &m->nt[m->l[id]], id);
+    if (m->ev[id]) arr_del(m->t[m->l[id]], &m->nt[m->l[id]], id);
+    if (m->l[id]) m->cnt[m->l[id]]--;
     m->l[id] = 0;
     arr_del(m->evl, &m->n_evl, id);
     m->ev[id] = 0;
@@ -106,28 +101,28 @@ static void m_insert(void *mp, uint32_t id, pgd_hash h)
         uint32_t d = max1(m->nb[0] / m->nb[1]);
         m->p = m->p > d ? m->p - d : 0;
     }
-    if (g >= 0) {
-        ghost_del_at(m, g, (uint32_t)at);
-        move_to(m, id, 2);
-        return;
-    }
-    while (m->nb[0] && m->nt[1] + m->nb[0] >= m->n)
+    m->l[id] = g >= 0 ? 2 : 1;
+    if (g >= 0) ghost_del_at(m, g, (uint32_t)at);
+    while (g < 0 && m->nb[0] && m->cnt[1] + m->nb[0] >= m->n)
         ghost_del_at(m, 0, 0);
-    move_to(m, id, 1);
+    m->cnt[m->l[id]]++;
 }
 
 static void m_hit(void *mp, uint32_t id)
 {
     model *m = mp;
-    if (m->l[id]) move_to(m, id, 2);
-    arr_del(m->evl, &m->n_evl, id);
-    m->ev[id] = 0;
+    if (!m->l[id]) return;
+    take_out(m, id);
+    m->l[id] = 2;
+    m->cnt[2]++;
 }
 
 static void m_unref(void *mp, uint32_t id)
 {
     model *m = mp;
-    move_to(m, id, m->l[id] ? m->l[id] : 1);
+    if (!m->l[id]) m->l[id] = 1, m->cnt[1]++; /* never inserted: a new page */
+    uint8_t l = m->l[id];
+    m->t[l][m->nt[l]++] = id;
     m->evl[m->n_evl++] = id;
     m->ev[id] = 1;
 }
@@ -136,14 +131,14 @@ static uint32_t m_victim(void *mp, const uint8_t *acc)
 {
     model *m = mp;
     if (m->n_evl == 0) return PGD_POLICY_NO_PAGE;
-    int first = m->nt[1] && (m->nt[1] > m->p || !m->nt[2]) ? 1 : 2;
+    int first = m->cnt[1] && (m->cnt[1] > m->p || !m->cnt[2]) ? 1 : 2;
     uint32_t skips = 0;
     for (int k = 0; k < 2 && skips < M_SKIPS; k++) {
         int li = k == 0 ? first : 3 - first;
         uint32_t len = m->nt[li];
         for (uint32_t w = 0; w < len; w++) {
             uint32_t t = m->t[li][0];
-            if (m->ev[t] && (!acc || acc[t])) return t;
+            if (!acc || acc[t]) return t;
             arr_del(m->t[li], &m->nt[li], t);
             m->t[li][m->nt[li]++] = t;
             if (++skips >= M_SKIPS) break;

@@ -4,7 +4,7 @@
  * model of it written here with arrays and linear scans, on random cache-shaped operation
  * sequences (policy_fixture.h), plus hand-made cases: one-hit wonders leave through the
  * small queue while a reused page moves to main, a ghost hit enters main, the walk over
- * pages that may not go, and lookup by name.
+ * pages that may not go, lookup by name, and the ghost lists of ghost.c against arrays.
  */
 #include <pagoda/policy.h>
 
@@ -319,6 +319,69 @@ static int test_skips_and_fallback(void)
     return 0;
 }
 
+/* ghost.c (shared with ARC) against two plain arrays: random pushes to either list,
+ * deletions, pops and lookups over a small universe of hashes, with the pool full most of
+ * the time (so pushes drop entries and the table's backward-shift deletion runs often). */
+static int test_ghost_random(void)
+{
+    enum { CAP = 37, U = 120 };
+    pgd__alloc al;
+    pgd__alloc_init(&al, NULL);
+    pgd__ghost g;
+    T_OK(pgd__ghost_init(&g, &al, CAP));
+    uint32_t l[2][CAP], n[2] = {0, 0}; /* hash keys, [0] the oldest */
+    uint64_t rs = 99;
+    for (int step = 0; step < 200000; step++) {
+        uint32_t r = (uint32_t)(t_rand(&rs) % 10), k = (uint32_t)(t_rand(&rs) % U);
+        int li = (int)(t_rand(&rs) % 2);
+        int where = -1;
+        uint32_t at = 0;
+        for (int x = 0; x < 2; x++)
+            for (uint32_t i = 0; i < n[x]; i++)
+                if (l[x][i] == k) where = x, at = i;
+        if (r < 6) { /* push k to list li */
+            if (where >= 0) {
+                memmove(&l[where][at], &l[where][at + 1], (n[where] - at - 1) * sizeof at);
+                n[where]--;
+            }
+            if (n[0] + n[1] == CAP) {
+                int d = n[li] ? li : !li;
+                memmove(&l[d][0], &l[d][1], (n[d] - 1) * sizeof at);
+                n[d]--;
+            }
+            l[li][n[li]++] = k;
+            pgd__ghost_push(&g, li, pf_hash(k));
+        } else if (r < 8) { /* delete k */
+            if (where >= 0) {
+                memmove(&l[where][at], &l[where][at + 1], (n[where] - at - 1) * sizeof at);
+                n[where]--;
+            }
+            pgd__ghost_del(&g, pf_hash(k));
+        } else if (r < 9) { /* pop the oldest of li */
+            if (n[li]) {
+                memmove(&l[li][0], &l[li][1], (n[li] - 1) * sizeof at);
+                n[li]--;
+            }
+            pgd__ghost_pop(&g, li);
+        } else { /* every key's list */
+            for (uint32_t q = 0; q < U; q++) {
+                int want = -1;
+                for (int x = 0; x < 2; x++)
+                    for (uint32_t i = 0; i < n[x]; i++)
+                        if (l[x][i] == q) want = x;
+                if (pgd__ghost_find(&g, pf_hash(q)) != want)
+                    T_FAIL("step %d: key %u in list %d, ghost says %d", step, q, want,
+                           pgd__ghost_find(&g, pf_hash(q)));
+            }
+        }
+        T_EQ(g.len[0], n[0]);
+        T_EQ(g.len[1], n[1]);
+        if (where >= 0 && r >= 6 && r < 8) T_EQ(pgd__ghost_find(&g, pf_hash(k)), -1);
+    }
+    pgd__ghost_deinit(&g, &al);
+    return 0;
+}
+
 static int test_lookup(void)
 {
     pgd_policy_kind k;
@@ -339,6 +402,7 @@ static int test_lookup(void)
 int main(void)
 {
     T_RUN(test_lookup);
+    T_RUN(test_ghost_random);
     T_RUN(test_one_hit_wonders_leave_through_small);
     T_RUN(test_ghost_hit_goes_to_main);
     T_RUN(test_chain_leaf_first);
