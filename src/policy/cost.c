@@ -38,6 +38,7 @@
  * (and clears) its hash's entry. No allocation after create; O(log n) per operation.
  */
 #include <math.h>
+#include <string.h>
 
 #include "heap.h"
 
@@ -54,26 +55,33 @@ double pgd__policy_cost_value(double inflation, uint32_t freq, double cost, doub
     return inflation + w * pow(cost / bytes, COST_COST_EXP);
 }
 
+typedef struct gslot {
+    pgd_hash hash;
+    uint32_t f;    /* 0: empty slot */
+    uint32_t next; /* chain of the slot's bucket */
+} gslot;
+
 typedef struct ghost {
     uint32_t cap, w, mask; /* ring size, next slot to write, buckets - 1 */
-    pgd_hash *hash;        /* [cap] */
-    uint32_t *f;           /* [cap] 0: empty slot */
-    uint32_t *next;        /* [cap] chain of the slot's bucket */
+    gslot *slot;           /* [cap] the ring; one struct: one cache miss a chain link */
     uint32_t *bucket;      /* [mask + 1] first slot of the chain, PGD__NONE */
 } ghost;
+
+/* What the policy keeps of a page (one array of these: one cache line per operation). */
+typedef struct cpage {
+    pgd_hash hash;
+    double key;     /* H, with the leaf rule, while evictable */
+    uint32_t base;  /* accesses of earlier lives + 1 for this registration */
+    uint32_t uses;  /* uses in this life: max(hit() calls, info->uses) */
+    uint32_t hits;  /* hit() calls in this life */
+    uint32_t known; /* 1 between insert (or unreferenced) and remove */
+} cpage;
 
 typedef struct cost {
     pgd__alloc al;
     uint32_t n;
-    pgd__heap heap;
-    double *key;          /* [n] H, with the leaf rule, while evictable */
-    uint32_t *depth;      /* [n] */
-    uint64_t *seq;        /* [n] release order */
-    uint32_t *base;       /* [n] accesses of earlier lives + 1 for this registration */
-    uint32_t *uses;       /* [n] uses in this life: max(hit() calls, info->uses) */
-    uint32_t *hits;       /* [n] hit() calls in this life */
-    pgd_hash *hash;       /* [n] */
-    uint8_t *known;       /* [n] 1 between insert (or unreferenced) and remove */
+    pgd__heap heap;       /* key (H's bits, UINT32_MAX - depth, release number) */
+    cpage *pg;            /* [n] by page id */
     double inflation;     /* L */
     uint64_t n_released;  /* release clock */
     uint32_t last_victim; /* what victim() returned, until the next op */
@@ -97,18 +105,18 @@ static uint32_t ghost_bucket(const ghost *g, pgd_hash h)
 
 static uint32_t ghost_find(const ghost *g, pgd_hash h)
 {
-    for (uint32_t s = g->bucket[ghost_bucket(g, h)]; s != PGD__NONE; s = g->next[s])
-        if (g->hash[s].lo == h.lo && g->hash[s].hi == h.hi) return s;
+    for (uint32_t s = g->bucket[ghost_bucket(g, h)]; s != PGD__NONE; s = g->slot[s].next)
+        if (g->slot[s].hash.lo == h.lo && g->slot[s].hash.hi == h.hi) return s;
     return PGD__NONE;
 }
 
 static void ghost_unlink(ghost *g, uint32_t slot)
 {
-    uint32_t *link = &g->bucket[ghost_bucket(g, g->hash[slot])];
+    uint32_t *link = &g->bucket[ghost_bucket(g, g->slot[slot].hash)];
     while (*link != slot)
-        link = &g->next[*link];
-    *link = g->next[slot];
-    g->f[slot] = 0;
+        link = &g->slot[*link].next;
+    *link = g->slot[slot].next;
+    g->slot[slot].f = 0;
 }
 
 /* Returns the f remembered for h and forgets it (0 if none). */
@@ -116,7 +124,7 @@ static uint32_t ghost_take(ghost *g, pgd_hash h)
 {
     uint32_t s = ghost_find(g, h);
     if (s == PGD__NONE) return 0;
-    uint32_t f = g->f[s];
+    uint32_t f = g->slot[s].f;
     ghost_unlink(g, s);
     return f;
 }
@@ -127,29 +135,28 @@ static void ghost_put(ghost *g, pgd_hash h, uint32_t f)
     uint32_t s = ghost_find(g, h);
     if (s != PGD__NONE) ghost_unlink(g, s);
     s = g->w;
-    if (g->f[s]) ghost_unlink(g, s);
-    g->hash[s] = h;
-    g->f[s] = f;
+    if (g->slot[s].f) ghost_unlink(g, s);
+    g->slot[s].hash = h;
+    g->slot[s].f = f;
     uint32_t b = ghost_bucket(g, h);
-    g->next[s] = g->bucket[b];
+    g->slot[s].next = g->bucket[b];
     g->bucket[b] = s;
     g->w = s + 1 == g->cap ? 0 : s + 1;
 }
 
 /* ---- the order ---- */
 
-static int cost_before(const void *ctx, uint32_t a, uint32_t b)
+/* The heap's first key word: a non-negative double's bits order as its value. */
+static uint64_t key_bits(double h)
 {
-    const cost *c = ctx;
-    if (c->key[a] != c->key[b]) return c->key[a] < c->key[b];
-    if (c->depth[a] != c->depth[b]) return c->depth[a] > c->depth[b];
-    if (c->seq[a] != c->seq[b]) return c->seq[a] < c->seq[b];
-    return a < b;
+    uint64_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
 }
 
 static uint32_t freq_of(const cost *c, uint32_t id)
 {
-    uint64_t f = (uint64_t)c->base[id] + c->uses[id];
+    uint64_t f = (uint64_t)c->pg[id].base + c->pg[id].uses;
     return f > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)f;
 }
 
@@ -161,17 +168,8 @@ static void cost_destroy(void *state)
     if (!c) return;
     pgd__alloc al = c->al;
     pgd__heap_deinit(&c->heap, &al);
-    pgd__free(&al, c->key);
-    pgd__free(&al, c->depth);
-    pgd__free(&al, c->seq);
-    pgd__free(&al, c->base);
-    pgd__free(&al, c->uses);
-    pgd__free(&al, c->hits);
-    pgd__free(&al, c->hash);
-    pgd__free(&al, c->known);
-    pgd__free(&al, c->g.hash);
-    pgd__free(&al, c->g.f);
-    pgd__free(&al, c->g.next);
+    pgd__free(&al, c->pg);
+    pgd__free(&al, c->g.slot);
     pgd__free(&al, c->g.bucket);
     pgd__free(&al, c);
 }
@@ -193,15 +191,8 @@ static int cost_create(const pgd_policy_init *init, void **state)
     pgd_cost_model_default(&c->model, 1, 1, 1); /* a zero field: a unit model */
     c->page_tokens = init->page_tokens ? init->page_tokens : 1;
     c->page_bytes = init->page_bytes ? init->page_bytes : 1;
-    int rc = pgd__heap_init(&c->heap, al, n, cost_before, c);
-    c->key = pgd__calloc(al, m, sizeof *c->key);
-    c->depth = pgd__calloc(al, m, sizeof *c->depth);
-    c->seq = pgd__calloc(al, m, sizeof *c->seq);
-    c->base = pgd__calloc(al, m, sizeof *c->base);
-    c->uses = pgd__calloc(al, m, sizeof *c->uses);
-    c->hits = pgd__calloc(al, m, sizeof *c->hits);
-    c->hash = pgd__calloc(al, m, sizeof *c->hash);
-    c->known = pgd__calloc(al, m, sizeof *c->known);
+    int rc = pgd__heap_init(&c->heap, al, n);
+    c->pg = pgd__calloc(al, m, sizeof *c->pg);
     uint64_t cap = (uint64_t)COST_GHOST_FACTOR * n, nb = 16;
     if (cap < 16) cap = 16;
     if (cap > UINT32_MAX / 2) cap = UINT32_MAX / 2;
@@ -209,12 +200,9 @@ static int cost_create(const pgd_policy_init *init, void **state)
         nb *= 2;
     c->g.cap = (uint32_t)cap;
     c->g.mask = (uint32_t)(nb - 1);
-    c->g.hash = pgd__calloc(al, cap, sizeof *c->g.hash);
-    c->g.f = pgd__calloc(al, cap, sizeof *c->g.f);
-    c->g.next = pgd__calloc(al, cap, sizeof *c->g.next);
+    c->g.slot = pgd__calloc(al, cap, sizeof *c->g.slot);
     c->g.bucket = pgd__malloc(al, nb * sizeof *c->g.bucket);
-    if (rc != PGD_OK || !c->key || !c->depth || !c->seq || !c->base || !c->uses || !c->hits ||
-        !c->hash || !c->known || !c->g.hash || !c->g.f || !c->g.next || !c->g.bucket) {
+    if (rc != PGD_OK || !c->pg || !c->g.slot || !c->g.bucket) {
         cost_destroy(c);
         return PGD_ENOMEM;
     }
@@ -228,12 +216,11 @@ static int cost_create(const pgd_policy_init *init, void **state)
 static void cost_register(cost *c, uint32_t id, const pgd_policy_page *info)
 {
     uint32_t f = ghost_take(&c->g, info->hash);
-    c->known[id] = 1;
-    c->hash[id] = info->hash;
-    c->depth[id] = info->depth;
-    c->base[id] = f < UINT32_MAX / 2 ? f + 1 : UINT32_MAX / 2;
-    c->uses[id] = info->uses;
-    c->hits[id] = 0;
+    c->pg[id].known = 1;
+    c->pg[id].hash = info->hash;
+    c->pg[id].base = f < UINT32_MAX / 2 ? f + 1 : UINT32_MAX / 2;
+    c->pg[id].uses = info->uses;
+    c->pg[id].hits = 0;
 }
 
 static void cost_op(cost *c)
@@ -255,10 +242,10 @@ static void cost_hit(void *state, uint32_t id, const pgd_policy_page *info)
 {
     cost *c = state;
     cost_op(c);
-    if (id >= c->n || !c->known[id]) return;
+    if (id >= c->n || !c->pg[id].known) return;
     pgd__heap_remove(&c->heap, id);
-    if (c->hits[id] < UINT32_MAX) c->hits[id]++;
-    c->uses[id] = info->uses > c->hits[id] ? info->uses : c->hits[id];
+    if (c->pg[id].hits < UINT32_MAX) c->pg[id].hits++;
+    c->pg[id].uses = info->uses > c->pg[id].hits ? info->uses : c->pg[id].hits;
 }
 
 static void cost_unreferenced(void *state, uint32_t id, const pgd_policy_page *info)
@@ -267,17 +254,16 @@ static void cost_unreferenced(void *state, uint32_t id, const pgd_policy_page *i
     PGD_CHECK(id < c->n && !pgd__heap_contains(&c->heap, id));
     int prev_valid = c->prev_valid;
     cost_op(c);
-    if (!c->known[id]) cost_register(c, id, info);
-    if (info->uses > c->uses[id]) c->uses[id] = info->uses;
-    c->depth[id] = info->depth;
+    if (!c->pg[id].known) cost_register(c, id, info);
+    if (info->uses > c->pg[id].uses) c->pg[id].uses = info->uses;
     double flops =
         info->cost > 0 ? info->cost : pgd_cost_model_page(&c->model, c->page_tokens, info->depth);
     double bytes = (double)(info->bytes ? info->bytes : c->page_bytes);
     double h = pgd__policy_cost_value(c->inflation, freq_of(c, id), flops, bytes, info->depth);
+    if (!(h >= 0)) h = 0; /* NaN or negative from a user cost: first to go */
     if (prev_valid && c->prev_depth == info->depth + 1 && c->prev_key > h) h = c->prev_key;
-    c->key[id] = h;
-    c->seq[id] = ++c->n_released;
-    pgd__heap_push(&c->heap, id);
+    c->pg[id].key = h;
+    pgd__heap_push(&c->heap, id, key_bits(h), UINT32_MAX - (uint64_t)info->depth, ++c->n_released);
     c->prev_valid = 1;
     c->prev_depth = info->depth;
     c->prev_key = h;
@@ -286,7 +272,7 @@ static void cost_unreferenced(void *state, uint32_t id, const pgd_policy_page *i
 static uint32_t cost_victim(void *state, pgd_policy_accept_fn accept, void *ctx)
 {
     cost *c = state;
-    c->last_victim = pgd__heap_search(&c->heap, NULL, NULL, accept, ctx);
+    c->last_victim = pgd__heap_search(&c->heap, UINT64_MAX, accept, ctx);
     return c->last_victim;
 }
 
@@ -294,13 +280,13 @@ static void cost_remove(void *state, uint32_t id)
 {
     cost *c = state;
     if (id < c->n && id == c->last_victim && pgd__heap_contains(&c->heap, id) &&
-        c->key[id] > c->inflation)
-        c->inflation = c->key[id];
+        c->pg[id].key > c->inflation)
+        c->inflation = c->pg[id].key;
     cost_op(c);
-    if (id >= c->n || !c->known[id]) return;
+    if (id >= c->n || !c->pg[id].known) return;
     pgd__heap_remove(&c->heap, id);
-    ghost_put(&c->g, c->hash[id], freq_of(c, id));
-    c->known[id] = 0;
+    ghost_put(&c->g, c->pg[id].hash, freq_of(c, id));
+    c->pg[id].known = 0;
 }
 
 static int cost_contains(const void *state, uint32_t id)

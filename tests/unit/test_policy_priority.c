@@ -197,11 +197,11 @@ static int ref_before(const ref *r, uint32_t a, uint32_t b)
 static uint32_t ref_victim(const ref *r, uint64_t now, uint64_t mask)
 {
     uint32_t best = PGD_POLICY_NO_PAGE;
-    for (uint32_t i = 0; i < N; i++) { /* expired first, earliest expiry first */
+    for (uint32_t i = 0; i < N; i++) { /* expired first: earliest expiry, then released first */
         if (r->state[i] != 2 || !((mask >> i) & 1) || !r->expires[i] || r->expires[i] > now)
             continue;
         if (best == PGD_POLICY_NO_PAGE || r->expires[i] < r->expires[best] ||
-            (r->expires[i] == r->expires[best] && ref_before(r, i, best)))
+            (r->expires[i] == r->expires[best] && r->seq[i] < r->seq[best]))
             best = i;
     }
     if (best != PGD_POLICY_NO_PAGE) return best;
