@@ -31,7 +31,10 @@
  * is raised to at least the child's: the top is then a leaf in practice (ties go to the
  * deeper page), and once the leaf goes the parent (key = L) follows, which is where pure
  * GDSF on the leaves would take it too. Otherwise the heap's best-first search (heap.h)
- * finds the first accepted page.
+ * finds the first accepted page. That is rare: a match of a page is a match of all its
+ * ancestors, so a parent's f is at least its child's, and released later its L is too;
+ * only the depth term of the cost (T / (6 x width) a level for a dense model) can put a
+ * parent below a child released in an earlier release.
  *
  * Ghost table: a ring of COST_GHOST_FACTOR x n_pages (hash, f) entries written when a page
  * leaves (remove), the oldest overwritten, with a chained hash index; a registration takes

@@ -12,6 +12,7 @@
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 enum { PT = 16 }; /* page_tokens of the init */
 
@@ -440,9 +441,36 @@ static int test_in_cache(void)
     return 0;
 }
 
+/* Every allocation of create failing in turn: PGD_ENOMEM, *state NULL, nothing leaked. */
+static int test_create_oom(void)
+{
+    static t_counting A;
+    const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
+    for (long n = 1;; n++) {
+        void *st = &A;
+        pgd_policy_init init = {
+            .n_pages = 100, .alloc = &alloc, .page_bytes = 1, .page_tokens = PT, .cost = model};
+        t_counting_arm(&A, n);
+        int rc = pgd_policy_builtin(PGD_POLICY_COST)->create(&init, &st);
+        A.fail_at = 0;
+        if (A.fired) {
+            T_EQ(rc, PGD_ENOMEM);
+            T_ASSERT(st == NULL);
+            T_EQ(A.n_live, 0);
+            continue;
+        }
+        T_OK(rc);
+        pgd_policy_builtin(PGD_POLICY_COST)->destroy(st);
+        T_EQ(A.n_live, 0);
+        T_ASSERT(n > 2);
+        return 0;
+    }
+}
+
 int main(void)
 {
     T_RUN(test_name);
+    T_RUN(test_create_oom);
     T_RUN(test_depth_cost);
     T_RUN(test_frequency_and_ghost);
     T_RUN(test_aging);

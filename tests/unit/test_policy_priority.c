@@ -10,6 +10,7 @@
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 static uint64_t fake_clock(void *ud)
 {
@@ -274,9 +275,40 @@ static int test_random_against_reference(void)
     return 0;
 }
 
+/* Every allocation of create failing in turn: PGD_ENOMEM, *state NULL, nothing leaked. */
+static int test_create_oom(void)
+{
+    static t_counting A;
+    const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
+    uint64_t now = 1;
+    for (long n = 1;; n++) {
+        void *st = &A;
+        pgd_policy_init init = {.n_pages = 100,
+                                .alloc = &alloc,
+                                .page_bytes = 1,
+                                .clock = fake_clock,
+                                .clock_ud = &now};
+        t_counting_arm(&A, n);
+        int rc = pgd_policy_builtin(PGD_POLICY_PRIORITY)->create(&init, &st);
+        A.fail_at = 0;
+        if (A.fired) {
+            T_EQ(rc, PGD_ENOMEM);
+            T_ASSERT(st == NULL);
+            T_EQ(A.n_live, 0);
+            continue;
+        }
+        T_OK(rc);
+        pgd_policy_builtin(PGD_POLICY_PRIORITY)->destroy(st);
+        T_EQ(A.n_live, 0);
+        T_ASSERT(n > 2);
+        return 0;
+    }
+}
+
 int main(void)
 {
     T_RUN(test_name);
+    T_RUN(test_create_oom);
     T_RUN(test_priority_order);
     T_RUN(test_ttl_expiry);
     T_RUN(test_hint_order);
