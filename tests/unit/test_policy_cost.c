@@ -186,7 +186,7 @@ static int test_leaf_rule(void)
 
 /* ---- the brute-force reference ---- */
 
-enum { N = 40, NH = 240, G = 4 * N };
+enum { N = 40, NH = 2000, G = PGD__POLICY_COST_GHOST * N };
 
 typedef struct {
     int state[N]; /* 0 absent, 1 registered and referenced, 2 evictable */
@@ -375,7 +375,7 @@ static int run_random(uint64_t seed, int steps, int cache_uses)
 static int test_random_against_reference(void)
 {
     for (uint64_t seed = 1; seed <= 6; seed++)
-        if (run_random(seed * 104729, 6000, (int)(seed % 2))) return -1;
+        if (run_random(seed * 104729, 15000, (int)(seed % 2))) return -1;
     return 0;
 }
 
