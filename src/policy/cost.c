@@ -36,16 +36,18 @@
  * only the depth term of the cost (T / (6 x width) a level for a dense model) can put a
  * parent below a child released in an earlier release.
  *
- * Ghost table: a ring of PGD__POLICY_COST_GHOST (pgd_int.h: 32) x n_pages entries (64 bits
- * of the hash, f), written when a page leaves (remove), the oldest overwritten, with a
- * chained hash index; a registration takes (and clears) its hash's entry. Its length
- * matters: it must remember blocks for longer than the pool does (Mooncake trace, figures
- * in pgd_int.h: 4x pages 1.07x LRU at 1%, 32x 1.14x). No allocation after create;
- * O(log n) per operation.
+ * Ghost table: set-associative, PGD__POLICY_COST_WAYS (4) entries a set (one or two cache
+ * lines), at least PGD__POLICY_COST_GHOST (32) x n_pages entries (pgd_int.h); an entry is
+ * 64 bits of the hash (pgd__policy_cost_ghost_key: its low bits pick the set), f and the
+ * time it was written. A page that leaves (remove) writes its f over its own entry, else
+ * an empty way, else the oldest of its set; a registration takes (and clears) its hash's
+ * entry. Its length matters: it must remember blocks for longer than the pool does
+ * (Mooncake trace: figures in pgd_int.h). No allocation after create; O(log n) per
+ * operation (the ghost: O(1), one set).
  *
  * Measured (pagoda replay --policy cost on ../shared/traces/mooncake-synthetic.jsonl, 512-
  * token blocks, capacity 1/3/10/30% of its 43924 unique blocks), token hit ratio against
- * LRU: 1.14/1.10/1.04/1.05 with these defaults; COST_COST_EXP 0 and a ghost of every
+ * LRU: 1.14/1.15/1.04/1.05 with these defaults; COST_COST_EXP 0 and a ghost of every
  * block give the lead's f^2 figures (1.24/1.13/1.01/1.03).
  */
 #include <math.h>
@@ -73,15 +75,15 @@ double pgd__policy_cost_value(double inflation, uint32_t freq, double cost, doub
 }
 
 typedef struct gslot {
-    uint64_t fp;   /* ghost_fp of the block hash */
-    uint32_t f;    /* 0: empty slot */
-    uint32_t next; /* chain of the slot's bucket */
+    uint64_t key; /* pgd__policy_cost_ghost_key of the block hash */
+    uint32_t f;   /* 0: empty */
+    uint32_t age; /* ghost.tick when written */
 } gslot;
 
 typedef struct ghost {
-    uint32_t cap, w, mask; /* ring size, next slot to write, buckets - 1 */
-    gslot *slot;           /* [cap] the ring; one struct: one cache miss a chain link */
-    uint32_t *bucket;      /* [mask + 1] first slot of the chain, PGD__NONE */
+    uint32_t mask; /* sets - 1 (a power of two) */
+    uint32_t tick; /* writes so far (wraps; ages compare as tick - age) */
+    gslot *slot;   /* [(mask + 1) * PGD__POLICY_COST_WAYS] */
 } ghost;
 
 /* What the policy keeps of a page (one array of these: one cache line per operation). */
@@ -113,58 +115,44 @@ typedef struct cost {
 
 /* ---- ghost table ---- */
 
-/* The ghost's key: 64 bits of the block hash (a false match: ~n^2 / 2^65). */
-static uint64_t ghost_fp(pgd_hash h)
+uint64_t pgd__policy_cost_ghost_key(pgd_hash h)
 {
-    return h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull);
-}
-
-static uint32_t ghost_bucket(const ghost *g, uint64_t fp)
-{
-    fp ^= fp >> 29;
-    return (uint32_t)(fp * 0xBF58476D1CE4E5B9ull >> 32) & g->mask;
-}
-
-static uint32_t ghost_find(const ghost *g, uint64_t fp)
-{
-    for (uint32_t s = g->bucket[ghost_bucket(g, fp)]; s != PGD__NONE; s = g->slot[s].next)
-        if (g->slot[s].fp == fp) return s;
-    return PGD__NONE;
-}
-
-static void ghost_unlink(ghost *g, uint32_t slot)
-{
-    uint32_t *link = &g->bucket[ghost_bucket(g, g->slot[slot].fp)];
-    while (*link != slot)
-        link = &g->slot[*link].next;
-    *link = g->slot[slot].next;
-    g->slot[slot].f = 0;
+    uint64_t x = h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 29);
 }
 
 /* Returns the f remembered for h and forgets it (0 if none). */
 static uint32_t ghost_take(ghost *g, pgd_hash h)
 {
-    uint32_t s = ghost_find(g, ghost_fp(h));
-    if (s == PGD__NONE) return 0;
-    uint32_t f = g->slot[s].f;
-    ghost_unlink(g, s);
-    return f;
+    uint64_t key = pgd__policy_cost_ghost_key(h);
+    gslot *set = g->slot + (size_t)(key & g->mask) * PGD__POLICY_COST_WAYS;
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS; w++) {
+        if (set[w].f && set[w].key == key) {
+            uint32_t f = set[w].f;
+            set[w].f = 0;
+            return f;
+        }
+    }
+    return 0;
 }
 
-/* Remembers h -> f (f > 0) in the next slot, over the oldest entry. */
+/* Remembers h -> f (f > 0): over h's own entry, else an empty way, else the oldest. */
 static void ghost_put(ghost *g, pgd_hash h, uint32_t f)
 {
-    uint64_t fp = ghost_fp(h);
-    uint32_t s = ghost_find(g, fp);
-    if (s != PGD__NONE) ghost_unlink(g, s);
-    s = g->w;
-    if (g->slot[s].f) ghost_unlink(g, s);
-    g->slot[s].fp = fp;
-    g->slot[s].f = f;
-    uint32_t b = ghost_bucket(g, fp);
-    g->slot[s].next = g->bucket[b];
-    g->bucket[b] = s;
-    g->w = s + 1 == g->cap ? 0 : s + 1;
+    uint64_t key = pgd__policy_cost_ghost_key(h);
+    gslot *set = g->slot + (size_t)(key & g->mask) * PGD__POLICY_COST_WAYS;
+    uint32_t pick = PGD__NONE, empty = PGD__NONE, oldest = 0;
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS && pick == PGD__NONE; w++) {
+        if (set[w].f && set[w].key == key) pick = w;
+        if (!set[w].f && empty == PGD__NONE) empty = w;
+        if (g->tick - set[w].age > g->tick - set[oldest].age) oldest = w;
+    }
+    if (pick == PGD__NONE) pick = empty != PGD__NONE ? empty : oldest;
+    set[pick].key = key;
+    set[pick].f = f;
+    set[pick].age = g->tick++;
 }
 
 /* ---- the order ---- */
@@ -193,7 +181,6 @@ static void cost_destroy(void *state)
     pgd__heap_deinit(&c->heap, &al);
     pgd__free(&al, c->pg);
     pgd__free(&al, c->g.slot);
-    pgd__free(&al, c->g.bucket);
     pgd__free(&al, c);
 }
 
@@ -216,21 +203,16 @@ static int cost_create(const pgd_policy_init *init, void **state)
     c->page_bytes = init->page_bytes ? init->page_bytes : 1;
     int rc = pgd__heap_init(&c->heap, al, n);
     c->pg = pgd__calloc(al, m, sizeof *c->pg);
-    uint64_t cap = (uint64_t)PGD__POLICY_COST_GHOST * n, nb = 16;
-    if (cap < 16) cap = 16;
-    if (cap > UINT32_MAX / 2) cap = UINT32_MAX / 2;
-    while (nb < cap)
-        nb *= 2;
-    c->g.cap = (uint32_t)cap;
-    c->g.mask = (uint32_t)(nb - 1);
-    c->g.slot = pgd__calloc(al, cap, sizeof *c->g.slot);
-    c->g.bucket = pgd__malloc(al, nb * sizeof *c->g.bucket);
-    if (rc != PGD_OK || !c->pg || !c->g.slot || !c->g.bucket) {
+    uint64_t n_sets = 1;
+    while (n_sets * PGD__POLICY_COST_WAYS < (uint64_t)PGD__POLICY_COST_GHOST * n &&
+           n_sets < (1u << 30) / PGD__POLICY_COST_WAYS)
+        n_sets *= 2;
+    c->g.mask = (uint32_t)(n_sets - 1);
+    c->g.slot = pgd__calloc(al, n_sets * PGD__POLICY_COST_WAYS, sizeof *c->g.slot);
+    if (rc != PGD_OK || !c->pg || !c->g.slot) {
         cost_destroy(c);
         return PGD_ENOMEM;
     }
-    for (uint64_t i = 0; i < nb; i++)
-        c->g.bucket[i] = PGD__NONE;
     *state = c;
     return PGD_OK;
 }

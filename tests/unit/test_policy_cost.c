@@ -188,14 +188,23 @@ static int test_leaf_rule(void)
 
 enum { N = 40, NH = 2000, G = PGD__POLICY_COST_GHOST * N };
 
+/* The ghost's sets as cost.c sizes them: the fewest (a power of two) holding G entries. */
+static uint32_t ghost_sets(void)
+{
+    uint32_t n = 1;
+    while (n * PGD__POLICY_COST_WAYS < G)
+        n *= 2;
+    return n;
+}
+
 typedef struct {
     int state[N]; /* 0 absent, 1 registered and referenced, 2 evictable */
     uint64_t hk[N];
     uint32_t depth[N], base[N], uses[N], hits[N];
     double key[N];
     uint64_t seq[N], n_released;
-    uint64_t g_hk[G];
-    uint32_t g_f[G], g_w;
+    uint64_t g_key[2 * G]; /* [set][way] */
+    uint32_t g_f[2 * G], g_age[2 * G], g_tick;
     double L;
     uint32_t last_victim;
     int prev_valid;
@@ -216,21 +225,36 @@ static void ref_op(ref *r)
 
 static uint32_t ref_ghost_take(ref *r, uint64_t hk)
 {
-    for (uint32_t s = 0; s < G; s++)
-        if (r->g_f[s] && r->g_hk[s] == hk) {
+    uint64_t key = pgd__policy_cost_ghost_key(hash_of(hk));
+    uint32_t set = (uint32_t)(key % ghost_sets());
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS; w++) {
+        uint32_t s = set * PGD__POLICY_COST_WAYS + w;
+        if (r->g_f[s] && r->g_key[s] == key) {
             uint32_t f = r->g_f[s];
             r->g_f[s] = 0;
             return f;
         }
+    }
     return 0;
 }
 
+/* Over its own entry, else the first empty way, else the oldest way of its set. */
 static void ref_ghost_put(ref *r, uint64_t hk, uint32_t f)
 {
-    ref_ghost_take(r, hk);
-    r->g_hk[r->g_w] = hk;
-    r->g_f[r->g_w] = f;
-    r->g_w = (r->g_w + 1) % G;
+    uint64_t key = pgd__policy_cost_ghost_key(hash_of(hk));
+    uint32_t base = (uint32_t)(key % ghost_sets()) * PGD__POLICY_COST_WAYS, pick = UINT32_MAX;
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS && pick == UINT32_MAX; w++)
+        if (r->g_f[base + w] && r->g_key[base + w] == key) pick = base + w;
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS && pick == UINT32_MAX; w++)
+        if (!r->g_f[base + w]) pick = base + w;
+    if (pick == UINT32_MAX) {
+        pick = base;
+        for (uint32_t w = 1; w < PGD__POLICY_COST_WAYS; w++)
+            if (r->g_age[base + w] < r->g_age[pick]) pick = base + w;
+    }
+    r->g_key[pick] = key;
+    r->g_f[pick] = f;
+    r->g_age[pick] = r->g_tick++;
 }
 
 static void ref_register(ref *r, uint32_t id, const pgd_policy_page *i, uint64_t hk)
