@@ -47,8 +47,11 @@
  *
  * Measured (pagoda replay --policy cost on ../shared/traces/mooncake-synthetic.jsonl, 512-
  * token blocks, capacity 1/3/10/30% of its 43924 unique blocks), token hit ratio against
- * LRU: 1.14/1.15/1.04/1.05 with these defaults; COST_COST_EXP 0 and a ghost of every
- * block give the lead's f^2 figures (1.24/1.13/1.01/1.03).
+ * LRU: 1.14/1.15/1.04/1.05 with these defaults; COST_COST_EXP 0 (frequency and aging
+ * only): 1.26/1.13/1.01/1.03, the lead's f^2 figures; f^2.5: 1.17/1.16/1.01/1.05. The cost
+ * term there is replay's pool geometry (1 layer x 1 KV head x 64: cost(d) = cost(0) x
+ * (1 + 0.8 d) at 512 tokens); a wide model's cost barely grows with depth (T / (6 x width)
+ * a level), which brings the policy close to COST_COST_EXP 0.
  */
 #include <math.h>
 #include <string.h>
