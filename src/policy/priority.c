@@ -5,7 +5,8 @@
  *
  * Eviction order, first to go first:
  *   1. expired pages: expires_ns set and <= the clock at victim() time (a page whose
- *      expiry passed while it waited goes first), earliest expiry first, then by 2..5;
+ *      expiry passed while it waited goes first), earliest expiry first, then the one
+ *      released first, then the lower page id;
  *   2. lowest priority first (0..100);
  *   3. within a priority, a page with no hint (next_use_ns 0, or not after now_ns when it
  *      was released) before a hinted page, and among hinted pages the farthest next use
@@ -16,7 +17,8 @@
  * its info then, and stays fixed while it waits; only "expired" is evaluated at victim().
  *
  * Structure: two indexed heaps of the evictable pages (heap.h): the main one in the order
- * 2..5, and one of the pages with an expiry, earliest first. victim() looks at the expiry
+ * 2..5, key (priority x 2 + hinted, hinted ? ~next_use_ns : 0, release number), and one of
+ * the pages with an expiry, key (expires_ns, release number). victim() looks at the expiry
  * heap only while its top has expired. O(log n) per operation.
  *
  * Leaf-only: the cache merges a sequence's retention into every page it holds, so an
@@ -33,40 +35,9 @@ typedef struct prio {
     void *clock_ud;
     uint64_t last_now_ns;
     uint64_t n_released;
-    pgd__heap main;        /* the evictable pages, order 2..5 */
-    pgd__heap exp;         /* the evictable pages with an expiry, earliest first */
-    uint32_t *priority;    /* [n] */
-    uint8_t *hinted;       /* [n] 1 if next_use_ns was after now_ns at release */
-    uint64_t *next_use_ns; /* [n] */
-    uint64_t *expires_ns;  /* [n] 0: none */
-    uint64_t *seq;         /* [n] release order */
-    uint64_t now_ns;       /* the clock during one victim() call */
+    pgd__heap main; /* the evictable pages, order 2..5 */
+    pgd__heap exp;  /* the evictable pages with an expiry, earliest first */
 } prio;
-
-/* Order 2..5 of the header. */
-static int main_before(const void *ctx, uint32_t a, uint32_t b)
-{
-    const prio *p = ctx;
-    if (p->priority[a] != p->priority[b]) return p->priority[a] < p->priority[b];
-    if (p->hinted[a] != p->hinted[b]) return p->hinted[a] < p->hinted[b];
-    if (p->hinted[a] && p->next_use_ns[a] != p->next_use_ns[b])
-        return p->next_use_ns[a] > p->next_use_ns[b];
-    if (p->seq[a] != p->seq[b]) return p->seq[a] < p->seq[b];
-    return a < b;
-}
-
-static int exp_before(const void *ctx, uint32_t a, uint32_t b)
-{
-    const prio *p = ctx;
-    if (p->expires_ns[a] != p->expires_ns[b]) return p->expires_ns[a] < p->expires_ns[b];
-    return main_before(ctx, a, b);
-}
-
-static int expired(const void *ctx, uint32_t id)
-{
-    const prio *p = ctx;
-    return p->expires_ns[id] <= p->now_ns;
-}
 
 static void prio_destroy(void *state)
 {
@@ -75,11 +46,6 @@ static void prio_destroy(void *state)
     pgd__alloc al = p->al;
     pgd__heap_deinit(&p->main, &al);
     pgd__heap_deinit(&p->exp, &al);
-    pgd__free(&al, p->priority);
-    pgd__free(&al, p->hinted);
-    pgd__free(&al, p->next_use_ns);
-    pgd__free(&al, p->expires_ns);
-    pgd__free(&al, p->seq);
     pgd__free(&al, p);
 }
 
@@ -88,24 +54,16 @@ static int prio_create(const pgd_policy_init *init, void **state)
     pgd__alloc a;
     pgd__alloc_init(&a, init->alloc);
     const pgd__alloc *al = &a;
-    uint32_t n = init->n_pages;
-    size_t m = n ? n : 1;
     prio *p = pgd__calloc(al, 1, sizeof *p);
     *state = NULL;
     if (!p) return PGD_ENOMEM;
     p->al = a;
-    p->n = n;
+    p->n = init->n_pages;
     p->clock = init->clock;
     p->clock_ud = init->clock_ud;
-    int rc = pgd__heap_init(&p->main, al, n, main_before, p);
-    if (rc == PGD_OK) rc = pgd__heap_init(&p->exp, al, n, exp_before, p);
-    p->priority = pgd__calloc(al, m, sizeof *p->priority);
-    p->hinted = pgd__calloc(al, m, sizeof *p->hinted);
-    p->next_use_ns = pgd__calloc(al, m, sizeof *p->next_use_ns);
-    p->expires_ns = pgd__calloc(al, m, sizeof *p->expires_ns);
-    p->seq = pgd__calloc(al, m, sizeof *p->seq);
-    if (rc != PGD_OK || !p->priority || !p->hinted || !p->next_use_ns || !p->expires_ns ||
-        !p->seq) {
+    int rc = pgd__heap_init(&p->main, al, p->n);
+    if (rc == PGD_OK) rc = pgd__heap_init(&p->exp, al, p->n);
+    if (rc != PGD_OK) {
         prio_destroy(p);
         return PGD_ENOMEM;
     }
@@ -138,23 +96,22 @@ static void prio_unreferenced(void *state, uint32_t id, const pgd_policy_page *i
     prio *p = state;
     PGD_CHECK(id < p->n && !pgd__heap_contains(&p->main, id));
     if (info->now_ns > p->last_now_ns) p->last_now_ns = info->now_ns;
-    p->priority[id] = info->priority > PGD_PRIORITY_MAX ? PGD_PRIORITY_MAX : info->priority;
-    p->hinted[id] = info->next_use_ns != 0 && info->next_use_ns > info->now_ns;
-    p->next_use_ns[id] = p->hinted[id] ? info->next_use_ns : 0;
-    p->expires_ns[id] = info->expires_ns;
-    p->seq[id] = ++p->n_released;
-    pgd__heap_push(&p->main, id);
-    if (info->expires_ns) pgd__heap_push(&p->exp, id);
+    uint64_t priority = info->priority > PGD_PRIORITY_MAX ? PGD_PRIORITY_MAX : info->priority;
+    int hinted = info->next_use_ns != 0 && info->next_use_ns > info->now_ns;
+    uint64_t seq = ++p->n_released;
+    pgd__heap_push(&p->main, id, priority * 2 + (uint64_t)hinted,
+                   hinted ? UINT64_MAX - info->next_use_ns : 0, seq);
+    if (info->expires_ns) pgd__heap_push(&p->exp, id, info->expires_ns, seq, 0);
 }
 
 static uint32_t prio_victim(void *state, pgd_policy_accept_fn accept, void *ctx)
 {
     prio *p = state;
     if (p->main.size == 0) return PGD_POLICY_NO_PAGE;
-    p->now_ns = p->clock ? p->clock(p->clock_ud) : p->last_now_ns;
-    uint32_t v = pgd__heap_search(&p->exp, expired, p, accept, ctx);
+    uint64_t now = p->clock ? p->clock(p->clock_ud) : p->last_now_ns;
+    uint32_t v = pgd__heap_search(&p->exp, now, accept, ctx);
     if (v != PGD__NONE) return v;
-    return pgd__heap_search(&p->main, NULL, NULL, accept, ctx);
+    return pgd__heap_search(&p->main, UINT64_MAX, accept, ctx);
 }
 
 static void prio_remove(void *state, uint32_t id)

@@ -12,6 +12,7 @@
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 enum { PT = 16 }; /* page_tokens of the init */
 
@@ -185,7 +186,16 @@ static int test_leaf_rule(void)
 
 /* ---- the brute-force reference ---- */
 
-enum { N = 40, NH = 240, G = 4 * N };
+enum { N = 40, NH = 2000, G = PGD__POLICY_COST_GHOST * N };
+
+/* The ghost's sets as cost.c sizes them: the fewest (a power of two) holding G entries. */
+static uint32_t ghost_sets(void)
+{
+    uint32_t n = 1;
+    while (n * PGD__POLICY_COST_WAYS < G)
+        n *= 2;
+    return n;
+}
 
 typedef struct {
     int state[N]; /* 0 absent, 1 registered and referenced, 2 evictable */
@@ -193,8 +203,8 @@ typedef struct {
     uint32_t depth[N], base[N], uses[N], hits[N];
     double key[N];
     uint64_t seq[N], n_released;
-    uint64_t g_hk[G];
-    uint32_t g_f[G], g_w;
+    uint64_t g_key[2 * G]; /* [set][way] */
+    uint32_t g_f[2 * G], g_age[2 * G], g_tick;
     double L;
     uint32_t last_victim;
     int prev_valid;
@@ -215,21 +225,36 @@ static void ref_op(ref *r)
 
 static uint32_t ref_ghost_take(ref *r, uint64_t hk)
 {
-    for (uint32_t s = 0; s < G; s++)
-        if (r->g_f[s] && r->g_hk[s] == hk) {
+    uint64_t key = pgd__policy_cost_ghost_key(hash_of(hk));
+    uint32_t set = (uint32_t)(key % ghost_sets());
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS; w++) {
+        uint32_t s = set * PGD__POLICY_COST_WAYS + w;
+        if (r->g_f[s] && r->g_key[s] == key) {
             uint32_t f = r->g_f[s];
             r->g_f[s] = 0;
             return f;
         }
+    }
     return 0;
 }
 
+/* Over its own entry, else the first empty way, else the oldest way of its set. */
 static void ref_ghost_put(ref *r, uint64_t hk, uint32_t f)
 {
-    ref_ghost_take(r, hk);
-    r->g_hk[r->g_w] = hk;
-    r->g_f[r->g_w] = f;
-    r->g_w = (r->g_w + 1) % G;
+    uint64_t key = pgd__policy_cost_ghost_key(hash_of(hk));
+    uint32_t base = (uint32_t)(key % ghost_sets()) * PGD__POLICY_COST_WAYS, pick = UINT32_MAX;
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS && pick == UINT32_MAX; w++)
+        if (r->g_f[base + w] && r->g_key[base + w] == key) pick = base + w;
+    for (uint32_t w = 0; w < PGD__POLICY_COST_WAYS && pick == UINT32_MAX; w++)
+        if (!r->g_f[base + w]) pick = base + w;
+    if (pick == UINT32_MAX) {
+        pick = base;
+        for (uint32_t w = 1; w < PGD__POLICY_COST_WAYS; w++)
+            if (r->g_age[base + w] < r->g_age[pick]) pick = base + w;
+    }
+    r->g_key[pick] = key;
+    r->g_f[pick] = f;
+    r->g_age[pick] = r->g_tick++;
 }
 
 static void ref_register(ref *r, uint32_t id, const pgd_policy_page *i, uint64_t hk)
@@ -374,7 +399,7 @@ static int run_random(uint64_t seed, int steps, int cache_uses)
 static int test_random_against_reference(void)
 {
     for (uint64_t seed = 1; seed <= 6; seed++)
-        if (run_random(seed * 104729, 6000, (int)(seed % 2))) return -1;
+        if (run_random(seed * 104729, 15000, (int)(seed % 2))) return -1;
     return 0;
 }
 
@@ -440,9 +465,36 @@ static int test_in_cache(void)
     return 0;
 }
 
+/* Every allocation of create failing in turn: PGD_ENOMEM, *state NULL, nothing leaked. */
+static int test_create_oom(void)
+{
+    static t_counting A;
+    const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
+    for (long n = 1;; n++) {
+        void *st = &A;
+        pgd_policy_init init = {
+            .n_pages = 100, .alloc = &alloc, .page_bytes = 1, .page_tokens = PT, .cost = model};
+        t_counting_arm(&A, n);
+        int rc = pgd_policy_builtin(PGD_POLICY_COST)->create(&init, &st);
+        A.fail_at = 0;
+        if (A.fired) {
+            T_EQ(rc, PGD_ENOMEM);
+            T_ASSERT(st == NULL);
+            T_EQ(A.n_live, 0);
+            continue;
+        }
+        T_OK(rc);
+        pgd_policy_builtin(PGD_POLICY_COST)->destroy(st);
+        T_EQ(A.n_live, 0);
+        T_ASSERT(n > 2);
+        return 0;
+    }
+}
+
 int main(void)
 {
     T_RUN(test_name);
+    T_RUN(test_create_oom);
     T_RUN(test_depth_cost);
     T_RUN(test_frequency_and_ghost);
     T_RUN(test_aging);

@@ -10,6 +10,7 @@
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 static uint64_t fake_clock(void *ud)
 {
@@ -197,11 +198,11 @@ static int ref_before(const ref *r, uint32_t a, uint32_t b)
 static uint32_t ref_victim(const ref *r, uint64_t now, uint64_t mask)
 {
     uint32_t best = PGD_POLICY_NO_PAGE;
-    for (uint32_t i = 0; i < N; i++) { /* expired first, earliest expiry first */
+    for (uint32_t i = 0; i < N; i++) { /* expired first: earliest expiry, then released first */
         if (r->state[i] != 2 || !((mask >> i) & 1) || !r->expires[i] || r->expires[i] > now)
             continue;
         if (best == PGD_POLICY_NO_PAGE || r->expires[i] < r->expires[best] ||
-            (r->expires[i] == r->expires[best] && ref_before(r, i, best)))
+            (r->expires[i] == r->expires[best] && r->seq[i] < r->seq[best]))
             best = i;
     }
     if (best != PGD_POLICY_NO_PAGE) return best;
@@ -274,9 +275,40 @@ static int test_random_against_reference(void)
     return 0;
 }
 
+/* Every allocation of create failing in turn: PGD_ENOMEM, *state NULL, nothing leaked. */
+static int test_create_oom(void)
+{
+    static t_counting A;
+    const pgd_allocator alloc = T_COUNTING_ALLOCATOR(&A);
+    uint64_t now = 1;
+    for (long n = 1;; n++) {
+        void *st = &A;
+        pgd_policy_init init = {.n_pages = 100,
+                                .alloc = &alloc,
+                                .page_bytes = 1,
+                                .clock = fake_clock,
+                                .clock_ud = &now};
+        t_counting_arm(&A, n);
+        int rc = pgd_policy_builtin(PGD_POLICY_PRIORITY)->create(&init, &st);
+        A.fail_at = 0;
+        if (A.fired) {
+            T_EQ(rc, PGD_ENOMEM);
+            T_ASSERT(st == NULL);
+            T_EQ(A.n_live, 0);
+            continue;
+        }
+        T_OK(rc);
+        pgd_policy_builtin(PGD_POLICY_PRIORITY)->destroy(st);
+        T_EQ(A.n_live, 0);
+        T_ASSERT(n > 2);
+        return 0;
+    }
+}
+
 int main(void)
 {
     T_RUN(test_name);
+    T_RUN(test_create_oom);
     T_RUN(test_priority_order);
     T_RUN(test_ttl_expiry);
     T_RUN(test_hint_order);
