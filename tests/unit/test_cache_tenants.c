@@ -531,6 +531,74 @@ static int test_no_reservation_same_victims(void)
     return 0;
 }
 
+/* ---- pins, expiry and warm, per tenant ---- */
+
+static uint64_t g_now_ns;
+static uint64_t fake_clock(void *ud)
+{
+    (void)ud;
+    return g_now_ns;
+}
+
+/* B's reserved prefix expired: still never evicted for A (an expired page of a tenant at
+ * its share waits); pins are counted per tenant; a warm counts as its salt's tenant. */
+static int test_pins_expiry_warm(void)
+{
+    pgd_cache_params p = params(16);
+    p.clock = fake_clock;
+    g_now_ns = 1000000000ull;
+    pgd_cache *c = NULL;
+    T_OK(pgd_cache_create(&p, &c));
+    T_EQ(set_share(c, "B", 0.25), 1);
+    int32_t pb[4 * PT], t[2 * PT];
+    toks(pb, 4 * PT, 7000);
+    pgd_seq *s;
+    T_OK(pgd_seq_create(c, "B", 1, &s));
+    pgd_retention r = pgd_retention_default();
+    r.ttl_ms = 1000;
+    T_OK(pgd_seq_set_retention(c, s, &r, 4 * PT));
+    T_OK(pgd_seq_grow(c, s, 4 * PT));
+    T_EQ(pgd_seq_commit(c, s, pb, 4 * PT), 4);
+    pgd_seq_destroy(c, s);
+    g_now_ns += 2000000000ull; /* B's pages expired */
+    for (int i = 0; i < 10; i++) {
+        toks(t, 2 * PT, 20000 + 1000 * i);
+        T_EQ(request(c, "A", t, 2 * PT), 0);
+        T_OK(pgd_cache_check(c));
+    }
+    T_EQ(tstats(c, "B").evictions, 0);
+    T_EQ(probe(c, "B", pb, 4 * PT), 4 * PT);
+
+    /* Pins: B's chain pinned, counted for B only; unpinned, gone from the count. */
+    pgd_hash h[4];
+    T_EQ(pgd_cache_hash_tokens(c, "B", 1, pb, 4 * PT, h, 4), 4);
+    T_EQ(pgd_cache_pin(c, h, 4, 0), 4);
+    T_OK(pgd_cache_check(c));
+    T_EQ(tstats(c, "B").pages_pinned, 4);
+    T_EQ(tstats(c, "A").pages_pinned, 0);
+    T_EQ(pgd_cache_unpin(c, h, 4), 4);
+    T_EQ(tstats(c, "B").pages_pinned, 0);
+    T_OK(pgd_cache_check(c));
+
+    /* A warm of a new salt registers its tenant (nothing to promote without tiers). */
+    T_EQ(pgd_cache_n_tenants(c), 3);
+    T_EQ(pgd_cache_hash_tokens(c, "W", 1, pb, 4 * PT, h, 4), 4);
+    T_EQ(pgd_cache_warm(c, "W", 1, h, 4), 0);
+    T_EQ(pgd_cache_n_tenants(c), 4);
+    T_EQ(pgd_cache_tenant_of(c, "W", 1), 3);
+    T_OK(pgd_cache_check(c));
+    /* An admin chain eviction ignores quotas and counts as nobody's. */
+    T_EQ(pgd_cache_hash_tokens(c, "B", 1, pb, 4 * PT, h, 4), 4);
+    T_EQ(pgd_cache_evict_chain(c, h, 4), 4);
+    pgd_tenant_stats b = tstats(c, "B");
+    T_EQ(b.pages_held, 0);
+    T_EQ(b.evictions, 4);
+    T_EQ(b.evictions_by_others, 0);
+    T_OK(pgd_cache_check(c));
+    pgd_cache_destroy(c);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_table);
@@ -540,5 +608,6 @@ int main(void)
     T_RUN(test_flood_cannot_evict_reserved);
     T_RUN(test_scripted_counters);
     T_RUN(test_no_reservation_same_victims);
+    T_RUN(test_pins_expiry_warm);
     T_DONE();
 }
