@@ -13,6 +13,7 @@
  * back exactly as a policy sees it. Single-threaded.
  */
 #include <pagoda/cache.h>
+#include <pthread.h>
 
 #include "t.h"
 
@@ -547,6 +548,18 @@ static int test_hints(void)
     T_EQ(pgd_cache_lookup(c, h, 3), 3); /* warmed from the tier before it is due */
     T_EQ(pgd_cache_check(c), PGD_OK);
     T_EQ(pgd_cache_hints_run(c, 1000 * MS), 0);
+    /* A request's next-use hint registers its chain as a hint too. */
+    pgd_retention r = pgd_retention_default();
+    r.next_use_ms = 5000;
+    T_EQ(request(c, 2, 2, &r), 0);
+    T_EQ(pgd_cache_n_hints(c), 1);
+    T_EQ(pgd_cache_evict(c, 8), 5);
+    T_EQ(pgd_cache_flush(c), PGD_OK);
+    T_EQ(lookup(c, 2, 2), 0);
+    fake_now += 4000 * MS;
+    T_EQ(pgd_cache_hints_run(c, 2000 * MS), 1);
+    T_EQ(lookup(c, 2, 2), 2);
+    T_EQ(pgd_cache_check(c), PGD_OK);
     /* 256 chains wait at most; a hint with a salt warms that tenant's chain. */
     for (uint64_t i = 0; i < 256; i++) {
         pgd_hash x[1];
@@ -563,6 +576,119 @@ static int test_hints(void)
     T_EQ(pgd_cache_check(c), PGD_OK);
     pgd_cache_destroy(c); /* frees any hint left */
     pgd_tier_close(t);
+    return 0;
+}
+
+/* A tier with the retain op: a RAM tier wrapped, counting the retain calls (the movers
+ * call put and retain from their threads: a mutex). refuse: pins get PGD_ENOSPC. */
+typedef struct ret_tier {
+    pgd_tier *inner;
+    pthread_mutex_t mu;
+    int refuse;
+    uint32_t n_pin, n_unpin, n_keep; /* calls with pin 1, -1, 0 */
+    uint32_t last_priority;
+    uint64_t last_ttl_s;
+} ret_tier;
+
+static int rt_bind(void *st, const pgd_record_ident *id)
+{
+    return pgd_tier_bind(((ret_tier *)st)->inner, id);
+}
+static int rt_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
+                  pgd_tier_spill_fn spill, void *ud)
+{
+    return pgd_tier_put(((ret_tier *)st)->inner, b, p, page, bounds, spill, ud);
+}
+static int rt_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    return pgd_tier_get(((ret_tier *)st)->inner, b, page, bounds);
+}
+static size_t rt_lookup(void *st, const pgd_hash *h, size_t n)
+{
+    return pgd_tier_lookup(((ret_tier *)st)->inner, h, n);
+}
+static int rt_del(void *st, pgd_hash b)
+{
+    return pgd_tier_del(((ret_tier *)st)->inner, b);
+}
+static void rt_stats(void *st, pgd_tier_stats *out)
+{
+    pgd_tier_get_stats(((ret_tier *)st)->inner, out);
+}
+static int rt_flush(void *st)
+{
+    return pgd_tier_flush(((ret_tier *)st)->inner);
+}
+static void rt_close(void *st)
+{
+    (void)st; /* the test closes the inner tier */
+}
+static int rt_retain(void *st, pgd_hash b, const pgd_tier_retention *r)
+{
+    ret_tier *t = st;
+    int rc = pgd_tier_lookup(t->inner, &b, 1) ? PGD_OK : PGD_ENOTFOUND;
+    pthread_mutex_lock(&t->mu);
+    if (r->pin == 1 && t->refuse) {
+        rc = PGD_ENOSPC;
+    } else {
+        t->n_pin += r->pin == 1;
+        t->n_unpin += r->pin == -1;
+        t->n_keep += r->pin == 0;
+        t->last_priority = r->priority;
+        t->last_ttl_s = r->ttl_s;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+static const pgd_tier_ops rt_ops = {"ret",    rt_bind,  rt_put,   rt_get, rt_lookup, rt_del,
+                                    rt_stats, rt_flush, rt_close, NULL,   rt_retain};
+
+static int test_tier_retain(void)
+{
+    ret_tier rt;
+    memset(&rt, 0, sizeof rt);
+    pthread_mutex_init(&rt.mu, NULL);
+    rt.inner = ram_tier();
+    T_ASSERT(rt.inner);
+    pgd_tier *t = NULL;
+    T_EQ(pgd_tier_wrap(&rt_ops, &rt, &t), PGD_OK);
+    T_ASSERT(pgd_tier_has_retain(t));
+    pgd_cache *c = tier_cache(t, 8);
+    T_ASSERT(c);
+    /* Default retention: a put and no retain. */
+    T_EQ(request(c, 1, 2, NULL), 0);
+    T_EQ(pgd_cache_clear(c), 2);
+    T_EQ(pgd_cache_flush(c), PGD_OK);
+    T_EQ(rt.n_keep + rt.n_pin + rt.n_unpin, 0);
+    /* A page with a priority and a TTL carries them to the tier after its put. */
+    pgd_retention r = pgd_retention_default();
+    r.priority = 80;
+    r.ttl_ms = 90000;
+    T_EQ(request(c, 2, 2, &r), 0);
+    fake_now += 30000 * MS;
+    T_EQ(pgd_cache_clear(c), 2);
+    T_EQ(pgd_cache_flush(c), PGD_OK);
+    T_EQ(rt.n_keep, 2);
+    T_EQ(rt.last_priority, 80);
+    T_EQ(rt.last_ttl_s, 60);
+    /* pin / unpin reach the tier; a tier refusing the pin: PGD_ENOSPC, nothing pinned. */
+    pgd_hash h[2];
+    chain(3, 2, h);
+    T_EQ(request(c, 3, 2, NULL), 0);
+    T_EQ(pgd_cache_pin(c, h, 2, 0), 2);
+    T_EQ(rt.n_pin, 2);
+    T_EQ(pgd_cache_unpin(c, h, 2), 2);
+    T_EQ(rt.n_unpin, 2);
+    rt.refuse = 1;
+    T_EQ(pgd_cache_pin(c, h, 2, 0), PGD_ENOSPC);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_stats st;
+    pgd_cache_get_stats(c, &st);
+    T_EQ(st.n_pages_evictable, 2);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    pgd_tier_close(rt.inner);
+    pthread_mutex_destroy(&rt.mu);
     return 0;
 }
 
@@ -591,6 +717,7 @@ int main(void)
     T_RUN(test_evict_chain);
     T_RUN(test_warm);
     T_RUN(test_hints);
+    T_RUN(test_tier_retain);
     T_RUN(test_hint_left);
     T_DONE();
 }
