@@ -257,6 +257,8 @@ struct pgd_cache {
     uint32_t max_pins;     /* pin_share of the pool's pages */
     hint *hints;           /* [PGD__MAX_HINTS] */
     uint32_t n_hints;
+    uint64_t now;  /* the clock as now_ns read it in this locked section */
+    int now_valid; /* now was read since the lock was taken */
 };
 
 static void lock(pgd_cache *c);
@@ -627,6 +629,7 @@ uint32_t pgd_cache_page_tokens(const pgd_cache *c)
 static void lock(pgd_cache *c)
 {
     pthread_mutex_lock(&c->mu);
+    c->now_valid = 0;
 }
 static void unlock(pgd_cache *c)
 {
@@ -635,12 +638,26 @@ static void unlock(pgd_cache *c)
 
 /* ---- page references (lock held) ---- */
 
-static uint64_t now_ns(const pgd_cache *c)
+/* The clock, read once per locked section (lock() and a wait forget it): a call that
+ * releases many pages reads it once, not once per page. Lock held. */
+static uint64_t now_ns(pgd_cache *c)
 {
-    return c->clock(c->clock_ud);
+    if (!c->now_valid) {
+        c->now = c->clock(c->clock_ud);
+        c->now_valid = 1;
+    }
+    return c->now;
 }
 
-static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
+/* pgd_cost_model_page, inline on the hot path (the same expression: the same value). */
+static double page_cost(const pgd_cache *c, uint32_t depth)
+{
+    double t = c->page_tokens;
+    return t * c->cost.linear_flops_per_token +
+           c->cost.attn_flops_per_pos * t * ((double)depth * t + (t + 1.0) / 2.0);
+}
+
+static pgd_policy_page page_info(pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
     const page_ret *r = &c->ret[page];
@@ -653,7 +670,7 @@ static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
                             .tenant = c->page_tenant[page],
                             .uses = r->uses,
                             .bytes = c->page_bytes,
-                            .cost = pgd_cost_model_page(&c->cost, c->page_tokens, e->depth)};
+                            .cost = page_cost(c, e->depth)};
     return info;
 }
 
@@ -978,7 +995,7 @@ static void tier_tenant(const pgd_cache *c, uint32_t page, pgd_tier_retention *o
 
 /* The retention a put of page to tiers[t] carries: returns 0 when it is the default (or
  * the tier keeps none), else fills *out. Lock held. */
-static int tier_retention(const pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
+static int tier_retention(pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
 {
     const page_ret *r = &c->ret[page];
     const uint32_t ti = c->page_tenant[page];
@@ -2006,8 +2023,10 @@ static void settle(pgd_cache *c, pgd_seq *s)
 /* Waits for s's promotion (if any) and settles it. Lock held (released while waiting). */
 static void wait_locked(pgd_cache *c, pgd_seq *s)
 {
-    while (s->promo && !s->promo->done)
+    while (s->promo && !s->promo->done) {
         pthread_cond_wait(&c->cv, &c->mu);
+        c->now_valid = 0;
+    }
     settle(c, s);
 }
 
@@ -2382,7 +2401,7 @@ uint64_t pgd_cache_now_ns(const pgd_cache *c)
 {
     pgd_cache *m = (pgd_cache *)c; /* the clock is called under the lock */
     lock(m);
-    uint64_t t = now_ns(c);
+    uint64_t t = now_ns(m);
     unlock(m);
     return t;
 }

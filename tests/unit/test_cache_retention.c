@@ -5,7 +5,10 @@
  * one, leaf first), the merge rule of a page's retention over the sequences that release
  * it, pins (out of the evictable set, bounded by pin_share, ended by unpin or their TTL),
  * the admin operations (pin, unpin, evict_chain, warm from a RAM tier, lookup) and the
- * next-use hints (hint, hints_run warming a chain from the tier before it is due).
+ * next-use hints (hint, hints_run warming a chain from the tier before it is due; a
+ * request's next_use_ms registering one), retention carried to a tier with the retain op
+ * (a wrapped RAM tier that counts the calls and can refuse pins), a randomized run of every
+ * operation (8 seeds x 3000 steps, with and without a tier) and three threads at once.
  *
  * Chains are precomputed block hashes (match_hashes / commit_hashes); every step is
  * followed by pgd_cache_check, which verifies the pins and the expiry heap too. A wrapped
@@ -201,6 +204,9 @@ static int test_defaults(void)
     T_EQ(seen[p1].uses, 2); /* two matches since it was registered */
     T_ASSERT(seen[p1].bytes >= (uint64_t)2 * PT * HD * sizeof(float));
     T_ASSERT(seen[p1].cost > 0);
+    pgd_cost_model m = {0, 0};
+    pgd_cost_model_default(&m, NL, NH, HD);
+    T_ASSERT(seen[p1].cost == pgd_cost_model_page(&m, PT, 1));
     T_EQ(pgd_cache_check(c), PGD_OK);
     pgd_cache_destroy(c);
     return 0;
@@ -692,6 +698,211 @@ static int test_tier_retain(void)
     return 0;
 }
 
+/* ---- randomized: every retention operation, a check after each step ---- */
+
+/* Chain of family f, branch b: the first 2 blocks are the family's, the rest the branch's
+ * (so branches share a prefix and the prefix tree has inner pages with several children). */
+static void rchain(uint32_t f, uint32_t b, uint32_t n, pgd_hash *h)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        h[k].lo = k < 2 ? 7000 + f * 10 + k : 9000000 + f * 10000 + b * 10 + k;
+        h[k].hi = 77;
+    }
+}
+
+static int rand_steps(uint64_t seed, int with_tier)
+{
+    pgd_tier *t = with_tier ? ram_tier() : NULL;
+    pgd_cache *c = NULL;
+    if (with_tier) {
+        c = tier_cache(t, 12);
+    } else {
+        pgd_cache_params p = params(12);
+        p.pin_share = 0.5;
+        T_EQ(pgd_cache_create(&p, &c), PGD_OK);
+    }
+    T_ASSERT(c);
+    uint64_t rs = seed * 2654435761u + 1;
+    pgd_seq *live[3] = {NULL, NULL, NULL};
+    uint64_t n_match = 0, n_pin = 0, n_enospc = 0, n_evict = 0, n_warm = 0;
+    for (int step = 0; step < 3000; step++) {
+        uint32_t op = (uint32_t)(t_rand(&rs) % 12), f = (uint32_t)(t_rand(&rs) % 4),
+                 b = (uint32_t)(t_rand(&rs) % 3), n = 1 + (uint32_t)(t_rand(&rs) % 5);
+        pgd_hash h[8];
+        rchain(f, b, n, h);
+        pgd_retention r = pgd_retention_default();
+        r.priority = (uint32_t)(t_rand(&rs) % 101);
+        r.ttl_ms = t_rand(&rs) % 3 ? 0 : 1 + t_rand(&rs) % 3000;
+        r.pin = t_rand(&rs) % 4 == 0;
+        r.next_use_ms = t_rand(&rs) % 5 ? 0 : 1 + t_rand(&rs) % 3000;
+        uint32_t slot = (uint32_t)(t_rand(&rs) % 3);
+        int rc = 0;
+        switch (op) {
+        case 0:
+        case 1:
+        case 2: /* a request, held for a while in a slot (released by a later one) */
+            if (live[slot]) {
+                pgd_seq_destroy(c, live[slot]);
+                live[slot] = NULL;
+            }
+            T_OK(pgd_seq_create(c, NULL, 0, &live[slot]));
+            rc = pgd_seq_set_retention(c, live[slot], &r, (uint64_t)n * PT);
+            if (rc != PGD_OK && rc != PGD_ENOSPC) T_FAIL("set_retention %d", rc);
+            {
+                int64_t m = pgd_seq_match_hashes(c, live[slot], h, n);
+                T_OK(m);
+                n_match += (uint64_t)m;
+                T_OK(pgd_seq_wait(c, live[slot]));
+                m = (int64_t)(pgd_seq_n_committed(c, live[slot]) / PT);
+                if (m < n && pgd_seq_grow(c, live[slot], (size_t)(n - m) * PT) == PGD_OK)
+                    T_OK(pgd_seq_commit_hashes(c, live[slot], h + m, n - (size_t)m));
+            }
+            break;
+        case 3:
+            rc = pgd_cache_pin(c, h, n, t_rand(&rs) % 2 ? 0 : 1 + t_rand(&rs) % 2000);
+            if (rc < 0 && rc != PGD_ENOSPC) T_FAIL("pin %d", rc);
+            n_pin += rc > 0 ? (uint64_t)rc : 0;
+            n_enospc += rc == PGD_ENOSPC;
+            break;
+        case 4:
+            T_OK(pgd_cache_unpin(c, h, n));
+            break;
+        case 5:
+            rc = pgd_cache_evict_chain(c, h, n);
+            T_OK(rc);
+            n_evict += (uint64_t)rc;
+            break;
+        case 6:
+            rc = pgd_cache_warm(c, NULL, 0, h, n);
+            T_OK(rc);
+            n_warm += (uint64_t)rc;
+            break;
+        case 7:
+            T_ASSERT(pgd_cache_lookup(c, h, n) <= n);
+            break;
+        case 8:
+            rc = pgd_cache_hint(c, NULL, 0, h, n, fake_now + t_rand(&rs) % 4000 * MS);
+            if (rc != PGD_OK && rc != PGD_ENOSPC) T_FAIL("hint %d", rc);
+            T_OK(pgd_cache_hints_run(c, t_rand(&rs) % 2000 * MS));
+            break;
+        case 9:
+            T_OK(pgd_cache_evict(c, 1 + (uint32_t)(t_rand(&rs) % 3)));
+            break;
+        default:
+            fake_now += t_rand(&rs) % 1500 * MS;
+            break;
+        }
+        if (pgd_cache_check(c) != PGD_OK)
+            T_FAIL("seed %llu step %d op %u", (unsigned long long)seed, step, op);
+    }
+    for (int i = 0; i < 3; i++)
+        pgd_seq_destroy(c, live[i]);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    /* Not vacuous: each kind of operation had an effect. */
+    T_ASSERT(n_match > 0 && n_pin > 0 && n_enospc > 0 && n_evict > 0 && n_warm > 0);
+    if (getenv("PGD_TEST_VERBOSE"))
+        printf("  seed %llu tier %d: matched %llu, pinned %llu, enospc %llu, evicted %llu, "
+               "warm %llu\n",
+               (unsigned long long)seed, with_tier, (unsigned long long)n_match,
+               (unsigned long long)n_pin, (unsigned long long)n_enospc, (unsigned long long)n_evict,
+               (unsigned long long)n_warm);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
+static int test_random(void)
+{
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        T_OK(rand_steps(seed, 0));
+        T_OK(rand_steps(seed, 1));
+    }
+    return 0;
+}
+
+/* ---- threads: every new path under the cache lock ---- */
+
+typedef struct thr_arg {
+    pgd_cache *c;
+    uint64_t seed;
+    int failed;
+} thr_arg;
+
+static void *thr_run(void *p)
+{
+    thr_arg *a = p;
+    uint64_t rs = a->seed;
+    for (int i = 0; i < 1500 && !a->failed; i++) {
+        uint32_t f = (uint32_t)(t_rand(&rs) % 4), b = (uint32_t)(t_rand(&rs) % 3),
+                 n = 1 + (uint32_t)(t_rand(&rs) % 5);
+        pgd_hash h[8];
+        rchain(f, b, n, h);
+        int rc = 0;
+        switch (t_rand(&rs) % 6) {
+        case 0:
+        case 1: {
+            pgd_seq *s = NULL;
+            pgd_retention r = pgd_retention_default();
+            r.pin = t_rand(&rs) % 4 == 0;
+            r.ttl_ms = t_rand(&rs) % 2 ? 0 : 1 + t_rand(&rs) % 5;
+            r.next_use_ms = t_rand(&rs) % 3 ? 0 : 1;
+            if (pgd_seq_create(a->c, NULL, 0, &s) != PGD_OK) break;
+            pgd_seq_set_retention(a->c, s, &r, (uint64_t)n * PT);
+            int64_t m = pgd_seq_match_hashes(a->c, s, h, n);
+            pgd_seq_wait(a->c, s);
+            m = (int64_t)(pgd_seq_n_committed(a->c, s) / PT);
+            if (m >= 0 && m < n && pgd_seq_grow(a->c, s, (size_t)(n - m) * PT) == PGD_OK)
+                rc = pgd_seq_commit_hashes(a->c, s, h + m, n - (size_t)m) < 0;
+            pgd_seq_destroy(a->c, s);
+            break;
+        }
+        case 2:
+            rc = pgd_cache_pin(a->c, h, n, t_rand(&rs) % 2 ? 0 : 2);
+            rc = rc < 0 && rc != PGD_ENOSPC;
+            break;
+        case 3:
+            rc = pgd_cache_unpin(a->c, h, n) < 0 || pgd_cache_evict_chain(a->c, h, n) < 0;
+            break;
+        case 4:
+            rc = pgd_cache_warm(a->c, NULL, 0, h, n) < 0;
+            break;
+        default:
+            pgd_cache_hint(a->c, NULL, 0, h, n, pgd_cache_now_ns(a->c) + 1000000);
+            rc = pgd_cache_hints_run(a->c, 500000) < 0;
+            break;
+        }
+        if (rc || (i % 64 == 0 && pgd_cache_check(a->c) != PGD_OK)) a->failed = 1;
+    }
+    return NULL;
+}
+
+static int test_threads(void)
+{
+    pgd_tier *t = ram_tier();
+    T_ASSERT(t);
+    pgd_tier_use use = {t, 0, 0};
+    pgd_cache_params p = params(16);
+    p.clock = NULL; /* CLOCK_MONOTONIC: the fake one is not thread-safe */
+    p.tiers = &use;
+    p.n_tiers = 1;
+    pgd_cache *c = NULL;
+    T_EQ(pgd_cache_create(&p, &c), PGD_OK);
+    pthread_t th[3];
+    thr_arg args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (thr_arg){c, 1000 + (uint64_t)i * 77, 0};
+        T_EQ(pthread_create(&th[i], NULL, thr_run, &args[i]), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++)
+        T_EQ(args[i].failed, 0);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
 /* A hint left at destroy is freed (checked by the sanitizer builds). */
 static int test_hint_left(void)
 {
@@ -719,5 +930,7 @@ int main(void)
     T_RUN(test_hints);
     T_RUN(test_tier_retain);
     T_RUN(test_hint_left);
+    T_RUN(test_random);
+    T_RUN(test_threads);
     T_DONE();
 }
