@@ -9,7 +9,7 @@
  * Reservations are shares of the pool: reserved_pages = floor(share * n_pages), the
  * shares summing to at most 1 (so reserved pages never exceed the pool). The table only
  * counts and answers the quota predicates; the cache decides what to evict (cache.c
- * evict_for: own pages first, then pages of tenants over their reservation).
+ * pick_victim: own pages first, then pages of tenants over their reservation).
  * Look-ups scan the used entries (64 by default): a sequence create and a set_tenant pay
  * it, never the eviction path, which reads the per-page index the cache keeps.
  * Callers: cache.c (lock held), tests/unit/test_cache_tenants.c.
