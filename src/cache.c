@@ -28,11 +28,17 @@
  * TTL, ended lazily by pins_expire before a victim is chosen or pages are counted). The pin
  * budget: pinned pages + the pages sequences reserved (pgd_seq_set_retention) <= max_pins
  * (pin_share of the pool). Hints: a fixed array of PGD__MAX_HINTS copied chains.
+ * Tenants (cache.h "tenants"; the table is tenants.c): each sequence has a tenant index
+ * (its salt's entry, taken at create); page_tenant[p] is the tenant a cached page is
+ * charged to (set at register, uncharged at eviction). An eviction for a sequence goes
+ * through pick_victim's quota filters (own pages, then over-share pages) only while some
+ * tenant has a reservation; otherwise the victims are the policy's alone.
  * Invariants (checked by pgd_cache_check):
  *   refcount(p) == #tables holding p + (page_entry[p] != NONE) + (pins(p) > 0)
  *   policy contains p  <=>  page_entry[p] != NONE && refcount(p) == 1
  *   expiry heap holds p  <=>  policy contains p && expires(p) && p is a leaf
  *   pin heap holds p  <=>  pins(p) > 0 && pin_until(p) != 0
+ *   pages_held(t) == #cached p with page_tenant[p] == t (pages_pinned(t): of those pinned)
  *   a sequence's registered pages form a chain in the index (parent = previous page), so
  *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
  *   prefix never loses its middle.
@@ -74,6 +80,7 @@
 #include <time.h>
 
 #include "pgd_int.h"
+#include "tenants.h"
 
 enum { MODE_NONE = 0, MODE_TOKENS = 1, MODE_HASHES = 2 };
 
@@ -97,6 +104,7 @@ struct pgd_seq {
     struct promo *promo;       /* the pending promotion of pages n_full.. (tiers), or NULL */
     uint32_t match_pool_pages; /* pgd_seq_match_info: pool pages matched */
     uint32_t match_tier_pages[PGD_MAX_TIERS]; /* and pages promoted from each tier */
+    uint32_t tenant;                          /* its tenant's index (tenants.h) */
     pgd_retention ret; /* pgd_seq_set_retention (merged into its pages at release) */
     int has_ret;       /* ret was set: else the default, merged on a fast path */
     int internal;      /* pgd_cache_warm's own sequence: releases without a merge */
@@ -192,8 +200,10 @@ struct pgd_cache {
     pgd__hasher hasher;
     uint32_t page_tokens;
     uint32_t n_pages;
-    uint32_t *page_entry; /* [n_pages] index entry of a cached page, or PGD__NONE */
-    pgd_seq *seqs;        /* list of live sequences */
+    uint32_t *page_entry;  /* [n_pages] index entry of a cached page, or PGD__NONE */
+    uint16_t *page_tenant; /* [n_pages] tenant charged for a cached page (valid while cached) */
+    pgd__tenants tn;       /* the tenant table: quotas and per-tenant stats (tenants.c) */
+    pgd_seq *seqs;         /* list of live sequences */
     uint32_t n_seqs, max_seqs;
     pgd_cache_stats st; /* counters; gauges are filled in get_stats */
     const pgd__codec *codec;
@@ -523,6 +533,17 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     c->page_entry = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->page_entry);
     if (!c->page_entry) goto fail;
     memset(c->page_entry, 0xff, (size_t)c->n_pages * sizeof *c->page_entry);
+    c->page_tenant = pgd__calloc(&c->al, c->n_pages, sizeof *c->page_tenant);
+    if (!c->page_tenant) goto fail;
+    rc = pgd__tenants_init(&c->tn, &c->al, p->max_tenants, c->n_pages,
+                           pgd__hash_seed(&c->hasher, NULL, 0));
+    if (rc != PGD_OK) {
+        if (rc == PGD_EINVAL)
+            pgd__logf(&lg, PGD_LOG_ERROR, "cache: max_tenants %u is above %u", p->max_tenants,
+                      PGD__TENANTS_MAX);
+        goto fail;
+    }
+    rc = PGD_ENOMEM;
     c->ret = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->ret);
     c->heap[0].a = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof(uint32_t));
     c->heap[1].a = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof(uint32_t));
@@ -545,6 +566,8 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     *out = c;
     return PGD_OK;
 fail:
+    pgd__tenants_deinit(&c->tn, &c->al);
+    pgd__free(&c->al, c->page_tenant);
     retention_free(c);
     pgd__free(&c->al, c->scratch);
     pgd__free(&c->al, c->page_entry);
@@ -585,6 +608,8 @@ void pgd_cache_destroy(pgd_cache *c)
     retention_free(c);
     pgd__free(&al, c->scratch);
     pgd__free(&al, c->page_entry);
+    pgd__free(&al, c->page_tenant);
+    pgd__tenants_deinit(&c->tn, &al);
     c->pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
@@ -643,7 +668,7 @@ static pgd_policy_page page_info(pgd_cache *c, uint32_t page)
                             .expires_ns = r->expires_ns,
                             .next_use_ns = r->next_use_ns,
                             .now_ns = now_ns(c),
-                            .tenant = 0,
+                            .tenant = c->page_tenant[page],
                             .uses = r->uses,
                             .bytes = c->page_bytes,
                             .cost = page_cost(c, e->depth)};
@@ -768,6 +793,7 @@ static void pin_page(pgd_cache *c, uint32_t page, uint64_t until)
         c->pol->hit(c->pstate, page, &info);
         heap_remove(c, HEAP_EXPIRY, page);
         c->n_pinned++;
+        c->tn.e[c->page_tenant[page]].pages_pinned++; /* a cached page: charged */
         r->pin_until_ns = until;
         if (until) heap_push(c, HEAP_PIN, page);
         return;
@@ -788,6 +814,8 @@ static void unpin_page(pgd_cache *c, uint32_t page)
     r->pin_until_ns = 0;
     heap_remove(c, HEAP_PIN, page);
     c->n_pinned--;
+    PGD_CHECK(c->tn.e[c->page_tenant[page]].pages_pinned > 0);
+    c->tn.e[c->page_tenant[page]].pages_pinned--;
     page_unref(c, page);
 }
 
@@ -957,18 +985,32 @@ static uint64_t ttl_s(uint64_t expires, uint64_t now)
     return expires > now ? (expires - now + 999999999u) / 1000000000u : 1;
 }
 
+/* The tenant of a cached page in a tier retention: its id and index (pgd_tier_retention
+ * says < 64: tenants past the 64th share index 63 there, their ids stay apart). */
+static void tier_tenant(const pgd_cache *c, uint32_t page, pgd_tier_retention *out)
+{
+    const uint32_t ti = c->page_tenant[page];
+    out->tenant = c->tn.e[ti].id;
+    out->tenant_index = ti < 64 ? ti : 63;
+}
+
 /* The retention a put of page to tiers[t] carries: returns 0 when it is the default (or
  * the tier keeps none), else fills *out. Lock held. */
 static int tier_retention(pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
 {
     const page_ret *r = &c->ret[page];
+    const uint32_t ti = c->page_tenant[page];
+    /* A tenant with a reserved share of this tier: the tier needs the tenant of each of its
+     * records, default retention or not. */
     if (!pgd_tier_has_retain(c->tiers[t].tier) ||
-        (r->priority == PGD_PRIORITY_DEFAULT && !r->expires_ns && !r->pins))
+        (r->priority == PGD_PRIORITY_DEFAULT && !r->expires_ns && !r->pins &&
+         !(c->tn.e[ti].tier_share[t] > 0)))
         return 0;
     memset(out, 0, sizeof *out);
     out->priority = r->priority;
     out->ttl_s = ttl_s(r->expires_ns, now_ns(c));
     out->pin = r->pins ? 1 : 0;
+    tier_tenant(c, page, out);
     return 1;
 }
 
@@ -1029,20 +1071,71 @@ static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t 
         if ((mask >> t & 1) && !holds(c, t, h)) queue_put(c, t, entry, page);
 }
 
-/* The page to evict next, or PGD_POLICY_NO_PAGE: an expired evictable leaf first (the
- * expiry heap's top), else the policy's victim among the evictable leaves. Ends expired
- * pins first. A user policy's victim that is not an evictable leaf is refused (logged). */
-static uint32_t pick_victim(pgd_cache *c)
+/* Tenant quotas (cache.h "tenants"), composed with the leaf check: who may lose a page
+ * when a sequence of tenant `tenant` needs one. */
+typedef struct quota_ctx {
+    pgd_cache *c;
+    uint32_t tenant; /* the requester */
+} quota_ctx;
+
+/* A leaf of the requester's own (it holds at least its reservation). */
+static int accept_own(void *ctx, uint32_t page)
+{
+    const quota_ctx *q = ctx;
+    return q->c->page_tenant[page] == q->tenant && accept_leaf(q->c, page);
+}
+
+/* A leaf of a tenant holding more than its reservation (any tenant without one). */
+static int accept_over(void *ctx, uint32_t page)
+{
+    const quota_ctx *q = ctx;
+    return pgd__tenants_over(&q->c->tn, q->c->page_tenant[page]) && accept_leaf(q->c, page);
+}
+
+/* The page to evict next for a sequence of tenant, or PGD_POLICY_NO_PAGE. Ends expired
+ * pins first. An expired evictable leaf goes first (the expiry heap's top), else the
+ * policy's victim among the evictable leaves. tenant PGD__TENANT_NONE (no sequence: an
+ * admin eviction) or no reservation anywhere: no quota filter, exactly the victims of a
+ * cache without tenants. With reservations every step passes the quota filter: the
+ * requester's own pages first while it holds at least its reservation, then pages of
+ * tenants over theirs, never a page of a tenant at or under its reservation (an expired
+ * top that the filter refuses waits; the policy's scans find the others). `extra`: pages
+ * the requester took in this call already (a grow of several pages), counted as held, so
+ * that a tenant at its share recycles its own pages for the whole grow instead of dipping
+ * below it and taking others'. A user policy's victim that is not an evictable leaf the
+ * filter allows is refused (logged). */
+static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra)
 {
     pins_expire(c);
+    quota_ctx q = {c, tenant};
+    const int quotas = tenant != PGD__TENANT_NONE && pgd__tenants_quotas(&c->tn);
+    const int own = quotas && pgd__tenants_own_first(&c->tn, tenant, extra);
     if (c->heap[HEAP_EXPIRY].n) {
         uint32_t page = c->heap[HEAP_EXPIRY].a[0];
-        if (c->ret[page].expires_ns <= now_ns(c)) return page;
+        if (c->ret[page].expires_ns <= now_ns(c) &&
+            (!quotas || (own && c->page_tenant[page] == tenant) ||
+             pgd__tenants_over(&c->tn, c->page_tenant[page])))
+            return page;
     }
-    uint32_t page = c->pol->victim(c->pstate, accept_leaf, c);
+    pgd_policy_accept_fn ok = accept_leaf;
+    void *ok_ctx = c;
+    uint32_t page = PGD_POLICY_NO_PAGE;
+    if (quotas) {
+        ok_ctx = &q;
+        if (own) {
+            ok = accept_own;
+            page = c->pol->victim(c->pstate, accept_own, &q);
+        }
+        if (page == PGD_POLICY_NO_PAGE) {
+            ok = accept_over;
+            page = c->pol->victim(c->pstate, accept_over, &q);
+        }
+    } else {
+        page = c->pol->victim(c->pstate, accept_leaf, c);
+    }
     if (page == PGD_POLICY_NO_PAGE) return page;
     if (page >= c->n_pages || c->page_entry[page] == PGD__NONE ||
-        pgd_pool_refcount(c->pool, page) != 1 || !accept_leaf(c, page)) {
+        pgd_pool_refcount(c->pool, page) != 1 || !ok(ok_ctx, page)) {
         pgd__logf(&c->log, PGD_LOG_ERROR,
                   "cache: policy %s chose page %u, which is not an evictable leaf", c->pol->name,
                   page);
@@ -1051,9 +1144,11 @@ static uint32_t pick_victim(pgd_cache *c)
     return page;
 }
 
-/* Evicts an evictable leaf: reports it (on_evict, payload still intact), demotes it,
- * then unindexes and frees it; its parent may become an expired leaf. */
-static void evict_page(pgd_cache *c, uint32_t page)
+/* Evicts an evictable leaf for a sequence of tenant (PGD__TENANT_NONE: none, counted as
+ * the owner's eviction, not "by others"): reports it (on_evict, payload still intact),
+ * demotes it, then unindexes and frees it, uncharging its tenant; its parent may become an
+ * expired leaf. */
+static void evict_page(pgd_cache *c, uint32_t page, uint32_t tenant)
 {
     uint32_t e = c->page_entry[page];
     uint32_t parent = pgd__index_entry(c->ix, e)->parent;
@@ -1063,6 +1158,8 @@ static void evict_page(pgd_cache *c, uint32_t page)
     if (c->n_tiers) demote(c, e, page);
     pgd__index_remove(c->ix, e);
     c->page_entry[page] = PGD__NONE;
+    pgd__tenants_uncharge(&c->tn, c->page_tenant[page]);
+    pgd__tenants_evicted(&c->tn, c->page_tenant[page], tenant);
     pgd_pool_unref(c->pool, page);
     c->st.n_evictions++;
     if (parent != PGD__NONE) {
@@ -1071,13 +1168,20 @@ static void evict_page(pgd_cache *c, uint32_t page)
     }
 }
 
-/* Evicts one page (pick_victim). Returns 1, or 0 when nothing is evictable. */
+/* Evicts one page for a sequence of tenant (pick_victim). Returns 1, or 0 when nothing is
+ * evictable (within the quotas). */
+static int evict_for(pgd_cache *c, uint32_t tenant, uint32_t extra)
+{
+    uint32_t page = pick_victim(c, tenant, extra);
+    if (page == PGD_POLICY_NO_PAGE) return 0;
+    evict_page(c, page, tenant);
+    return 1;
+}
+
+/* An eviction no sequence asked for (pgd_cache_evict, clear): quotas do not apply. */
 static int evict_one(pgd_cache *c)
 {
-    uint32_t page = pick_victim(c);
-    if (page == PGD_POLICY_NO_PAGE) return 0;
-    evict_page(c, page);
-    return 1;
+    return evict_for(c, PGD__TENANT_NONE, 0);
 }
 
 /* Pages that an allocation could get: free now, or evictable. */
@@ -1089,12 +1193,13 @@ static uint64_t n_available(pgd_cache *c)
     return (uint64_t)ps.n_pages_free + c->pol->size(c->pstate);
 }
 
-/* Allocates a page, evicting if the pool is full. Returns PGD_OK or PGD_ENOSPC. */
-static int alloc_page(pgd_cache *c, uint32_t *page)
+/* Allocates a page for a sequence of tenant that took `extra` pages in this call already,
+ * evicting if the pool is full (within the quotas). Returns PGD_OK or PGD_ENOSPC. */
+static int alloc_page(pgd_cache *c, uint32_t tenant, uint32_t extra, uint32_t *page)
 {
     for (;;) {
         if (pgd_pool_alloc(c->pool, page) == PGD_OK) return PGD_OK;
-        if (!evict_one(c)) return PGD_ENOSPC;
+        if (!evict_for(c, tenant, extra)) return PGD_ENOSPC;
     }
 }
 
@@ -1149,10 +1254,12 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
     *out = NULL;
     if (salt_len && !salt) return PGD_EINVAL;
     pgd_hash seed = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
     lock(c);
     int rc = seq_alloc(c, &s);
     if (rc == PGD_OK) {
         s->last = s->seed = seed;
+        s->tenant = pgd__tenants_get(&c->tn, seed, id); /* a new salt takes a free entry */
         seq_link(c, s);
         *out = s;
     }
@@ -1295,6 +1402,7 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->last_entry = src->last_entry;
     s->last = src->last;
     s->seed = src->seed;
+    s->tenant = src->tenant;
     s->ret = src->ret; /* the retention, not the pin reservation (src keeps it) */
     s->has_ret = src->has_ret;
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
@@ -1375,12 +1483,17 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
     return k;
 }
 
-static void count_query(pgd_cache *c, uint64_t n_pages_q, uint64_t n_tokens_q, uint32_t hit)
+static void count_query(pgd_cache *c, const pgd_seq *s, uint64_t n_pages_q, uint64_t n_tokens_q,
+                        uint32_t hit)
 {
     c->st.n_query_pages += n_pages_q;
     c->st.n_query_tokens += n_tokens_q;
     c->st.n_hit_pages += hit;
     c->st.n_hit_tokens += (uint64_t)hit * c->page_tokens;
+    pgd__tenant *t = &c->tn.e[s->tenant];
+    t->query_pages += n_pages_q;
+    t->hit_pages += hit;
+    t->hit_tokens += (uint64_t)hit * c->page_tokens;
 }
 
 /* The three matches: tokens (hashes NULL), tokens with precomputed hashes, hashes only
@@ -1398,7 +1511,7 @@ static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_t
     if (rc != PGD_OK) goto out;
     uint32_t k = pin_chain(c, s, tokens, hashes, n_hashes, n_pages);
     s->mode = tokens ? MODE_TOKENS : MODE_HASHES;
-    count_query(c, n_pages, n_tokens, k);
+    count_query(c, s, n_pages, n_tokens, k);
     s->match_pool_pages = k;
     if (c->n_tiers && k < n_pages) promote(c, s, tokens, hashes, n_hashes, n_pages, k);
     rc = tokens ? (int64_t)s->len : (int64_t)s->n_pages;
@@ -1462,10 +1575,11 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
     uint32_t n_old = s->n_pages;
     while (s->n_pages < need_pages) {
         uint32_t page;
-        rc = alloc_page(c, &page);
+        rc = alloc_page(c, s->tenant, s->n_pages - n_old, &page);
         if (rc != PGD_OK) {
-            /* Only a user policy that refuses its own pages gets here (free + evictable
-             * covered the pages): give back what this call took. */
+            /* Only quotas (the evictable pages are other tenants' reserved ones) or a user
+             * policy that refuses its own pages get here (free + evictable covered the
+             * pages): give back what this call took. */
             while (s->n_pages > n_old)
                 pgd_pool_unref(c->pool, s->table[--s->n_pages]);
             goto out;
@@ -1557,6 +1671,8 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
+    c->page_tenant[page] = (uint16_t)s->tenant;
+    pgd__tenants_charge(&c->tn, s->tenant);
     ret_reset(c, page);
     /* The parent is no leaf now (a sequence holds it: it is in no heap; a page another
      * sequence dedups onto may be). */
@@ -1820,7 +1936,7 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
     promo *pr = promo_alloc(c, n, (uint32_t)n_fills);
     if (!pr) return;
     uint32_t got = 0;
-    while (got < n && alloc_page(c, &pr->pages[got]) == PGD_OK)
+    while (got < n && alloc_page(c, s->tenant, got, &pr->pages[got]) == PGD_OK)
         got++;
     pr->c = c;
     pr->s = s;
@@ -2046,7 +2162,7 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
     if (pgd_pool_refcount(c->pool, page) <= 1) return PGD_OK;
     pgd_pool_stats ps;
     pgd_pool_get_stats(c->pool, &ps);
-    if (ps.n_pages_free == 0 && !evict_one(c)) return PGD_ENOSPC;
+    if (ps.n_pages_free == 0 && !evict_for(c, s->tenant, 0)) return PGD_ENOSPC;
     uint32_t copy = page;
     int rc = pgd_pool_cow(c->pool, &copy);
     if (rc < 0) return rc; /* the caller's copy hook failed; nothing changed */
@@ -2345,6 +2461,7 @@ static int tiers_pin(pgd_cache *c, const pgd_hash *hashes, size_t m, int pin, ui
             pgd_tier_retention tr;
             memset(&tr, 0, sizeof tr);
             tr.priority = c->ret[chain_page(c, hashes[k])].priority;
+            tier_tenant(c, chain_page(c, hashes[k]), &tr);
             tr.ttl_s = pin > 0 && ttl_ms ? (ttl_ms + 999) / 1000 : 0;
             tr.pin = pin;
             if (pgd_tier_retain(tier, hashes[k], &tr) != PGD_ENOSPC || pin < 0) continue;
@@ -2426,18 +2543,20 @@ int pgd_cache_evict_chain(pgd_cache *c, const pgd_hash *hashes, size_t n)
         uint32_t page = chain_page(c, hashes[k]);
         if (pgd_pool_refcount(c->pool, page) != 1 || !is_leaf(c, page))
             break; /* held, or extended outside the chain: it and its ancestors stay */
-        evict_page(c, page);
+        evict_page(c, page, PGD__TENANT_NONE);
         rc++;
     }
     unlock(c);
     return rc;
 }
 
-/* Warms hashes[0..n) of the tenant whose chain seed is seed: an internal sequence matches
+/* Warms hashes[0..n) of the tenant whose chain seed is seed (its index: tenant, for quotas
+ * and stats): an internal sequence matches
  * them (pool prefix, then a promotion from the tiers), waits for the fills and releases the
  * pages without merging a retention. Counts no query. Returns the pages the pool holds for
  * the chain. Lock held (released while the fills run). */
-static int warm_locked(pgd_cache *c, pgd_hash seed, const pgd_hash *hashes, size_t n)
+static int warm_locked(pgd_cache *c, pgd_hash seed, uint32_t tenant, const pgd_hash *hashes,
+                       size_t n)
 {
     pgd_seq *s;
     if (n > c->n_pages) n = c->n_pages; /* the pool holds no more */
@@ -2445,6 +2564,7 @@ static int warm_locked(pgd_cache *c, pgd_hash seed, const pgd_hash *hashes, size
     if (rc != PGD_OK) return rc;
     s->internal = 1;
     s->last = s->seed = seed;
+    s->tenant = tenant;
     seq_link(c, s);
     if (table_reserve(c, s, n) != PGD_OK) {
         seq_release(c, s);
@@ -2464,8 +2584,9 @@ int pgd_cache_warm(pgd_cache *c, const void *salt, size_t salt_len, const pgd_ha
 {
     if ((n && !hashes) || (salt_len && !salt)) return PGD_EINVAL;
     pgd_hash seed = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
     lock(c);
-    int rc = warm_locked(c, seed, hashes, n);
+    int rc = warm_locked(c, seed, pgd__tenants_get(&c->tn, seed, id), hashes, n);
     unlock(c);
     return rc;
 }
@@ -2541,7 +2662,8 @@ int pgd_cache_hints_run(pgd_cache *c, uint64_t lead_ns)
         memset(&c->hints[i], 0, sizeof c->hints[i]);
         c->n_hints--;
         pgd_hash seed = pgd__hash_seed(&c->hasher, h.hashes + h.n, h.salt_len);
-        warm_locked(c, seed, h.hashes, h.n);
+        uint64_t id = h.salt_len ? pgd__tenant_id(&c->hasher, h.hashes + h.n, h.salt_len) : 0;
+        warm_locked(c, seed, pgd__tenants_get(&c->tn, seed, id), h.hashes, h.n);
         pgd__free(&c->al, h.hashes);
         n++;
     }
@@ -2555,6 +2677,47 @@ uint32_t pgd_cache_n_hints(pgd_cache *c)
     uint32_t n = c->n_hints;
     unlock(c);
     return n;
+}
+
+/* ---- tenants (quotas and per-tenant stats; the table is tenants.c) ---- */
+
+int pgd_cache_set_tenant(pgd_cache *c, const void *salt, size_t salt_len,
+                         const pgd_tenant_params *tp)
+{
+    if (!tp || (salt_len && !salt)) return PGD_EINVAL;
+    pgd_hash key = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
+    lock(c);
+    int rc = pgd__tenants_set(&c->tn, key, id, tp);
+    unlock(c);
+    return rc;
+}
+
+uint32_t pgd_cache_n_tenants(pgd_cache *c)
+{
+    lock(c);
+    uint32_t n = c->tn.n_used;
+    unlock(c);
+    return n;
+}
+
+int pgd_cache_get_tenant_stats(pgd_cache *c, uint32_t i, pgd_tenant_stats *out)
+{
+    if (!out) return PGD_EINVAL;
+    lock(c);
+    int rc = pgd__tenants_stats(&c->tn, i, out);
+    unlock(c);
+    return rc;
+}
+
+uint32_t pgd_cache_tenant_of(pgd_cache *c, const void *salt, size_t salt_len)
+{
+    if (salt_len && !salt) salt_len = 0;
+    pgd_hash key = pgd__hash_seed(&c->hasher, salt, salt_len);
+    lock(c);
+    uint32_t i = pgd__tenants_find(&c->tn, key);
+    unlock(c);
+    return i;
 }
 
 /* ---- eviction, stats, check ---- */
@@ -2631,7 +2794,12 @@ static int check_locked(pgd_cache *c)
     if (rc != PGD_OK) return rc;
     rc = pgd__index_check(c->ix, &c->log);
     if (rc != PGD_OK) return rc;
-    uint32_t *holders = pgd__calloc(&c->al, c->n_pages, sizeof *holders);
+    rc = pgd__tenants_check(&c->tn, &c->log);
+    if (rc != PGD_OK) return rc;
+    /* holders[n_pages + t]: the cached pages charged to tenant t, recounted;
+     * holders[n_pages + n_entries + t]: of those, pinned. */
+    uint32_t *holders =
+        pgd__calloc(&c->al, (size_t)c->n_pages + 2 * (size_t)c->tn.n_entries, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
     uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0, n_promos = 0, n_pinned = 0;
@@ -2720,10 +2888,17 @@ static int check_locked(pgd_cache *c)
                 pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry", page);
                 goto out;
             }
+            if (c->page_tenant[page] >= c->tn.n_used) {
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u charged to tenant %u", page,
+                          c->page_tenant[page]);
+                goto out;
+            }
+            holders[c->n_pages + c->page_tenant[page]]++;
         }
         const page_ret *r = &c->ret[page];
         uint32_t pinned = r->pins > 0;
         n_pinned += pinned;
+        if (pinned && cached) holders[c->n_pages + c->tn.n_entries + c->page_tenant[page]]++;
         int in_pin = pinned && r->pin_until_ns;
         n_in_heap[HEAP_PIN] += r->heap_pos[HEAP_PIN] != PGD__NONE;
         n_in_heap[HEAP_EXPIRY] += r->heap_pos[HEAP_EXPIRY] != PGD__NONE;
@@ -2755,6 +2930,16 @@ static int check_locked(pgd_cache *c)
         }
     }
     if (n_evictable != c->pol->size(c->pstate)) goto out;
+    /* Each tenant is charged exactly the cached pages that name it. */
+    for (uint32_t t = 0; t < c->tn.n_entries; t++)
+        if (holders[c->n_pages + t] != c->tn.e[t].pages_held ||
+            holders[c->n_pages + c->tn.n_entries + t] != c->tn.e[t].pages_pinned) {
+            pgd__logf(&c->log, PGD_LOG_ERROR,
+                      "cache check: tenant %u holds %u pages (%u pinned), %u (%u) counted", t,
+                      c->tn.e[t].pages_held, c->tn.e[t].pages_pinned, holders[c->n_pages + t],
+                      holders[c->n_pages + c->tn.n_entries + t]);
+            goto out;
+        }
     if (n_in_heap[0] != c->heap[0].n || n_in_heap[1] != c->heap[1].n) {
         pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: heap sizes disagree");
         goto out;
