@@ -631,7 +631,8 @@ static int admin_fields(json_t *root, uint32_t n_vocab, uint32_t n_ctx, int need
     if (!n_forms && need_prompt)
         return ps_err(e, 400, "prompt", NULL,
                       "one of 'prompt', 'tokens' or 'messages' is required");
-    if ((v = opt(root, "tokens"))) {
+    v = opt(root, "tokens");
+    if (v) {
         if (!json_is_array(v))
             return ps_err(e, 400, "tokens", NULL, "'tokens' must be an array of token ids");
         if (parse_token_array_of(v, "tokens", n_vocab, n_ctx, r, e)) return -1;
