@@ -63,6 +63,7 @@
 #include <time.h>
 
 #include "pgd_int.h"
+#include "tenants.h"
 
 enum { MODE_NONE = 0, MODE_TOKENS = 1, MODE_HASHES = 2 };
 
@@ -86,6 +87,7 @@ struct pgd_seq {
     struct promo *promo;       /* the pending promotion of pages n_full.. (tiers), or NULL */
     uint32_t match_pool_pages; /* pgd_seq_match_info: pool pages matched */
     uint32_t match_tier_pages[PGD_MAX_TIERS]; /* and pages promoted from each tier */
+    uint32_t tenant;                          /* its tenant's index (tenants.h) */
 };
 
 /* One fill job of a promotion: pages [lo, hi) of its run. */
@@ -145,8 +147,10 @@ struct pgd_cache {
     pgd__hasher hasher;
     uint32_t page_tokens;
     uint32_t n_pages;
-    uint32_t *page_entry; /* [n_pages] index entry of a cached page, or PGD__NONE */
-    pgd_seq *seqs;        /* list of live sequences */
+    uint32_t *page_entry;  /* [n_pages] index entry of a cached page, or PGD__NONE */
+    uint16_t *page_tenant; /* [n_pages] tenant charged for a cached page (valid while cached) */
+    pgd__tenants tn;       /* the tenant table: quotas and per-tenant stats (tenants.c) */
+    pgd_seq *seqs;         /* list of live sequences */
     uint32_t n_seqs, max_seqs;
     pgd_cache_stats st; /* counters; gauges are filled in get_stats */
     const pgd__codec *codec;
@@ -428,6 +432,17 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     c->page_entry = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->page_entry);
     if (!c->page_entry) goto fail;
     memset(c->page_entry, 0xff, (size_t)c->n_pages * sizeof *c->page_entry);
+    c->page_tenant = pgd__calloc(&c->al, c->n_pages, sizeof *c->page_tenant);
+    if (!c->page_tenant) goto fail;
+    rc = pgd__tenants_init(&c->tn, &c->al, p->max_tenants, c->n_pages,
+                           pgd__hash_seed(&c->hasher, NULL, 0));
+    if (rc != PGD_OK) {
+        if (rc == PGD_EINVAL)
+            pgd__logf(&lg, PGD_LOG_ERROR, "cache: max_tenants %u is above %u", p->max_tenants,
+                      PGD__TENANTS_MAX);
+        goto fail;
+    }
+    rc = PGD_ENOMEM;
     if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail;
     if (pthread_cond_init(&c->cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
@@ -443,6 +458,8 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     *out = c;
     return PGD_OK;
 fail:
+    pgd__tenants_deinit(&c->tn, &c->al);
+    pgd__free(&c->al, c->page_tenant);
     pgd__free(&c->al, c->scratch);
     pgd__free(&c->al, c->page_entry);
     if (c->pstate) pol->destroy(c->pstate);
@@ -481,6 +498,8 @@ void pgd_cache_destroy(pgd_cache *c)
     }
     pgd__free(&al, c->scratch);
     pgd__free(&al, c->page_entry);
+    pgd__free(&al, c->page_tenant);
+    pgd__tenants_deinit(&c->tn, &al);
     c->pol->destroy(c->pstate);
     pgd__index_destroy(c->ix);
     pgd_pool_destroy(c->pool);
@@ -512,7 +531,10 @@ static void unlock(pgd_cache *c)
 static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
-    pgd_policy_page info = {.hash = e->hash, .depth = e->depth, .priority = PGD_PRIORITY_DEFAULT};
+    pgd_policy_page info = {.hash = e->hash,
+                            .depth = e->depth,
+                            .priority = PGD_PRIORITY_DEFAULT,
+                            .tenant = c->page_tenant[page]};
     return info;
 }
 
@@ -733,15 +755,71 @@ static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t 
         if ((mask >> t & 1) && !holds(c, t, h)) queue_put(c, t, entry, page);
 }
 
-/* Evicts one page through the policy: reports it (on_evict, payload still intact), then
- * unindexes and frees it. Returns 1, or 0 when nothing is evictable (or a user policy chose
- * a page that is not an evictable leaf: refused, logged). */
-static int evict_one(pgd_cache *c)
+/* Tenant quotas (cache.h "tenants"), composed with the leaf check: who may lose a page
+ * when a sequence of tenant `tenant` needs one. */
+typedef struct quota_ctx {
+    pgd_cache *c;
+    uint32_t tenant; /* the requester */
+} quota_ctx;
+
+/* A leaf of the requester's own (it holds at least its reservation). */
+static int accept_own(void *ctx, uint32_t page)
 {
-    uint32_t page = c->pol->victim(c->pstate, accept_leaf, c);
+    const quota_ctx *q = ctx;
+    return q->c->page_tenant[page] == q->tenant && accept_leaf(q->c, page);
+}
+
+/* A leaf of a tenant holding more than its reservation (any tenant without one). */
+static int accept_over(void *ctx, uint32_t page)
+{
+    const quota_ctx *q = ctx;
+    return pgd__tenants_over(&q->c->tn, q->c->page_tenant[page]) && accept_leaf(q->c, page);
+}
+
+/* The victim for a sequence of tenant (PGD__TENANT_NONE: no sequence, an admin eviction,
+ * which ignores quotas). Without any reservation this is exactly the policy's victim among
+ * the leaves, as before tenants existed. With reservations: the requester's own pages
+ * first while it holds at least its reservation, then pages of tenants over theirs, never
+ * a page of a tenant at or under its reservation. `extra`: pages the requester took in
+ * this call already (a grow of several pages), counted as held, so that a tenant at its
+ * share recycles its own pages for the whole grow instead of dipping below it and taking
+ * others'. Each step is one victim() scan with a filter; *ok and *ok_ctx get the filter
+ * the victim must pass. Lock held. */
+static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra, quota_ctx *q,
+                            pgd_policy_accept_fn *ok, void **ok_ctx)
+{
+    *ok = accept_leaf;
+    *ok_ctx = c;
+    if (tenant == PGD__TENANT_NONE || !pgd__tenants_quotas(&c->tn))
+        return c->pol->victim(c->pstate, accept_leaf, c);
+    q->c = c;
+    q->tenant = tenant;
+    *ok_ctx = q;
+    uint32_t page = PGD_POLICY_NO_PAGE;
+    if (pgd__tenants_own_first(&c->tn, tenant, extra)) {
+        *ok = accept_own;
+        page = c->pol->victim(c->pstate, accept_own, q);
+    }
+    if (page == PGD_POLICY_NO_PAGE) {
+        *ok = accept_over;
+        page = c->pol->victim(c->pstate, accept_over, q);
+    }
+    return page;
+}
+
+/* Evicts one page through the policy, for a sequence of tenant (PGD__TENANT_NONE: none;
+ * extra: see pick_victim): reports it (on_evict, payload still intact), then unindexes and
+ * frees it, uncharging its tenant. Returns 1, or 0 when nothing is evictable (or a user
+ * policy chose a page that is not an evictable leaf the filter allows: refused, logged). */
+static int evict_for(pgd_cache *c, uint32_t tenant, uint32_t extra)
+{
+    pgd_policy_accept_fn ok;
+    void *ok_ctx;
+    quota_ctx q;
+    uint32_t page = pick_victim(c, tenant, extra, &q, &ok, &ok_ctx);
     if (page == PGD_POLICY_NO_PAGE) return 0;
     if (page >= c->n_pages || c->page_entry[page] == PGD__NONE ||
-        pgd_pool_refcount(c->pool, page) != 1 || !accept_leaf(c, page)) {
+        pgd_pool_refcount(c->pool, page) != 1 || !ok(ok_ctx, page)) {
         pgd__logf(&c->log, PGD_LOG_ERROR,
                   "cache: policy %s chose page %u, which is not an evictable leaf", c->pol->name,
                   page);
@@ -753,9 +831,17 @@ static int evict_one(pgd_cache *c)
     if (c->n_tiers) demote(c, e, page);
     pgd__index_remove(c->ix, e);
     c->page_entry[page] = PGD__NONE;
+    pgd__tenants_uncharge(&c->tn, c->page_tenant[page]);
+    pgd__tenants_evicted(&c->tn, c->page_tenant[page], tenant);
     pgd_pool_unref(c->pool, page);
     c->st.n_evictions++;
     return 1;
+}
+
+/* An eviction no sequence asked for (pgd_cache_evict, clear): quotas do not apply. */
+static int evict_one(pgd_cache *c)
+{
+    return evict_for(c, PGD__TENANT_NONE, 0);
 }
 
 /* Pages that an allocation could get: free now, or evictable. */
@@ -766,12 +852,13 @@ static uint64_t n_available(const pgd_cache *c)
     return (uint64_t)ps.n_pages_free + c->pol->size(c->pstate);
 }
 
-/* Allocates a page, evicting if the pool is full. Returns PGD_OK or PGD_ENOSPC. */
-static int alloc_page(pgd_cache *c, uint32_t *page)
+/* Allocates a page for a sequence of tenant that took `extra` pages in this call already,
+ * evicting if the pool is full (within the quotas). Returns PGD_OK or PGD_ENOSPC. */
+static int alloc_page(pgd_cache *c, uint32_t tenant, uint32_t extra, uint32_t *page)
 {
     for (;;) {
         if (pgd_pool_alloc(c->pool, page) == PGD_OK) return PGD_OK;
-        if (!evict_one(c)) return PGD_ENOSPC;
+        if (!evict_for(c, tenant, extra)) return PGD_ENOSPC;
     }
 }
 
@@ -818,10 +905,12 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
     *out = NULL;
     if (salt_len && !salt) return PGD_EINVAL;
     pgd_hash seed = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
     lock(c);
     int rc = seq_alloc(c, &s);
     if (rc == PGD_OK) {
         s->last = s->seed = seed;
+        s->tenant = pgd__tenants_get(&c->tn, seed, id); /* a new salt takes a free entry */
         seq_link(c, s);
         *out = s;
     }
@@ -887,6 +976,7 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->last_entry = src->last_entry;
     s->last = src->last;
     s->seed = src->seed;
+    s->tenant = src->tenant;
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
     for (uint32_t i = 0; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
@@ -965,12 +1055,17 @@ static uint32_t pin_chain(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const
     return k;
 }
 
-static void count_query(pgd_cache *c, uint64_t n_pages_q, uint64_t n_tokens_q, uint32_t hit)
+static void count_query(pgd_cache *c, const pgd_seq *s, uint64_t n_pages_q, uint64_t n_tokens_q,
+                        uint32_t hit)
 {
     c->st.n_query_pages += n_pages_q;
     c->st.n_query_tokens += n_tokens_q;
     c->st.n_hit_pages += hit;
     c->st.n_hit_tokens += (uint64_t)hit * c->page_tokens;
+    pgd__tenant *t = &c->tn.e[s->tenant];
+    t->query_pages += n_pages_q;
+    t->hit_pages += hit;
+    t->hit_tokens += (uint64_t)hit * c->page_tokens;
 }
 
 /* The three matches: tokens (hashes NULL), tokens with precomputed hashes, hashes only
@@ -988,7 +1083,7 @@ static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_t
     if (rc != PGD_OK) goto out;
     uint32_t k = pin_chain(c, s, tokens, hashes, n_hashes, n_pages);
     s->mode = tokens ? MODE_TOKENS : MODE_HASHES;
-    count_query(c, n_pages, n_tokens, k);
+    count_query(c, s, n_pages, n_tokens, k);
     s->match_pool_pages = k;
     if (c->n_tiers && k < n_pages) promote(c, s, tokens, hashes, n_hashes, n_pages, k);
     rc = tokens ? (int64_t)s->len : (int64_t)s->n_pages;
@@ -1052,10 +1147,11 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
     uint32_t n_old = s->n_pages;
     while (s->n_pages < need_pages) {
         uint32_t page;
-        rc = alloc_page(c, &page);
+        rc = alloc_page(c, s->tenant, s->n_pages - n_old, &page);
         if (rc != PGD_OK) {
-            /* Only a user policy that refuses its own pages gets here (free + evictable
-             * covered the pages): give back what this call took. */
+            /* Only quotas (the evictable pages are other tenants' reserved ones) or a user
+             * policy that refuses its own pages get here (free + evictable covered the
+             * pages): give back what this call took. */
             while (s->n_pages > n_old)
                 pgd_pool_unref(c->pool, s->table[--s->n_pages]);
             goto out;
@@ -1147,8 +1243,12 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
-    pgd_policy_page info = {
-        .hash = h, .depth = pgd__index_entry(c->ix, e)->depth, .priority = PGD_PRIORITY_DEFAULT};
+    c->page_tenant[page] = (uint16_t)s->tenant;
+    pgd__tenants_charge(&c->tn, s->tenant);
+    pgd_policy_page info = {.hash = h,
+                            .depth = pgd__index_entry(c->ix, e)->depth,
+                            .priority = PGD_PRIORITY_DEFAULT,
+                            .tenant = s->tenant};
     c->pol->insert(c->pstate, page, &info);
     if (c->on_register) {
         pgd_hash parent = {0, 0};
@@ -1406,7 +1506,7 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
     promo *pr = promo_alloc(c, n, (uint32_t)n_fills);
     if (!pr) return;
     uint32_t got = 0;
-    while (got < n && alloc_page(c, &pr->pages[got]) == PGD_OK)
+    while (got < n && alloc_page(c, s->tenant, got, &pr->pages[got]) == PGD_OK)
         got++;
     pr->c = c;
     pr->s = s;
@@ -1629,7 +1729,7 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
     if (pgd_pool_refcount(c->pool, page) <= 1) return PGD_OK;
     pgd_pool_stats ps;
     pgd_pool_get_stats(c->pool, &ps);
-    if (ps.n_pages_free == 0 && !evict_one(c)) return PGD_ENOSPC;
+    if (ps.n_pages_free == 0 && !evict_for(c, s->tenant, 0)) return PGD_ENOSPC;
     uint32_t copy = page;
     int rc = pgd_pool_cow(c->pool, &copy);
     if (rc < 0) return rc; /* the caller's copy hook failed; nothing changed */
@@ -1859,6 +1959,47 @@ size_t pgd_cache_hash_tokens(const pgd_cache *c, const void *salt, size_t salt_l
     return n;
 }
 
+/* ---- tenants (quotas and per-tenant stats; the table is tenants.c) ---- */
+
+int pgd_cache_set_tenant(pgd_cache *c, const void *salt, size_t salt_len,
+                         const pgd_tenant_params *tp)
+{
+    if (!tp || (salt_len && !salt)) return PGD_EINVAL;
+    pgd_hash key = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
+    lock(c);
+    int rc = pgd__tenants_set(&c->tn, key, id, tp);
+    unlock(c);
+    return rc;
+}
+
+uint32_t pgd_cache_n_tenants(pgd_cache *c)
+{
+    lock(c);
+    uint32_t n = c->tn.n_used;
+    unlock(c);
+    return n;
+}
+
+int pgd_cache_get_tenant_stats(pgd_cache *c, uint32_t i, pgd_tenant_stats *out)
+{
+    if (!out) return PGD_EINVAL;
+    lock(c);
+    int rc = pgd__tenants_stats(&c->tn, i, out);
+    unlock(c);
+    return rc;
+}
+
+uint32_t pgd_cache_tenant_of(pgd_cache *c, const void *salt, size_t salt_len)
+{
+    if (salt_len && !salt) salt_len = 0;
+    pgd_hash key = pgd__hash_seed(&c->hasher, salt, salt_len);
+    lock(c);
+    uint32_t i = pgd__tenants_find(&c->tn, key);
+    unlock(c);
+    return i;
+}
+
 /* ---- eviction, stats, check ---- */
 
 int pgd_cache_evict(pgd_cache *c, uint32_t n_pages)
@@ -1903,7 +2044,10 @@ static int check_locked(pgd_cache *c)
     if (rc != PGD_OK) return rc;
     rc = pgd__index_check(c->ix, &c->log);
     if (rc != PGD_OK) return rc;
-    uint32_t *holders = pgd__calloc(&c->al, c->n_pages, sizeof *holders);
+    rc = pgd__tenants_check(&c->tn, &c->log);
+    if (rc != PGD_OK) return rc;
+    /* holders[n_pages + t]: the cached pages charged to tenant t, recounted. */
+    uint32_t *holders = pgd__calloc(&c->al, (size_t)c->n_pages + c->tn.n_entries, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
     uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0, n_promos = 0;
@@ -1991,6 +2135,12 @@ static int check_locked(pgd_cache *c)
                 pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u maps to a bad entry", page);
                 goto out;
             }
+            if (c->page_tenant[page] >= c->tn.n_used) {
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u charged to tenant %u", page,
+                          c->page_tenant[page]);
+                goto out;
+            }
+            holders[c->n_pages + c->page_tenant[page]]++;
         }
         uint32_t ref = pgd_pool_refcount(c->pool, page);
         if (ref != holders[page] + cached) {
@@ -2008,6 +2158,13 @@ static int check_locked(pgd_cache *c)
         }
     }
     if (n_evictable != c->pol->size(c->pstate)) goto out;
+    /* Each tenant is charged exactly the cached pages that name it. */
+    for (uint32_t t = 0; t < c->tn.n_entries; t++)
+        if (holders[c->n_pages + t] != c->tn.e[t].pages_held) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: tenant %u holds %u pages, %u counted",
+                      t, c->tn.e[t].pages_held, holders[c->n_pages + t]);
+            goto out;
+        }
     /* Every index entry is a pool page that points back at it: the index describes the
      * pool only (each tier indexes its own records). */
     if (pgd__index_size(c->ix) != n_cached) {
