@@ -19,9 +19,20 @@
  * Hashing: a token-mode sequence hashes each full page once: under the lock in match and
  * commit, unless the caller passes the hashes (match_hashed / commit_hashed), computed
  * before the lock is taken (the scheduler hashes each prompt once at submit).
+ * Retention (cache.h "Retention"): ret[] holds each pool page's priority, expiry, next-use
+ * hint, pin count and uses, reset when the page is registered; a sequence's retention is
+ * merged into its registered pages at its release (retention_merge). The pins of a page hold
+ * one pool reference together, so a pinned page is out of the policy's set as a held page
+ * is. Two indexed min-heaps: the expiry heap (evictable leaves with an expiry: pick_victim
+ * takes its top before asking the policy once it has passed) and the pin heap (pins with a
+ * TTL, ended lazily by pins_expire before a victim is chosen or pages are counted). The pin
+ * budget: pinned pages + the pages sequences reserved (pgd_seq_set_retention) <= max_pins
+ * (pin_share of the pool). Hints: a fixed array of PGD__MAX_HINTS copied chains.
  * Invariants (checked by pgd_cache_check):
- *   refcount(p) == #tables holding p + (page_entry[p] != NONE)
+ *   refcount(p) == #tables holding p + (page_entry[p] != NONE) + (pins(p) > 0)
  *   policy contains p  <=>  page_entry[p] != NONE && refcount(p) == 1
+ *   expiry heap holds p  <=>  policy contains p && expires(p) && p is a leaf
+ *   pin heap holds p  <=>  pins(p) > 0 && pin_until(p) != 0
  *   a sequence's registered pages form a chain in the index (parent = previous page), so
  *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
  *   prefix never loses its middle.
@@ -88,7 +99,41 @@ struct pgd_seq {
     uint32_t match_pool_pages; /* pgd_seq_match_info: pool pages matched */
     uint32_t match_tier_pages[PGD_MAX_TIERS]; /* and pages promoted from each tier */
     uint32_t tenant;                          /* its tenant's index (tenants.h) */
+    pgd_retention ret; /* pgd_seq_set_retention (merged into its pages at release) */
+    int has_ret;       /* ret was set: else the default, merged on a fast path */
+    int internal;      /* pgd_cache_warm's own sequence: releases without a merge */
+    uint32_t pin_resv; /* pages reserved against the pin budget (c->pin_reserved) */
 };
+
+/* The retention of a pool page (cache.h "Retention"; reset when it is registered). A page
+ * is pinned when pins > 0: the pins hold one pool reference together, so a pinned page is
+ * out of the policy's set exactly as a page a sequence holds. */
+typedef struct page_ret {
+    uint64_t expires_ns;   /* 0: none */
+    uint64_t next_use_ns;  /* 0: no hint */
+    uint64_t pin_until_ns; /* while pinned: the pins end then (pin heap); 0: until unpinned */
+    uint32_t uses;         /* matches (and dedups) of the page since it was registered */
+    uint32_t pins;         /* pin count */
+    uint32_t heap_pos[2];  /* position in c->heap[HEAP_EXPIRY / HEAP_PIN], or PGD__NONE */
+    uint8_t priority;      /* 0..100 */
+    uint8_t used;          /* released once: later releases merge (else they set) */
+} page_ret;
+
+/* Two indexed min-heaps of pool pages: HEAP_EXPIRY holds the evictable leaves with an
+ * expiry (keyed by expires_ns), HEAP_PIN the pinned pages whose pins end (pin_until_ns). */
+enum { HEAP_EXPIRY = 0, HEAP_PIN = 1 };
+typedef struct page_heap {
+    uint32_t *a; /* [n_pages] */
+    uint32_t n;
+} page_heap;
+
+/* A next-use hint (pgd_cache_hint): a copied chain and its tenant's salt, one block. */
+#define PGD__MAX_HINTS 256
+typedef struct hint {
+    pgd_hash *hashes; /* [n] then salt_len bytes; NULL: a free entry */
+    size_t n, salt_len;
+    uint64_t due_ns;
+} hint;
 
 /* One fill job of a promotion: pages [lo, hi) of its run. */
 typedef struct fill {
@@ -128,8 +173,10 @@ typedef struct wb_slot {
     pgd_cache *c;
     uint8_t *buf; /* [slot_bytes] in c->slab */
     pgd_hash block, parent;
-    uint32_t tier;      /* PUT: the tier written (spills go below it); PREFETCH: read from */
-    int kind;           /* SLOT_* */
+    uint32_t tier; /* PUT: the tier written (spills go below it); PREFETCH: read from */
+    int kind;      /* SLOT_* */
+    int has_ret;   /* PUT: the page's retention is not the default: retain after it */
+    pgd_tier_retention ret;
     uint32_t next_free; /* free list link, PGD__NONE at its end */
 } wb_slot;
 
@@ -192,6 +239,18 @@ struct pgd_cache {
         pgd_hash block;
         uint8_t tier; /* 1 + T; 0: empty */
     } origin[PGD__ORIGIN_SLOTS];
+    /* Retention (immutable after create: clock, cost, page_bytes, max_pins). */
+    pgd_clock_fn clock;
+    void *clock_ud;
+    pgd_cost_model cost;   /* resolved */
+    uint64_t page_bytes;   /* pool page + key bounds */
+    page_ret *ret;         /* [n_pages] (under mu, as the rest) */
+    page_heap heap[2];     /* HEAP_EXPIRY, HEAP_PIN */
+    uint32_t n_pinned;     /* pages with pins > 0 */
+    uint32_t pin_reserved; /* pages sequences reserved for pins at their release */
+    uint32_t max_pins;     /* pin_share of the pool's pages */
+    hint *hints;           /* [PGD__MAX_HINTS] */
+    uint32_t n_hints;
 };
 
 static void lock(pgd_cache *c);
@@ -327,6 +386,29 @@ static void tiers_destroy(pgd_cache *c)
     c->slab = NULL;
 }
 
+/* A page's retention as registration leaves it: the default, no pin, in no heap. */
+static void ret_reset(pgd_cache *c, uint32_t page)
+{
+    page_ret *r = &c->ret[page];
+    memset(r, 0, sizeof *r);
+    r->priority = PGD_PRIORITY_DEFAULT;
+    r->heap_pos[0] = r->heap_pos[1] = PGD__NONE;
+}
+
+/* Frees the retention state (partial-safe; create's failure path and destroy). */
+static void retention_free(pgd_cache *c)
+{
+    for (uint32_t i = 0; c->hints && i < PGD__MAX_HINTS; i++)
+        pgd__free(&c->al, c->hints[i].hashes);
+    pgd__free(&c->al, c->hints);
+    pgd__free(&c->al, c->heap[0].a);
+    pgd__free(&c->al, c->heap[1].a);
+    pgd__free(&c->al, c->ret);
+    c->hints = NULL;
+    c->heap[0].a = c->heap[1].a = NULL;
+    c->ret = NULL;
+}
+
 static uint64_t cache_clock_mono(void *ud)
 {
     (void)ud;
@@ -357,6 +439,10 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     }
     if (!p->policy_ops && p->policy == PGD_POLICY_BELADY && !p->next_use) {
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: the belady policy needs a next_use oracle");
+        return PGD_EINVAL;
+    }
+    if (!(p->pin_share >= 0 && p->pin_share <= 1)) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: pin_share must be 0..1");
         return PGD_EINVAL;
     }
     if (p->hash_key && (p->hash_key_len == 0 || p->hash_key_len > 256)) {
@@ -428,6 +514,11 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
         c->pstate = NULL;
         goto fail;
     }
+    c->clock = pi.clock;
+    c->clock_ud = pi.clock_ud;
+    c->cost = pi.cost;
+    c->page_bytes = pi.page_bytes;
+    c->max_pins = (uint32_t)((p->pin_share > 0 ? p->pin_share : 0.5) * c->n_pages);
     rc = PGD_ENOMEM;
     c->page_entry = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->page_entry);
     if (!c->page_entry) goto fail;
@@ -443,6 +534,13 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
         goto fail;
     }
     rc = PGD_ENOMEM;
+    c->ret = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof *c->ret);
+    c->heap[0].a = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof(uint32_t));
+    c->heap[1].a = pgd__malloc(&c->al, (size_t)c->n_pages * sizeof(uint32_t));
+    c->hints = pgd__calloc(&c->al, PGD__MAX_HINTS, sizeof *c->hints);
+    if (!c->ret || !c->heap[0].a || !c->heap[1].a || !c->hints) goto fail;
+    for (uint32_t i = 0; i < c->n_pages; i++)
+        ret_reset(c, i);
     if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail;
     if (pthread_cond_init(&c->cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
@@ -460,6 +558,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
 fail:
     pgd__tenants_deinit(&c->tn, &c->al);
     pgd__free(&c->al, c->page_tenant);
+    retention_free(c);
     pgd__free(&c->al, c->scratch);
     pgd__free(&c->al, c->page_entry);
     if (c->pstate) pol->destroy(c->pstate);
@@ -496,6 +595,7 @@ void pgd_cache_destroy(pgd_cache *c)
         c->seqs = s->next;
         seq_free(c, s);
     }
+    retention_free(c);
     pgd__free(&al, c->scratch);
     pgd__free(&al, c->page_entry);
     pgd__free(&al, c->page_tenant);
@@ -528,14 +628,111 @@ static void unlock(pgd_cache *c)
 
 /* ---- page references (lock held) ---- */
 
+static uint64_t now_ns(const pgd_cache *c)
+{
+    return c->clock(c->clock_ud);
+}
+
 static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
+    const page_ret *r = &c->ret[page];
     pgd_policy_page info = {.hash = e->hash,
                             .depth = e->depth,
-                            .priority = PGD_PRIORITY_DEFAULT,
-                            .tenant = c->page_tenant[page]};
+                            .priority = r->priority,
+                            .expires_ns = r->expires_ns,
+                            .next_use_ns = r->next_use_ns,
+                            .now_ns = now_ns(c),
+                            .tenant = c->page_tenant[page],
+                            .uses = r->uses,
+                            .bytes = c->page_bytes,
+                            .cost = pgd_cost_model_page(&c->cost, c->page_tokens, e->depth)};
     return info;
+}
+
+/* ---- the heaps of retention (lock held) ----
+ *
+ * Indexed binary min-heaps of pages (ties: the lower page id), O(log n) per change; each
+ * page's position lives in c->ret[page].heap_pos[which]. */
+
+static uint64_t heap_key(const pgd_cache *c, int which, uint32_t page)
+{
+    return which == HEAP_PIN ? c->ret[page].pin_until_ns : c->ret[page].expires_ns;
+}
+
+static int heap_less(const pgd_cache *c, int which, uint32_t a, uint32_t b)
+{
+    uint64_t ka = heap_key(c, which, a), kb = heap_key(c, which, b);
+    return ka < kb || (ka == kb && a < b);
+}
+
+static void heap_set(pgd_cache *c, int which, uint32_t i, uint32_t page)
+{
+    c->heap[which].a[i] = page;
+    c->ret[page].heap_pos[which] = i;
+}
+
+static void heap_sift(pgd_cache *c, int which, uint32_t i)
+{
+    page_heap *h = &c->heap[which];
+    uint32_t page = h->a[i];
+    while (i > 0 && heap_less(c, which, page, h->a[(i - 1) / 2])) {
+        heap_set(c, which, i, h->a[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        uint32_t l = 2 * i + 1, m = i;
+        uint32_t best = page;
+        if (l < h->n && heap_less(c, which, h->a[l], best)) best = h->a[m = l];
+        if (l + 1 < h->n && heap_less(c, which, h->a[l + 1], best)) best = h->a[m = l + 1];
+        if (m == i) break;
+        heap_set(c, which, i, best);
+        i = m;
+    }
+    heap_set(c, which, i, page);
+}
+
+static void heap_push(pgd_cache *c, int which, uint32_t page)
+{
+    if (c->ret[page].heap_pos[which] != PGD__NONE) return;
+    page_heap *h = &c->heap[which];
+    heap_set(c, which, h->n++, page);
+    heap_sift(c, which, h->n - 1);
+}
+
+static void heap_remove(pgd_cache *c, int which, uint32_t page)
+{
+    uint32_t i = c->ret[page].heap_pos[which];
+    if (i == PGD__NONE) return;
+    page_heap *h = &c->heap[which];
+    c->ret[page].heap_pos[which] = PGD__NONE;
+    uint32_t last = h->a[--h->n];
+    if (i < h->n) {
+        heap_set(c, which, i, last);
+        heap_sift(c, which, i);
+    }
+}
+
+/* Whether a cached page is a leaf of the prefix tree (no cached child). */
+static int is_leaf(const pgd_cache *c, uint32_t page)
+{
+    const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
+    return e && e->n_children == 0;
+}
+
+/* A page joined the policy's set (or became a leaf in it): the expiry heap takes it when
+ * it has an expiry and is a leaf. */
+static void expiry_in(pgd_cache *c, uint32_t page)
+{
+    if (c->ret[page].expires_ns && is_leaf(c, page)) heap_push(c, HEAP_EXPIRY, page);
+}
+
+/* A cached page that only the index holds now joins the policy's set. */
+static void became_evictable(pgd_cache *c, uint32_t page)
+{
+    pgd_policy_page info = page_info(c, page);
+    c->pol->unreferenced(c->pstate, page, &info);
+    expiry_in(c, page);
 }
 
 /* A sequence takes a reference on page; a cached page is no longer evictable. */
@@ -543,8 +740,10 @@ static void page_ref(pgd_cache *c, uint32_t page)
 {
     pgd_pool_ref(c->pool, page);
     if (c->page_entry[page] != PGD__NONE) {
+        c->ret[page].uses++;
         pgd_policy_page info = page_info(c, page);
         c->pol->hit(c->pstate, page, &info);
+        heap_remove(c, HEAP_EXPIRY, page);
     }
 }
 
@@ -552,10 +751,60 @@ static void page_ref(pgd_cache *c, uint32_t page)
 static void page_unref(pgd_cache *c, uint32_t page)
 {
     uint32_t r = pgd_pool_unref(c->pool, page);
-    if (r == 1 && c->page_entry[page] != PGD__NONE) {
+    if (r == 1 && c->page_entry[page] != PGD__NONE) became_evictable(c, page);
+}
+
+/* ---- pins (lock held) ---- */
+
+/* Pins cached page until `until` (0: until unpinned; a page pinned both ways keeps the
+ * longer). The first pin takes the pins' pool reference and takes the page out of the
+ * policy's set (a hit, as a sequence's reference). The caller checked the budget. */
+static void pin_page(pgd_cache *c, uint32_t page, uint64_t until)
+{
+    page_ret *r = &c->ret[page];
+    if (r->pins++ == 0) {
+        pgd_pool_ref(c->pool, page);
         pgd_policy_page info = page_info(c, page);
-        c->pol->unreferenced(c->pstate, page, &info);
+        c->pol->hit(c->pstate, page, &info);
+        heap_remove(c, HEAP_EXPIRY, page);
+        c->n_pinned++;
+        r->pin_until_ns = until;
+        if (until) heap_push(c, HEAP_PIN, page);
+        return;
     }
+    if (r->pin_until_ns == 0) return; /* already until unpinned */
+    heap_remove(c, HEAP_PIN, page);
+    if (until && until < r->pin_until_ns) until = r->pin_until_ns;
+    r->pin_until_ns = until;
+    if (until) heap_push(c, HEAP_PIN, page);
+}
+
+/* Drops every pin of page (a no-op when it has none): it may become evictable. */
+static void unpin_page(pgd_cache *c, uint32_t page)
+{
+    page_ret *r = &c->ret[page];
+    if (r->pins == 0) return;
+    r->pins = 0;
+    r->pin_until_ns = 0;
+    heap_remove(c, HEAP_PIN, page);
+    c->n_pinned--;
+    page_unref(c, page);
+}
+
+/* Ends the pins whose TTL passed (lazily: before a victim is chosen or the evictable pages
+ * are counted). O(log n) per pin ended; nothing without timed pins. */
+static void pins_expire(pgd_cache *c)
+{
+    if (c->heap[HEAP_PIN].n == 0) return;
+    uint64_t now = now_ns(c);
+    while (c->heap[HEAP_PIN].n && c->ret[c->heap[HEAP_PIN].a[0]].pin_until_ns <= now)
+        unpin_page(c, c->heap[HEAP_PIN].a[0]);
+}
+
+/* Whether n more pinned pages fit pin_share, besides the reservations. */
+static int pins_fit(const pgd_cache *c, uint64_t n)
+{
+    return (uint64_t)c->n_pinned + c->pin_reserved + n <= c->max_pins;
 }
 
 static int accept_leaf(void *ctx, uint32_t page)
@@ -656,7 +905,9 @@ static void slot_run(pgd__job *j)
             put_chain(c, 0, w->block, w->parent, w->buf, bounds, &ta) == PGD_OK)
             ta.prefetched[0]++;
     } else {
-        put_chain(c, w->tier, w->block, w->parent, w->buf, bounds, &ta);
+        int rc = put_chain(c, w->tier, w->block, w->parent, w->buf, bounds, &ta);
+        /* The record carries the page's retention (a tier without the op keeps none). */
+        if (rc == PGD_OK && w->has_ret) pgd_tier_retain(c->tiers[w->tier].tier, w->block, &w->ret);
     }
     lock(c);
     tally_publish(c, &ta);
@@ -699,6 +950,28 @@ static pgd_hash entry_parent(const pgd_cache *c, uint32_t entry)
     return p == PGD__NONE ? none : pgd__index_entry(c->ix, p)->hash;
 }
 
+/* TTL in whole seconds from now to expires (at least 1; 0: none). */
+static uint64_t ttl_s(uint64_t expires, uint64_t now)
+{
+    if (!expires) return 0;
+    return expires > now ? (expires - now + 999999999u) / 1000000000u : 1;
+}
+
+/* The retention a put of page to tiers[t] carries: returns 0 when it is the default (or
+ * the tier keeps none), else fills *out. Lock held. */
+static int tier_retention(const pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
+{
+    const page_ret *r = &c->ret[page];
+    if (!pgd_tier_has_retain(c->tiers[t].tier) ||
+        (r->priority == PGD_PRIORITY_DEFAULT && !r->expires_ns && !r->pins))
+        return 0;
+    memset(out, 0, sizeof *out);
+    out->priority = r->priority;
+    out->ttl_s = ttl_s(r->expires_ns, now_ns(c));
+    out->pin = r->pins ? 1 : 0;
+    return 1;
+}
+
 /* Copies registered page (index entry `entry`) into a slot and queues its put to
  * tiers[t]. Returns PGD_OK, or PGD_ENOSPC (slab or queue full: counted as dropped). */
 static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
@@ -721,6 +994,7 @@ static int queue_put(pgd_cache *c, uint32_t t, uint32_t entry, uint32_t page)
                c->ident.bounds_bytes);
     w->kind = SLOT_PUT;
     w->tier = t;
+    w->has_ret = tier_retention(c, t, page, &w->ret);
     w->block = pgd__index_entry(c->ix, entry)->hash;
     w->parent = entry_parent(c, entry);
     w->job.fn = slot_run;
@@ -785,8 +1059,8 @@ static int accept_over(void *ctx, uint32_t page)
  * share recycles its own pages for the whole grow instead of dipping below it and taking
  * others'. Each step is one victim() scan with a filter; *ok and *ok_ctx get the filter
  * the victim must pass. Lock held. */
-static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra, quota_ctx *q,
-                            pgd_policy_accept_fn *ok, void **ok_ctx)
+static uint32_t quota_victim(pgd_cache *c, uint32_t tenant, uint32_t extra, quota_ctx *q,
+                             pgd_policy_accept_fn *ok, void **ok_ctx)
 {
     *ok = accept_leaf;
     *ok_ctx = c;
@@ -807,26 +1081,42 @@ static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra, quota
     return page;
 }
 
-/* Evicts one page through the policy, for a sequence of tenant (PGD__TENANT_NONE: none;
- * extra: see pick_victim): reports it (on_evict, payload still intact), then unindexes and
- * frees it, uncharging its tenant. Returns 1, or 0 when nothing is evictable (or a user
- * policy chose a page that is not an evictable leaf the filter allows: refused, logged). */
-static int evict_for(pgd_cache *c, uint32_t tenant, uint32_t extra)
+/* The page to evict next for a sequence of tenant (PGD__TENANT_NONE: none; extra: see
+ * quota_victim), or PGD_POLICY_NO_PAGE: an expired evictable leaf first (the expiry
+ * heap's top, whatever its tenant: its retention ended), else the policy's victim among
+ * the evictable leaves the quotas allow. Ends expired pins first. A user policy's victim
+ * that is not an evictable leaf the filter allows is refused (logged). */
+static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra)
 {
     pgd_policy_accept_fn ok;
     void *ok_ctx;
     quota_ctx q;
-    uint32_t page = pick_victim(c, tenant, extra, &q, &ok, &ok_ctx);
-    if (page == PGD_POLICY_NO_PAGE) return 0;
+    pins_expire(c);
+    if (c->heap[HEAP_EXPIRY].n) {
+        uint32_t page = c->heap[HEAP_EXPIRY].a[0];
+        if (c->ret[page].expires_ns <= now_ns(c)) return page;
+    }
+    uint32_t page = quota_victim(c, tenant, extra, &q, &ok, &ok_ctx);
+    if (page == PGD_POLICY_NO_PAGE) return page;
     if (page >= c->n_pages || c->page_entry[page] == PGD__NONE ||
         pgd_pool_refcount(c->pool, page) != 1 || !ok(ok_ctx, page)) {
         pgd__logf(&c->log, PGD_LOG_ERROR,
                   "cache: policy %s chose page %u, which is not an evictable leaf", c->pol->name,
                   page);
-        return 0;
+        return PGD_POLICY_NO_PAGE;
     }
+    return page;
+}
+
+/* Evicts an evictable leaf for a sequence of tenant (PGD__TENANT_NONE: none): reports it
+ * (on_evict, payload still intact), demotes it, then unindexes and frees it, uncharging
+ * its tenant; its parent may become an expired leaf. */
+static void evict_page(pgd_cache *c, uint32_t page, uint32_t tenant)
+{
     uint32_t e = c->page_entry[page];
+    uint32_t parent = pgd__index_entry(c->ix, e)->parent;
     c->pol->remove(c->pstate, page);
+    heap_remove(c, HEAP_EXPIRY, page);
     if (c->on_evict) c->on_evict(c->event_ud, pgd__index_entry(c->ix, e)->hash, page);
     if (c->n_tiers) demote(c, e, page);
     pgd__index_remove(c->ix, e);
@@ -835,6 +1125,19 @@ static int evict_for(pgd_cache *c, uint32_t tenant, uint32_t extra)
     pgd__tenants_evicted(&c->tn, c->page_tenant[page], tenant);
     pgd_pool_unref(c->pool, page);
     c->st.n_evictions++;
+    if (parent != PGD__NONE) {
+        uint32_t pp = pgd__index_entry(c->ix, parent)->loc_id;
+        if (pgd_pool_refcount(c->pool, pp) == 1) expiry_in(c, pp); /* evictable */
+    }
+}
+
+/* Evicts one page (pick_victim) for a sequence of tenant (extra: see quota_victim).
+ * Returns 1, or 0 when nothing is evictable. */
+static int evict_for(pgd_cache *c, uint32_t tenant, uint32_t extra)
+{
+    uint32_t page = pick_victim(c, tenant, extra);
+    if (page == PGD_POLICY_NO_PAGE) return 0;
+    evict_page(c, page, tenant);
     return 1;
 }
 
@@ -845,8 +1148,9 @@ static int evict_one(pgd_cache *c)
 }
 
 /* Pages that an allocation could get: free now, or evictable. */
-static uint64_t n_available(const pgd_cache *c)
+static uint64_t n_available(pgd_cache *c)
 {
+    pins_expire(c);
     pgd_pool_stats ps;
     pgd_pool_get_stats(c->pool, &ps);
     return (uint64_t)ps.n_pages_free + c->pol->size(c->pstate);
@@ -878,16 +1182,24 @@ static int table_reserve(pgd_cache *c, pgd_seq *s, uint64_t n)
 
 /* ---- sequences ---- */
 
-static int seq_alloc(pgd_cache *c, pgd_seq **out)
+/* A sequence, whatever max_seqs says (pgd_cache_warm's own). */
+static int seq_alloc_any(pgd_cache *c, pgd_seq **out)
 {
     *out = NULL;
-    if (c->max_seqs && c->n_seqs >= c->max_seqs) return PGD_EBUSY;
     pgd_seq *s = pgd__calloc(&c->al, 1, sizeof *s + (size_t)c->page_tokens * sizeof(int32_t));
     if (!s) return PGD_ENOMEM;
     s->partial = (int32_t *)(s + 1);
     s->last_entry = PGD__NONE;
+    s->ret = pgd_retention_default();
     *out = s;
     return PGD_OK;
+}
+
+static int seq_alloc(pgd_cache *c, pgd_seq **out)
+{
+    *out = NULL;
+    if (c->max_seqs && c->n_seqs >= c->max_seqs) return PGD_EBUSY;
+    return seq_alloc_any(c, out);
 }
 
 static void seq_link(pgd_cache *c, pgd_seq *s)
@@ -918,12 +1230,61 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
     return rc;
 }
 
-void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
+/* Merges the retention of s into the registered pages it holds (cache.h "Retention") and
+ * pins them when s asks (within the budget, shallowest first). A sequence with the default
+ * retention leaves a page with the default as it is (no clock read). Lock held. */
+static void retention_merge(pgd_cache *c, pgd_seq *s)
 {
-    if (!s) return;
-    lock(c);
-    if (s->promo) wait_locked(c, s);
-    /* Deepest page first: the policy then evicts a released prefix from its end. */
+    const pgd_retention *r = &s->ret;
+    uint64_t now = 0;
+    uint32_t refused = 0;
+    for (uint32_t i = 0; i < s->n_pages; i++) {
+        uint32_t page = s->table[i];
+        if (c->page_entry[page] == PGD__NONE) continue; /* not registered */
+        page_ret *pr = &c->ret[page];
+        if (!s->has_ret && pr->priority == PGD_PRIORITY_DEFAULT && !pr->expires_ns &&
+            !pr->next_use_ns) {
+            pr->used = 1; /* default merged into default */
+            continue;
+        }
+        if (!now) now = now_ns(c);
+        uint64_t exp = r->ttl_ms ? now + r->ttl_ms * 1000000u : 0;
+        uint64_t next = r->next_use_ms ? now + r->next_use_ms * 1000000u : 0;
+        if (!pr->used) { /* the first release sets the page's retention */
+            pr->priority = (uint8_t)r->priority;
+            pr->expires_ns = exp;
+            pr->next_use_ns = next;
+            pr->used = 1;
+        } else {
+            int expired = pr->expires_ns && pr->expires_ns <= now;
+            uint32_t prio = expired ? 0 : pr->priority;
+            pr->priority = (uint8_t)(prio > r->priority ? prio : r->priority);
+            pr->expires_ns =
+                pr->expires_ns && exp ? (pr->expires_ns > exp ? pr->expires_ns : exp) : 0;
+            pr->next_use_ns = next ? next : (pr->next_use_ns > now ? pr->next_use_ns : 0);
+        }
+        if (r->pin) {
+            if (pr->pins || pins_fit(c, 1))
+                pin_page(c, page, exp);
+            else
+                refused++;
+        }
+    }
+    if (refused)
+        pgd__logf(&c->log, PGD_LOG_WARN,
+                  "cache: %u pages of a pinned sequence past its reservation were not pinned "
+                  "(pin_share)",
+                  refused);
+}
+
+/* Releases s: gives back its pin reservation, merges its retention, then drops its page
+ * references (deepest page first, so that the policy evicts a released prefix from its
+ * end) and frees it. Lock held; no promotion pending. */
+static void seq_release(pgd_cache *c, pgd_seq *s)
+{
+    c->pin_reserved -= s->pin_resv;
+    s->pin_resv = 0;
+    if (!s->internal) retention_merge(c, s);
     for (uint32_t i = s->n_pages; i-- > 0;)
         page_unref(c, s->table[i]);
     if (s->prev)
@@ -933,6 +1294,14 @@ void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
     if (s->next) s->next->prev = s->prev;
     c->n_seqs--;
     seq_free(c, s);
+}
+
+void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
+{
+    if (!s) return;
+    lock(c);
+    if (s->promo) wait_locked(c, s);
+    seq_release(c, s);
     unlock(c);
 }
 
@@ -977,6 +1346,8 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->last = src->last;
     s->seed = src->seed;
     s->tenant = src->tenant;
+    s->ret = src->ret; /* the retention, not the pin reservation (src keeps it) */
+    s->has_ret = src->has_ret;
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
     for (uint32_t i = 0; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
@@ -1245,10 +1616,12 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     c->page_entry[page] = e;
     c->page_tenant[page] = (uint16_t)s->tenant;
     pgd__tenants_charge(&c->tn, s->tenant);
-    pgd_policy_page info = {.hash = h,
-                            .depth = pgd__index_entry(c->ix, e)->depth,
-                            .priority = PGD_PRIORITY_DEFAULT,
-                            .tenant = s->tenant};
+    ret_reset(c, page);
+    /* The parent is no leaf now (a sequence holds it: it is in no heap; a page another
+     * sequence dedups onto may be). */
+    if (s->last_entry != PGD__NONE)
+        heap_remove(c, HEAP_EXPIRY, pgd__index_entry(c->ix, s->last_entry)->loc_id);
+    pgd_policy_page info = page_info(c, page);
     c->pol->insert(c->pstate, page, &info);
     if (c->on_register) {
         pgd_hash parent = {0, 0};
@@ -1671,6 +2044,7 @@ int pgd_cache_prefetch(pgd_cache *c, const pgd_hash *hashes, size_t n)
         pgd_hash none = {0, 0};
         w->kind = SLOT_PREFETCH;
         w->tier = t;
+        w->has_ret = 0;
         uint32_t o = (uint32_t)(h.lo & (PGD__ORIGIN_SLOTS - 1));
         c->origin[o].block = h;
         c->origin[o].tier = (uint8_t)(t + 1);
@@ -1735,10 +2109,8 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
     if (rc < 0) return rc; /* the caller's copy hook failed; nothing changed */
     PGD_CHECK(rc == 1);
     /* The old page lost one holder: it may have become evictable. */
-    if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE) {
-        pgd_policy_page info = page_info(c, page);
-        c->pol->unreferenced(c->pstate, page, &info);
-    }
+    if (pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] != PGD__NONE)
+        became_evictable(c, page);
     s->table[i] = copy;
     c->st.n_cow_copies++;
     return PGD_OK;
@@ -1973,10 +2345,281 @@ int pgd_cache_set_tenant(pgd_cache *c, const void *salt, size_t salt_len,
     return rc;
 }
 
+/* ---- retention, admin operations, hints ---- */
+
+pgd_retention pgd_retention_default(void)
+{
+    pgd_retention r = {PGD_PRIORITY_DEFAULT, 0, 0, 0};
+    return r;
+}
+
+uint64_t pgd_cache_now_ns(const pgd_cache *c)
+{
+    pgd_cache *m = (pgd_cache *)c; /* the clock is called under the lock */
+    lock(m);
+    uint64_t t = now_ns(c);
+    unlock(m);
+    return t;
+}
+
+int pgd_seq_set_retention(pgd_cache *c, pgd_seq *s, const pgd_retention *r, uint64_t expect_tokens)
+{
+    if (!s || !r || r->priority > PGD_PRIORITY_MAX) return PGD_EINVAL;
+    int rc = PGD_OK;
+    lock(c);
+    pins_expire(c); /* ended pins leave the budget */
+    uint64_t need = r->pin ? (expect_tokens + c->page_tokens - 1) / c->page_tokens : 0;
+    if (r->pin && need < s->pin_resv) need = s->pin_resv; /* set twice: the larger */
+    uint32_t others = c->pin_reserved - s->pin_resv;
+    if (need && (uint64_t)c->n_pinned + others + need > c->max_pins) {
+        rc = PGD_ENOSPC;
+        goto out;
+    }
+    c->pin_reserved = others + (uint32_t)need;
+    s->pin_resv = (uint32_t)need;
+    s->ret = *r;
+    s->has_ret = 1;
+out:
+    unlock(c);
+    return rc;
+}
+
 uint32_t pgd_cache_n_tenants(pgd_cache *c)
 {
     lock(c);
     uint32_t n = c->tn.n_used;
+    unlock(c);
+    return n;
+}
+
+/* How many blocks of the chain hashes[0..n) the pool holds, in a row from the first (each
+ * a child of the one before). Their pages: pgd__index_find(hashes[k]). Lock held. */
+static size_t chain_len(const pgd_cache *c, const pgd_hash *hashes, size_t n)
+{
+    uint32_t prev = PGD__NONE;
+    size_t k = 0;
+    for (; k < n; k++) {
+        uint32_t e = pgd__index_find(c->ix, hashes[k]);
+        if (e == PGD__NONE || pgd__index_entry(c->ix, e)->parent != prev) break;
+        prev = e;
+    }
+    return k;
+}
+
+static uint32_t chain_page(const pgd_cache *c, pgd_hash h)
+{
+    return pgd__index_entry(c->ix, pgd__index_find(c->ix, h))->loc_id;
+}
+
+/* Sets a pin (pin 1) or drops it (-1) on blocks hashes[0..m) in every tier that keeps
+ * retention. A tier refusing a pin (PGD_ENOSPC: its pin share) undoes this call's pins
+ * and returns PGD_ENOSPC; other results (a record the tier lacks, I/O) are ignored. Lock
+ * held (lock order: cache, then tier). */
+static int tiers_pin(pgd_cache *c, const pgd_hash *hashes, size_t m, int pin, uint64_t ttl_ms)
+{
+    for (uint32_t t = 0; t < c->n_tiers; t++) {
+        pgd_tier *tier = c->tiers[t].tier;
+        if (!pgd_tier_has_retain(tier)) continue;
+        for (size_t k = 0; k < m; k++) {
+            pgd_tier_retention tr;
+            memset(&tr, 0, sizeof tr);
+            tr.priority = c->ret[chain_page(c, hashes[k])].priority;
+            tr.ttl_s = pin > 0 && ttl_ms ? (ttl_ms + 999) / 1000 : 0;
+            tr.pin = pin;
+            if (pgd_tier_retain(tier, hashes[k], &tr) != PGD_ENOSPC || pin < 0) continue;
+            pgd__logf(&c->log, PGD_LOG_WARN, "cache: tier %u (%s) refused a pin (its pin share)", t,
+                      pgd_tier_name(tier));
+            tr.pin = -1;
+            tr.ttl_s = 0;
+            for (uint32_t u = 0; u <= t; u++)
+                for (size_t j = 0; j < (u == t ? k : m); j++)
+                    if (pgd_tier_has_retain(c->tiers[u].tier))
+                        pgd_tier_retain(c->tiers[u].tier, hashes[j], &tr);
+            return PGD_ENOSPC;
+        }
+    }
+    return PGD_OK;
+}
+
+int pgd_cache_pin(pgd_cache *c, const pgd_hash *hashes, size_t n, uint64_t ttl_ms)
+{
+    if (n && !hashes) return PGD_EINVAL;
+    int rc;
+    lock(c);
+    pins_expire(c);
+    size_t m = chain_len(c, hashes, n);
+    uint64_t fresh = 0;
+    for (size_t k = 0; k < m; k++)
+        fresh += c->ret[chain_page(c, hashes[k])].pins == 0;
+    if (!pins_fit(c, fresh)) {
+        pgd__logf(&c->log, PGD_LOG_WARN,
+                  "cache: pinning %llu more pages would pass pin_share (%u pinned, %u reserved, "
+                  "at most %u)",
+                  (unsigned long long)fresh, c->n_pinned, c->pin_reserved, c->max_pins);
+        rc = PGD_ENOSPC;
+        goto out;
+    }
+    rc = tiers_pin(c, hashes, m, 1, ttl_ms);
+    if (rc != PGD_OK) goto out;
+    uint64_t until = ttl_ms ? now_ns(c) + ttl_ms * 1000000u : 0;
+    for (size_t k = 0; k < m; k++)
+        pin_page(c, chain_page(c, hashes[k]), until);
+    rc = m > INT32_MAX ? INT32_MAX : (int)m;
+out:
+    unlock(c);
+    return rc;
+}
+
+/* Drops the pins of the chain's first m pages, deepest first (the order a release gives
+ * the policy). Returns the pages that were pinned. Lock held. */
+static int unpin_chain(pgd_cache *c, const pgd_hash *hashes, size_t m)
+{
+    int n = 0;
+    for (size_t k = m; k-- > 0;) {
+        uint32_t page = chain_page(c, hashes[k]);
+        if (c->ret[page].pins == 0) continue;
+        unpin_page(c, page);
+        n++;
+    }
+    tiers_pin(c, hashes, m, -1, 0);
+    return n;
+}
+
+int pgd_cache_unpin(pgd_cache *c, const pgd_hash *hashes, size_t n)
+{
+    if (n && !hashes) return PGD_EINVAL;
+    lock(c);
+    int rc = unpin_chain(c, hashes, chain_len(c, hashes, n));
+    unlock(c);
+    return rc;
+}
+
+int pgd_cache_evict_chain(pgd_cache *c, const pgd_hash *hashes, size_t n)
+{
+    if (n && !hashes) return PGD_EINVAL;
+    int rc = 0;
+    lock(c);
+    size_t m = chain_len(c, hashes, n);
+    unpin_chain(c, hashes, m);
+    for (size_t k = m; k-- > 0 && rc < INT32_MAX;) {
+        uint32_t page = chain_page(c, hashes[k]);
+        if (pgd_pool_refcount(c->pool, page) != 1 || !is_leaf(c, page))
+            break; /* held, or extended outside the chain: it and its ancestors stay */
+        evict_page(c, page, PGD__TENANT_NONE);
+        rc++;
+    }
+    unlock(c);
+    return rc;
+}
+
+/* Warms hashes[0..n) of the tenant whose chain seed is seed: an internal sequence matches
+ * them (pool prefix, then a promotion from the tiers), waits for the fills and releases the
+ * pages without merging a retention. Counts no query. Returns the pages the pool holds for
+ * the chain. Lock held (released while the fills run). */
+static int warm_locked(pgd_cache *c, pgd_hash seed, const pgd_hash *hashes, size_t n)
+{
+    pgd_seq *s;
+    if (n > c->n_pages) n = c->n_pages; /* the pool holds no more */
+    int rc = seq_alloc_any(c, &s);
+    if (rc != PGD_OK) return rc;
+    s->internal = 1;
+    s->last = s->seed = seed;
+    s->tenant = pgd__tenants_find(&c->tn, seed); /* the chain's tenant, for quotas */
+    seq_link(c, s);
+    if (table_reserve(c, s, n) != PGD_OK) {
+        seq_release(c, s);
+        return PGD_ENOMEM;
+    }
+    uint32_t k = pin_chain(c, s, NULL, hashes, n, n);
+    s->mode = MODE_HASHES;
+    if (c->n_tiers && k < n) promote(c, s, NULL, hashes, n, n, k);
+    wait_locked(c, s);
+    rc = (int)s->n_full;
+    seq_release(c, s);
+    return rc;
+}
+
+int pgd_cache_warm(pgd_cache *c, const void *salt, size_t salt_len, const pgd_hash *hashes,
+                   size_t n)
+{
+    if ((n && !hashes) || (salt_len && !salt)) return PGD_EINVAL;
+    pgd_hash seed = pgd__hash_seed(&c->hasher, salt, salt_len);
+    lock(c);
+    int rc = warm_locked(c, seed, hashes, n);
+    unlock(c);
+    return rc;
+}
+
+size_t pgd_cache_lookup(pgd_cache *c, const pgd_hash *hashes, size_t n)
+{
+    if (n && !hashes) return 0;
+    lock(c);
+    size_t m = chain_len(c, hashes, n);
+    unlock(c);
+    return m;
+}
+
+int pgd_cache_hint(pgd_cache *c, const void *salt, size_t salt_len, const pgd_hash *hashes,
+                   size_t n, uint64_t due_ns)
+{
+    if (n == 0 || !hashes || (salt_len && !salt)) return PGD_EINVAL;
+    if (n > (SIZE_MAX - salt_len) / sizeof *hashes) return PGD_ENOMEM;
+    pgd_hash *copy = pgd__malloc(&c->al, n * sizeof *hashes + salt_len);
+    if (!copy) return PGD_ENOMEM;
+    memcpy(copy, hashes, n * sizeof *hashes);
+    if (salt_len) memcpy((uint8_t *)(copy + n), salt, salt_len);
+    int rc = PGD_OK;
+    lock(c);
+    uint32_t slot = PGD__NONE;
+    for (uint32_t i = 0; i < PGD__MAX_HINTS; i++) {
+        const hint *h = &c->hints[i];
+        if (!h->hashes) {
+            if (slot == PGD__NONE) slot = i;
+            continue;
+        }
+        if (pgd_hash_eq(h->hashes[0], hashes[0]) &&
+            pgd_hash_eq(h->hashes[h->n - 1], hashes[n - 1])) {
+            slot = i; /* hinted again: replaces its entry */
+            break;
+        }
+    }
+    if (slot == PGD__NONE) {
+        rc = PGD_ENOSPC;
+    } else {
+        hint *h = &c->hints[slot];
+        if (h->hashes)
+            pgd__free(&c->al, h->hashes);
+        else
+            c->n_hints++;
+        h->hashes = copy;
+        h->n = n;
+        h->salt_len = salt_len;
+        h->due_ns = due_ns;
+        copy = NULL;
+    }
+    unlock(c);
+    pgd__free(&c->al, copy);
+    return rc;
+}
+
+int pgd_cache_hints_run(pgd_cache *c, uint64_t lead_ns)
+{
+    int n = 0;
+    lock(c);
+    uint64_t now = now_ns(c);
+    uint64_t limit = now + lead_ns < now ? UINT64_MAX : now + lead_ns;
+    for (uint32_t i = 0; i < PGD__MAX_HINTS; i++) {
+        hint h = c->hints[i];
+        if (!h.hashes || h.due_ns > limit) continue;
+        /* Forgotten before the warm, which drops the lock while fills run (another thread
+         * may hint meanwhile: it gets a free entry). */
+        memset(&c->hints[i], 0, sizeof c->hints[i]);
+        c->n_hints--;
+        pgd_hash seed = pgd__hash_seed(&c->hasher, h.hashes + h.n, h.salt_len);
+        warm_locked(c, seed, h.hashes, h.n);
+        pgd__free(&c->al, h.hashes);
+        n++;
+    }
     unlock(c);
     return n;
 }
@@ -1986,6 +2629,12 @@ int pgd_cache_get_tenant_stats(pgd_cache *c, uint32_t i, pgd_tenant_stats *out)
     if (!out) return PGD_EINVAL;
     lock(c);
     int rc = pgd__tenants_stats(&c->tn, i, out);
+    if (rc == PGD_OK) { /* pinned pages: the cache's count (tenants.h) */
+        uint32_t n = 0;
+        for (uint32_t p = 0; p < c->n_pages; p++)
+            n += c->page_entry[p] != PGD__NONE && c->ret[p].pins && c->page_tenant[p] == i;
+        out->pages_pinned = n;
+    }
     unlock(c);
     return rc;
 }
@@ -1998,6 +2647,14 @@ uint32_t pgd_cache_tenant_of(pgd_cache *c, const void *salt, size_t salt_len)
     uint32_t i = pgd__tenants_find(&c->tn, key);
     unlock(c);
     return i;
+}
+
+uint32_t pgd_cache_n_hints(pgd_cache *c)
+{
+    lock(c);
+    uint32_t n = c->n_hints;
+    unlock(c);
+    return n;
 }
 
 /* ---- eviction, stats, check ---- */
@@ -2038,6 +2695,36 @@ void pgd_cache_get_stats(pgd_cache *c, pgd_cache_stats *out)
     unlock(c);
 }
 
+/* The pin counts and the budget add up; each heap is ordered and its positions point back.
+ * n_pinned: the pinned pages the page walk counted. Lock held. */
+static int check_retention(pgd_cache *c, uint32_t n_pinned)
+{
+    uint64_t resv = 0;
+    for (const pgd_seq *s = c->seqs; s; s = s->next)
+        resv += s->pin_resv;
+    if (n_pinned != c->n_pinned || resv != c->pin_reserved ||
+        (uint64_t)c->n_pinned + c->pin_reserved > c->max_pins) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache check: %u pinned pages (%u counted), %u reserved (%llu counted), "
+                  "at most %u",
+                  n_pinned, c->n_pinned, c->pin_reserved, (unsigned long long)resv, c->max_pins);
+        return PGD_ECORRUPT;
+    }
+    for (int w = 0; w < 2; w++) {
+        const page_heap *h = &c->heap[w];
+        for (uint32_t i = 0; i < h->n; i++) {
+            uint32_t page = h->a[i];
+            if (page >= c->n_pages || c->ret[page].heap_pos[w] != i ||
+                (i && heap_less(c, w, page, h->a[(i - 1) / 2]))) {
+                pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: the %s heap is broken at %u",
+                          w == HEAP_PIN ? "pin" : "expiry", i);
+                return PGD_ECORRUPT;
+            }
+        }
+    }
+    return PGD_OK;
+}
+
 static int check_locked(pgd_cache *c)
 {
     int rc = pgd_pool_check(c->pool);
@@ -2050,7 +2737,8 @@ static int check_locked(pgd_cache *c)
     uint32_t *holders = pgd__calloc(&c->al, (size_t)c->n_pages + c->tn.n_entries, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
-    uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0, n_promos = 0;
+    uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0, n_promos = 0, n_pinned = 0;
+    uint32_t n_in_heap[2] = {0, 0};
     for (const pgd_seq *s = c->seqs; s; s = s->next) {
         n_seqs++;
         uint64_t want_pages = (s->len + c->page_tokens - 1) / c->page_tokens;
@@ -2142,14 +2830,32 @@ static int check_locked(pgd_cache *c)
             }
             holders[c->n_pages + c->page_tenant[page]]++;
         }
+        const page_ret *r = &c->ret[page];
+        uint32_t pinned = r->pins > 0;
+        n_pinned += pinned;
+        int in_pin = pinned && r->pin_until_ns;
+        n_in_heap[HEAP_PIN] += r->heap_pos[HEAP_PIN] != PGD__NONE;
+        n_in_heap[HEAP_EXPIRY] += r->heap_pos[HEAP_EXPIRY] != PGD__NONE;
+        if ((pinned && !cached) || (!pinned && r->pin_until_ns) ||
+            in_pin != (r->heap_pos[HEAP_PIN] != PGD__NONE)) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u: pins disagree", page);
+            goto out;
+        }
         uint32_t ref = pgd_pool_refcount(c->pool, page);
-        if (ref != holders[page] + cached) {
+        if (ref != holders[page] + cached + pinned) {
             pgd__logf(&c->log, PGD_LOG_ERROR,
-                      "cache check: page %u has refcount %u but %u holders%s", page, ref,
-                      holders[page], cached ? " + index" : "");
+                      "cache check: page %u has refcount %u but %u holders%s%s", page, ref,
+                      holders[page], cached ? " + index" : "", pinned ? " + pins" : "");
             goto out;
         }
         int evictable = cached && ref == 1;
+        /* The expiry heap: exactly the evictable leaves with an expiry. */
+        int in_exp = evictable && r->expires_ns && is_leaf(c, page);
+        if (in_exp != (r->heap_pos[HEAP_EXPIRY] != PGD__NONE)) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: page %u %s the expiry heap", page,
+                      in_exp ? "misses" : "wrongly in");
+            goto out;
+        }
         n_evictable += evictable;
         if (evictable != !!c->pol->contains(c->pstate, page)) {
             pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: policy %s page %u wrongly",
@@ -2165,6 +2871,11 @@ static int check_locked(pgd_cache *c)
                       t, c->tn.e[t].pages_held, holders[c->n_pages + t]);
             goto out;
         }
+    if (n_in_heap[0] != c->heap[0].n || n_in_heap[1] != c->heap[1].n) {
+        pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: heap sizes disagree");
+        goto out;
+    }
+    if (check_retention(c, n_pinned) != PGD_OK) goto out;
     /* Every index entry is a pool page that points back at it: the index describes the
      * pool only (each tier indexes its own records). */
     if (pgd__index_size(c->ix) != n_cached) {

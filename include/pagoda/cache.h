@@ -375,7 +375,7 @@ typedef struct pgd_retention {
     uint64_t ttl_ms;      /* 0: no expiry; else the retention ends ttl after the release */
     int pin;              /* nonzero: pin the pages (until unpinned, or ttl_ms when set) */
     uint64_t next_use_ms; /* 0: no hint; else the prefix is needed again this long after
-                             the release (pgd_cache_hinted lists what is due) */
+                             the release (the pages' next_use_ns; a prefetch: pgd_cache_hint) */
 } pgd_retention;
 
 /* {PGD_PRIORITY_DEFAULT, 0, 0, 0}. */
