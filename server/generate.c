@@ -209,7 +209,8 @@ int ps__pin_share_error(ps_server *srv, uint64_t n_new, const char *param, ps_er
 /* Tells the cache what r asked to keep of its prompt toks[0..n): a pin is checked against
  * the pin share now (a sequence of the tenant reserves the prompt's pages, as the
  * scheduler's does at admission, then lets them go), so a request over it gets its 400
- * before it is queued; a next-use hint is registered (due next_use_s from now, warmed
+ * before it is queued; a next-use hint's chain is hashed into k->hint, for the job to
+ * register at its final callback (due next_use_s after the request ended, warmed
  * hint_lead_ms before: the stepping thread runs the hints). k->ret gets the retention
  * that goes with the request (rp->retention points to it, or NULL for the default).
  * Returns 0 or -1 with *e. */
@@ -240,13 +241,12 @@ static int set_retention(conn *k, const ps_req *r, const int32_t *toks, size_t n
     }
     if (k->ret.next_use_ms && n >= pt) {
         size_t nh = n / pt;
-        pgd_hash *h = malloc(nh * sizeof *h);
+        pgd_hash *h = malloc(nh * sizeof *h + r->salt_len);
         if (!h) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
-        nh = pgd_cache_hash_tokens(c, r->salt, r->salt_len, toks, n, h, nh);
-        /* A hint is advice: at most 256 wait (cache.h); past that it is not kept. */
-        (void)pgd_cache_hint(c, r->salt, r->salt_len, h, nh,
-                             pgd_cache_now_ns(c) + k->ret.next_use_ms * 1000000ull);
-        free(h);
+        k->n_hint = pgd_cache_hash_tokens(c, r->salt, r->salt_len, toks, n, h, nh);
+        if (r->salt_len) memcpy((char *)(h + k->n_hint), r->salt, r->salt_len);
+        k->hint = h;
+        k->hint_salt_len = r->salt_len;
     }
     return 0;
 }
@@ -259,6 +259,12 @@ static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe
 {
     job *j = ud;
     if (why != PE_FINISH_NONE) ps_metrics_prompt(&j->srv->metrics, u);
+    if (why != PE_FINISH_NONE && why != PE_FINISH_ERROR && j->hint && j->n_hint) {
+        /* A hint is advice: at most 256 wait (cache.h); past that it is not kept. */
+        pgd_cache *c = j->srv->cache;
+        (void)pgd_cache_hint(c, (const char *)(j->hint + j->n_hint), j->hint_salt_len, j->hint,
+                             j->n_hint, pgd_cache_now_ns(c) + j->hint_ms * 1000000ull);
+    }
     ps__job_on_token(ud, id, tok, why, u);
 }
 
@@ -345,6 +351,11 @@ enum MHD_Result ps__handle_generate(conn *k)
         goto error;
     }
     j->t_arrival = k->t0;
+    j->hint = k->hint; /* the job registers the hint at its end */
+    j->n_hint = k->n_hint;
+    j->hint_salt_len = k->hint_salt_len;
+    j->hint_ms = k->ret.next_use_ms;
+    k->hint = NULL;
     pthread_mutex_lock(&srv->mu);
     int refused = srv->shutting_down;
     if (!refused) srv->n_jobs++;

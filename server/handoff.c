@@ -48,6 +48,7 @@ void ps__job_unref(job *j)
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->toks);
+    free(j->hint);
     free(j);
 }
 
