@@ -14,7 +14,8 @@
 //   - a pinned prefix survives a flood of other prompts (cached_tokens stays full), and
 //     is evicted after unpin and another flood; admin evict drops a cached prefix;
 //   - per-tenant metrics with hashed ids (never the salt) and pagoda_kv_pages_pinned;
-//   - a quota (--tenant-quota): a flood from tenant B keeps tenant A's prefix.
+//   - a quota (--tenant-quota): a flood from tenant B keeps tenant A's prefix;
+//   - a next-use hint (pagoda.next_use_s) warms an evicted prefix back from a RAM tier.
 // Needs stories260K (exit 77 without it). Run by ctest (labels integration, thread, http).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -258,3 +259,34 @@ test('a quota keeps tenant A\'s prefix through a flood from tenant B', T, async 
     await q.stop();
   }
 });
+
+test('a next-use hint warms an evicted prefix back from the RAM tier before it is due', T,
+  async (t) => {
+    const h = await startServer(model.path,
+      [...SERVE, '--tier', 'ram:2M', '--hint-lead-ms', '500']);
+    try {
+      const P = fresh(70);
+      const t0 = Date.now();
+      const u = await complete(h, { prompt: P, pagoda: { next_use_s: 4 } }, {});
+      assert.equal(cached(u), 0);
+      await flood(h, 6);
+      if (Date.now() - t0 > 3000) { // a slow build (sanitizers): the warm may have run already
+        t.skip('the flood took longer than the hint\'s lead');
+        return;
+      }
+      const poolPages = async () =>
+        (await post(h, '/v1/cache/stats', { tokens: P })).json.prompt.pool_pages;
+      assert.ok(await poolPages() < 4, 'the flood pushed the prefix out of the pool');
+      // Due 4 s after the request, warmed 0.5 s before: back in the pool by then.
+      let back = 0;
+      for (let i = 0; i < 200 && back < 4; i++) {
+        back = await poolPages();
+        if (back < 4) await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.equal(back, 4, 'the hint prefetched the prefix into the pool');
+      const again = await complete(h, { prompt: P }, {});
+      assert.equal(again.pagoda.cached_tokens_by_tier.pool, 64, JSON.stringify(again));
+    } finally {
+      await h.stop();
+    }
+  });
