@@ -768,6 +768,7 @@ static void pin_page(pgd_cache *c, uint32_t page, uint64_t until)
         c->pol->hit(c->pstate, page, &info);
         heap_remove(c, HEAP_EXPIRY, page);
         c->n_pinned++;
+        c->tn.e[c->page_tenant[page]].pages_pinned++; /* a cached page: charged */
         r->pin_until_ns = until;
         if (until) heap_push(c, HEAP_PIN, page);
         return;
@@ -788,6 +789,8 @@ static void unpin_page(pgd_cache *c, uint32_t page)
     r->pin_until_ns = 0;
     heap_remove(c, HEAP_PIN, page);
     c->n_pinned--;
+    PGD_CHECK(c->tn.e[c->page_tenant[page]].pages_pinned > 0);
+    c->tn.e[c->page_tenant[page]].pages_pinned--;
     page_unref(c, page);
 }
 
@@ -957,18 +960,32 @@ static uint64_t ttl_s(uint64_t expires, uint64_t now)
     return expires > now ? (expires - now + 999999999u) / 1000000000u : 1;
 }
 
+/* The tenant of a cached page in a tier retention: its id and index (pgd_tier_retention
+ * says < 64: tenants past the 64th share index 63 there, their ids stay apart). */
+static void tier_tenant(const pgd_cache *c, uint32_t page, pgd_tier_retention *out)
+{
+    const uint32_t ti = c->page_tenant[page];
+    out->tenant = c->tn.e[ti].id;
+    out->tenant_index = ti < 64 ? ti : 63;
+}
+
 /* The retention a put of page to tiers[t] carries: returns 0 when it is the default (or
  * the tier keeps none), else fills *out. Lock held. */
 static int tier_retention(const pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
 {
     const page_ret *r = &c->ret[page];
+    const uint32_t ti = c->page_tenant[page];
+    /* A tenant with a reserved share of this tier: the tier needs the tenant of each of its
+     * records, default retention or not. */
     if (!pgd_tier_has_retain(c->tiers[t].tier) ||
-        (r->priority == PGD_PRIORITY_DEFAULT && !r->expires_ns && !r->pins))
+        (r->priority == PGD_PRIORITY_DEFAULT && !r->expires_ns && !r->pins &&
+         !(c->tn.e[ti].tier_share[t] > 0)))
         return 0;
     memset(out, 0, sizeof *out);
     out->priority = r->priority;
     out->ttl_s = ttl_s(r->expires_ns, now_ns(c));
     out->pin = r->pins ? 1 : 0;
+    tier_tenant(c, page, out);
     return 1;
 }
 
@@ -1050,53 +1067,47 @@ static int accept_over(void *ctx, uint32_t page)
     return pgd__tenants_over(&q->c->tn, q->c->page_tenant[page]) && accept_leaf(q->c, page);
 }
 
-/* The victim for a sequence of tenant (PGD__TENANT_NONE: no sequence, an admin eviction,
- * which ignores quotas). Without any reservation this is exactly the policy's victim among
- * the leaves, as before tenants existed. With reservations: the requester's own pages
- * first while it holds at least its reservation, then pages of tenants over theirs, never
- * a page of a tenant at or under its reservation. `extra`: pages the requester took in
- * this call already (a grow of several pages), counted as held, so that a tenant at its
- * share recycles its own pages for the whole grow instead of dipping below it and taking
- * others'. Each step is one victim() scan with a filter; *ok and *ok_ctx get the filter
- * the victim must pass. Lock held. */
-static uint32_t quota_victim(pgd_cache *c, uint32_t tenant, uint32_t extra, quota_ctx *q,
-                             pgd_policy_accept_fn *ok, void **ok_ctx)
-{
-    *ok = accept_leaf;
-    *ok_ctx = c;
-    if (tenant == PGD__TENANT_NONE || !pgd__tenants_quotas(&c->tn))
-        return c->pol->victim(c->pstate, accept_leaf, c);
-    q->c = c;
-    q->tenant = tenant;
-    *ok_ctx = q;
-    uint32_t page = PGD_POLICY_NO_PAGE;
-    if (pgd__tenants_own_first(&c->tn, tenant, extra)) {
-        *ok = accept_own;
-        page = c->pol->victim(c->pstate, accept_own, q);
-    }
-    if (page == PGD_POLICY_NO_PAGE) {
-        *ok = accept_over;
-        page = c->pol->victim(c->pstate, accept_over, q);
-    }
-    return page;
-}
-
-/* The page to evict next for a sequence of tenant (PGD__TENANT_NONE: none; extra: see
- * quota_victim), or PGD_POLICY_NO_PAGE: an expired evictable leaf first (the expiry
- * heap's top, whatever its tenant: its retention ended), else the policy's victim among
- * the evictable leaves the quotas allow. Ends expired pins first. A user policy's victim
- * that is not an evictable leaf the filter allows is refused (logged). */
+/* The page to evict next for a sequence of tenant, or PGD_POLICY_NO_PAGE. Ends expired
+ * pins first. An expired evictable leaf goes first (the expiry heap's top), else the
+ * policy's victim among the evictable leaves. tenant PGD__TENANT_NONE (no sequence: an
+ * admin eviction) or no reservation anywhere: no quota filter, exactly the victims of a
+ * cache without tenants. With reservations every step passes the quota filter: the
+ * requester's own pages first while it holds at least its reservation, then pages of
+ * tenants over theirs, never a page of a tenant at or under its reservation (an expired
+ * top that the filter refuses waits; the policy's scans find the others). `extra`: pages
+ * the requester took in this call already (a grow of several pages), counted as held, so
+ * that a tenant at its share recycles its own pages for the whole grow instead of dipping
+ * below it and taking others'. A user policy's victim that is not an evictable leaf the
+ * filter allows is refused (logged). */
 static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra)
 {
-    pgd_policy_accept_fn ok;
-    void *ok_ctx;
-    quota_ctx q;
     pins_expire(c);
+    quota_ctx q = {c, tenant};
+    const int quotas = tenant != PGD__TENANT_NONE && pgd__tenants_quotas(&c->tn);
+    const int own = quotas && pgd__tenants_own_first(&c->tn, tenant, extra);
     if (c->heap[HEAP_EXPIRY].n) {
         uint32_t page = c->heap[HEAP_EXPIRY].a[0];
-        if (c->ret[page].expires_ns <= now_ns(c)) return page;
+        if (c->ret[page].expires_ns <= now_ns(c) &&
+            (!quotas || (own && c->page_tenant[page] == tenant) ||
+             pgd__tenants_over(&c->tn, c->page_tenant[page])))
+            return page;
     }
-    uint32_t page = quota_victim(c, tenant, extra, &q, &ok, &ok_ctx);
+    pgd_policy_accept_fn ok = accept_leaf;
+    void *ok_ctx = c;
+    uint32_t page = PGD_POLICY_NO_PAGE;
+    if (quotas) {
+        ok_ctx = &q;
+        if (own) {
+            ok = accept_own;
+            page = c->pol->victim(c->pstate, accept_own, &q);
+        }
+        if (page == PGD_POLICY_NO_PAGE) {
+            ok = accept_over;
+            page = c->pol->victim(c->pstate, accept_over, &q);
+        }
+    } else {
+        page = c->pol->victim(c->pstate, accept_leaf, c);
+    }
     if (page == PGD_POLICY_NO_PAGE) return page;
     if (page >= c->n_pages || c->page_entry[page] == PGD__NONE ||
         pgd_pool_refcount(c->pool, page) != 1 || !ok(ok_ctx, page)) {
@@ -1108,9 +1119,10 @@ static uint32_t pick_victim(pgd_cache *c, uint32_t tenant, uint32_t extra)
     return page;
 }
 
-/* Evicts an evictable leaf for a sequence of tenant (PGD__TENANT_NONE: none): reports it
- * (on_evict, payload still intact), demotes it, then unindexes and frees it, uncharging
- * its tenant; its parent may become an expired leaf. */
+/* Evicts an evictable leaf for a sequence of tenant (PGD__TENANT_NONE: none, counted as
+ * the owner's eviction, not "by others"): reports it (on_evict, payload still intact),
+ * demotes it, then unindexes and frees it, uncharging its tenant; its parent may become an
+ * expired leaf. */
 static void evict_page(pgd_cache *c, uint32_t page, uint32_t tenant)
 {
     uint32_t e = c->page_entry[page];
@@ -1131,8 +1143,8 @@ static void evict_page(pgd_cache *c, uint32_t page, uint32_t tenant)
     }
 }
 
-/* Evicts one page (pick_victim) for a sequence of tenant (extra: see quota_victim).
- * Returns 1, or 0 when nothing is evictable. */
+/* Evicts one page for a sequence of tenant (pick_victim). Returns 1, or 0 when nothing is
+ * evictable (within the quotas). */
 static int evict_for(pgd_cache *c, uint32_t tenant, uint32_t extra)
 {
     uint32_t page = pick_victim(c, tenant, extra);
@@ -2331,20 +2343,6 @@ size_t pgd_cache_hash_tokens(const pgd_cache *c, const void *salt, size_t salt_l
     return n;
 }
 
-/* ---- tenants (quotas and per-tenant stats; the table is tenants.c) ---- */
-
-int pgd_cache_set_tenant(pgd_cache *c, const void *salt, size_t salt_len,
-                         const pgd_tenant_params *tp)
-{
-    if (!tp || (salt_len && !salt)) return PGD_EINVAL;
-    pgd_hash key = pgd__hash_seed(&c->hasher, salt, salt_len);
-    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
-    lock(c);
-    int rc = pgd__tenants_set(&c->tn, key, id, tp);
-    unlock(c);
-    return rc;
-}
-
 /* ---- retention, admin operations, hints ---- */
 
 pgd_retention pgd_retention_default(void)
@@ -2384,14 +2382,6 @@ out:
     return rc;
 }
 
-uint32_t pgd_cache_n_tenants(pgd_cache *c)
-{
-    lock(c);
-    uint32_t n = c->tn.n_used;
-    unlock(c);
-    return n;
-}
-
 /* How many blocks of the chain hashes[0..n) the pool holds, in a row from the first (each
  * a child of the one before). Their pages: pgd__index_find(hashes[k]). Lock held. */
 static size_t chain_len(const pgd_cache *c, const pgd_hash *hashes, size_t n)
@@ -2424,6 +2414,7 @@ static int tiers_pin(pgd_cache *c, const pgd_hash *hashes, size_t m, int pin, ui
             pgd_tier_retention tr;
             memset(&tr, 0, sizeof tr);
             tr.priority = c->ret[chain_page(c, hashes[k])].priority;
+            tier_tenant(c, chain_page(c, hashes[k]), &tr);
             tr.ttl_s = pin > 0 && ttl_ms ? (ttl_ms + 999) / 1000 : 0;
             tr.pin = pin;
             if (pgd_tier_retain(tier, hashes[k], &tr) != PGD_ENOSPC || pin < 0) continue;
@@ -2512,11 +2503,13 @@ int pgd_cache_evict_chain(pgd_cache *c, const pgd_hash *hashes, size_t n)
     return rc;
 }
 
-/* Warms hashes[0..n) of the tenant whose chain seed is seed: an internal sequence matches
+/* Warms hashes[0..n) of the tenant whose chain seed is seed (its index: tenant, for quotas
+ * and stats): an internal sequence matches
  * them (pool prefix, then a promotion from the tiers), waits for the fills and releases the
  * pages without merging a retention. Counts no query. Returns the pages the pool holds for
  * the chain. Lock held (released while the fills run). */
-static int warm_locked(pgd_cache *c, pgd_hash seed, const pgd_hash *hashes, size_t n)
+static int warm_locked(pgd_cache *c, pgd_hash seed, uint32_t tenant, const pgd_hash *hashes,
+                       size_t n)
 {
     pgd_seq *s;
     if (n > c->n_pages) n = c->n_pages; /* the pool holds no more */
@@ -2524,7 +2517,7 @@ static int warm_locked(pgd_cache *c, pgd_hash seed, const pgd_hash *hashes, size
     if (rc != PGD_OK) return rc;
     s->internal = 1;
     s->last = s->seed = seed;
-    s->tenant = pgd__tenants_find(&c->tn, seed); /* the chain's tenant, for quotas */
+    s->tenant = tenant;
     seq_link(c, s);
     if (table_reserve(c, s, n) != PGD_OK) {
         seq_release(c, s);
@@ -2544,8 +2537,9 @@ int pgd_cache_warm(pgd_cache *c, const void *salt, size_t salt_len, const pgd_ha
 {
     if ((n && !hashes) || (salt_len && !salt)) return PGD_EINVAL;
     pgd_hash seed = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
     lock(c);
-    int rc = warm_locked(c, seed, hashes, n);
+    int rc = warm_locked(c, seed, pgd__tenants_get(&c->tn, seed, id), hashes, n);
     unlock(c);
     return rc;
 }
@@ -2616,10 +2610,41 @@ int pgd_cache_hints_run(pgd_cache *c, uint64_t lead_ns)
         memset(&c->hints[i], 0, sizeof c->hints[i]);
         c->n_hints--;
         pgd_hash seed = pgd__hash_seed(&c->hasher, h.hashes + h.n, h.salt_len);
-        warm_locked(c, seed, h.hashes, h.n);
+        uint64_t id = h.salt_len ? pgd__tenant_id(&c->hasher, h.hashes + h.n, h.salt_len) : 0;
+        warm_locked(c, seed, pgd__tenants_get(&c->tn, seed, id), h.hashes, h.n);
         pgd__free(&c->al, h.hashes);
         n++;
     }
+    unlock(c);
+    return n;
+}
+
+uint32_t pgd_cache_n_hints(pgd_cache *c)
+{
+    lock(c);
+    uint32_t n = c->n_hints;
+    unlock(c);
+    return n;
+}
+
+/* ---- tenants (quotas and per-tenant stats; the table is tenants.c) ---- */
+
+int pgd_cache_set_tenant(pgd_cache *c, const void *salt, size_t salt_len,
+                         const pgd_tenant_params *tp)
+{
+    if (!tp || (salt_len && !salt)) return PGD_EINVAL;
+    pgd_hash key = pgd__hash_seed(&c->hasher, salt, salt_len);
+    uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
+    lock(c);
+    int rc = pgd__tenants_set(&c->tn, key, id, tp);
+    unlock(c);
+    return rc;
+}
+
+uint32_t pgd_cache_n_tenants(pgd_cache *c)
+{
+    lock(c);
+    uint32_t n = c->tn.n_used;
     unlock(c);
     return n;
 }
@@ -2629,12 +2654,6 @@ int pgd_cache_get_tenant_stats(pgd_cache *c, uint32_t i, pgd_tenant_stats *out)
     if (!out) return PGD_EINVAL;
     lock(c);
     int rc = pgd__tenants_stats(&c->tn, i, out);
-    if (rc == PGD_OK) { /* pinned pages: the cache's count (tenants.h) */
-        uint32_t n = 0;
-        for (uint32_t p = 0; p < c->n_pages; p++)
-            n += c->page_entry[p] != PGD__NONE && c->ret[p].pins && c->page_tenant[p] == i;
-        out->pages_pinned = n;
-    }
     unlock(c);
     return rc;
 }
@@ -2647,14 +2666,6 @@ uint32_t pgd_cache_tenant_of(pgd_cache *c, const void *salt, size_t salt_len)
     uint32_t i = pgd__tenants_find(&c->tn, key);
     unlock(c);
     return i;
-}
-
-uint32_t pgd_cache_n_hints(pgd_cache *c)
-{
-    lock(c);
-    uint32_t n = c->n_hints;
-    unlock(c);
-    return n;
 }
 
 /* ---- eviction, stats, check ---- */
@@ -2733,8 +2744,10 @@ static int check_locked(pgd_cache *c)
     if (rc != PGD_OK) return rc;
     rc = pgd__tenants_check(&c->tn, &c->log);
     if (rc != PGD_OK) return rc;
-    /* holders[n_pages + t]: the cached pages charged to tenant t, recounted. */
-    uint32_t *holders = pgd__calloc(&c->al, (size_t)c->n_pages + c->tn.n_entries, sizeof *holders);
+    /* holders[n_pages + t]: the cached pages charged to tenant t, recounted;
+     * holders[n_pages + n_entries + t]: of those, pinned. */
+    uint32_t *holders =
+        pgd__calloc(&c->al, (size_t)c->n_pages + 2 * (size_t)c->tn.n_entries, sizeof *holders);
     if (!holders) return PGD_ENOMEM;
     rc = PGD_ECORRUPT;
     uint32_t n_seqs = 0, n_evictable = 0, n_cached = 0, n_promos = 0, n_pinned = 0;
@@ -2833,6 +2846,7 @@ static int check_locked(pgd_cache *c)
         const page_ret *r = &c->ret[page];
         uint32_t pinned = r->pins > 0;
         n_pinned += pinned;
+        if (pinned && cached) holders[c->n_pages + c->tn.n_entries + c->page_tenant[page]]++;
         int in_pin = pinned && r->pin_until_ns;
         n_in_heap[HEAP_PIN] += r->heap_pos[HEAP_PIN] != PGD__NONE;
         n_in_heap[HEAP_EXPIRY] += r->heap_pos[HEAP_EXPIRY] != PGD__NONE;
@@ -2866,9 +2880,12 @@ static int check_locked(pgd_cache *c)
     if (n_evictable != c->pol->size(c->pstate)) goto out;
     /* Each tenant is charged exactly the cached pages that name it. */
     for (uint32_t t = 0; t < c->tn.n_entries; t++)
-        if (holders[c->n_pages + t] != c->tn.e[t].pages_held) {
-            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: tenant %u holds %u pages, %u counted",
-                      t, c->tn.e[t].pages_held, holders[c->n_pages + t]);
+        if (holders[c->n_pages + t] != c->tn.e[t].pages_held ||
+            holders[c->n_pages + c->tn.n_entries + t] != c->tn.e[t].pages_pinned) {
+            pgd__logf(&c->log, PGD_LOG_ERROR,
+                      "cache check: tenant %u holds %u pages (%u pinned), %u (%u) counted", t,
+                      c->tn.e[t].pages_held, c->tn.e[t].pages_pinned, holders[c->n_pages + t],
+                      holders[c->n_pages + c->tn.n_entries + t]);
             goto out;
         }
     if (n_in_heap[0] != c->heap[0].n || n_in_heap[1] != c->heap[1].n) {

@@ -143,6 +143,7 @@ int pgd__tenants_stats(const pgd__tenants *t, uint32_t i, pgd_tenant_stats *out)
     out->id = e->id;
     out->reserved_pages = e->reserved_pages;
     out->pages_held = e->pages_held;
+    out->pages_pinned = e->pages_pinned;
     out->hit_pages = e->hit_pages;
     out->hit_tokens = e->hit_tokens;
     out->query_pages = e->query_pages;
@@ -171,7 +172,8 @@ int pgd__tenants_check(const pgd__tenants *t, const pgd__log *lg)
         }
         reserved += e->reserved_pages;
         n_reserved += e->reserved_pages > 0;
-        if (e->evictions_by_others > e->evictions || e->hit_pages > e->query_pages) {
+        if (e->evictions_by_others > e->evictions || e->hit_pages > e->query_pages ||
+            e->pages_pinned > e->pages_held) {
             pgd__logf(lg, PGD_LOG_ERROR, "tenants check: entry %u counters disagree", i);
             return PGD_ECORRUPT;
         }

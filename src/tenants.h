@@ -32,6 +32,7 @@ typedef struct pgd__tenant {
     double tier_share[PGD_MAX_TIERS];
     uint32_t reserved_pages; /* floor(pool_share * n_pages) */
     uint32_t pages_held;     /* registered pool pages charged to it */
+    uint32_t pages_pinned;   /* of those, pinned (cache.c counts them at pin / unpin) */
     uint64_t hit_pages, hit_tokens, query_pages;
     uint64_t evictions, evictions_by_others;
 } pgd__tenant;

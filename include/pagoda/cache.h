@@ -437,7 +437,17 @@ PGD_API uint64_t pgd_cache_now_ns(const pgd_cache *c);
  *     its reserved share (a flood from one tenant cannot evict another's reserved
  *     prefix);
  *   - nothing else evictable: the grow fails (PGD_ENOSPC).
- * Reserved shares sum to at most 1. */
+ * Reserved shares sum to at most 1 (reserved pages: floor(share x pool pages)). "Holds"
+ * counts the tenant's registered pages plus those the current grow took already, so a
+ * tenant at its share recycles its own pages. Without any reservation eviction is the
+ * policy's alone (the same victims as without tenants). Evictions no sequence asked for
+ * (pgd_cache_evict, pgd_cache_clear) ignore quotas. With reservations a grow can evict
+ * pages of tenants over their share and still fail (ENOSPC: it counts the evictable pages
+ * before the quotas). Indices are stable for the cache's life (a salt is never forgotten);
+ * "other" is the last index (max_tenants - 1, 63 by default; at least 1), counted by
+ * pgd_cache_n_tenants once a salt fell into it. max_tenants above 65535 is PGD_EINVAL at
+ * create. Cost: a sequence create scans the tenants in use (O(max_tenants)); eviction
+ * reads a per-page tenant index (O(1) per page the policy's scan looks at). */
 typedef struct pgd_tenant_params {
     double pool_share;                /* reserved share of the pool's pages, 0..1 */
     double tier_share[PGD_MAX_TIERS]; /* reserved share of tier i (tiers that support
