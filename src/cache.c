@@ -251,6 +251,8 @@ struct pgd_cache {
     uint32_t max_pins;     /* pin_share of the pool's pages */
     hint *hints;           /* [PGD__MAX_HINTS] */
     uint32_t n_hints;
+    uint64_t now;  /* the clock as now_ns read it in this locked section */
+    int now_valid; /* now was read since the lock was taken */
 };
 
 static void lock(pgd_cache *c);
@@ -261,6 +263,7 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
                     size_t n_hashes, size_t n_pages, uint32_t k);
 static void demote(pgd_cache *c, uint32_t entry, uint32_t page);
 static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t page);
+static int hint_insert(pgd_cache *c, pgd_hash *copy, size_t n, size_t salt_len, uint64_t due_ns);
 
 pgd_cache_params pgd_cache_default_params(void)
 {
@@ -620,6 +623,7 @@ uint32_t pgd_cache_page_tokens(const pgd_cache *c)
 static void lock(pgd_cache *c)
 {
     pthread_mutex_lock(&c->mu);
+    c->now_valid = 0;
 }
 static void unlock(pgd_cache *c)
 {
@@ -628,12 +632,26 @@ static void unlock(pgd_cache *c)
 
 /* ---- page references (lock held) ---- */
 
-static uint64_t now_ns(const pgd_cache *c)
+/* The clock, read once per locked section (lock() and a wait forget it): a call that
+ * releases many pages reads it once, not once per page. Lock held. */
+static uint64_t now_ns(pgd_cache *c)
 {
-    return c->clock(c->clock_ud);
+    if (!c->now_valid) {
+        c->now = c->clock(c->clock_ud);
+        c->now_valid = 1;
+    }
+    return c->now;
 }
 
-static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
+/* pgd_cost_model_page, inline on the hot path (the same expression: the same value). */
+static double page_cost(const pgd_cache *c, uint32_t depth)
+{
+    double t = c->page_tokens;
+    return t * c->cost.linear_flops_per_token +
+           c->cost.attn_flops_per_pos * t * ((double)depth * t + (t + 1.0) / 2.0);
+}
+
+static pgd_policy_page page_info(pgd_cache *c, uint32_t page)
 {
     const pgd__entry *e = pgd__index_entry(c->ix, c->page_entry[page]);
     const page_ret *r = &c->ret[page];
@@ -646,7 +664,7 @@ static pgd_policy_page page_info(const pgd_cache *c, uint32_t page)
                             .tenant = c->page_tenant[page],
                             .uses = r->uses,
                             .bytes = c->page_bytes,
-                            .cost = pgd_cost_model_page(&c->cost, c->page_tokens, e->depth)};
+                            .cost = page_cost(c, e->depth)};
     return info;
 }
 
@@ -971,7 +989,7 @@ static void tier_tenant(const pgd_cache *c, uint32_t page, pgd_tier_retention *o
 
 /* The retention a put of page to tiers[t] carries: returns 0 when it is the default (or
  * the tier keeps none), else fills *out. Lock held. */
-static int tier_retention(const pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
+static int tier_retention(pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_retention *out)
 {
     const page_ret *r = &c->ret[page];
     const uint32_t ti = c->page_tenant[page];
@@ -1289,6 +1307,25 @@ static void retention_merge(pgd_cache *c, pgd_seq *s)
                   refused);
 }
 
+/* A sequence released with a next-use hint: its registered chain (from its first page, as
+ * far as it is registered) becomes a hint due then (hints_run prefetches it from the tiers
+ * before), when the hint array has room and memory (else it is only the pages' hint).
+ * Lock held. */
+static void hint_release(pgd_cache *c, pgd_seq *s)
+{
+    uint32_t n = 0;
+    while (n < s->n_full && c->page_entry[s->table[n]] != PGD__NONE)
+        n++;
+    if (n == 0) return;
+    pgd_hash *copy = pgd__malloc(&c->al, (size_t)n * sizeof *copy);
+    if (!copy) return;
+    for (uint32_t i = 0; i < n; i++)
+        copy[i] = pgd__index_entry(c->ix, c->page_entry[s->table[i]])->hash;
+    if (hint_insert(c, copy, n, 0, now_ns(c) + s->ret.next_use_ms * 1000000u) != PGD_OK)
+        pgd__logf(&c->log, PGD_LOG_DEBUG, "cache: a next-use hint was dropped (%u waiting)",
+                  c->n_hints);
+}
+
 /* Releases s: gives back its pin reservation, merges its retention, then drops its page
  * references (deepest page first, so that the policy evicts a released prefix from its
  * end) and frees it. Lock held; no promotion pending. */
@@ -1297,6 +1334,7 @@ static void seq_release(pgd_cache *c, pgd_seq *s)
     c->pin_reserved -= s->pin_resv;
     s->pin_resv = 0;
     if (!s->internal) retention_merge(c, s);
+    if (s->has_ret && s->ret.next_use_ms) hint_release(c, s);
     for (uint32_t i = s->n_pages; i-- > 0;)
         page_unref(c, s->table[i]);
     if (s->prev)
@@ -1979,8 +2017,10 @@ static void settle(pgd_cache *c, pgd_seq *s)
 /* Waits for s's promotion (if any) and settles it. Lock held (released while waiting). */
 static void wait_locked(pgd_cache *c, pgd_seq *s)
 {
-    while (s->promo && !s->promo->done)
+    while (s->promo && !s->promo->done) {
         pthread_cond_wait(&c->cv, &c->mu);
+        c->now_valid = 0;
+    }
     settle(c, s);
 }
 
@@ -2355,7 +2395,7 @@ uint64_t pgd_cache_now_ns(const pgd_cache *c)
 {
     pgd_cache *m = (pgd_cache *)c; /* the clock is called under the lock */
     lock(m);
-    uint64_t t = now_ns(c);
+    uint64_t t = now_ns(m);
     unlock(m);
     return t;
 }
@@ -2553,6 +2593,39 @@ size_t pgd_cache_lookup(pgd_cache *c, const pgd_hash *hashes, size_t n)
     return m;
 }
 
+/* Registers the chain copy[0..n) (salt_len salt bytes after it; allocated by the caller,
+ * owned by the hint array from here on, freed on PGD_ENOSPC) as due at due_ns, replacing
+ * the entry of the same first and last hash. Returns PGD_OK or PGD_ENOSPC. Lock held. */
+static int hint_insert(pgd_cache *c, pgd_hash *copy, size_t n, size_t salt_len, uint64_t due_ns)
+{
+    uint32_t slot = PGD__NONE;
+    for (uint32_t i = 0; i < PGD__MAX_HINTS; i++) {
+        const hint *h = &c->hints[i];
+        if (!h->hashes) {
+            if (slot == PGD__NONE) slot = i;
+            continue;
+        }
+        if (pgd_hash_eq(h->hashes[0], copy[0]) && pgd_hash_eq(h->hashes[h->n - 1], copy[n - 1])) {
+            slot = i; /* hinted again: replaces its entry */
+            break;
+        }
+    }
+    if (slot == PGD__NONE) {
+        pgd__free(&c->al, copy);
+        return PGD_ENOSPC;
+    }
+    hint *h = &c->hints[slot];
+    if (h->hashes)
+        pgd__free(&c->al, h->hashes);
+    else
+        c->n_hints++;
+    h->hashes = copy;
+    h->n = n;
+    h->salt_len = salt_len;
+    h->due_ns = due_ns;
+    return PGD_OK;
+}
+
 int pgd_cache_hint(pgd_cache *c, const void *salt, size_t salt_len, const pgd_hash *hashes,
                    size_t n, uint64_t due_ns)
 {
@@ -2562,37 +2635,9 @@ int pgd_cache_hint(pgd_cache *c, const void *salt, size_t salt_len, const pgd_ha
     if (!copy) return PGD_ENOMEM;
     memcpy(copy, hashes, n * sizeof *hashes);
     if (salt_len) memcpy((uint8_t *)(copy + n), salt, salt_len);
-    int rc = PGD_OK;
     lock(c);
-    uint32_t slot = PGD__NONE;
-    for (uint32_t i = 0; i < PGD__MAX_HINTS; i++) {
-        const hint *h = &c->hints[i];
-        if (!h->hashes) {
-            if (slot == PGD__NONE) slot = i;
-            continue;
-        }
-        if (pgd_hash_eq(h->hashes[0], hashes[0]) &&
-            pgd_hash_eq(h->hashes[h->n - 1], hashes[n - 1])) {
-            slot = i; /* hinted again: replaces its entry */
-            break;
-        }
-    }
-    if (slot == PGD__NONE) {
-        rc = PGD_ENOSPC;
-    } else {
-        hint *h = &c->hints[slot];
-        if (h->hashes)
-            pgd__free(&c->al, h->hashes);
-        else
-            c->n_hints++;
-        h->hashes = copy;
-        h->n = n;
-        h->salt_len = salt_len;
-        h->due_ns = due_ns;
-        copy = NULL;
-    }
+    int rc = hint_insert(c, copy, n, salt_len, due_ns);
     unlock(c);
-    pgd__free(&c->al, copy);
     return rc;
 }
 

@@ -375,7 +375,8 @@ typedef struct pgd_retention {
     uint64_t ttl_ms;      /* 0: no expiry; else the retention ends ttl after the release */
     int pin;              /* nonzero: pin the pages (until unpinned, or ttl_ms when set) */
     uint64_t next_use_ms; /* 0: no hint; else the prefix is needed again this long after
-                             the release (the pages' next_use_ns; a prefetch: pgd_cache_hint) */
+                             the release: the pages' next_use_ns, and the sequence's
+                             registered chain becomes a hint (pgd_cache_hint) due then */
 } pgd_retention;
 
 /* {PGD_PRIORITY_DEFAULT, 0, 0, 0}. */
@@ -393,9 +394,12 @@ PGD_API int pgd_seq_set_retention(pgd_cache *c, pgd_seq *s, const pgd_retention 
  * salt), from its first block. Each stops at the first block the cache (pool) does not
  * hold. Return the number of pages affected, or a negative status. */
 /* Pins the cached pages of the chain (ttl_ms 0: until unpinned), in the pool and, with
- * tiers that have the op, in tiers[0..). PGD_ENOSPC past pin_share (nothing pinned). */
+ * tiers that have the op, in tiers[0..). PGD_ENOSPC past pin_share, or when a tier refuses
+ * the pin (its retain op's PGD_ENOSPC): nothing pinned. A page pinned both with and without
+ * a TTL stays pinned until unpinned; two TTLs: the later end. */
 PGD_API int pgd_cache_pin(pgd_cache *c, const pgd_hash *hashes, size_t n, uint64_t ttl_ms);
-/* Drops every pin of the chain's pages (request pins too). */
+/* Drops every pin of the chain's pages (request pins too), deepest first, and in the tiers
+ * with the op. Returns the pages that were pinned. */
 PGD_API int pgd_cache_unpin(pgd_cache *c, const pgd_hash *hashes, size_t n);
 /* Evicts the chain's pages from the pool, deepest first, as far as no sequence holds them
  * and no cached page outside the chain extends them (a page with another child stays, and

@@ -13,6 +13,7 @@
  * back exactly as a policy sees it. Single-threaded.
  */
 #include <pagoda/cache.h>
+#include <pthread.h>
 
 #include "t.h"
 
@@ -200,6 +201,9 @@ static int test_defaults(void)
     T_EQ(seen[p1].uses, 2); /* two matches since it was registered */
     T_ASSERT(seen[p1].bytes >= (uint64_t)2 * PT * HD * sizeof(float));
     T_ASSERT(seen[p1].cost > 0);
+    pgd_cost_model m = {0, 0};
+    pgd_cost_model_default(&m, NL, NH, HD);
+    T_ASSERT(seen[p1].cost == pgd_cost_model_page(&m, PT, 1));
     T_EQ(pgd_cache_check(c), PGD_OK);
     pgd_cache_destroy(c);
     return 0;
@@ -547,6 +551,18 @@ static int test_hints(void)
     T_EQ(pgd_cache_lookup(c, h, 3), 3); /* warmed from the tier before it is due */
     T_EQ(pgd_cache_check(c), PGD_OK);
     T_EQ(pgd_cache_hints_run(c, 1000 * MS), 0);
+    /* A request's next-use hint registers its chain as a hint too. */
+    pgd_retention r = pgd_retention_default();
+    r.next_use_ms = 5000;
+    T_EQ(request(c, 2, 2, &r), 0);
+    T_EQ(pgd_cache_n_hints(c), 1);
+    T_EQ(pgd_cache_evict(c, 8), 5);
+    T_EQ(pgd_cache_flush(c), PGD_OK);
+    T_EQ(lookup(c, 2, 2), 0);
+    fake_now += 4000 * MS;
+    T_EQ(pgd_cache_hints_run(c, 2000 * MS), 1);
+    T_EQ(lookup(c, 2, 2), 2);
+    T_EQ(pgd_cache_check(c), PGD_OK);
     /* 256 chains wait at most; a hint with a salt warms that tenant's chain. */
     for (uint64_t i = 0; i < 256; i++) {
         pgd_hash x[1];
@@ -563,6 +579,241 @@ static int test_hints(void)
     T_EQ(pgd_cache_check(c), PGD_OK);
     pgd_cache_destroy(c); /* frees any hint left */
     pgd_tier_close(t);
+    return 0;
+}
+
+/* A tier with the retain op: a RAM tier wrapped, counting the retain calls (the movers
+ * call put and retain from their threads: a mutex). refuse: pins get PGD_ENOSPC. */
+typedef struct ret_tier {
+    pgd_tier *inner;
+    pthread_mutex_t mu;
+    int refuse;
+    uint32_t n_pin, n_unpin, n_keep; /* calls with pin 1, -1, 0 */
+    uint32_t last_priority;
+    uint64_t last_ttl_s;
+} ret_tier;
+
+static int rt_bind(void *st, const pgd_record_ident *id)
+{
+    return pgd_tier_bind(((ret_tier *)st)->inner, id);
+}
+static int rt_put(void *st, pgd_hash b, pgd_hash p, const void *page, const void *bounds,
+                  pgd_tier_spill_fn spill, void *ud)
+{
+    return pgd_tier_put(((ret_tier *)st)->inner, b, p, page, bounds, spill, ud);
+}
+static int rt_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    return pgd_tier_get(((ret_tier *)st)->inner, b, page, bounds);
+}
+static size_t rt_lookup(void *st, const pgd_hash *h, size_t n)
+{
+    return pgd_tier_lookup(((ret_tier *)st)->inner, h, n);
+}
+static int rt_del(void *st, pgd_hash b)
+{
+    return pgd_tier_del(((ret_tier *)st)->inner, b);
+}
+static void rt_stats(void *st, pgd_tier_stats *out)
+{
+    pgd_tier_get_stats(((ret_tier *)st)->inner, out);
+}
+static int rt_flush(void *st)
+{
+    return pgd_tier_flush(((ret_tier *)st)->inner);
+}
+static void rt_close(void *st)
+{
+    (void)st; /* the test closes the inner tier */
+}
+static int rt_retain(void *st, pgd_hash b, const pgd_tier_retention *r)
+{
+    ret_tier *t = st;
+    int rc = pgd_tier_lookup(t->inner, &b, 1) ? PGD_OK : PGD_ENOTFOUND;
+    pthread_mutex_lock(&t->mu);
+    if (r->pin == 1 && t->refuse) {
+        rc = PGD_ENOSPC;
+    } else {
+        t->n_pin += r->pin == 1;
+        t->n_unpin += r->pin == -1;
+        t->n_keep += r->pin == 0;
+        t->last_priority = r->priority;
+        t->last_ttl_s = r->ttl_s;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+static const pgd_tier_ops rt_ops = {"ret",    rt_bind,  rt_put,   rt_get, rt_lookup, rt_del,
+                                    rt_stats, rt_flush, rt_close, NULL,   rt_retain};
+
+static int test_tier_retain(void)
+{
+    ret_tier rt;
+    memset(&rt, 0, sizeof rt);
+    pthread_mutex_init(&rt.mu, NULL);
+    rt.inner = ram_tier();
+    T_ASSERT(rt.inner);
+    pgd_tier *t = NULL;
+    T_EQ(pgd_tier_wrap(&rt_ops, &rt, &t), PGD_OK);
+    T_ASSERT(pgd_tier_has_retain(t));
+    pgd_cache *c = tier_cache(t, 8);
+    T_ASSERT(c);
+    /* Default retention: a put and no retain. */
+    T_EQ(request(c, 1, 2, NULL), 0);
+    T_EQ(pgd_cache_clear(c), 2);
+    T_EQ(pgd_cache_flush(c), PGD_OK);
+    T_EQ(rt.n_keep + rt.n_pin + rt.n_unpin, 0);
+    /* A page with a priority and a TTL carries them to the tier after its put. */
+    pgd_retention r = pgd_retention_default();
+    r.priority = 80;
+    r.ttl_ms = 90000;
+    T_EQ(request(c, 2, 2, &r), 0);
+    fake_now += 30000 * MS;
+    T_EQ(pgd_cache_clear(c), 2);
+    T_EQ(pgd_cache_flush(c), PGD_OK);
+    T_EQ(rt.n_keep, 2);
+    T_EQ(rt.last_priority, 80);
+    T_EQ(rt.last_ttl_s, 60);
+    /* pin / unpin reach the tier; a tier refusing the pin: PGD_ENOSPC, nothing pinned. */
+    pgd_hash h[2];
+    chain(3, 2, h);
+    T_EQ(request(c, 3, 2, NULL), 0);
+    T_EQ(pgd_cache_pin(c, h, 2, 0), 2);
+    T_EQ(rt.n_pin, 2);
+    T_EQ(pgd_cache_unpin(c, h, 2), 2);
+    T_EQ(rt.n_unpin, 2);
+    rt.refuse = 1;
+    T_EQ(pgd_cache_pin(c, h, 2, 0), PGD_ENOSPC);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_stats st;
+    pgd_cache_get_stats(c, &st);
+    T_EQ(st.n_pages_evictable, 2);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    pgd_tier_close(rt.inner);
+    pthread_mutex_destroy(&rt.mu);
+    return 0;
+}
+
+/* ---- randomized: every retention operation, a check after each step ---- */
+
+/* Chain of family f, branch b: the first 2 blocks are the family's, the rest the branch's
+ * (so branches share a prefix and the prefix tree has inner pages with several children). */
+static void rchain(uint32_t f, uint32_t b, uint32_t n, pgd_hash *h)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        h[k].lo = k < 2 ? 7000 + f * 10 + k : 9000000 + f * 10000 + b * 10 + k;
+        h[k].hi = 77;
+    }
+}
+
+static int rand_steps(uint64_t seed, int with_tier)
+{
+    pgd_tier *t = with_tier ? ram_tier() : NULL;
+    pgd_cache *c = NULL;
+    if (with_tier) {
+        c = tier_cache(t, 12);
+    } else {
+        pgd_cache_params p = params(12);
+        p.pin_share = 0.5;
+        T_EQ(pgd_cache_create(&p, &c), PGD_OK);
+    }
+    T_ASSERT(c);
+    uint64_t rs = seed * 2654435761u + 1;
+    pgd_seq *live[3] = {NULL, NULL, NULL};
+    uint64_t n_match = 0, n_pin = 0, n_enospc = 0, n_evict = 0, n_warm = 0;
+    for (int step = 0; step < 3000; step++) {
+        uint32_t op = (uint32_t)(t_rand(&rs) % 12), f = (uint32_t)(t_rand(&rs) % 4),
+                 b = (uint32_t)(t_rand(&rs) % 3), n = 1 + (uint32_t)(t_rand(&rs) % 5);
+        pgd_hash h[8];
+        rchain(f, b, n, h);
+        pgd_retention r = pgd_retention_default();
+        r.priority = (uint32_t)(t_rand(&rs) % 101);
+        r.ttl_ms = t_rand(&rs) % 3 ? 0 : 1 + t_rand(&rs) % 3000;
+        r.pin = t_rand(&rs) % 4 == 0;
+        r.next_use_ms = t_rand(&rs) % 5 ? 0 : 1 + t_rand(&rs) % 3000;
+        uint32_t slot = (uint32_t)(t_rand(&rs) % 3);
+        int rc = 0;
+        switch (op) {
+        case 0:
+        case 1:
+        case 2: /* a request, held for a while in a slot (released by a later one) */
+            if (live[slot]) {
+                pgd_seq_destroy(c, live[slot]);
+                live[slot] = NULL;
+            }
+            T_OK(pgd_seq_create(c, NULL, 0, &live[slot]));
+            rc = pgd_seq_set_retention(c, live[slot], &r, (uint64_t)n * PT);
+            if (rc != PGD_OK && rc != PGD_ENOSPC) T_FAIL("set_retention %d", rc);
+            {
+                int64_t m = pgd_seq_match_hashes(c, live[slot], h, n);
+                T_OK(m);
+                n_match += (uint64_t)m;
+                T_OK(pgd_seq_wait(c, live[slot]));
+                m = (int64_t)(pgd_seq_n_committed(c, live[slot]) / PT);
+                if (m < n && pgd_seq_grow(c, live[slot], (size_t)(n - m) * PT) == PGD_OK)
+                    T_OK(pgd_seq_commit_hashes(c, live[slot], h + m, n - (size_t)m));
+            }
+            break;
+        case 3:
+            rc = pgd_cache_pin(c, h, n, t_rand(&rs) % 2 ? 0 : 1 + t_rand(&rs) % 2000);
+            if (rc < 0 && rc != PGD_ENOSPC) T_FAIL("pin %d", rc);
+            n_pin += rc > 0 ? (uint64_t)rc : 0;
+            n_enospc += rc == PGD_ENOSPC;
+            break;
+        case 4:
+            T_OK(pgd_cache_unpin(c, h, n));
+            break;
+        case 5:
+            rc = pgd_cache_evict_chain(c, h, n);
+            T_OK(rc);
+            n_evict += (uint64_t)rc;
+            break;
+        case 6:
+            rc = pgd_cache_warm(c, NULL, 0, h, n);
+            T_OK(rc);
+            n_warm += (uint64_t)rc;
+            break;
+        case 7:
+            T_ASSERT(pgd_cache_lookup(c, h, n) <= n);
+            break;
+        case 8:
+            rc = pgd_cache_hint(c, NULL, 0, h, n, fake_now + t_rand(&rs) % 4000 * MS);
+            if (rc != PGD_OK && rc != PGD_ENOSPC) T_FAIL("hint %d", rc);
+            T_OK(pgd_cache_hints_run(c, t_rand(&rs) % 2000 * MS));
+            break;
+        case 9:
+            T_OK(pgd_cache_evict(c, 1 + (uint32_t)(t_rand(&rs) % 3)));
+            break;
+        default:
+            fake_now += t_rand(&rs) % 1500 * MS;
+            break;
+        }
+        if (pgd_cache_check(c) != PGD_OK)
+            T_FAIL("seed %llu step %d op %u", (unsigned long long)seed, step, op);
+    }
+    for (int i = 0; i < 3; i++)
+        pgd_seq_destroy(c, live[i]);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    /* Not vacuous: each kind of operation had an effect. */
+    T_ASSERT(n_match > 0 && n_pin > 0 && n_enospc > 0 && n_evict > 0 && n_warm > 0);
+    if (getenv("PGD_TEST_VERBOSE"))
+        printf("  seed %llu tier %d: matched %llu, pinned %llu, enospc %llu, evicted %llu, "
+               "warm %llu\n",
+               (unsigned long long)seed, with_tier, (unsigned long long)n_match,
+               (unsigned long long)n_pin, (unsigned long long)n_enospc, (unsigned long long)n_evict,
+               (unsigned long long)n_warm);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
+static int test_random(void)
+{
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        T_OK(rand_steps(seed, 0));
+        T_OK(rand_steps(seed, 1));
+    }
     return 0;
 }
 
@@ -591,6 +842,8 @@ int main(void)
     T_RUN(test_evict_chain);
     T_RUN(test_warm);
     T_RUN(test_hints);
+    T_RUN(test_tier_retain);
     T_RUN(test_hint_left);
+    T_RUN(test_random);
     T_DONE();
 }
