@@ -206,16 +206,15 @@ int ps__pin_share_error(ps_server *srv, uint64_t n_new, const char *param, ps_er
                   (unsigned long long)(share * cs.n_pages_total));
 }
 
-/* Tells the cache what r asked to keep of its prompt toks[0..n): a pin is checked against
+/* Tells the cache what r asked to keep of its prompt of n tokens: a pin is checked against
  * the pin share now (a sequence of the tenant reserves the prompt's pages, as the
  * scheduler's does at admission, then lets them go), so a request over it gets its 400
- * before it is queued; a next-use hint's chain is hashed into k->hint, for the job to
- * register at its final callback (due next_use_s after the request ended, warmed
- * hint_lead_ms before: the stepping thread runs the hints). k->ret gets the retention
+ * before it is queued. A next-use hint goes with the retention: the cache registers the
+ * sequence's chain as a hint when it releases it (due next_use_s after the request ended;
+ * warmed hint_lead_ms before, the stepping thread runs the hints). k->ret gets the retention
  * that goes with the request (rp->retention points to it, or NULL for the default).
  * Returns 0 or -1 with *e. */
-static int set_retention(conn *k, const ps_req *r, const int32_t *toks, size_t n,
-                         pe_request_params *rp, ps_error *e)
+static int set_retention(conn *k, const ps_req *r, size_t n, pe_request_params *rp, ps_error *e)
 {
     ps_server *srv = k->srv;
     pgd_cache *c = srv->cache;
@@ -239,15 +238,6 @@ static int set_retention(conn *k, const ps_req *r, const int32_t *toks, size_t n
         if (rc == PGD_ENOSPC) return ps__pin_share_error(srv, (n + pt - 1) / pt, "pagoda.pin", e);
         if (rc) return ps_err_status(e, PS_AT_REQUEST, rc, NULL);
     }
-    if (k->ret.next_use_ms && n >= pt) {
-        size_t nh = n / pt;
-        pgd_hash *h = malloc(nh * sizeof *h + r->salt_len);
-        if (!h) return ps_err_status(e, PS_AT_REQUEST, PGD_ENOMEM, NULL);
-        k->n_hint = pgd_cache_hash_tokens(c, r->salt, r->salt_len, toks, n, h, nh);
-        if (r->salt_len) memcpy((char *)(h + k->n_hint), r->salt, r->salt_len);
-        k->hint = h;
-        k->hint_salt_len = r->salt_len;
-    }
     return 0;
 }
 
@@ -259,12 +249,6 @@ static void on_token(void *ud, uint64_t id, int32_t tok, pe_finish why, const pe
 {
     job *j = ud;
     if (why != PE_FINISH_NONE) ps_metrics_prompt(&j->srv->metrics, u);
-    if (why != PE_FINISH_NONE && why != PE_FINISH_ERROR && j->hint && j->n_hint) {
-        /* A hint is advice: at most 256 wait (cache.h); past that it is not kept. */
-        pgd_cache *c = j->srv->cache;
-        (void)pgd_cache_hint(c, (const char *)(j->hint + j->n_hint), j->hint_salt_len, j->hint,
-                             j->n_hint, pgd_cache_now_ns(c) + j->hint_ms * 1000000ull);
-    }
     ps__job_on_token(ud, id, tok, why, u);
 }
 
@@ -343,7 +327,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     rp.salt = r.salt;
     rp.salt_len = r.salt_len;
     rp.stop_on_eog = !r.ignore_eos;
-    if (set_retention(k, &r, toks, n, &rp, &e)) goto error;
+    if (set_retention(k, &r, n, &rp, &e)) goto error;
 
     job *j = ps__job_create(srv);
     if (!j) {
@@ -351,11 +335,6 @@ enum MHD_Result ps__handle_generate(conn *k)
         goto error;
     }
     j->t_arrival = k->t0;
-    j->hint = k->hint; /* the job registers the hint at its end */
-    j->n_hint = k->n_hint;
-    j->hint_salt_len = k->hint_salt_len;
-    j->hint_ms = k->ret.next_use_ms;
-    k->hint = NULL;
     pthread_mutex_lock(&srv->mu);
     int refused = srv->shutting_down;
     if (!refused) srv->n_jobs++;

@@ -48,7 +48,6 @@ void ps__job_unref(job *j)
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->toks);
-    free(j->hint);
     free(j);
 }
 

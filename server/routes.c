@@ -326,7 +326,6 @@ static void conn_destroy(conn *k)
     ps_buf_deinit(&k->out);
     if (k->tx_init) ps_textout_deinit(&k->tx);
     free(k->scratch);
-    free(k->hint);
     free(k);
 }
 

@@ -106,12 +106,6 @@ typedef struct job {
     double t_arrival; /* set before submit; read by the stepping thread */
     double t_last;    /* stepping thread only */
     uint32_t n_seen;  /* stepping thread only */
-    /* A next-use hint (pagoda.next_use_s), registered at the final callback: the prompt's
-     * chain hint[0..n_hint) with the salt's hint_salt_len bytes after it (one buffer,
-     * owned), due hint_ms after the request ended. NULL: none. */
-    pgd_hash *hint;
-    size_t n_hint, hint_salt_len;
-    uint64_t hint_ms;
 } job;
 
 /* One TCP connection (MHD's socket context), from accept to close: what the guard thread
@@ -156,8 +150,6 @@ typedef struct conn {
     int no_timeout;    /* the idle timeout is off while this request is handled */
     int have_final;    /* the final callback's reason and usage are in fin / usage */
     pgd_retention ret; /* the request's retention (api.h), reported in usage */
-    pgd_hash *hint;    /* the job's hint buffer until the job takes it (owned) */
-    size_t n_hint, hint_salt_len;
     pe_finish fin;
     pe_usage usage; /* usage.status: the pgd_status of a failed generation */
     int job_oom;
