@@ -28,11 +28,17 @@
  * TTL, ended lazily by pins_expire before a victim is chosen or pages are counted). The pin
  * budget: pinned pages + the pages sequences reserved (pgd_seq_set_retention) <= max_pins
  * (pin_share of the pool). Hints: a fixed array of PGD__MAX_HINTS copied chains.
+ * Tenants (cache.h "tenants"; the table is tenants.c): each sequence has a tenant index
+ * (its salt's entry, taken at create); page_tenant[p] is the tenant a cached page is
+ * charged to (set at register, uncharged at eviction). An eviction for a sequence goes
+ * through pick_victim's quota filters (own pages, then over-share pages) only while some
+ * tenant has a reservation; otherwise the victims are the policy's alone.
  * Invariants (checked by pgd_cache_check):
  *   refcount(p) == #tables holding p + (page_entry[p] != NONE) + (pins(p) > 0)
  *   policy contains p  <=>  page_entry[p] != NONE && refcount(p) == 1
  *   expiry heap holds p  <=>  policy contains p && expires(p) && p is a leaf
  *   pin heap holds p  <=>  pins(p) > 0 && pin_until(p) != 0
+ *   pages_held(t) == #cached p with page_tenant[p] == t (pages_pinned(t): of those pinned)
  *   a sequence's registered pages form a chain in the index (parent = previous page), so
  *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
  *   prefix never loses its middle.

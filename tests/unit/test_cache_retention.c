@@ -5,7 +5,10 @@
  * one, leaf first), the merge rule of a page's retention over the sequences that release
  * it, pins (out of the evictable set, bounded by pin_share, ended by unpin or their TTL),
  * the admin operations (pin, unpin, evict_chain, warm from a RAM tier, lookup) and the
- * next-use hints (hint, hints_run warming a chain from the tier before it is due).
+ * next-use hints (hint, hints_run warming a chain from the tier before it is due; a
+ * request's next_use_ms registering one), retention carried to a tier with the retain op
+ * (a wrapped RAM tier that counts the calls and can refuse pins), a randomized run of every
+ * operation (8 seeds x 3000 steps, with and without a tier) and three threads at once.
  *
  * Chains are precomputed block hashes (match_hashes / commit_hashes); every step is
  * followed by pgd_cache_check, which verifies the pins and the expiry heap too. A wrapped
@@ -817,6 +820,89 @@ static int test_random(void)
     return 0;
 }
 
+/* ---- threads: every new path under the cache lock ---- */
+
+typedef struct thr_arg {
+    pgd_cache *c;
+    uint64_t seed;
+    int failed;
+} thr_arg;
+
+static void *thr_run(void *p)
+{
+    thr_arg *a = p;
+    uint64_t rs = a->seed;
+    for (int i = 0; i < 1500 && !a->failed; i++) {
+        uint32_t f = (uint32_t)(t_rand(&rs) % 4), b = (uint32_t)(t_rand(&rs) % 3),
+                 n = 1 + (uint32_t)(t_rand(&rs) % 5);
+        pgd_hash h[8];
+        rchain(f, b, n, h);
+        int rc = 0;
+        switch (t_rand(&rs) % 6) {
+        case 0:
+        case 1: {
+            pgd_seq *s = NULL;
+            pgd_retention r = pgd_retention_default();
+            r.pin = t_rand(&rs) % 4 == 0;
+            r.ttl_ms = t_rand(&rs) % 2 ? 0 : 1 + t_rand(&rs) % 5;
+            r.next_use_ms = t_rand(&rs) % 3 ? 0 : 1;
+            if (pgd_seq_create(a->c, NULL, 0, &s) != PGD_OK) break;
+            pgd_seq_set_retention(a->c, s, &r, (uint64_t)n * PT);
+            int64_t m = pgd_seq_match_hashes(a->c, s, h, n);
+            pgd_seq_wait(a->c, s);
+            m = (int64_t)(pgd_seq_n_committed(a->c, s) / PT);
+            if (m >= 0 && m < n && pgd_seq_grow(a->c, s, (size_t)(n - m) * PT) == PGD_OK)
+                rc = pgd_seq_commit_hashes(a->c, s, h + m, n - (size_t)m) < 0;
+            pgd_seq_destroy(a->c, s);
+            break;
+        }
+        case 2:
+            rc = pgd_cache_pin(a->c, h, n, t_rand(&rs) % 2 ? 0 : 2);
+            rc = rc < 0 && rc != PGD_ENOSPC;
+            break;
+        case 3:
+            rc = pgd_cache_unpin(a->c, h, n) < 0 || pgd_cache_evict_chain(a->c, h, n) < 0;
+            break;
+        case 4:
+            rc = pgd_cache_warm(a->c, NULL, 0, h, n) < 0;
+            break;
+        default:
+            pgd_cache_hint(a->c, NULL, 0, h, n, pgd_cache_now_ns(a->c) + 1000000);
+            rc = pgd_cache_hints_run(a->c, 500000) < 0;
+            break;
+        }
+        if (rc || (i % 64 == 0 && pgd_cache_check(a->c) != PGD_OK)) a->failed = 1;
+    }
+    return NULL;
+}
+
+static int test_threads(void)
+{
+    pgd_tier *t = ram_tier();
+    T_ASSERT(t);
+    pgd_tier_use use = {t, 0, 0};
+    pgd_cache_params p = params(16);
+    p.clock = NULL; /* CLOCK_MONOTONIC: the fake one is not thread-safe */
+    p.tiers = &use;
+    p.n_tiers = 1;
+    pgd_cache *c = NULL;
+    T_EQ(pgd_cache_create(&p, &c), PGD_OK);
+    pthread_t th[3];
+    thr_arg args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (thr_arg){c, 1000 + (uint64_t)i * 77, 0};
+        T_EQ(pthread_create(&th[i], NULL, thr_run, &args[i]), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++)
+        T_EQ(args[i].failed, 0);
+    T_EQ(pgd_cache_check(c), PGD_OK);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
 /* A hint left at destroy is freed (checked by the sanitizer builds). */
 static int test_hint_left(void)
 {
@@ -845,5 +931,6 @@ int main(void)
     T_RUN(test_tier_retain);
     T_RUN(test_hint_left);
     T_RUN(test_random);
+    T_RUN(test_threads);
     T_DONE();
 }

@@ -531,6 +531,139 @@ static int test_no_reservation_same_victims(void)
     return 0;
 }
 
+/* ---- pins, expiry and warm, per tenant ---- */
+
+static uint64_t g_now_ns;
+static uint64_t fake_clock(void *ud)
+{
+    (void)ud;
+    return g_now_ns;
+}
+
+/* B's reserved prefix expired: still never evicted for A (an expired page of a tenant at
+ * its share waits); pins are counted per tenant; a warm counts as its salt's tenant. */
+static int test_pins_expiry_warm(void)
+{
+    pgd_cache_params p = params(16);
+    p.clock = fake_clock;
+    g_now_ns = 1000000000ull;
+    pgd_cache *c = NULL;
+    T_OK(pgd_cache_create(&p, &c));
+    T_EQ(set_share(c, "B", 0.25), 1);
+    int32_t pb[4 * PT], t[2 * PT];
+    toks(pb, 4 * PT, 7000);
+    pgd_seq *s;
+    T_OK(pgd_seq_create(c, "B", 1, &s));
+    pgd_retention r = pgd_retention_default();
+    r.ttl_ms = 1000;
+    T_OK(pgd_seq_set_retention(c, s, &r, 4 * PT));
+    T_OK(pgd_seq_grow(c, s, 4 * PT));
+    T_EQ(pgd_seq_commit(c, s, pb, 4 * PT), 4);
+    pgd_seq_destroy(c, s);
+    g_now_ns += 2000000000ull; /* B's pages expired */
+    for (int i = 0; i < 10; i++) {
+        toks(t, 2 * PT, 20000 + 1000 * i);
+        T_EQ(request(c, "A", t, 2 * PT), 0);
+        T_OK(pgd_cache_check(c));
+    }
+    T_EQ(tstats(c, "B").evictions, 0);
+    T_EQ(probe(c, "B", pb, 4 * PT), 4 * PT);
+
+    /* Pins: B's chain pinned, counted for B only; unpinned, gone from the count. */
+    pgd_hash h[4];
+    T_EQ(pgd_cache_hash_tokens(c, "B", 1, pb, 4 * PT, h, 4), 4);
+    T_EQ(pgd_cache_pin(c, h, 4, 0), 4);
+    T_OK(pgd_cache_check(c));
+    T_EQ(tstats(c, "B").pages_pinned, 4);
+    T_EQ(tstats(c, "A").pages_pinned, 0);
+    T_EQ(pgd_cache_unpin(c, h, 4), 4);
+    T_EQ(tstats(c, "B").pages_pinned, 0);
+    T_OK(pgd_cache_check(c));
+
+    /* A warm of a new salt registers its tenant (nothing to promote without tiers). */
+    T_EQ(pgd_cache_n_tenants(c), 3);
+    T_EQ(pgd_cache_hash_tokens(c, "W", 1, pb, 4 * PT, h, 4), 4);
+    T_EQ(pgd_cache_warm(c, "W", 1, h, 4), 0);
+    T_EQ(pgd_cache_n_tenants(c), 4);
+    T_EQ(pgd_cache_tenant_of(c, "W", 1), 3);
+    T_OK(pgd_cache_check(c));
+    /* An admin chain eviction ignores quotas and counts as nobody's. */
+    T_EQ(pgd_cache_hash_tokens(c, "B", 1, pb, 4 * PT, h, 4), 4);
+    T_EQ(pgd_cache_evict_chain(c, h, 4), 4);
+    pgd_tenant_stats b = tstats(c, "B");
+    T_EQ(b.pages_held, 0);
+    T_EQ(b.evictions, 4);
+    T_EQ(b.evictions_by_others, 0);
+    T_OK(pgd_cache_check(c));
+    pgd_cache_destroy(c);
+    return 0;
+}
+
+/* ---- a randomized property test ---- */
+
+/* Random requests of three tenants (shared prompt families, so hits happen; some sequences
+ * live across steps and hold pages), random reservations changed now and then. After each
+ * request of tenant X, for every other tenant U: if U held at least its reservation
+ * before, it still does; if it held less, none of its pages went for X
+ * (evictions_by_others unchanged). Check after every step. */
+static int test_random_quota_property(void)
+{
+    const char *salts[] = {"t1", "t2", "t3"};
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        pgd_cache *c = make_cache(32, 0);
+        T_ASSERT(c);
+        uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
+#define RND() (rng = rng * 6364136223846793005ull + 1442695040888963407ull, (uint32_t)(rng >> 33))
+        pgd_seq *live[2] = {NULL, NULL};
+        int32_t t[8 * PT];
+        for (int step = 0; step < 300; step++) {
+            if (RND() % 25 == 0) { /* new reservations: shares of 0, 0.1 .. 0.3 */
+                for (int k = 0; k < 3; k++)
+                    T_OK(set_share(c, salts[k], 0.0));
+                for (int k = 0; k < 3; k++)
+                    T_OK(set_share(c, salts[k], (RND() % 4) * 0.1)); /* sum <= 0.9 */
+            }
+            int x = (int)(RND() % 3), n = 1 + (int)(RND() % 8);
+            toks(t, (size_t)n * PT, 1000 * (int32_t)(RND() % 6));
+            pgd_tenant_stats before[3], after[3];
+            for (int k = 0; k < 3; k++)
+                before[k] = tstats(c, salts[k]);
+            int slot = (int)(RND() % 4); /* 0, 1: keep the sequence alive there */
+            if (slot < 2 && live[slot]) {
+                pgd_seq_destroy(c, live[slot]);
+                live[slot] = NULL;
+                for (int k = 0; k < 3; k++)
+                    before[k] = tstats(c, salts[k]);
+            }
+            pgd_seq *s;
+            T_OK(pgd_seq_create(c, salts[x], 2, &s));
+            int64_t m = pgd_seq_match(c, s, t, (size_t)n * PT);
+            T_OK(m);
+            if (pgd_seq_grow(c, s, (size_t)n * PT - (size_t)m) == PGD_OK)
+                T_OK(pgd_seq_commit(c, s, t + m, (size_t)n * PT - (size_t)m));
+            if (slot < 2)
+                live[slot] = s;
+            else
+                pgd_seq_destroy(c, s);
+            T_OK(pgd_cache_check(c));
+            for (int k = 0; k < 3; k++) {
+                if (k == x || before[k].id == 0xeeeeeeeeeeeeeeeeull) continue; /* unseen */
+                after[k] = tstats(c, salts[k]);
+                if (before[k].pages_held >= before[k].reserved_pages)
+                    T_ASSERT(after[k].pages_held >= before[k].reserved_pages);
+                else
+                    T_EQ(after[k].evictions_by_others, before[k].evictions_by_others);
+            }
+        }
+#undef RND
+        for (int k = 0; k < 2; k++)
+            pgd_seq_destroy(c, live[k]);
+        T_OK(pgd_cache_check(c));
+        pgd_cache_destroy(c);
+    }
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_table);
@@ -540,5 +673,7 @@ int main(void)
     T_RUN(test_flood_cannot_evict_reserved);
     T_RUN(test_scripted_counters);
     T_RUN(test_no_reservation_same_victims);
+    T_RUN(test_pins_expiry_warm);
+    T_RUN(test_random_quota_property);
     T_DONE();
 }
