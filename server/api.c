@@ -127,13 +127,14 @@ static int get_bool(json_t *root, const char *key, int *out, ps_error *e)
     return 0;
 }
 
-/* Token ids: a non-empty array of integers in [0, n_vocab). */
-static int parse_token_array(json_t *a, uint32_t n_vocab, uint32_t n_ctx, ps_req *r, ps_error *e)
+/* Token ids: a non-empty array of integers in [0, n_vocab); key names the field. */
+static int parse_token_array_of(json_t *a, const char *key, uint32_t n_vocab, uint32_t n_ctx,
+                                ps_req *r, ps_error *e)
 {
     size_t n = json_array_size(a);
-    if (!n) return ps_err(e, 400, "prompt", NULL, "'prompt' is an empty array");
+    if (!n) return ps_err(e, 400, key, NULL, "'%s' is an empty array", key);
     if (n_ctx && n >= n_ctx)
-        return ps_err(e, 413, "prompt", "context_length_exceeded",
+        return ps_err(e, 413, key, "context_length_exceeded",
                       "the prompt has %zu tokens; the context holds %u (prompt and output "
                       "together)",
                       n, n_ctx);
@@ -142,15 +143,51 @@ static int parse_token_array(json_t *a, uint32_t n_vocab, uint32_t n_ctx, ps_req
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(a, i);
         if (!json_is_integer(t))
-            return ps_err(e, 400, "prompt", NULL, "'prompt'[%zu] must be a token id (integer)", i);
+            return ps_err(e, 400, key, NULL, "'%s'[%zu] must be a token id (integer)", key, i);
         json_int_t id = json_integer_value(t);
         if (id < 0 || id >= (json_int_t)n_vocab)
-            return ps_err(e, 400, "prompt", NULL,
-                          "'prompt'[%zu]: token id %lld is outside the vocabulary [0, %u)", i,
+            return ps_err(e, 400, key, NULL,
+                          "'%s'[%zu]: token id %lld is outside the vocabulary [0, %u)", key, i,
                           (long long)id, n_vocab);
         r->prompt_toks[i] = (int32_t)id;
     }
     r->n_prompt_toks = n;
+    return 0;
+}
+
+static int parse_token_array(json_t *a, uint32_t n_vocab, uint32_t n_ctx, ps_req *r, ps_error *e)
+{
+    return parse_token_array_of(a, "prompt", n_vocab, n_ctx, r, e);
+}
+
+/* Returns 1 when v is the JSON string lit exactly (a NUL inside never matches). */
+static int str_is(json_t *v, const char *lit)
+{
+    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
+           memcmp(json_string_value(v), lit, json_string_length(v)) == 0;
+}
+
+/* cache_control (Anthropic-style) of a message or content part, where names it in the
+ * message: {"type":"ephemeral","ttl":"5m"|"1h"} (ttl default "5m"). Raises
+ * r->ephemeral_ttl_s to its ttl, so the longest one present applies. */
+static int parse_cache_control(json_t *cc, const char *where, ps_req *r, ps_error *e)
+{
+    if (!json_is_object(cc))
+        return ps_err(e, 400, "cache_control", NULL,
+                      "%s.cache_control must be an object {\"type\":\"ephemeral\",\"ttl\":"
+                      "\"5m\"|\"1h\"}",
+                      where);
+    if (!str_is(json_object_get(cc, "type"), "ephemeral"))
+        return ps_err(e, 400, "cache_control", NULL, "%s.cache_control.type must be \"ephemeral\"",
+                      where);
+    json_t *ttl = opt(cc, "ttl");
+    uint32_t s = 300;
+    if (ttl && str_is(ttl, "1h"))
+        s = 3600;
+    else if (ttl && !str_is(ttl, "5m"))
+        return ps_err(e, 400, "cache_control", NULL,
+                      "%s.cache_control.ttl must be \"5m\" or \"1h\"", where);
+    if (s > r->ephemeral_ttl_s) r->ephemeral_ttl_s = s;
     return 0;
 }
 
@@ -189,7 +226,7 @@ static int parse_prompt(json_t *root, uint32_t n_vocab, uint32_t n_ctx, ps_req *
 }
 
 /* content: a string, or an array of {"type":"text","text":...} parts (joined). */
-static int parse_content(json_t *c, size_t i, ps_msg *m, ps_error *e)
+static int parse_content(json_t *c, size_t i, ps_msg *m, ps_req *r, ps_error *e)
 {
     if (json_is_string(c)) {
         if (has_nul(c))
@@ -220,6 +257,15 @@ static int parse_content(json_t *c, size_t i, ps_msg *m, ps_error *e)
             ps_buf_deinit(&b);
             return ps_err(e, 400, "messages", NULL,
                           "'messages'[%zu].content[%zu].text contains a NUL character", i, k);
+        }
+        json_t *cc = opt(part, "cache_control");
+        if (cc) {
+            char where[64];
+            snprintf(where, sizeof where, "'messages'[%zu].content[%zu]", i, k);
+            if (parse_cache_control(cc, where, r, e)) {
+                ps_buf_deinit(&b);
+                return -1;
+            }
         }
         ps_buf_add(&b, json_string_value(text), json_string_length(text));
     }
@@ -256,7 +302,13 @@ static int parse_messages(json_t *root, ps_req *r, ps_error *e)
             return ps_err(e, 400, "messages", NULL, "'messages'[%zu].content is required", i);
         r->msgs[i].role = dup_str(json_string_value(role), json_string_length(role));
         if (!r->msgs[i].role) return oom(e);
-        if (parse_content(content, i, &r->msgs[i], e)) return -1;
+        if (parse_content(content, i, &r->msgs[i], r, e)) return -1;
+        json_t *cc = opt(m, "cache_control");
+        if (cc) {
+            char where[48];
+            snprintf(where, sizeof where, "'messages'[%zu]", i);
+            if (parse_cache_control(cc, where, r, e)) return -1;
+        }
     }
     return 0;
 }
@@ -301,6 +353,138 @@ static int parse_max_tokens(json_t *root, const char *key, ps_req *r, ps_error *
     json_int_t n = json_integer_value(v);
     r->max_tokens = n > INT32_MAX ? INT32_MAX : (int64_t)n;
     return 0;
+}
+
+static int parse_salt(json_t *root, ps_req *r, ps_error *e)
+{
+    json_t *v = opt(root, "cache_salt");
+    if (!v) return 0;
+    if (!json_is_string(v))
+        return ps_err(e, 400, "cache_salt", NULL, "'cache_salt' must be a string");
+    if (!json_string_length(v))
+        return ps_err(e, 400, "cache_salt", NULL,
+                      "'cache_salt' is empty; leave it out for the default tenant");
+    if (json_string_length(v) > PS_MAX_SALT_BYTES)
+        return ps_err(e, 400, "cache_salt", NULL, "'cache_salt' is longer than %d bytes",
+                      PS_MAX_SALT_BYTES);
+    r->salt_len = json_string_length(v);
+    r->salt = dup_str(json_string_value(v), r->salt_len);
+    return r->salt ? 0 : oom(e);
+}
+
+/* The salt of a prompt_cache_key tenant (api.h): PS_KEY_SALT_PAD bytes (a tag, then
+ * zeros), then the key. Longer than any cache_salt, so it equals none. */
+static int key_salt(json_t *key, ps_req *r, ps_error *e)
+{
+    static const char tag[] = "pagoda:prompt_cache_key";
+    size_t n = json_string_length(key);
+    r->salt = calloc(1, PS_KEY_SALT_PAD + n + 1);
+    if (!r->salt) return oom(e);
+    memcpy(r->salt, tag, sizeof tag - 1);
+    memcpy(r->salt + PS_KEY_SALT_PAD, json_string_value(key), n);
+    r->salt_len = PS_KEY_SALT_PAD + n;
+    return 0;
+}
+
+/* A whole number of seconds in [0, PS_MAX_TTL_S] of the pagoda object. */
+static int get_seconds(json_t *v, const char *name, uint64_t *out, ps_error *e)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        (uint64_t)json_integer_value(v) > PS_MAX_TTL_S)
+        return ps_err(e, 400, name, NULL, "'%s' must be an integer of seconds in [0, %llu]", name,
+                      (unsigned long long)PS_MAX_TTL_S);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* "pagoda": {"priority", "ttl_s", "pin", "next_use_s"}; any other key is refused (a typo
+ * must not silently drop a pin). */
+static int parse_pagoda(json_t *root, ps_req *r, ps_error *e)
+{
+    json_t *p = opt(root, "pagoda");
+    if (!p) return 0;
+    if (!json_is_object(p)) return ps_err(e, 400, "pagoda", NULL, "'pagoda' must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(p, key, v)
+    {
+        if (json_is_null(v)) continue;
+        if (strcmp(key, "priority") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 100)
+                return ps_err(e, 400, "pagoda.priority", NULL,
+                              "'pagoda.priority' must be an integer in [0, 100]");
+            r->has_priority = 1;
+            r->priority = (uint32_t)json_integer_value(v);
+        } else if (strcmp(key, "ttl_s") == 0) {
+            if (get_seconds(v, "pagoda.ttl_s", &r->ttl_s, e)) return -1;
+            r->has_ttl = 1;
+        } else if (strcmp(key, "pin") == 0) {
+            if (!json_is_boolean(v))
+                return ps_err(e, 400, "pagoda.pin", NULL, "'pagoda.pin' must be a boolean");
+            r->has_pin = 1;
+            r->pin = json_is_true(v);
+        } else if (strcmp(key, "next_use_s") == 0) {
+            if (get_seconds(v, "pagoda.next_use_s", &r->next_use_s, e)) return -1;
+            r->has_next_use = 1;
+        } else {
+            char param[64];
+            snprintf(param, sizeof param, "pagoda.%s", key);
+            return ps_err(e, 400, param, NULL,
+                          "'pagoda.%.40s' is not a field: 'pagoda' takes priority, ttl_s, pin and "
+                          "next_use_s",
+                          key);
+        }
+    }
+    return 0;
+}
+
+/* prompt_cache_retention, prompt_cache_key and "pagoda" (cache_control comes with the
+ * messages). After parse_salt. */
+static int parse_retention(json_t *root, ps_req *r, ps_error *e)
+{
+    json_t *v = opt(root, "prompt_cache_retention");
+    if (v) {
+        if (str_is(v, "in_memory"))
+            r->cache_retention = PS_RETAIN_IN_MEMORY;
+        else if (str_is(v, "24h"))
+            r->cache_retention = PS_RETAIN_24H;
+        else
+            return ps_err(e, 400, "prompt_cache_retention", NULL,
+                          "'prompt_cache_retention' must be \"in_memory\" or \"24h\"");
+    }
+    v = opt(root, "prompt_cache_key");
+    if (v) {
+        if (!json_is_string(v))
+            return ps_err(e, 400, "prompt_cache_key", NULL, "'prompt_cache_key' must be a string");
+        if (json_string_length(v) > PS_MAX_CACHE_KEY_BYTES)
+            return ps_err(e, 400, "prompt_cache_key", NULL,
+                          "'prompt_cache_key' is longer than %d bytes", PS_MAX_CACHE_KEY_BYTES);
+        r->has_cache_key = json_string_length(v) > 0;
+        if (r->has_cache_key && !r->salt && key_salt(v, r, e)) return -1;
+    }
+    return parse_pagoda(root, r, e);
+}
+
+int ps_req_retention(const ps_req *r, pgd_retention *out)
+{
+    uint64_t ttl_s = 0;
+    uint32_t prio = PGD_PRIORITY_DEFAULT;
+    int any = r->cache_retention || r->ephemeral_ttl_s || r->has_priority || r->has_ttl ||
+              r->has_pin || r->has_next_use;
+    if (r->cache_retention == PS_RETAIN_IN_MEMORY) ttl_s = 3600;
+    if (r->cache_retention == PS_RETAIN_24H) {
+        ttl_s = 24 * 3600;
+        prio = 60;
+    }
+    if (r->ephemeral_ttl_s > ttl_s) ttl_s = r->ephemeral_ttl_s;
+    if (r->has_priority) prio = r->priority;
+    if (r->has_ttl) ttl_s = r->ttl_s;
+    memset(out, 0, sizeof *out);
+    out->priority = prio;
+    out->ttl_ms = ttl_s * 1000;
+    out->pin = r->has_pin && r->pin;
+    out->next_use_ms = r->has_next_use ? r->next_use_s * 1000 : 0;
+    return any;
 }
 
 static int parse_fields(json_t *root, ps_kind kind, uint32_t n_vocab, uint32_t n_ctx, ps_req *r,
@@ -358,21 +542,8 @@ static int parse_fields(json_t *root, ps_kind kind, uint32_t n_vocab, uint32_t n
     v = opt(root, "logprobs");
     if (v && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
         return ps_err(e, 400, "logprobs", NULL, "'logprobs' is not supported");
-    v = opt(root, "cache_salt");
-    if (v) {
-        if (!json_is_string(v))
-            return ps_err(e, 400, "cache_salt", NULL, "'cache_salt' must be a string");
-        if (!json_string_length(v))
-            return ps_err(e, 400, "cache_salt", NULL,
-                          "'cache_salt' is empty; leave it out for the default tenant");
-        if (json_string_length(v) > PS_MAX_SALT_BYTES)
-            return ps_err(e, 400, "cache_salt", NULL, "'cache_salt' is longer than %d bytes",
-                          PS_MAX_SALT_BYTES);
-        r->salt_len = json_string_length(v);
-        r->salt = dup_str(json_string_value(v), r->salt_len);
-        if (!r->salt) return oom(e);
-    }
-    return 0;
+    if (parse_salt(root, r, e)) return -1;
+    return parse_retention(root, r, e);
 }
 
 /* Returns an upper bound on the JSON values body[0..len) holds, without parsing: every
@@ -434,6 +605,72 @@ int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, u
         ps_req_deinit(r);
         r->kind = kind;
     }
+    return rc;
+}
+
+/* The admin body's fields (ps_admin_parse): one prompt form, salt, ttl. */
+static int admin_fields(json_t *root, uint32_t n_vocab, uint32_t n_ctx, int need_prompt,
+                        int want_ttl, ps_req *r, ps_error *e)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "prompt") && strcmp(key, "tokens") && strcmp(key, "messages") &&
+            strcmp(key, "cache_salt") && strcmp(key, "model") &&
+            !(want_ttl && strcmp(key, "ttl_s") == 0))
+            return ps_err(e, 400, key, NULL,
+                          "'%.40s' is not a field here: give one of prompt, tokens or messages, "
+                          "and cache_salt%s",
+                          key, want_ttl ? " and ttl_s" : "");
+    }
+    int n_forms = !!opt(root, "prompt") + !!opt(root, "tokens") + !!opt(root, "messages");
+    if (n_forms > 1)
+        return ps_err(e, 400, "prompt", NULL,
+                      "give one of 'prompt', 'tokens' or 'messages', not several");
+    if (!n_forms && need_prompt)
+        return ps_err(e, 400, "prompt", NULL,
+                      "one of 'prompt', 'tokens' or 'messages' is required");
+    v = opt(root, "tokens");
+    if (v) {
+        if (!json_is_array(v))
+            return ps_err(e, 400, "tokens", NULL, "'tokens' must be an array of token ids");
+        if (parse_token_array_of(v, "tokens", n_vocab, n_ctx, r, e)) return -1;
+    } else if (opt(root, "messages")) {
+        r->kind = PS_CHAT;
+        if (parse_messages(root, r, e)) return -1;
+    } else if (opt(root, "prompt")) {
+        if (parse_prompt(root, n_vocab, n_ctx, r, e)) return -1;
+    }
+    if (parse_salt(root, r, e)) return -1;
+    v = want_ttl ? opt(root, "ttl_s") : NULL;
+    if (v) {
+        double d = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(d >= 0 && d <= (double)PS_MAX_TTL_S))
+            return ps_err(e, 400, "ttl_s", NULL, "'ttl_s' must be a number of seconds in [0, %llu]",
+                          (unsigned long long)PS_MAX_TTL_S);
+        r->ttl_s_admin = d;
+    }
+    return 0;
+}
+
+int ps_admin_parse(const char *body, size_t len, uint32_t n_vocab, uint32_t n_ctx, int need_prompt,
+                   int want_ttl, ps_req *r, ps_error *e)
+{
+    json_error_t je;
+    memset(r, 0, sizeof *r);
+    r->kind = PS_COMPLETION;
+    if (!len && !need_prompt) return 0;
+    if (n_ctx && count_values(body, len) > PS_MAX_VALUES(n_ctx))
+        return ps_err(e, 413, NULL, "request_too_large", "the body holds too many JSON values");
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!root)
+        return ps_err(e, 400, NULL, NULL, "the body is not valid JSON (line %d, column %d): %s",
+                      je.line, je.column, je.text);
+    int rc = json_is_object(root) ? admin_fields(root, n_vocab, n_ctx, need_prompt, want_ttl, r, e)
+                                  : ps_err(e, 400, NULL, NULL, "the body must be a JSON object");
+    json_decref(root);
+    if (rc) ps_req_deinit(r);
     return rc;
 }
 

@@ -22,7 +22,35 @@
  *   cache_salt                 non-empty string of at most 1024 bytes: the tenant;
  *                              different salts never share cached pages (vLLM refuses ""
  *                              too; leave the field out for the default tenant)
+ *   prompt_cache_retention     "in_memory" | "24h" (OpenAI)
+ *   prompt_cache_key           string of at most 256 bytes (OpenAI): without cache_salt it
+ *                              names the request's tenant (see Retention below)
+ *   messages[i].cache_control  chat, on a message or on a content part (Anthropic-style):
+ *                              {"type": "ephemeral", "ttl": "5m" | "1h"} (ttl default
+ *                              "5m"); the longest ttl present applies to the prompt
+ *   pagoda                     extension object: {"priority": 0-100, "ttl_s": N >= 0,
+ *                              "pin": bool, "next_use_s": N >= 0}; other keys are refused
  * A null value means "absent" for every optional field.
+ *
+ * Retention (ps_req_retention maps the fields onto a pgd_retention, cache.h):
+ *   nothing                    the default: priority 35 (PGD_PRIORITY_DEFAULT), no TTL
+ *   "in_memory"                TTL 1 h (OpenAI keeps in-memory prefixes up to an hour)
+ *   "24h"                      TTL 24 h and priority 60 (kept over default traffic by
+ *                              the priority policy; the tiers keep TTL and priority too)
+ *   ephemeral "5m" / "1h"      TTL 5 min / 1 h
+ *   several of those           the longest TTL and the highest priority
+ *   pagoda.priority / ttl_s    override priority / TTL (ttl_s 0: no expiry)
+ *   pagoda.pin                 pin the prompt's pages (until unpinned, or the TTL when
+ *                              one is set); bounded by --pin-share (400 past it)
+ *   pagoda.next_use_s          a next-use hint: the prompt is needed again that many
+ *                              seconds after the request (prefetched from the tiers)
+ * A TTL is no promise: it is how long the cache ranks the pages as retained (after it
+ * they are dropped first); only a pin is a promise.
+ * prompt_cache_key: when the request has no cache_salt, the tenant is the key, in a
+ * namespace of its own (PS_KEY_SALT_PAD bytes of padding first, so no cache_salt, which
+ * has at most PS_MAX_SALT_BYTES, can equal it): requests with the same key share pages,
+ * stats and quota; a key never shares with the default tenant or with any cache_salt.
+ * So the key can only narrow sharing, never widen it. With cache_salt the key is ignored.
  *
  * NUL characters ("\u0000"): one rule for every text field (model, prompt, a message's
  * role and content, stop): refused with 400 naming the field. The engine takes text as
@@ -43,6 +71,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pagoda/cache.h>  /* pgd_retention */
 #include <pagoda/pagoda.h> /* pgd_status, pgd_strerror */
 
 #include "buf.h"
@@ -51,6 +80,9 @@ typedef enum ps_kind { PS_COMPLETION = 0, PS_CHAT = 1 } ps_kind;
 
 #define PS_MAX_USER_STOPS 4
 #define PS_MAX_SALT_BYTES 1024
+#define PS_MAX_CACHE_KEY_BYTES 256
+#define PS_KEY_SALT_PAD (PS_MAX_SALT_BYTES + 1) /* see "prompt_cache_key" above */
+#define PS_MAX_TTL_S (366ull * 24 * 3600)       /* ttl_s and next_use_s: at most a year */
 /* The JSON values a body may hold: a prompt that fits the context takes fewer than n_ctx
  * token ids, and a chat message makes a token at least (its template text), so 4 per
  * context token leaves room for content parts and the other fields. */
@@ -84,9 +116,21 @@ typedef struct ps_req {
     int stream;
     int include_usage;
     int ignore_eos; /* extension (vLLM's): keep generating past end-of-generation tokens */
-    char *salt;     /* owned; NULL: the default tenant */
+    char *salt;     /* owned; NULL: the default tenant (prompt_cache_key: its salt) */
     size_t salt_len;
+    /* retention fields (see Retention); 0 / absent unless the body has them */
+    int cache_retention;                              /* PS_RETAIN_* of prompt_cache_retention */
+    uint32_t ephemeral_ttl_s;                         /* the longest cache_control ttl; 0: none */
+    int has_priority, has_ttl, has_pin, has_next_use; /* the pagoda fields present */
+    uint32_t priority;
+    uint64_t ttl_s;
+    int pin;
+    uint64_t next_use_s;
+    int has_cache_key;  /* prompt_cache_key was given (and may have become the salt) */
+    double ttl_s_admin; /* the admin API's "ttl_s" (ps_admin_parse); 0: none */
 } ps_req;
+
+enum { PS_RETAIN_NONE = 0, PS_RETAIN_IN_MEMORY = 1, PS_RETAIN_24H = 2 };
 
 /* An error response: HTTP status, OpenAI type, the offending field (or empty), a code
  * (or NULL) and a message that names the field. */
@@ -113,6 +157,20 @@ int ps_err(ps_error *e, int status, const char *param, const char *code, const c
 int ps_req_parse(ps_kind kind, const char *body, size_t len, uint32_t n_vocab, uint32_t n_ctx,
                  ps_req *r, ps_error *e);
 void ps_req_deinit(ps_req *r);
+
+/* Fills *out with r's retention (the mapping in Retention above). Returns 1 when the
+ * request asked for any (the cache should be told), 0 for the default. Pure. */
+int ps_req_retention(const ps_req *r, pgd_retention *out);
+
+/* Parses the body of an admin call (POST /v1/cache/pin, unpin, prefetch, evict, stats):
+ * one of "prompt" (a string, or token ids as in completions), "tokens" ([token ids]) or
+ * "messages" (as in chat), plus optional "cache_salt" (as in requests) and, with
+ * want_ttl, "ttl_s" (a number >= 0, at most PS_MAX_TTL_S). The prompt goes into r as a
+ * completion's or a chat's would (r->kind says which). need_prompt 0: an empty body or
+ * one without a prompt is fine (stats). Returns 0, or -1 with *e (400 naming the field,
+ * 413 as ps_req_parse). */
+int ps_admin_parse(const char *body, size_t len, uint32_t n_vocab, uint32_t n_ctx, int need_prompt,
+                   int want_ttl, ps_req *r, ps_error *e);
 
 /* Appends e as OpenAI's JSON error object to out. Returns 0 or -1 (oom). */
 int ps_error_json(const ps_error *e, ps_buf *out);

@@ -135,7 +135,7 @@ static int too_long(const conn *k, size_t n, int at_least, ps_error *e)
  * refused without being tokenized). Chat message content is plain text unless the server
  * runs with --parse-special-in-messages: only the template's markers become control
  * tokens. Fills e (a 413 for a prompt of n_ctx tokens or more) and returns -1 on error. */
-static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_error *e)
+int ps__build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_error *e)
 {
     ps_server *srv = k->srv;
     const pe_vocab *v = pe_model_vocab(srv->m);
@@ -187,6 +187,60 @@ static int build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_
     return 0;
 }
 
+/* ---- retention (api.h "Retention") ---- */
+
+int ps__pin_share_error(ps_server *srv, uint64_t n_new, const char *param, ps_error *e)
+{
+    pgd_cache_stats cs;
+    pgd_tenant_stats ts;
+    uint64_t pinned = 0;
+    double share = pe_ctx_params_get(srv->ctx)->pin_share;
+    pgd_cache_get_stats(srv->cache, &cs);
+    for (uint32_t i = 0, n = pgd_cache_n_tenants(srv->cache); i < n; i++)
+        if (pgd_cache_get_tenant_stats(srv->cache, i, &ts) == PGD_OK) pinned += ts.pages_pinned;
+    if (share <= 0) share = 0.5; /* pgd_cache_params.pin_share's default */
+    return ps_err(e, 400, param, "pin_share_exceeded",
+                  "pinned blocks would exceed the pin share (%llu of %llu pages); unpin some "
+                  "(POST /v1/cache/unpin) or raise --pin-share",
+                  (unsigned long long)(pinned + n_new),
+                  (unsigned long long)(share * cs.n_pages_total));
+}
+
+/* Tells the cache what r asked to keep of its prompt of n tokens: a pin is checked against
+ * the pin share now (a sequence of the tenant reserves the prompt's pages, as the
+ * scheduler's does at admission, then lets them go), so a request over it gets its 400
+ * before it is queued. A next-use hint goes with the retention: the cache registers the
+ * sequence's chain as a hint when it releases it (due next_use_s after the request ended;
+ * warmed hint_lead_ms before, the stepping thread runs the hints). k->ret gets the retention
+ * that goes with the request (rp->retention points to it, or NULL for the default).
+ * Returns 0 or -1 with *e. */
+static int set_retention(conn *k, const ps_req *r, size_t n, pe_request_params *rp, ps_error *e)
+{
+    ps_server *srv = k->srv;
+    pgd_cache *c = srv->cache;
+    uint32_t pt = pgd_cache_page_tokens(c);
+    int any = ps_req_retention(r, &k->ret);
+    if (!srv->p.prefix_cache) { /* nothing is kept at all */
+        memset(&k->ret, 0, sizeof k->ret);
+        k->ret.priority = PGD_PRIORITY_DEFAULT;
+    }
+    if (!any || !srv->p.prefix_cache) return 0;
+    rp->retention = &k->ret;
+    if (k->ret.pin) {
+        pgd_seq *s = NULL;
+        int rc = pgd_seq_create(c, r->salt, r->salt_len, &s);
+        if (rc == PGD_OK) {
+            rc = pgd_seq_set_retention(c, s, &k->ret, n);
+            pgd_seq_destroy(c, s);
+        } else if (rc == PGD_EBUSY) {
+            rc = PGD_OK; /* no sequence to spare now: admission checks it */
+        }
+        if (rc == PGD_ENOSPC) return ps__pin_share_error(srv, (n + pt - 1) / pt, "pagoda.pin", e);
+        if (rc) return ps_err_status(e, PS_AT_REQUEST, rc, NULL);
+    }
+    return 0;
+}
+
 /* The scheduler's callback for a generation (ud: its job): counts the request's prompt
  * tokens in the metrics at its final call, which every submitted request gets exactly
  * once (finished, failed or cancelled, even before admission), then hands over to the
@@ -231,6 +285,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     enum MHD_Result ret;
 
     k->kind = k->rt == R_CHAT ? PS_CHAT : PS_COMPLETION;
+    k->ret.priority = PGD_PRIORITY_DEFAULT;
     if (ps_req_parse(k->kind, k->body.data ? k->body.data : "", k->body.len,
                      pe_model_hparams(srv->m)->n_vocab, srv->info.n_ctx, &r, &e))
         return ps__send_error(k, &e, 0);
@@ -239,7 +294,7 @@ enum MHD_Result ps__handle_generate(conn *k)
                "the model '%s' does not exist; this server serves '%s'", r.model, srv->model_id);
         goto error;
     }
-    if (build_prompt(k, &r, &toks, &n, &e)) goto error;
+    if (ps__build_prompt(k, &r, &toks, &n, &e)) goto error;
     if (n >= srv->info.n_ctx) {
         too_long(k, n, 0, &e);
         goto error;
@@ -272,6 +327,7 @@ enum MHD_Result ps__handle_generate(conn *k)
     rp.salt = r.salt;
     rp.salt_len = r.salt_len;
     rp.stop_on_eog = !r.ignore_eos;
+    if (set_retention(k, &r, n, &rp, &e)) goto error;
 
     job *j = ps__job_create(srv);
     if (!j) {

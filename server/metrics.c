@@ -9,6 +9,7 @@
 #include "metrics.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const double ttft_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -402,6 +403,45 @@ static void render_tiers(const ps_metrics_info *info, pgd_cache *cache, ps_buf *
     render_remote(info, ts, b);
 }
 
+/* Per tenant (hashed id, pgd_tenant_stats.id, never the salt): pages held, hits and
+ * evictions; and the pinned pages of all tenants. */
+static void render_tenants(pgd_cache *cache, ps_buf *b)
+{
+    uint32_t n = pgd_cache_n_tenants(cache);
+    pgd_tenant_stats *ts = calloc(n ? n : 1, sizeof *ts);
+    uint64_t pinned = 0;
+    if (!ts) {
+        b->oom = 1;
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (pgd_cache_get_tenant_stats(cache, i, &ts[i]) != PGD_OK) memset(&ts[i], 0, sizeof *ts);
+        pinned += ts[i].pages_pinned;
+    }
+    gauge(b, "pagoda_kv_pages_pinned", "KV pages pinned (requests' pagoda.pin, /v1/cache/pin).",
+          (double)pinned);
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"pagoda_tenant_pages", "gauge", "Cached KV pages charged to a tenant (hashed id)."},
+        {"pagoda_tenant_pages_reserved", "gauge", "KV pages reserved for a tenant (quota)."},
+        {"pagoda_tenant_hits_total", "counter", "KV pages a tenant's prompts matched in the pool."},
+        {"pagoda_tenant_evictions_total", "counter", "A tenant's KV pages evicted."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        head(b, fam[f].name, fam[f].type, fam[f].help);
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t v = f == 0   ? ts[i].pages_held
+                         : f == 1 ? ts[i].reserved_pages
+                         : f == 2 ? ts[i].hit_pages
+                                  : ts[i].evictions;
+            ps_buf_printf(b, "%s{tenant=\"%016llx\"} %llu\n", fam[f].name,
+                          (unsigned long long)ts[i].id, (unsigned long long)v);
+        }
+    }
+    free(ts);
+}
+
 void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, pgd_cache *cache,
                        ps_buf *b)
 {
@@ -443,6 +483,7 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
             cs.n_hit_tokens);
     counter(b, "pagoda_kv_evictions_total", "Cached KV pages evicted to make room.",
             cs.n_evictions);
+    render_tenants(cache, b);
 
     gauge(b, "pagoda_requests_running", "Requests in the running batch.", ss.n_running);
     gauge(b, "pagoda_requests_waiting", "Requests queued for admission.", ss.n_waiting);

@@ -14,6 +14,11 @@
  * pgd_tier_name, made unique with a number from 2 when two tiers share a name ("disk",
  * "disk2"); the labels name the tiers both on this page (tier="ram") and in the usage of
  * a response (usage.pagoda.cached_tokens_by_tier, render.c).
+ *
+ * Tenants (issue 13): pagoda_tenant_pages, _pages_reserved, _hits_total (pool pages
+ * matched) and _evictions_total by tenant="<16 hex digits>", the hashed tenant id
+ * (pgd_tenant_stats.id: 0000000000000000 the default tenant, ffffffffffffffff "other"),
+ * never the salt; pagoda_kv_pages_pinned, all tenants' pinned pages.
  */
 #ifndef PS_METRICS_H
 #define PS_METRICS_H

@@ -11,6 +11,7 @@
  * its split by where the tokens came from (usage.pagoda.cached_tokens_by_tier).
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "server_int.h"
 
@@ -34,9 +35,33 @@ int ps__put_json(ps_buf *out, json_t *o)
     return rc;
 }
 
+/* usage.pagoda.retention: what the cache was told to keep of this request's pages (api.h
+ * "Retention"), counted from now (the request's pages were released when it finished):
+ *   priority      0..100
+ *   ttl_s         seconds the cache ranks the pages as retained after the request; null:
+ *                 no expiry (kept as long as the policy keeps them)
+ *   expires_at    unix seconds when the TTL ends, or null
+ *   pinned        true: the prompt's pages are pinned (a promise: not evicted until
+ *                 unpinned or pinned_until); false when no pin was asked for or the pin
+ *                 share refused it at admission
+ *   pinned_until  unix seconds the pin ends (its TTL), or null (until unpinned, or no pin)
+ * Only a pin is a promise; a TTL is no guarantee that the pages stay. */
+static json_t *retention_json(const conn *k)
+{
+    const pgd_retention *r = &k->ret;
+    long long now = (long long)time(NULL), ttl = (long long)(r->ttl_ms / 1000);
+    int pinned = r->pin && !k->usage.pin_refused;
+    json_t *exp = r->ttl_ms ? json_integer(now + ttl) : json_null();
+    json_t *until = pinned && r->ttl_ms ? json_integer(now + ttl) : json_null();
+    return json_pack("{s:I,s:o,s:o,s:b,s:o}", "priority", (json_int_t)r->priority, "ttl_s",
+                     r->ttl_ms ? json_integer(ttl) : json_null(), "expires_at", exp, "pinned",
+                     pinned, "pinned_until", until);
+}
+
 /* usage: OpenAI's fields, then the extension "pagoda": {"cached_tokens_by_tier": {"pool":
- * N, <tier label>: N, ...}}, the scheduler's split of cached_tokens (pe_usage; the labels
- * are the /metrics ones, ps_metrics_tier_labels), whose values add up to cached_tokens. */
+ * N, <tier label>: N, ...}, "retention": {...}}: the scheduler's split of cached_tokens
+ * (pe_usage; the labels are the /metrics ones, ps_metrics_tier_labels), whose values add
+ * up to cached_tokens, and the retention (retention_json). */
 static json_t *usage_json(const conn *k)
 {
     const ps_metrics_info *info = &k->srv->info;
@@ -51,10 +76,10 @@ static json_t *usage_json(const conn *k)
         }
     }
     if (!by_tier) return NULL;
-    return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:o}}", "prompt_tokens", (json_int_t)p,
+    return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:o,s:o}}", "prompt_tokens", (json_int_t)p,
                      "completion_tokens", (json_int_t)c, "total_tokens", (json_int_t)p + c,
                      "prompt_tokens_details", "cached_tokens", (json_int_t)k->usage.cached_tokens,
-                     "pagoda", "cached_tokens_by_tier", by_tier);
+                     "pagoda", "cached_tokens_by_tier", by_tier, "retention", retention_json(k));
 }
 
 /* {"id","object","created","model"} of a response or chunk. */

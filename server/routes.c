@@ -30,6 +30,13 @@
 
 /* ---- responses ---- */
 
+/* Whether route rt takes POST only: the generations and the admin API's changes. */
+static int route_posts(route rt)
+{
+    return rt == R_COMPLETIONS || rt == R_CHAT || rt == R_CACHE_PIN || rt == R_CACHE_UNPIN ||
+           rt == R_CACHE_PREFETCH || rt == R_CACHE_EVICT;
+}
+
 enum MHD_Result ps__queue(conn *k, int status, const char *ctype, const char *data, size_t n,
                           int close_conn)
 {
@@ -38,8 +45,10 @@ enum MHD_Result ps__queue(conn *k, int status, const char *ctype, const char *da
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 405) {
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-                                k->rt == R_COMPLETIONS || k->rt == R_CHAT ? "POST" : "GET, HEAD");
+        const char *allow = k->rt == R_CACHE_STATS ? "GET, HEAD, POST"
+                            : route_posts(k->rt)   ? "POST"
+                                                   : "GET, HEAD";
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     }
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (close_conn) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -136,6 +145,11 @@ static route route_of(const char *url)
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return R_MODEL_ONE;
     if (strcmp(url, "/health") == 0) return R_HEALTH;
     if (strcmp(url, "/metrics") == 0) return R_METRICS;
+    if (strcmp(url, "/v1/cache/pin") == 0) return R_CACHE_PIN;
+    if (strcmp(url, "/v1/cache/unpin") == 0) return R_CACHE_UNPIN;
+    if (strcmp(url, "/v1/cache/prefetch") == 0) return R_CACHE_PREFETCH;
+    if (strcmp(url, "/v1/cache/evict") == 0) return R_CACHE_EVICT;
+    if (strcmp(url, "/v1/cache/stats") == 0) return R_CACHE_STATS;
     return R_UNKNOWN;
 }
 
@@ -210,10 +224,14 @@ static int refuse_on_headers(conn *k, const char *method, const char *version, e
     } else if (strncmp(k->url, "/v1/", 4) == 0 && !auth_ok(k)) {
         ps_err(&e, 401, NULL, "invalid_api_key",
                "missing or wrong API key: send 'Authorization: Bearer KEY'");
-    } else if ((k->rt == R_COMPLETIONS || k->rt == R_CHAT) ? !is_post : !is_get) {
-        int want_post = k->rt == R_COMPLETIONS || k->rt == R_CHAT;
+    } else if (k->rt == R_CACHE_STATS ? !is_get && !is_post
+               : route_posts(k->rt)   ? !is_post
+                                      : !is_get) {
+        int want_post = route_posts(k->rt);
         ps_err(&e, 405, NULL, "method_not_allowed", "%s %s: use %s", method, k->url,
-               want_post ? "POST" : "GET");
+               k->rt == R_CACHE_STATS ? "GET or POST"
+               : want_post            ? "POST"
+                                      : "GET");
     } else {
         /* While shutting down, a new generation (or /health) gets 503 at once, its body
          * unread, also on a connection opened before: none waits for a server that is
@@ -261,6 +279,12 @@ static enum MHD_Result dispatch(conn *k)
     case R_MODELS:
     case R_MODEL_ONE:
         return handle_models(k);
+    case R_CACHE_PIN:
+    case R_CACHE_UNPIN:
+    case R_CACHE_PREFETCH:
+    case R_CACHE_EVICT:
+    case R_CACHE_STATS:
+        return ps__handle_cache(k);
     default:
         return ps__handle_generate(k);
     }

@@ -214,6 +214,7 @@ ps_server_params ps_server_default_params(void)
     p.max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
     p.header_timeout_s = DEFAULT_HEADER_TIMEOUT_S;
     p.min_body_rate = DEFAULT_MIN_BODY_RATE;
+    p.hint_lead_ms = DEFAULT_HINT_LEAD_MS;
     return p;
 }
 

@@ -15,13 +15,16 @@
  *   client gone -> pe_sched_cancel
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/ID],
- * GET /health, GET /metrics. See api.h for request fields, metrics.h for the metrics.
+ * GET /health, GET /metrics, and the cache admin API (admin.c): POST /v1/cache/pin,
+ * /unpin, /prefetch, /evict, GET or POST /v1/cache/stats. See api.h for request fields
+ * and their retention, metrics.h for the metrics.
  * A model object carries, besides OpenAI's fields and max_model_len, an extension
  * "pagoda": {"n_vocab", "n_ctx", "page_tokens", "kv_type"}.
  * Usage (every response, and the final usage chunk of a stream) carries, besides OpenAI's
  * fields, "pagoda": {"cached_tokens_by_tier": {"pool": N, "<tier>": N, ...}}: where the
  * prompt_tokens_details.cached_tokens came from, with the context's tiers labelled as on
- * /metrics (render.c, ps_metrics_tier_labels).
+ * /metrics (render.c, ps_metrics_tier_labels); and "retention": {"priority", "ttl_s",
+ * "expires_at", "pinned", "pinned_until"}: what the cache was told to keep (render.c).
  *
  * Lifecycle: ps_server_start -> (serving) -> ps_server_begin_shutdown (new requests get
  * 503 at once) -> ps_server_wait_idle (in-flight requests finish) -> ps_server_destroy
@@ -65,6 +68,9 @@ typedef struct ps_server_params {
                                         header_timeout_s passed; 0: any. Default 1024 */
     int parse_special_in_messages;   /* 1: control-token text in chat messages becomes those
                                         tokens (the old behaviour); 0: plain text (default) */
+    uint32_t hint_lead_ms;           /* next-use hints (pagoda.next_use_s) are warmed from the
+                                        tiers this long before they are due
+                                        (pgd_cache_hints_run); default 2000, 0: never */
 } ps_server_params;
 
 ps_server_params ps_server_default_params(void);

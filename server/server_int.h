@@ -74,6 +74,8 @@
 #define GUARD_MS 200                 /* how often the guard looks at the connections */
 #define STREAMS_END_S 1.0            /* destroy: how long cancelled streams get to end */
 #define DEFAULT_COMPLETION_TOKENS 16 /* OpenAI's default max_tokens for /v1/completions */
+#define DEFAULT_HINT_LEAD_MS 2000
+#define HINTS_EVERY_S 0.1 /* how often the stepping thread runs due hints */
 
 typedef enum route {
     R_UNKNOWN = 0,
@@ -82,7 +84,12 @@ typedef enum route {
     R_MODELS,
     R_MODEL_ONE,
     R_HEALTH,
-    R_METRICS
+    R_METRICS,
+    R_CACHE_PIN, /* the admin API (admin.c) */
+    R_CACHE_UNPIN,
+    R_CACHE_PREFETCH,
+    R_CACHE_EVICT,
+    R_CACHE_STATS
 } route;
 
 typedef struct job {
@@ -139,9 +146,10 @@ typedef struct conn {
     int stream, include_usage;
     ps_textout tx;
     int tx_init;
-    int stopped;    /* a stop string matched; the request was cancelled */
-    int no_timeout; /* the idle timeout is off while this request is handled */
-    int have_final; /* the final callback's reason and usage are in fin / usage */
+    int stopped;       /* a stop string matched; the request was cancelled */
+    int no_timeout;    /* the idle timeout is off while this request is handled */
+    int have_final;    /* the final callback's reason and usage are in fin / usage */
+    pgd_retention ret; /* the request's retention (api.h), reported in usage */
     pe_finish fin;
     pe_usage usage; /* usage.status: the pgd_status of a failed generation */
     int job_oom;
@@ -264,6 +272,19 @@ void ps__sse_chunk(conn *k, const char *text, size_t n, const char *finish, int 
 void ps__sse_finish(conn *k, ps_outcome o);
 
 /* ---- generate.c ---- */
+
+/* Tokenizes r's prompt (chat: renders the template first) into *toks (malloc'ed), as a
+ * generation does; k->kind names the field of errors. Returns 0 or -1 with *e. */
+int ps__build_prompt(conn *k, const ps_req *r, int32_t **toks, size_t *n, ps_error *e);
+/* The 400 of a pin past the pin share: "pinned blocks would exceed the pin share (N of M
+ * pages)", N the pinned pages with the n_new asked for, M the share's pages; param names
+ * the field. Returns -1. */
+int ps__pin_share_error(ps_server *srv, uint64_t n_new, const char *param, ps_error *e);
+
+/* ---- admin.c: /v1/cache/ ---- */
+
+/* POST /v1/cache/pin, unpin, prefetch, evict; GET or POST /v1/cache/stats. */
+enum MHD_Result ps__handle_cache(conn *k);
 
 /* POST /v1/completions and /v1/chat/completions (the body is in k->body). */
 enum MHD_Result ps__handle_generate(conn *k);

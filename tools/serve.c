@@ -51,7 +51,8 @@ static void usage(FILE *out)
           "\n"
           "Serves a GGUF model over an OpenAI-compatible HTTP API with continuous batching\n"
           "and a shared prefix cache: POST /v1/completions, POST /v1/chat/completions,\n"
-          "GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+          "GET /v1/models, GET /health, GET /metrics (Prometheus), and the cache admin\n"
+          "API: POST /v1/cache/pin, /unpin, /prefetch, /evict, GET /v1/cache/stats.\n"
           "\n"
           "  -m, --model FILE         GGUF model (architecture llama)\n"
           "      --model-id NAME      the id /v1/models reports (default: the file name\n"
@@ -108,6 +109,17 @@ static void usage(FILE *out)
           "      --min-body-rate B    after --header-timeout, a body arriving slower than B\n"
           "                           bytes/s is cut (default 1024; 0: any rate)\n",
           out);
+    fputs("      --pin-share F        pinned KV pages (pagoda.pin, /v1/cache/pin) may fill at\n"
+          "                           most this share of the pool and of each tier, in\n"
+          "                           (0, 1] (default 0.5); past it a pin gets 400\n"
+          "      --tenant-quota SALT=SHARE\n"
+          "                           reserve SHARE (0, 1] of the pool and of each tier for\n"
+          "                           the tenant whose cache_salt is SALT: another tenant's\n"
+          "                           flood never evicts it below that (repeatable; the\n"
+          "                           shares sum to at most 1)\n"
+          "      --hint-lead-ms N     warm next-use hints (pagoda.next_use_s) from the tiers\n"
+          "                           N ms before they are due (default 2000; 0: never)\n",
+          out);
     cli_tier_help(out);
     fputs("                          Responses report cached tokens by tier in\n"
           "                          usage.pagoda.cached_tokens_by_tier; /metrics has\n"
@@ -127,6 +139,57 @@ static uint64_t phys_memory_bytes(void)
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return UINT64_MAX;
     return (uint64_t)pages * (uint64_t)page;
+}
+
+/* --tenant-quota SALT=SHARE (repeatable): SALT as requests give it in cache_salt. */
+#define MAX_QUOTAS 64
+typedef struct quota_list {
+    const char *salt[MAX_QUOTAS]; /* argv text; the salt is up to the last '=' */
+    size_t salt_len[MAX_QUOTAS];
+    double share[MAX_QUOTAS];
+    uint32_t n;
+} quota_list;
+
+static int add_quota(const char *cmd, const char *arg, quota_list *q)
+{
+    const char *eq = strrchr(arg, '=');
+    char *end;
+    if (!eq || eq == arg) {
+        fprintf(stderr, "%s: --tenant-quota: '%s' is not SALT=SHARE\n", cmd, arg);
+        return -1;
+    }
+    double f = strtod(eq + 1, &end);
+    if (end == eq + 1 || *end || !(f > 0 && f <= 1)) {
+        fprintf(stderr, "%s: --tenant-quota: the share of '%s' is not in (0, 1]\n", cmd, arg);
+        return -1;
+    }
+    if (q->n == MAX_QUOTAS) {
+        fprintf(stderr, "%s: --tenant-quota: at most %d tenants\n", cmd, MAX_QUOTAS);
+        return -1;
+    }
+    q->salt[q->n] = arg;
+    q->salt_len[q->n] = (size_t)(eq - arg);
+    q->share[q->n++] = f;
+    return 0;
+}
+
+/* Reserves each quota's share of the pool and of every tier (pgd_cache_set_tenant). */
+static int apply_quotas(const char *cmd, const quota_list *q, pgd_cache *c)
+{
+    for (uint32_t i = 0; i < q->n; i++) {
+        pgd_tenant_params tp;
+        memset(&tp, 0, sizeof tp);
+        tp.pool_share = q->share[i];
+        for (uint32_t t = 0; t < PGD_MAX_TIERS; t++)
+            tp.tier_share[t] = q->share[i];
+        int rc = pgd_cache_set_tenant(c, q->salt[i], q->salt_len[i], &tp);
+        if (rc < 0) {
+            fprintf(stderr, "%s: --tenant-quota %s: %s%s\n", cmd, q->salt[i], pgd_strerror(rc),
+                    rc == PGD_EINVAL ? " (the shares must sum to at most 1)" : "");
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* The shutdown watchdog (see the file comment). */
@@ -228,7 +291,10 @@ int cmd_serve(int argc, char **argv)
         O_MAXCONN,
         O_MAXIP,
         O_HDRTO,
-        O_BODYRATE
+        O_BODYRATE,
+        O_PINSHARE,
+        O_QUOTA,
+        O_HINTLEAD
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"model-id", required_argument, 0, O_ID},
@@ -253,6 +319,9 @@ int cmd_serve(int argc, char **argv)
                                          {"max-connections-per-ip", required_argument, 0, O_MAXIP},
                                          {"header-timeout", required_argument, 0, O_HDRTO},
                                          {"min-body-rate", required_argument, 0, O_BODYRATE},
+                                         {"pin-share", required_argument, 0, O_PINSHARE},
+                                         {"tenant-quota", required_argument, 0, O_QUOTA},
+                                         {"hint-lead-ms", required_argument, 0, O_HINTLEAD},
                                          CLI_KV_LONG_OPTIONS,
                                          CLI_TIER_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
@@ -267,6 +336,8 @@ int cmd_serve(int argc, char **argv)
     ps_server_params pp = ps_server_default_params();
     static cli_tiers tiers; /* large (paths); one serve per process */
     memset(&tiers, 0, sizeof tiers);
+    static quota_list quotas; /* --tenant-quota */
+    memset(&quotas, 0, sizeof quotas);
     const char *env_key = getenv("PAGODA_API_KEY");
     if (env_key && *env_key) pp.api_key = env_key;
     int c;
@@ -390,6 +461,24 @@ int cmd_serve(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             pp.min_body_rate = (uint32_t)v;
             break;
+        case O_PINSHARE: {
+            char *end;
+            double f = strtod(optarg, &end);
+            if (end == optarg || *end || !(f > 0 && f <= 1)) {
+                fprintf(stderr, "%s: --pin-share: '%s' is not a share in (0, 1]\n", cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            cp.pin_share = f;
+            break;
+        }
+        case O_QUOTA:
+            if (add_quota(cmd, optarg, &quotas)) return CLI_EXIT_USAGE;
+            break;
+        case O_HINTLEAD:
+            if (cli_parse_u64(cmd, "--hint-lead-ms", optarg, 0, 86400000, &v))
+                return CLI_EXIT_USAGE;
+            pp.hint_lead_ms = (uint32_t)v;
+            break;
         case 'h':
             usage(stdout);
             return CLI_EXIT_OK;
@@ -468,6 +557,10 @@ int cmd_serve(int argc, char **argv)
     cp.kv_tokens = kv_tokens;
     if (pe_ctx_create(m, &cp, &ctx, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
+        goto out;
+    }
+    if (apply_quotas(cmd, &quotas, pe_ctx_cache(ctx))) {
+        rc = CLI_EXIT_USAGE;
         goto out;
     }
     sp.model = m;

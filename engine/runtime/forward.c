@@ -226,6 +226,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.on_register = c->p.on_register;
     cp.on_evict = c->p.on_evict;
     cp.event_ud = c->p.event_ud;
+    cp.pin_share = c->p.pin_share;
     c->p.hash_key = NULL; /* borrowed for pe_ctx_create only */
     c->p.hash_key_len = 0;
     if (cp.n_tiers > PGD_MAX_TIERS) {

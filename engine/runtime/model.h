@@ -124,6 +124,7 @@ typedef struct pe_ctx_params {
     pgd_register_fn on_register;
     pgd_evict_fn on_evict;
     void *event_ud;
+    double pin_share; /* pgd_cache_params.pin_share: pinned pages' share (0: the default) */
 } pe_ctx_params;
 
 /* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,

@@ -59,7 +59,10 @@ typedef struct req {
     int first_match; /* promoting, and this is the first admission: fill n_cached* */
     int32_t out_tok; /* token to pass to the callback this step, -1 none */
     pe_finish finish;
-    int status;       /* pgd_status of a PE_FINISH_ERROR finish; PGD_OK otherwise */
+    int status;        /* pgd_status of a PE_FINISH_ERROR finish; PGD_OK otherwise */
+    pgd_retention ret; /* the request's retention, when has_ret */
+    int has_ret;
+    int pin_refused;  /* an admission's pgd_seq_set_retention refused the pin */
     struct req *next; /* done list */
 } req;
 
@@ -283,6 +286,10 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
     if (rp->max_tokens && rp->max_tokens < r->max_gen) r->max_gen = rp->max_tokens;
     r->stop_eog = rp->stop_on_eog;
     r->out_tok = -1;
+    if (rp->retention) {
+        r->ret = *rp->retention;
+        r->has_ret = 1;
+    }
     r->toks = malloc(((size_t)n + r->max_gen) * sizeof *r->toks);
     r->hashes = malloc((((size_t)n + r->max_gen) / s->pt + 1) * sizeof *r->hashes);
     r->logits = malloc((size_t)s->n_vocab * sizeof *r->logits);
@@ -536,6 +543,12 @@ static void admit(pe_sched *s)
             salt_len = sizeof own;
         }
         if (pgd_seq_create(s->cache, salt, salt_len, &w->seq) != PGD_OK) return;
+        if (w->has_ret && !s->p.no_prefix_cache &&
+            pgd_seq_set_retention(s->cache, w->seq, &w->ret, w->n_tok) == PGD_ENOSPC) {
+            w->ret.pin = 0; /* the pin share is full: keep the rest (scheduler.h) */
+            w->pin_refused = 1;
+            pgd_seq_set_retention(s->cache, w->seq, &w->ret, w->n_tok);
+        }
         /* Match all but the last token: its logits must be computed. The block hashes
          * of w->toks were computed at (re)queue time, outside the cache lock: pass them. */
         int64_t cached = 0;
@@ -731,6 +744,7 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
         u.cached_tokens = r->n_cached;
         u.completion_tokens = r->n_gen;
         u.status = r->status;
+        u.pin_refused = r->pin_refused;
         u.cached_pool_tokens = r->n_cached_pool;
         u.n_tiers = s->n_tiers;
         for (uint32_t i = 0; i < s->n_tiers && i < PGD_MAX_TIERS; i++)

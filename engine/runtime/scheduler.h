@@ -100,6 +100,11 @@ typedef struct pe_request_params {
     const void *salt;          /* tenant (bytes, borrowed for the call); NULL: default */
     size_t salt_len;           /* tenants with different salts never share cache */
     int stop_on_eog;           /* nonzero: stop at an end-of-generation token (not sent) */
+    /* The request's retention (cache.h, copied): set on its sequence at each admission
+     * (pgd_seq_set_retention, the prompt's length for the pin budget). A pin the cache
+     * refuses there (pin share full) is dropped and pe_usage.pin_refused says so; the
+     * rest of the retention holds. NULL: the default. */
+    const pgd_retention *retention;
 } pe_request_params;
 
 pe_request_params pe_request_default_params(void);
@@ -125,6 +130,7 @@ typedef struct pe_usage {
     uint32_t cached_pool_tokens;
     uint32_t cached_tier_tokens[PGD_MAX_TIERS];
     uint32_t n_tiers;
+    int pin_refused; /* the request asked for a pin and the cache refused it (pin share) */
 } pe_usage;
 /* pe_usage.status of a PE_FINISH_ERROR request: PGD_ENOSPC when its tokens (prompt plus
  * those generated so far) do not fit the pool even with no other request running;

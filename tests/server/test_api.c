@@ -11,6 +11,10 @@
  *   - malformed JSON, and 20,000 random mutations of valid bodies: never a crash or a
  *     leak (ASan), always 0, 400 or 413;
  *   - ps_error_json writes {"error":{"message","type","param","code"}};
+ *   - retention fields (issue 13): prompt_cache_retention, prompt_cache_key (its salt is
+ *     longer than any cache_salt), cache_control on a message and on a part (the longest
+ *     ttl wins), the "pagoda" object; each malformed form a 400 naming the field; the
+ *     mapping ps_req_retention; the admin bodies (ps_admin_parse);
  *   - ps_err_status: every row of the pgd_status -> HTTP table (status, type, code, param,
  *     message), the stage defaults for statuses no row names, and that the old messages
  *     (which the HTTP tests match) are kept byte for byte.
@@ -411,6 +415,178 @@ static int test_status_table(void)
     return 0;
 }
 
+static int test_retention(void)
+{
+    ps_req r;
+    ps_error e;
+    pgd_retention rt;
+    /* nothing: the default, and nothing to tell the cache */
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\"}", &r, &e), 0);
+    T_EQ(ps_req_retention(&r, &rt), 0);
+    T_ASSERT(rt.priority == PGD_PRIORITY_DEFAULT && !rt.ttl_ms && !rt.pin && !rt.next_use_ms);
+    ps_req_deinit(&r);
+    /* in_memory: 1 h */
+    T_EQ(
+        parse(PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_retention\":\"in_memory\"}", &r, &e),
+        0);
+    T_EQ(ps_req_retention(&r, &rt), 1);
+    T_EQ(rt.ttl_ms, 3600000);
+    T_EQ(rt.priority, PGD_PRIORITY_DEFAULT);
+    ps_req_deinit(&r);
+    /* 24h: 24 h at priority 60; pagoda fields override */
+    T_EQ(parse(PS_COMPLETION,
+               "{\"prompt\":\"x\",\"prompt_cache_retention\":\"24h\",\"pagoda\":{\"priority\":90,"
+               "\"pin\":true,\"next_use_s\":30,\"ttl_s\":null}}",
+               &r, &e),
+         0);
+    T_EQ(ps_req_retention(&r, &rt), 1);
+    T_EQ(rt.ttl_ms, 86400000ll);
+    T_EQ(rt.priority, 90);
+    T_ASSERT(rt.pin);
+    T_EQ(rt.next_use_ms, 30000);
+    ps_req_deinit(&r);
+    T_EQ(parse(PS_COMPLETION,
+               "{\"prompt\":\"x\",\"prompt_cache_retention\":\"24h\",\"pagoda\":{"
+               "\"ttl_s\":0,\"pin\":false}}",
+               &r, &e),
+         0);
+    T_EQ(ps_req_retention(&r, &rt), 1);
+    T_ASSERT(rt.ttl_ms == 0 && rt.priority == 60 && !rt.pin);
+    ps_req_deinit(&r);
+    /* cache_control on a message and on a part: the longest ttl */
+    T_EQ(parse(PS_CHAT,
+               "{\"messages\":[{\"role\":\"system\",\"content\":\"s\",\"cache_control\":{\"type\":"
+               "\"ephemeral\"}},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"u\","
+               "\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}]}]}",
+               &r, &e),
+         0);
+    T_EQ(r.ephemeral_ttl_s, 3600);
+    T_EQ(ps_req_retention(&r, &rt), 1);
+    T_EQ(rt.ttl_ms, 3600000);
+    ps_req_deinit(&r);
+    T_EQ(parse(PS_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"u\",\"cache_control\":{\"type\":"
+               "\"ephemeral\",\"ttl\":\"5m\"}}],\"prompt_cache_retention\":\"in_memory\"}",
+               &r, &e),
+         0);
+    T_EQ(ps_req_retention(&r, &rt), 1);
+    T_EQ(rt.ttl_ms, 3600000); /* in_memory's hour is longer */
+    ps_req_deinit(&r);
+    /* prompt_cache_key: a salt of its own namespace, longer than any cache_salt */
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_key\":\"user-7\"}", &r, &e), 0);
+    T_ASSERT(r.has_cache_key && r.salt);
+    T_EQ(r.salt_len, PS_KEY_SALT_PAD + 6);
+    T_ASSERT(r.salt_len > PS_MAX_SALT_BYTES && memcmp(r.salt + PS_KEY_SALT_PAD, "user-7", 6) == 0);
+    T_EQ(ps_req_retention(&r, &rt), 0);
+    ps_req_deinit(&r);
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_key\":\"k\",\"cache_salt\":\"t\"}",
+               &r, &e),
+         0);
+    T_ASSERT(r.salt_len == 1 && r.salt[0] == 't'); /* cache_salt wins */
+    ps_req_deinit(&r);
+    T_EQ(parse(PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_key\":\"\"}", &r, &e), 0);
+    T_ASSERT(!r.salt && !r.has_cache_key);
+    ps_req_deinit(&r);
+
+    static const struct {
+        ps_kind k;
+        const char *body, *param;
+    } bad[] = {
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_retention\":\"1h\"}",
+         "prompt_cache_retention"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_retention\":24}",
+         "prompt_cache_retention"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_retention\":\"24h\\u0000\"}",
+         "prompt_cache_retention"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"prompt_cache_key\":7}", "prompt_cache_key"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":[]}", "pagoda"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"priority\":101}}", "pagoda.priority"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"priority\":-1}}", "pagoda.priority"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"priority\":5.5}}", "pagoda.priority"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"ttl_s\":-1}}", "pagoda.ttl_s"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"ttl_s\":\"1h\"}}", "pagoda.ttl_s"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"ttl_s\":99999999999}}", "pagoda.ttl_s"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"pin\":1}}", "pagoda.pin"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"next_use_s\":-5}}", "pagoda.next_use_s"},
+        {PS_COMPLETION, "{\"prompt\":\"x\",\"pagoda\":{\"ttl\":5}}", "pagoda.ttl"},
+        {PS_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"u\",\"cache_control\":1}]}",
+         "cache_control"},
+        {PS_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"u\",\"cache_control\":{\"type\":"
+         "\"persistent\"}}]}",
+         "cache_control"},
+        {PS_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"u\",\"cache_control\":{\"type\":"
+         "\"ephemeral\",\"ttl\":\"2h\"}}]}",
+         "cache_control"},
+        {PS_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"u\","
+         "\"cache_control\":{\"ttl\":\"5m\"}}]}]}",
+         "cache_control"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = parse(bad[i].k, bad[i].body, &r, &e);
+        if (rc != -1 || e.status != 400 || strcmp(e.param, bad[i].param) != 0)
+            T_FAIL("case %zu (%s): rc %d status %d param '%s'", i, bad[i].body, rc, e.status,
+                   e.param);
+        /* the message names the field (its last part, e.g. "ttl" of cache_control.ttl) */
+        const char *dot = strrchr(bad[i].param, '.');
+        if (!strstr(e.message, dot ? dot + 1 : bad[i].param))
+            T_FAIL("case %zu: message '%s' does not name %s", i, e.message, bad[i].param);
+    }
+    return 0;
+}
+
+static int admin(const char *s, int need, int ttl, ps_req *r, ps_error *e)
+{
+    return ps_admin_parse(s, strlen(s), 512, 64, need, ttl, r, e);
+}
+
+static int test_admin_bodies(void)
+{
+    ps_req r;
+    ps_error e;
+    T_EQ(admin("{\"prompt\":\"Once\",\"cache_salt\":\"a\",\"ttl_s\":60}", 1, 1, &r, &e), 0);
+    T_ASSERT(r.kind == PS_COMPLETION && r.prompt && strcmp(r.prompt, "Once") == 0);
+    T_ASSERT(r.salt_len == 1 && r.ttl_s_admin == 60);
+    ps_req_deinit(&r);
+    T_EQ(admin("{\"tokens\":[1,2,3]}", 1, 0, &r, &e), 0);
+    T_EQ(r.n_prompt_toks, 3);
+    T_EQ(r.prompt_toks[2], 3);
+    ps_req_deinit(&r);
+    T_EQ(admin("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 1, 0, &r, &e), 0);
+    T_ASSERT(r.kind == PS_CHAT && r.n_msgs == 1);
+    ps_req_deinit(&r);
+    T_EQ(admin("", 0, 0, &r, &e), 0); /* stats: no body */
+    T_EQ(admin("{}", 0, 0, &r, &e), 0);
+    ps_req_deinit(&r);
+    static const struct {
+        const char *body, *param;
+        int need, ttl;
+    } bad[] = {
+        {"{}", "prompt", 1, 0},
+        {"", "", 1, 0},
+        {"[1]", "", 1, 0},
+        {"{\"prompt\":\"a\",\"tokens\":[1]}", "prompt", 1, 0},
+        {"{\"tokens\":\"a\"}", "tokens", 1, 0},
+        {"{\"tokens\":[1,999]}", "tokens", 1, 0},
+        {"{\"tokens\":[]}", "tokens", 1, 0},
+        {"{\"prompt\":\"a\",\"cache_salt\":\"\"}", "cache_salt", 1, 0},
+        {"{\"prompt\":\"a\",\"salt\":\"x\"}", "salt", 1, 0},
+        {"{\"prompt\":\"a\",\"ttl_s\":5}", "ttl_s", 1, 0},
+        {"{\"prompt\":\"a\",\"ttl_s\":-5}", "ttl_s", 1, 1},
+        {"{\"prompt\":\"a\",\"ttl_s\":\"5\"}", "ttl_s", 1, 1},
+        {"{\"messages\":[]}", "messages", 1, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = admin(bad[i].body, bad[i].need, bad[i].ttl, &r, &e);
+        if (rc != -1 || e.status != 400 || strcmp(e.param, bad[i].param) != 0)
+            T_FAIL("case %zu (%s): rc %d status %d param '%s'", i, bad[i].body, rc, e.status,
+                   e.param);
+    }
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_full_completion);
@@ -420,5 +596,7 @@ int main(void)
     T_RUN(test_limits);
     T_RUN(test_error_json);
     T_RUN(test_status_table);
+    T_RUN(test_retention);
+    T_RUN(test_admin_bodies);
     T_DONE();
 }
