@@ -166,6 +166,44 @@ void pgd__mover_destroy(pgd__mover *m);
 
 extern const pgd_policy_ops pgd__policy_lru;
 extern const pgd_policy_ops pgd__policy_belady;
+extern const pgd_policy_ops pgd__policy_s3fifo;
+extern const pgd_policy_ops pgd__policy_arc;
+
+/* Ghost lists of evicted block hashes (policy/ghost.c): a fixed pool of cap entries shared
+ * by PGD__GHOST_LISTS FIFO lists, with a hash set over them. Nothing allocates after
+ * init. A hash is in at most one list. */
+#define PGD__GHOST_LISTS 2
+#define PGD__GHOST_FREE 0xff
+typedef struct pgd__ghost_node {
+    pgd_hash hash;
+    uint32_t prev, next; /* list links (next: the free list too) */
+    uint32_t list;       /* 0..PGD__GHOST_LISTS-1, PGD__GHOST_FREE if free */
+    uint32_t slot;       /* its table slot */
+} pgd__ghost_node;
+typedef struct pgd__ghost_slot {
+    uint32_t node; /* PGD__NONE: empty */
+    uint32_t tag;  /* the hash's mixed upper bits; tag & mask is the home slot */
+} pgd__ghost_slot;
+typedef struct pgd__ghost {
+    uint32_t cap, mask;                                      /* entries; hash table size - 1 */
+    pgd__ghost_slot *table;                                  /* [mask+1] */
+    pgd__ghost_node *node;                                   /* [cap] */
+    uint32_t free;                                           /* first free node */
+    uint32_t head[PGD__GHOST_LISTS], tail[PGD__GHOST_LISTS]; /* newest, oldest */
+    uint32_t len[PGD__GHOST_LISTS];
+} pgd__ghost;
+/* Returns PGD_OK or PGD_ENOMEM (g zeroed). cap 0 is taken as 1. */
+int pgd__ghost_init(pgd__ghost *g, const pgd__alloc *al, uint32_t cap);
+void pgd__ghost_deinit(pgd__ghost *g, const pgd__alloc *al);
+/* The list holding h, or -1. */
+int pgd__ghost_find(const pgd__ghost *g, pgd_hash h);
+/* Adds h at the newest end of list l (moving it if it is in a list). When all cap entries
+ * are used, first drops the oldest entry of l (of the other list if l is empty). */
+void pgd__ghost_push(pgd__ghost *g, int l, pgd_hash h);
+/* Drops h if present. */
+void pgd__ghost_del(pgd__ghost *g, pgd_hash h);
+/* Drops the oldest entry of list l, if any. */
+void pgd__ghost_pop(pgd__ghost *g, int l);
 
 /* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *

@@ -15,6 +15,8 @@ static const struct {
 } policies[] = {
     {PGD_POLICY_LRU, "lru", &pgd__policy_lru},
     {PGD_POLICY_BELADY, "belady", &pgd__policy_belady},
+    {PGD_POLICY_S3FIFO, "s3fifo", &pgd__policy_s3fifo},
+    {PGD_POLICY_ARC, "arc", &pgd__policy_arc},
 };
 
 const pgd_policy_ops *pgd_policy_builtin(pgd_policy_kind kind)
