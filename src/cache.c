@@ -417,7 +417,8 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
                           .clock = p->clock ? p->clock : cache_clock_mono,
                           .clock_ud = p->clock_ud,
                           .page_bytes = pgd_pool_page_bytes(c->pool),
-                          .cost = p->cost};
+                          .cost = p->cost,
+                          .page_tokens = c->page_tokens};
     pgd_cost_model_default(&pi.cost, c->g.n_layers, c->g.n_kv_heads, c->g.head_dim);
     rc = pol->create(&pi, &c->pstate);
     if (rc != PGD_OK) {

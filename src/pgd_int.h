@@ -204,6 +204,18 @@ void pgd__ghost_push(pgd__ghost *g, int l, pgd_hash h);
 void pgd__ghost_del(pgd__ghost *g, pgd_hash h);
 /* Drops the oldest entry of list l, if any. */
 void pgd__ghost_pop(pgd__ghost *g, int l);
+extern const pgd_policy_ops pgd__policy_priority; /* policy/priority.c */
+extern const pgd_policy_ops pgd__policy_cost;     /* policy/cost.c */
+/* Ghost entries of the cost policy per pool page (16 bytes each, plus its bucket). On the
+ * Mooncake trace, token hit ratio / LRU's at 1/3/10/30% of its unique blocks: 4: 1.07/1.03/
+ * 1.03/1.05; 32: 1.14/1.10/1.04/1.05; 100 (all of its blocks): 1.13/1.15/1.04/1.05. */
+#ifndef PGD__POLICY_COST_GHOST
+#define PGD__POLICY_COST_GHOST 32
+#endif
+/* The value of a page in the cost policy (policy/cost.c's header): H = inflation +
+ * f^a x (1 + b x depth) x (cost / bytes)^c. Pure; exposed for the reference in tests. */
+double pgd__policy_cost_value(double inflation, uint32_t freq, double cost, double bytes,
+                              uint32_t depth);
 
 /* ---- the residual ring of staged codecs (cache.c), for src/attn/ ----
  *

@@ -107,9 +107,10 @@ typedef struct pgd_policy_init {
     void *ud;                   /* pgd_cache_params.policy_ud */
     pgd_clock_fn clock;         /* the cache's clock, never NULL (victim() may read it) */
     void *clock_ud;
-    uint64_t page_bytes; /* bytes of one page (pool page + key bounds), > 0 */
-    pgd_cost_model cost; /* resolved (no zero field) */
-} pgd_policy_init;       /* append fields only */
+    uint64_t page_bytes;  /* bytes of one page (pool page + key bounds), > 0 */
+    pgd_cost_model cost;  /* resolved (no zero field) */
+    uint32_t page_tokens; /* tokens per page (T of the cost model); 0: unknown, taken as 1 */
+} pgd_policy_init;        /* append fields only */
 
 /* An eviction policy. Every member is required. The table is borrowed: it must outlive
  * every cache created with it (a static const table is the usual form). */

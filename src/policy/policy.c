@@ -17,6 +17,8 @@ static const struct {
     {PGD_POLICY_BELADY, "belady", &pgd__policy_belady},
     {PGD_POLICY_S3FIFO, "s3fifo", &pgd__policy_s3fifo},
     {PGD_POLICY_ARC, "arc", &pgd__policy_arc},
+    {PGD_POLICY_COST, "cost", &pgd__policy_cost},
+    {PGD_POLICY_PRIORITY, "priority", &pgd__policy_priority},
 };
 
 const pgd_policy_ops *pgd_policy_builtin(pgd_policy_kind kind)
