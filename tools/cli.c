@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <pagoda/pool.h>
@@ -190,6 +191,33 @@ void cli_load_progress(void *ud, uint64_t done, uint64_t total)
     }
 }
 
+int cli_parse_policy(const char *cmd, const char *opt, const char *name, int allow_belady,
+                     pgd_policy_kind *out)
+{
+    static const struct {
+        const char *name;
+        pgd_policy_kind kind;
+    } names[] = {{"lru", PGD_POLICY_LRU},           {"s3fifo", PGD_POLICY_S3FIFO},
+                 {"arc", PGD_POLICY_ARC},           {"cost", PGD_POLICY_COST},
+                 {"priority", PGD_POLICY_PRIORITY}, {"belady", PGD_POLICY_BELADY}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i].name) != 0) continue;
+        if (names[i].kind == PGD_POLICY_BELADY && !allow_belady) {
+            fprintf(stderr,
+                    "%s: %s: belady needs to know every block's next use, which only a trace "
+                    "replay has (pagoda replay --policy belady); use lru, s3fifo, arc, cost or "
+                    "priority\n",
+                    cmd, opt);
+            return -1;
+        }
+        *out = names[i].kind;
+        return 0;
+    }
+    fprintf(stderr, "%s: %s: unknown policy '%s' (lru, s3fifo, arc, cost, priority%s)\n", cmd, opt,
+            name, allow_belady ? " or belady" : "");
+    return -1;
+}
+
 int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
 {
     uint64_t v;
@@ -219,6 +247,8 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
         }
         cp->kv_select_pages = (uint32_t)v;
         return 1;
+    case CLI_OPT_POLICY:
+        return cli_parse_policy(cmd, "--policy", arg, 0, &cp->policy) ? -1 : 1;
     case CLI_OPT_PAGE_TOKENS:
         if (cli_parse_u64(cmd, "--page-tokens", arg, 1, 1u << 16, &v)) return -1;
         { /* the library's rule, before the model loads */

@@ -64,8 +64,9 @@ int cli_unexpected_arg(const char *cmd, const char *arg);
 
 /*
  * The KV-cache options every engine command takes (run, eval, serve): --kv-type,
- * --kv-rotate, --kv-residual, --kv-select-pages, --page-tokens, and --deterministic
- * (batch-invariant matrix products, pe_ctx_params.deterministic). A command puts
+ * --kv-rotate, --kv-residual, --kv-select-pages, --page-tokens, --deterministic
+ * (batch-invariant matrix products, pe_ctx_params.deterministic) and --policy NAME (the
+ * pool's eviction policy, pe_ctx_params.policy: cli_parse_policy without belady). A command puts
  * CLI_KV_LONG_OPTIONS in its getopt_long table and passes every option to cli_kv_option
  * first; its own option values must stay below CLI_OPT_KV_FIRST.
  */
@@ -76,7 +77,8 @@ enum {
     CLI_OPT_KV_RESIDUAL,
     CLI_OPT_KV_SELECT,
     CLI_OPT_PAGE_TOKENS,
-    CLI_OPT_DETERMINISTIC
+    CLI_OPT_DETERMINISTIC,
+    CLI_OPT_POLICY
 };
 #define CLI_KV_LONG_OPTIONS                                                                        \
     {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                            \
@@ -84,6 +86,7 @@ enum {
         {"kv-residual", required_argument, 0, CLI_OPT_KV_RESIDUAL},                                \
         {"kv-select-pages", required_argument, 0, CLI_OPT_KV_SELECT},                              \
         {"deterministic", no_argument, 0, CLI_OPT_DETERMINISTIC},                                  \
+        {"policy", required_argument, 0, CLI_OPT_POLICY},                                          \
     {                                                                                              \
         "page-tokens", required_argument, 0, CLI_OPT_PAGE_TOKENS                                   \
     }
@@ -92,6 +95,14 @@ enum {
  * Returns 1 when it was one and is applied, 0 when opt is not a KV option, -1 after
  * printing "cmd: --option: why" on stderr. */
 int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp);
+
+/* Parses an eviction policy name for option opt of command cmd: lru, s3fifo, arc, cost,
+ * priority, and belady when allow_belady (replay: it needs the future). Returns 0, or -1
+ * after printing "cmd: opt: ..." on stderr naming the value and the valid names (belady
+ * without allow_belady: why it is refused). The names are the CLI's: a kind this build's
+ * library does not have is refused later, by the cache or tier that would run it. */
+int cli_parse_policy(const char *cmd, const char *opt, const char *name, int allow_belady,
+                     pgd_policy_kind *out);
 
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);

@@ -64,6 +64,8 @@ static void usage(FILE *out)
           "                            evaluated one at a time, so pair it with -b 1\n"
           "      --deterministic       batch-invariant products (scores do not depend on -b)\n"
           "      --page-tokens N       tokens per KV page, a power of two (default 16)\n"
+          "      --policy NAME         the pool's eviction policy: lru (default), s3fifo, arc,\n"
+          "                            cost or priority (belady: pagoda replay only)\n"
           "      --json                one JSON object instead of the table\n",
           out);
     cli_tier_help(out);

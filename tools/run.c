@@ -52,6 +52,9 @@ static void usage(FILE *out)
           "      --deterministic     batch-invariant products: a prompt's logits do not depend\n"
           "                          on its chunking (slower decode on AVX-512)\n"
           "      --page-tokens N     tokens per KV page, a power of two (default 16)\n"
+          "      --policy NAME       the pool's eviction policy: lru (default), s3fifo, arc,\n"
+          "                          cost (what a hit saves per byte) or priority (belady is\n"
+          "                          pagoda replay's only: it needs the future)\n"
           "      --no-display-prompt do not echo the prompt\n",
           out);
     cli_tier_help(out);

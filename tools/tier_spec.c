@@ -5,8 +5,11 @@
  * and prints the --help block that run, eval and serve share.
  *
  * Grammar (fields separated by ':', so a disk PATH may not contain one):
- *   ram:SIZE[:q8_0|q4_0][:lz4|zstd]                      options in any order, each once
- *   disk:PATH:SIZE[:fsync][:direct][:write-through[=N]]  likewise
+ *   ram:SIZE[:q8_0|q4_0][:lz4|zstd][:policy=NAME]                    options in any order,
+ *   disk:PATH:SIZE[:fsync][:direct][:write-through[=N]][:policy=NAME] each once
+ * policy=NAME: the tier's eviction order (lru, s3fifo, arc, cost, priority; default lru;
+ * belady is refused: a tier has no future to look at). A Redis tier takes no policy=:
+ * Redis's own maxmemory-policy orders it.
  * SIZE is cli_parse_size's: digits with an optional K, M, G or T suffix (powers of 1024).
  *   redis://... | unix://...   a URL (any spec with "://"): the library's grammar
  *                              (pgd_tier_redis_parse_url), whose query string may also hold
@@ -64,9 +67,21 @@ static int parse_size(const char *cmd, cli_tier_spec *o, const char *s)
     return 0;
 }
 
+/* A policy=NAME field (a starts with "policy="). Returns 0 or -1 (printed). */
+static int parse_policy(const char *cmd, cli_tier_spec *o, const char *a, int *have)
+{
+    char opt[CLI_TIER_PATH_MAX + 96];
+    pgd_policy_kind k;
+    if ((*have)++) return bad(cmd, o, "option given twice", a);
+    snprintf(opt, sizeof opt, "--tier '%s': policy=", o->text);
+    if (cli_parse_policy(cmd, opt, a + 7, 0, &k)) return -1;
+    o->policy = (int)k;
+    return 0;
+}
+
 static int parse_ram(const char *cmd, cli_tier_spec *o, char **f, int n)
 {
-    int have_type = 0, have_comp = 0;
+    int have_type = 0, have_comp = 0, have_policy = 0;
     if (n < 2 || !f[1][0]) return bad(cmd, o, "a RAM tier needs a size: ram:SIZE, got", o->text);
     if (parse_size(cmd, o, f[1])) return -1;
     for (int i = 2; i < n; i++) {
@@ -77,8 +92,10 @@ static int parse_ram(const char *cmd, cli_tier_spec *o, char **f, int n)
         } else if (!strcmp(a, "lz4") || !strcmp(a, "zstd")) {
             if (have_comp++) return bad(cmd, o, "a second compression", a);
             o->compression = !strcmp(a, "lz4") ? PGD_RECORD_LZ4 : PGD_RECORD_ZSTD;
+        } else if (!strncmp(a, "policy=", 7)) {
+            if (parse_policy(cmd, o, a, &have_policy)) return -1;
         } else {
-            return bad(cmd, o, "unknown RAM tier option (q8_0, q4_0, lz4 or zstd)", a);
+            return bad(cmd, o, "unknown RAM tier option (q8_0, q4_0, lz4, zstd or policy=NAME)", a);
         }
     }
     return 0;
@@ -86,7 +103,7 @@ static int parse_ram(const char *cmd, cli_tier_spec *o, char **f, int n)
 
 static int parse_disk(const char *cmd, cli_tier_spec *o, char **f, int n)
 {
-    int have_fsync = 0, have_direct = 0, have_wt = 0;
+    int have_fsync = 0, have_direct = 0, have_wt = 0, have_policy = 0;
     if (n < 3)
         return bad(cmd, o, "a disk tier needs a directory and a size: disk:PATH:SIZE, got",
                    o->text);
@@ -115,10 +132,12 @@ static int parse_disk(const char *cmd, cli_tier_spec *o, char **f, int n)
                 if (cli_parse_u64(cmd, opt, a + 14, 0, UINT32_MAX, &v)) return -1;
                 o->admit_hits = (uint32_t)v;
             }
+        } else if (!strncmp(a, "policy=", 7)) {
+            if (parse_policy(cmd, o, a, &have_policy)) return -1;
         } else {
             return bad(cmd, o,
-                       "unknown disk tier option (fsync, direct, write-through or "
-                       "write-through=N)",
+                       "unknown disk tier option (fsync, direct, write-through, "
+                       "write-through=N or policy=NAME)",
                        a);
         }
     }
@@ -249,6 +268,11 @@ static int parse_redis(const char *cmd, cli_tier_spec *o, const char *spec)
         if (!strcmp(opt, "write-back")) {
             if (have_wb++) return bad(cmd, o, "option given twice", opt);
             o->write_through = 0;
+        } else if (!strncmp(opt, "policy=", 7)) {
+            return bad_redis(cmd, o,
+                             "policy= is for the ram and disk tiers: a Redis tier's eviction "
+                             "order is Redis's own maxmemory-policy (e.g. allkeys-lru, "
+                             "volatile-lru: pinned blocks are kept, their keys have no TTL)");
         } else if (!strncmp(opt, "write-back=", 11)) {
             return bad(cmd, o, "write-back takes no value; the option is", opt);
         } else if (!strcmp(opt, "write-through") || !strncmp(opt, "write-through=", 14)) {
@@ -289,6 +313,7 @@ int cli_tier_spec_parse(const char *cmd, const char *spec, cli_tier_spec *out)
     memset(out, 0, sizeof *out);
     out->store_type = -1;
     out->compression = PGD_RECORD_RAW;
+    out->policy = PGD_POLICY_LRU;
     secrets sc;
     find_secrets(spec, &sc);
     redact(spec, &sc, out->text, sizeof out->text);
@@ -400,6 +425,7 @@ static int open_one(const char *cmd, const cli_tier_spec *sp, const cli_tiers *t
         p.capacity_bytes = sp->capacity_bytes;
         p.store_type = sp->store_type;
         p.compression = sp->compression;
+        p.policy = sp->policy;
         p.log = log;
         p.log_ud = log_ud;
         rc = pgd_tier_ram_create(&p, out);
@@ -409,6 +435,7 @@ static int open_one(const char *cmd, const cli_tier_spec *sp, const cli_tiers *t
         p.capacity_bytes = sp->capacity_bytes;
         p.fsync = sp->fsync;
         p.o_direct = sp->o_direct;
+        p.policy = sp->policy;
         p.log = log;
         p.log_ud = log_ud;
         rc = pgd_tier_disk_create(&p, out);
@@ -519,11 +546,11 @@ void cli_tier_help(FILE *out)
 {
     fputs("      --tier SPEC         a storage tier below the KV pool; repeat it for a\n"
           "                          hierarchy, fastest first (pool -> 1st -> 2nd), at most 8:\n"
-          "        ram:SIZE[:q8_0|q4_0][:lz4|zstd]\n"
+          "        ram:SIZE[:q8_0|q4_0][:lz4|zstd][:policy=NAME]\n"
           "                          host memory. Records keep the pool's codec (lossless)\n"
           "                          unless re-encoded to q8_0 or q4_0 (lossy: your choice);\n"
           "                          lz4 or zstd compress them (lossless)\n"
-          "        disk:PATH:SIZE[:fsync][:direct][:write-through[=N]]\n"
+          "        disk:PATH:SIZE[:fsync][:direct][:write-through[=N]][:policy=NAME]\n"
           "                          a directory (created 0700, files 0600) that survives\n"
           "                          restarts; PATH may not contain ':'. One process per\n"
           "                          directory: a lock file refuses a second one\n"
@@ -550,6 +577,10 @@ void cli_tier_help(FILE *out)
           "                          that does not verify is a miss). fsync: each record and\n"
           "                          its directory are fsynced before it counts as stored.\n"
           "                          direct: O_DIRECT record I/O\n"
+          "                          policy=NAME: the tier's eviction order: lru (default),\n"
+          "                          s3fifo, arc, cost or priority (as --policy; every one\n"
+          "                          evicts a chain from its end, and a record's retention\n"
+          "                          counts: expired ones go first, pinned ones stay)\n"
           "        redis://[user:password@]host:port[,host:port...][/db][?options]\n"
           "        unix:///path/to/redis.sock[?options]\n"
           "                          Redis or Redis Cluster (detected; the seeds are tried in\n"
@@ -574,6 +605,9 @@ void cli_tier_help(FILE *out)
           "                          AllBlocksCleared of the pool and of Redis to that stream\n"
           "                          (events_maxlen=N, 100000), tagged instance=ID (default\n"
           "                          hostname:pid).\n"
+          "                          Its eviction order is Redis's maxmemory-policy (no\n"
+          "                          policy=): a pinned block's key loses its TTL (PERSIST),\n"
+          "                          which volatile-* policies never evict.\n"
           "                          While Redis is down requests compute; it reconnects.\n"
           "                          e.g. redis://:secret@10.0.0.5:6379/0?events=pgd-events\n"
           "      --hash-key-file F   the block-hash key: the bytes of F (1 to 256); default:\n"

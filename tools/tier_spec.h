@@ -4,8 +4,8 @@
  * `pagoda eval`, `pagoda serve`): repeatable --tier specs and --hash-key-file, parsed into
  * created tiers (tier.h) and the pgd_tier_use list a context takes (pe_ctx_params.tiers).
  *
- *   --tier ram:SIZE[:q8_0|q4_0][:lz4|zstd]
- *   --tier disk:PATH:SIZE[:fsync][:direct][:write-through[=N]]
+ *   --tier ram:SIZE[:q8_0|q4_0][:lz4|zstd][:policy=NAME]
+ *   --tier disk:PATH:SIZE[:fsync][:direct][:write-through[=N]][:policy=NAME]
  *   --tier redis://[user:password@]host:port[,host:port...][/db][?options]
  *   --tier unix:///path/to/redis.sock[?options]
  *   --hash-key-file FILE
@@ -61,6 +61,8 @@ typedef struct cli_tier_spec {
     uint32_t admit_hits; /* disk, redis, write-through: after this many matches (0: at once) */
     char url[CLI_TIER_PATH_MAX]; /* redis: the URL for the library (the CLI's options removed) */
     int events;                  /* redis: the URL names a KV-events stream (events=) */
+    int policy; /* ram, disk: pgd_policy_kind ordering the tier (policy=; default LRU). A
+                   Redis tier has none: Redis's maxmemory-policy orders it */
 } cli_tier_spec;
 
 /* The tiers of one command: specs from the command line, then what cli_tiers_open made. */

@@ -211,6 +211,11 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.kv_residual = c->p.kv_residual;
     cp.pool.capacity_pages = (uint32_t)((c->p.kv_tokens + c->p.page_tokens - 1) / c->p.page_tokens);
     cp.policy = c->p.policy;
+    /* The cost model of cost-aware policies (model.h, pe_ctx_params.policy). */
+    double attn_proj = (double)hp->n_embd * hp->head_dim * (2.0 * hp->n_head + 2.0 * hp->n_head_kv);
+    double mlp = 3.0 * (double)hp->n_embd * hp->n_ff;
+    cp.cost.linear_flops_per_token = 2.0 * hp->n_layer * (attn_proj + mlp);
+    cp.cost.attn_flops_per_pos = 4.0 * hp->n_layer * hp->n_head * hp->head_dim;
     cp.model_fingerprint = m->fingerprint;
     cp.log = c->p.log; /* the cache hands it to its pool */
     cp.log_ud = c->p.log_ud;

@@ -84,7 +84,17 @@ typedef struct pe_ctx_params {
     int contiguous_ref;       /* also keep K/V in plain f32 arrays (f16-rounded for an f16
                                  cache) and attend from them (the reference path for tests);
                                  one sequence per step only */
-    pgd_policy_kind policy;   /* default LRU */
+    pgd_policy_kind policy;   /* the pool's eviction policy; default LRU. pe_ctx_create gives
+                                 the cache the model's cost model (pgd_cache_params.cost,
+                                 read by cost-aware policies: policy.h pgd_cost_model):
+                                   linear_flops_per_token = 2 x n_layer x (n_embd x head_dim
+                                     x (2 n_head + 2 n_head_kv)   Q, K, V, O projections
+                                     + 3 x n_embd x n_ff)          the SwiGLU MLP
+                                   (2 FLOPs per weight touched per token; the output head
+                                   and embeddings left out: a prefill runs the head on its
+                                   last token only, and an embedding is a look-up)
+                                   attn_flops_per_pos = 4 x n_layer x n_head x head_dim
+                                   (QK^T and PV per (query, key) pair, every query head) */
     int kv_rotate;            /* Hadamard-rotate K/V before encoding (head_dim a power of 2) */
     uint32_t kv_residual;     /* kivi2: newest tokens kept in f16; 0: the cache's default */
     uint32_t kv_select_pages; /* Quest: at most this many pages per decode row; 0: dense */

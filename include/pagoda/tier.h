@@ -261,14 +261,17 @@ typedef struct pgd_tier_ram_params {
 } pgd_tier_ram_params; /* append fields only */
 
 PGD_API pgd_tier_ram_params pgd_tier_ram_default_params(void);
-/* Creates an empty RAM tier (LRU within itself, leaf-only: it never drops a chain's
- * middle while it holds the end). Records are allocated at put (one allocation each,
+/* Creates an empty RAM tier (ordered within itself by params.policy, LRU by default;
+ * leaf-only under every policy: it never drops a chain's middle while it holds the end;
+ * retain: an expired record is evicted first, a pinned one is not evicted, pins bounded
+ * by pin_share of the capacity). Records are allocated at put (one allocation each,
  * header included), freed at eviction; get verifies the checksum. With compression, a
  * record that does not shrink is stored RAW (the header says so); zstd runs at level 1.
  * The tier holds at most capacity_bytes / record bytes records (with compression: /
  * (header + raw / 16)), about 90 bytes of index each, reserved at bind. Defaults
- * (pgd_tier_ram_default_params): 1 GiB, the pool's codec, RAW. Returns PGD_OK,
- * PGD_EINVAL (capacity 0, an unknown store_type or compression), PGD_ENOMEM. */
+ * (pgd_tier_ram_default_params): 1 GiB, the pool's codec, RAW, LRU, pin_share 0.5.
+ * Returns PGD_OK, PGD_EINVAL (capacity 0, an unknown store_type or compression, a policy
+ * that is unknown or belady, a pin_share outside (0, 1]: logged), PGD_ENOMEM. */
 PGD_API int pgd_tier_ram_create(const pgd_tier_ram_params *p, pgd_tier **out);
 
 /* ---- the disk tier (src/tier/disk.c) ---- */
@@ -297,7 +300,9 @@ PGD_API int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out);
 PGD_API int pgd_tier_disk_key(const pgd_tier *t, uint8_t key[32]);
 
 /* Defaults (pgd_tier_disk_default_params): capacity 10 GiB, fsync off, o_direct off (a
- * filesystem that refuses O_DIRECT gets buffered I/O and a log line). The tier keeps the
+ * filesystem that refuses O_DIRECT gets buffered I/O and a log line), LRU, pin_share 0.5
+ * (policy and pins as the RAM tier's). Retention (retain) is kept in memory only: after a
+ * restart the records have the default priority, no expiry and no pin. The tier keeps the
  * directory's absolute path (realpath at create).
  * The directory (disk.c's header has the whole layout):
  *   DIR/LOCK, DIR/key (0600), DIR/ident (the identity bound last, text),

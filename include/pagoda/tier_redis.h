@@ -40,6 +40,14 @@
  *          shared key before the instances have written about four billion values.
  *   TTL    every SET has EX params.ttl_s (default 86400), so maxmemory-policy volatile-lru
  *          (or allkeys-lru) may evict records; an evicted record is a miss
+ *   RETAIN pgd_tier_retain (tier.h): ttl_s -> EXPIRE key ttl_s, pin -> PERSIST key (no
+ *          TTL: a volatile-* maxmemory-policy never evicts it; allkeys-* still may),
+ *          unpin -> EXPIRE key params.ttl_s; a priority alone changes nothing (Redis
+ *          orders evictions by its own maxmemory-policy: the tier has no policy=). Never
+ *          a round trip on the caller's thread: a put still queued carries it in its SET,
+ *          else the writer sends it after its SETs. Returns PGD_OK, PGD_ENOTFOUND (a
+ *          block this instance does not know: sent anyway), PGD_EIO (down, or 4096
+ *          commands queued: dropped, n_io_errors)
  *
  * A value whose MAC fails is forged or damaged: a miss, counted (n_mac_failures) and
  * DELeted. A value that verifies but is of another identity is foreign: ignored, counted

@@ -74,15 +74,19 @@ typedef struct disk {
     uint64_t capacity_bytes;
     int fsync_each;
     int o_direct;
+    const pgd_policy_ops *policy; /* params.policy's table */
+    double pin_share;             /* resolved: (0, 1] */
     pthread_mutex_t mu;
     int mu_ok;
 
     /* Guarded by mu: */
     int bound;
     pgd_record_ident ident;
-    uint64_t rec_bytes;      /* header + page + bounds */
-    uint64_t file_bytes;     /* rec_bytes, padded to DIRECT_ALIGN with o_direct */
-    pgd__tmap *map;          /* block -> slot: leaf-only LRU (created by bind) */
+    uint64_t rec_bytes;  /* header + page + bounds */
+    uint64_t file_bytes; /* rec_bytes, padded to DIRECT_ALIGN with o_direct */
+    pgd__tmap *map;      /* block -> slot: leaf-only, ordered by policy (bind) */
+    pgd_clock_fn clock;  /* the map's clock (NULL: CLOCK_REALTIME; a test hook) */
+    void *clock_ud;
     uint64_t *slot_bytes;    /* [map capacity]: the file's bytes of each live slot */
     uint64_t used_bytes;     /* sum of slot_bytes over live slots */
     uint32_t max_slots;      /* the most records the capacity can hold */
@@ -253,16 +257,19 @@ static int m_resize(disk *d, uint32_t n)
 {
     pgd__tmap *m = NULL;
     uint64_t *b = pgd__calloc(&d->al, n, sizeof *b);
-    if (!b || pgd__tmap_create(&d->al, n, NULL, &m) != PGD_OK) {
+    if (!b || pgd__tmap_create(&d->al, n, d->policy, &d->ident, &m) != PGD_OK) {
         pgd__free(&d->al, b);
         return PGD_ENOMEM;
     }
+    pgd__tmap_set_clock(m, d->clock, d->clock_ud);
+    pgd__tmap_set_pin_limit(m, (uint64_t)(d->pin_share * (double)d->capacity_bytes));
     if (d->map) {
         PGD_CHECK(pgd__tmap_count(d->map) <= n);
         for (uint32_t v = pgd__tmap_victim(d->map); v != PGD__NONE; v = pgd__tmap_victim(d->map)) {
             const pgd__tmap_slot *sl = pgd__tmap_slot_get(d->map, v);
             uint32_t ns = pgd__tmap_insert(m, sl->hash, sl->parent);
             PGD_CHECK(ns != PGD__NONE);
+            pgd__tmap_restore(m, ns, sl);
             b[ns] = d->slot_bytes[v];
             d->slot_bytes[v] = 0;
             pgd__tmap_remove(d->map, v);
@@ -274,6 +281,7 @@ static int m_resize(disk *d, uint32_t n)
             const pgd__tmap_slot *sl = pgd__tmap_slot_get(d->map, v);
             uint32_t ns = pgd__tmap_insert(m, sl->hash, sl->parent);
             PGD_CHECK(ns != PGD__NONE);
+            pgd__tmap_restore(m, ns, sl);
             b[ns] = d->slot_bytes[v];
             d->slot_bytes[v] = 0;
             pgd__tmap_remove(d->map, v);
@@ -1037,9 +1045,23 @@ done:
     return rc;
 }
 
+/* Retention lives in the map only: a restart forgets it (the records come back with the
+ * default priority, no expiry and no pin; the cache sets it again on their next use). */
+static int disk_retain(void *state, pgd_hash block, const pgd_tier_retention *r)
+{
+    disk *d = state;
+    int rc = PGD_ENOTFOUND;
+    if (!r) return PGD_EINVAL;
+    pthread_mutex_lock(&d->mu);
+    uint32_t slot = m_find(d, block);
+    if (slot != PGD__NONE) rc = pgd__tmap_retain(d->map, slot, r, d->slot_bytes[slot]);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
 static const pgd_tier_ops disk_ops = {
     "disk",     disk_bind,  disk_put,   disk_get, disk_lookup, disk_del,
-    disk_stats, disk_flush, disk_close, NULL,     NULL,
+    disk_stats, disk_flush, disk_close, NULL,     disk_retain,
 };
 
 /* ---- create: the directory, its lock and its key ---- */
@@ -1182,6 +1204,8 @@ pgd_tier_disk_params pgd_tier_disk_default_params(void)
     pgd_tier_disk_params p;
     memset(&p, 0, sizeof p);
     p.capacity_bytes = (uint64_t)10 << 30;
+    p.policy = PGD_POLICY_LRU;
+    p.pin_share = 0.5;
     return p;
 }
 
@@ -1195,12 +1219,21 @@ int pgd_tier_disk_create(const pgd_tier_disk_params *p, pgd_tier **out)
     *out = NULL;
     if (!p || !p->dir || !p->dir[0] || strlen(p->dir) > DIR_MAX_BYTES || !p->capacity_bytes)
         return PGD_EINVAL;
+    pgd__log lg = {p->log, p->log_ud};
+    const pgd_policy_ops *policy = pgd__tier_policy_ops(p->policy, "disk", &lg);
+    double share = pgd__tier_pin_share(p->pin_share);
+    if (!policy) return PGD_EINVAL;
+    if (share < 0) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "disk tier: pin_share %g is outside (0, 1]", p->pin_share);
+        return PGD_EINVAL;
+    }
     pgd__alloc_init(&al, p->alloc);
     d = pgd__calloc(&al, 1, sizeof *d);
     if (!d) return PGD_ENOMEM;
     d->al = al;
-    d->lg.fn = p->log;
-    d->lg.ud = p->log_ud;
+    d->lg = lg;
+    d->policy = policy;
+    d->pin_share = share;
     d->lock_fd = -1;
     snprintf(d->dir, sizeof d->dir, "%s", p->dir);
     d->capacity_bytes = p->capacity_bytes;
@@ -1232,6 +1265,18 @@ int pgd_tier_disk_key(const pgd_tier *t, uint8_t key[32])
     const disk *d = t ? pgd__tier_state(t, &disk_ops) : NULL;
     if (!d || !key) return PGD_EINVAL;
     memcpy(key, d->key, KEY_BYTES);
+    return PGD_OK;
+}
+
+int pgd__tier_disk_set_clock(pgd_tier *t, pgd_clock_fn clock, void *ud)
+{
+    disk *d = t ? pgd__tier_state(t, &disk_ops) : NULL;
+    if (!d) return PGD_EINVAL;
+    pthread_mutex_lock(&d->mu);
+    d->clock = clock;
+    d->clock_ud = ud;
+    if (d->map) pgd__tmap_set_clock(d->map, clock, ud);
+    pthread_mutex_unlock(&d->mu);
     return PGD_OK;
 }
 

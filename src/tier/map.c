@@ -21,11 +21,19 @@
  * by_parent, which holds its siblings' entries when it has many). victim() is the
  * policy's: LRU walks from the oldest slot to the first leaf, which is the oldest itself
  * unless gets touched parents after their children.
+ * Retention: slots with an expiry are on a list (exp_prev / exp_next); victim() walks it
+ * only once the earliest expiry it knows of (next_exp_s) has passed, and returns the
+ * first expired unpinned leaf it finds. An expired slot that is not a leaf (its children
+ * are still held) stays until they go, so while one exists each victim() walks the list:
+ * O(slots with an expiry). Retention pins hold a pin count (out of the policy's set) and
+ * charge their record's bytes to pinned_bytes, bounded by pin_limit.
  * Callers: ram.c and disk.c, under their lock. Invariant (pgd__tmap_check): every live
  * slot is in by_hash once, and in by_parent once unless a first block; n_children counts
  * the live slots whose parent is the slot's block; the policy's set is exactly the
  * unpinned live slots.
  */
+#include <stdio.h>
+
 #include "tier/tier_int.h"
 
 struct pgd__tmap {
@@ -40,6 +48,16 @@ struct pgd__tmap {
     uint32_t n_pinned;         /* live slots with pins > 0 */
     const pgd_policy_ops *pol; /* borrowed */
     void *pol_state;
+    /* Retention. */
+    uint32_t *exp_prev, *exp_next; /* [capacity] links of the slots with an expiry */
+    uint32_t exp_head;
+    uint64_t next_exp_s;              /* no expiry on the list is earlier (0: walk) */
+    uint64_t pinned_bytes, pin_limit; /* retention pins: bytes held, bound */
+    pgd_clock_fn clock;               /* NULL: CLOCK_REALTIME */
+    void *clock_ud;
+    uint64_t page_bytes; /* pgd_policy_page.bytes */
+    uint32_t page_tokens;
+    pgd_cost_model cost;
 };
 
 static const pgd_hash no_parent = {0, 0};
@@ -60,11 +78,28 @@ void pgd__tmap_destroy(pgd__tmap *m)
     pgd__free(&al, m->by_parent);
     pgd__free(&al, m->slots);
     pgd__free(&al, m->next_free);
+    pgd__free(&al, m->exp_prev);
+    pgd__free(&al, m->exp_next);
     pgd__free(&al, m);
 }
 
+/* The map's clock in ns (the policy's clock_fn, ud = the map). */
+static uint64_t map_now_ns(void *ud)
+{
+    const pgd__tmap *m = ud;
+    if (m->clock) return m->clock(m->clock_ud);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t map_now_s(const pgd__tmap *m)
+{
+    return map_now_ns((void *)m) / 1000000000ull;
+}
+
 int pgd__tmap_create(const pgd__alloc *al, uint32_t capacity, const pgd_policy_ops *policy,
-                     pgd__tmap **out)
+                     const pgd_record_ident *ident, pgd__tmap **out)
 {
     uint64_t n_tab = 16;
     *out = NULL;
@@ -82,7 +117,10 @@ int pgd__tmap_create(const pgd__alloc *al, uint32_t capacity, const pgd_policy_o
     m->by_parent = pgd__malloc(al, (size_t)n_tab * sizeof *m->by_parent);
     m->slots = pgd__calloc(al, capacity, sizeof *m->slots);
     m->next_free = pgd__malloc(al, (size_t)capacity * sizeof *m->next_free);
-    if (!m->by_hash || !m->by_parent || !m->slots || !m->next_free) {
+    m->exp_prev = pgd__malloc(al, (size_t)capacity * sizeof *m->exp_prev);
+    m->exp_next = pgd__malloc(al, (size_t)capacity * sizeof *m->exp_next);
+    if (!m->by_hash || !m->by_parent || !m->slots || !m->next_free || !m->exp_prev ||
+        !m->exp_next) {
         pgd__tmap_destroy(m);
         return PGD_ENOMEM;
     }
@@ -91,10 +129,24 @@ int pgd__tmap_create(const pgd__alloc *al, uint32_t capacity, const pgd_policy_o
     for (uint32_t i = 0; i < capacity; i++)
         m->next_free[i] = i + 1 < capacity ? i + 1 : PGD__NONE;
     m->free_head = 0;
+    m->exp_head = PGD__NONE;
+    m->next_exp_s = UINT64_MAX;
+    m->pin_limit = UINT64_MAX;
+    m->page_bytes = ident ? ident->page_bytes + ident->bounds_bytes : 1;
+    m->page_tokens = ident ? ident->page_tokens : 1;
+    if (ident)
+        pgd_cost_model_default(&m->cost, ident->n_layers, ident->n_kv_heads, ident->head_dim);
+    else
+        pgd_cost_model_default(&m->cost, 1, 1, 1);
     pgd_policy_init init;
     memset(&init, 0, sizeof init);
     init.n_pages = capacity;
     init.alloc = &m->al.a;
+    init.clock = map_now_ns;
+    init.clock_ud = m;
+    init.page_bytes = m->page_bytes ? m->page_bytes : 1;
+    init.cost = m->cost;
+    init.page_tokens = m->page_tokens;
     int rc = policy->create(&init, &m->pol_state);
     if (rc != PGD_OK) {
         m->pol_state = NULL;
@@ -196,9 +248,41 @@ static uint32_t count_children(const pgd__tmap *m, pgd_hash block)
 
 static pgd_policy_page page_info(const pgd__tmap *m, uint32_t s)
 {
+    const pgd__tmap_slot *sl = &m->slots[s];
     pgd_policy_page info = {
-        .hash = m->slots[s].hash, .depth = m->slots[s].depth, .priority = PGD_PRIORITY_DEFAULT};
+        .hash = sl->hash,
+        .depth = sl->depth,
+        .priority = sl->priority,
+        .expires_ns = sl->expires_s ? sl->expires_s * 1000000000ull : 0,
+        .now_ns = map_now_ns((void *)m),
+        .tenant = sl->tenant,
+        .uses = sl->uses,
+        .bytes = m->page_bytes,
+        .cost = pgd_cost_model_page(&m->cost, m->page_tokens, sl->depth),
+    };
     return info;
+}
+
+/* ---- the expiry list ---- */
+
+static void exp_link(pgd__tmap *m, uint32_t s)
+{
+    m->exp_prev[s] = PGD__NONE;
+    m->exp_next[s] = m->exp_head;
+    if (m->exp_head != PGD__NONE) m->exp_prev[m->exp_head] = s;
+    m->exp_head = s;
+    if (m->slots[s].expires_s < m->next_exp_s) m->next_exp_s = m->slots[s].expires_s;
+}
+
+static void exp_unlink(pgd__tmap *m, uint32_t s)
+{
+    uint32_t p = m->exp_prev[s], n = m->exp_next[s];
+    if (p != PGD__NONE)
+        m->exp_next[p] = n;
+    else
+        m->exp_head = n;
+    if (n != PGD__NONE) m->exp_prev[n] = p;
+    if (m->exp_head == PGD__NONE) m->next_exp_s = UINT64_MAX;
 }
 
 uint32_t pgd__tmap_insert(pgd__tmap *m, pgd_hash block, pgd_hash parent)
@@ -213,6 +297,7 @@ uint32_t pgd__tmap_insert(pgd__tmap *m, pgd_hash block, pgd_hash parent)
     sl->parent = parent;
     sl->pins = 0;
     sl->live = 1;
+    sl->priority = PGD_PRIORITY_DEFAULT;
     sl->n_children = count_children(m, block);
     sl->depth = 0;
     if (!is_root(parent)) {
@@ -246,6 +331,8 @@ void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
     tab_remove(m, m->by_hash, s);
     m->pol->remove(m->pol_state, s);
     if (sl->pins) m->n_pinned--;
+    if (sl->expires_s) exp_unlink(m, s);
+    if (sl->retained) m->pinned_bytes -= sl->pin_bytes;
     memset(sl, 0, sizeof *sl);
     m->next_free[s] = m->free_head;
     m->free_head = s;
@@ -257,6 +344,7 @@ void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
 void pgd__tmap_touch(pgd__tmap *m, uint32_t s)
 {
     PGD_CHECK(s < m->capacity && m->slots[s].live);
+    m->slots[s].uses++;
     if (m->slots[s].pins) return; /* it becomes the newest when unpinned */
     pgd_policy_page info = page_info(m, s);
     m->pol->hit(m->pol_state, s, &info);
@@ -295,9 +383,27 @@ static int accept_unpinned(void *ctx, uint32_t s)
     return s < m->capacity && m->slots[s].live && !m->slots[s].pins;
 }
 
+/* The first expired unpinned leaf on the expiry list, or PGD__NONE. */
+static uint32_t expired_leaf(pgd__tmap *m)
+{
+    if (m->exp_head == PGD__NONE) return PGD__NONE;
+    uint64_t now = map_now_s(m);
+    if (now < m->next_exp_s) return PGD__NONE;
+    uint64_t next = UINT64_MAX;
+    for (uint32_t s = m->exp_head; s != PGD__NONE; s = m->exp_next[s]) {
+        uint64_t e = m->slots[s].expires_s;
+        if (e <= now && accept_leaf(m, s)) return s; /* next_exp_s stays <= now */
+        if (e < next) next = e;
+    }
+    m->next_exp_s = next;
+    return PGD__NONE;
+}
+
 uint32_t pgd__tmap_victim(pgd__tmap *m)
 {
-    uint32_t s = m->pol->victim(m->pol_state, accept_leaf, m);
+    uint32_t s = expired_leaf(m);
+    if (s != PGD__NONE) return s;
+    s = m->pol->victim(m->pol_state, accept_leaf, m);
     if (s != PGD_POLICY_NO_PAGE) return accept_leaf(m, s) ? s : PGD__NONE; /* policy.h */
     /* No leaf, nothing pinned, slots left: the parents form a cycle (A names B, B names
      * A), which only crafted records make; a forest always has a leaf. Evict in the
@@ -311,6 +417,121 @@ const pgd__tmap_slot *pgd__tmap_slot_get(const pgd__tmap *m, uint32_t s)
 {
     PGD_CHECK(s < m->capacity && m->slots[s].live);
     return &m->slots[s];
+}
+
+/* ---- retention ---- */
+
+int pgd__tmap_retain(pgd__tmap *m, uint32_t s, const pgd_tier_retention *r, uint64_t bytes)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live);
+    pgd__tmap_slot *sl = &m->slots[s];
+    if (r->pin > 0 && !sl->retained &&
+        (bytes > m->pin_limit || m->pinned_bytes > m->pin_limit - bytes))
+        return PGD_ENOSPC;
+    uint32_t prio = r->priority > PGD_PRIORITY_MAX ? PGD_PRIORITY_MAX : r->priority;
+    uint64_t exp = r->ttl_s ? map_now_s(m) + r->ttl_s : 0;
+    if (prio != sl->priority || exp != sl->expires_s || r->tenant_index != sl->tenant) {
+        int in_set = !sl->pins;
+        if (in_set) m->pol->remove(m->pol_state, s);
+        if (sl->expires_s) exp_unlink(m, s);
+        sl->priority = prio;
+        sl->expires_s = exp;
+        sl->tenant = r->tenant_index;
+        if (exp) exp_link(m, s);
+        if (in_set) {
+            pgd_policy_page info = page_info(m, s);
+            m->pol->insert(m->pol_state, s, &info);
+            m->pol->unreferenced(m->pol_state, s, &info);
+        }
+    }
+    if (r->pin > 0 && !sl->retained) {
+        sl->retained = 1;
+        sl->pin_bytes = bytes;
+        m->pinned_bytes += bytes;
+        pgd__tmap_pin(m, s);
+    } else if (r->pin < 0 && sl->retained) {
+        sl->retained = 0;
+        m->pinned_bytes -= sl->pin_bytes;
+        sl->pin_bytes = 0;
+        pgd__tmap_unpin(m, s);
+    }
+    return PGD_OK;
+}
+
+void pgd__tmap_restore(pgd__tmap *m, uint32_t s, const pgd__tmap_slot *from)
+{
+    PGD_CHECK(s < m->capacity && m->slots[s].live && !m->slots[s].retained);
+    pgd__tmap_slot *sl = &m->slots[s];
+    int in_set = !sl->pins;
+    if (in_set) m->pol->remove(m->pol_state, s);
+    if (sl->expires_s) exp_unlink(m, s);
+    sl->priority = from->priority;
+    sl->tenant = from->tenant;
+    sl->uses = from->uses;
+    sl->expires_s = from->expires_s;
+    if (sl->expires_s) exp_link(m, s);
+    if (in_set) {
+        pgd_policy_page info = page_info(m, s);
+        m->pol->insert(m->pol_state, s, &info);
+        m->pol->unreferenced(m->pol_state, s, &info);
+    }
+    if (from->retained) {
+        sl->retained = 1;
+        sl->pin_bytes = from->pin_bytes;
+        m->pinned_bytes += from->pin_bytes;
+        pgd__tmap_pin(m, s);
+    }
+}
+
+void pgd__tmap_set_pin_limit(pgd__tmap *m, uint64_t bytes)
+{
+    m->pin_limit = bytes;
+}
+
+uint64_t pgd__tmap_pinned_bytes(const pgd__tmap *m)
+{
+    return m->pinned_bytes;
+}
+
+void pgd__tmap_set_clock(pgd__tmap *m, pgd_clock_fn clock, void *ud)
+{
+    m->clock = clock;
+    m->clock_ud = ud;
+    m->next_exp_s = m->exp_head == PGD__NONE ? UINT64_MAX : 0; /* another time base */
+}
+
+const pgd_policy_ops *pgd__tier_policy_ops(int kind, const char *tier, const pgd__log *lg)
+{
+    const pgd_policy_ops *ops = NULL;
+    if (kind >= 0 && kind < PGD_POLICY_COUNT && kind != PGD_POLICY_BELADY)
+        ops = pgd_policy_builtin((pgd_policy_kind)kind);
+    if (ops) return ops;
+    char names[128] = "";
+    size_t len = 0;
+    for (int k = 0; k < PGD_POLICY_COUNT; k++) {
+        if (k == PGD_POLICY_BELADY || !pgd_policy_builtin((pgd_policy_kind)k)) continue;
+        int w = snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
+                         pgd_policy_name((pgd_policy_kind)k));
+        if (w < 0 || (size_t)w >= sizeof names - len) break;
+        len += (size_t)w;
+    }
+    if (kind == PGD_POLICY_BELADY)
+        pgd__logf(lg, PGD_LOG_ERROR,
+                  "%s tier: policy belady needs the future (replay only); a tier takes %s", tier,
+                  names);
+    else if (kind >= 0 && kind < PGD_POLICY_COUNT)
+        pgd__logf(lg, PGD_LOG_ERROR,
+                  "%s tier: policy %d is not built into this libpagoda; valid: %s", tier, kind,
+                  names);
+    else
+        pgd__logf(lg, PGD_LOG_ERROR, "%s tier: unknown policy %d; valid: %s", tier, kind, names);
+    return NULL;
+}
+
+double pgd__tier_pin_share(double share)
+{
+    if (share == 0.0) return 0.5;
+    return share > 0.0 && share <= 1.0 ? share : -1.0;
 }
 
 /* ---- check ---- */
@@ -355,6 +576,27 @@ int pgd__tmap_check(const pgd__tmap *m, const pgd__log *lg)
                       sl->n_children, kids);
             return PGD_ECORRUPT;
         }
+    }
+    uint32_t n_exp = 0, n_exp_live = 0;
+    uint64_t pin_bytes = 0;
+    for (uint32_t s = 0; s < m->capacity; s++) {
+        if (!m->slots[s].live) continue;
+        if (m->slots[s].expires_s) n_exp_live++;
+        if (m->slots[s].retained) pin_bytes += m->slots[s].pin_bytes;
+        if (m->slots[s].retained && !m->slots[s].pins) goto bad_slot;
+    }
+    for (uint32_t s = m->exp_head; s != PGD__NONE; s = m->exp_next[s])
+        if (s >= m->capacity || !m->slots[s].live || !m->slots[s].expires_s ||
+            ++n_exp > m->capacity || m->slots[s].expires_s < m->next_exp_s) {
+            pgd__logf(lg, PGD_LOG_ERROR, "tier map check: bad expiry list at %u", s);
+            return PGD_ECORRUPT;
+        }
+    if (n_exp != n_exp_live || pin_bytes != m->pinned_bytes) {
+        pgd__logf(lg, PGD_LOG_ERROR,
+                  "tier map check: %u on the expiry list (want %u), %llu pinned bytes (want %llu)",
+                  n_exp, n_exp_live, (unsigned long long)m->pinned_bytes,
+                  (unsigned long long)pin_bytes);
+        return PGD_ECORRUPT;
     }
     for (uint32_t s = m->free_head; s != PGD__NONE; s = m->next_free[s])
         if (s >= m->capacity || m->slots[s].live || ++n_free > m->capacity) {

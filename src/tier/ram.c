@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ram.c - the RAM tier: page records in host memory, one lock, a bound in bytes, LRU
- * (leaf-only) eviction within itself, each victim handed to the caller's spill callback.
+ * ram.c - the RAM tier: page records in host memory, one lock, a bound in bytes, leaf-only
+ * eviction within itself ordered by a policy (params.policy, LRU by default; retention:
+ * expired records first, retention pins kept, map.c), each victim handed to the caller's
+ * spill callback.
  *
  *     map (tier_int.h: hash -> slot, children, LRU)      recs[slot]
  *                                                        +------+------+----------------+
@@ -50,8 +52,10 @@ typedef struct ram_tier {
     pgd__log lg;
     pthread_mutex_t mu;
     uint64_t capacity_bytes;
-    int want_store;       /* params.store_type */
-    uint32_t compression; /* params.compression */
+    int want_store;               /* params.store_type */
+    uint32_t compression;         /* params.compression */
+    const pgd_policy_ops *policy; /* params.policy's table */
+    double pin_share;             /* resolved: (0, 1] */
     /* Set by bind (once). */
     int bound;
     pgd_record_ident ident;
@@ -366,8 +370,9 @@ static int ram_bind(void *state, const pgd_record_ident *ident)
         (t->compression == PGD_RECORD_RAW ? t->raw_bytes : t->raw_bytes / SLOT_RATIO + 1);
     uint64_t n_slots = t->capacity_bytes / min_record;
     if (n_slots > (1u << 30)) n_slots = 1u << 30;
-    rc = pgd__tmap_create(&t->al, (uint32_t)n_slots, NULL, &t->map);
+    rc = pgd__tmap_create(&t->al, (uint32_t)n_slots, t->policy, ident, &t->map);
     if (rc != PGD_OK) goto out;
+    pgd__tmap_set_pin_limit(t->map, (uint64_t)(t->pin_share * (double)t->capacity_bytes));
     t->recs = pgd__calloc(&t->al, (size_t)n_slots, sizeof *t->recs);
     if (!t->recs) {
         pgd__tmap_destroy(t->map);
@@ -596,9 +601,21 @@ static void ram_close(void *state)
     pgd__free(&al, t);
 }
 
+static int ram_retain(void *state, pgd_hash block, const pgd_tier_retention *r)
+{
+    ram_tier *t = state;
+    int rc = PGD_ENOTFOUND;
+    if (!r) return PGD_EINVAL;
+    pthread_mutex_lock(&t->mu);
+    uint32_t slot = t->bound ? pgd__tmap_find(t->map, block) : PGD__NONE;
+    if (slot != PGD__NONE) rc = pgd__tmap_retain(t->map, slot, r, t->recs[slot]->bytes);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
 static const pgd_tier_ops ram_ops = {
     "ram",     ram_bind,  ram_put,   ram_get, ram_lookup, ram_del,
-    ram_stats, ram_flush, ram_close, NULL,    NULL,
+    ram_stats, ram_flush, ram_close, NULL,    ram_retain,
 };
 
 /* ---- create ---- */
@@ -610,6 +627,8 @@ pgd_tier_ram_params pgd_tier_ram_default_params(void)
     p.capacity_bytes = 1ull << 30;
     p.store_type = -1;
     p.compression = PGD_RECORD_RAW;
+    p.policy = PGD_POLICY_LRU;
+    p.pin_share = 0.5;
     return p;
 }
 
@@ -621,12 +640,21 @@ int pgd_tier_ram_create(const pgd_tier_ram_params *p, pgd_tier **out)
     if (!p || !p->capacity_bytes || p->store_type < -1 || p->store_type > (int)PGD_KV_KIVI2 ||
         p->compression > PGD_RECORD_ZSTD)
         return PGD_EINVAL;
+    pgd__log lg = {p->log, p->log_ud};
+    const pgd_policy_ops *policy = pgd__tier_policy_ops(p->policy, "ram", &lg);
+    double share = pgd__tier_pin_share(p->pin_share);
+    if (!policy) return PGD_EINVAL;
+    if (share < 0) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "ram tier: pin_share %g is outside (0, 1]", p->pin_share);
+        return PGD_EINVAL;
+    }
     pgd__alloc_init(&al, p->alloc);
     ram_tier *t = pgd__calloc(&al, 1, sizeof *t);
     if (!t) return PGD_ENOMEM;
     t->al = al;
-    t->lg.fn = p->log;
-    t->lg.ud = p->log_ud;
+    t->lg = lg;
+    t->policy = policy;
+    t->pin_share = share;
     t->capacity_bytes = p->capacity_bytes;
     t->want_store = p->store_type;
     t->compression = p->compression;
@@ -652,6 +680,16 @@ int pgd__tier_ram_corrupt(pgd_tier *tier, pgd_hash block, uint64_t offset)
     }
     pthread_mutex_unlock(&t->mu);
     return rc;
+}
+
+int pgd__tier_ram_set_clock(pgd_tier *tier, pgd_clock_fn clock, void *ud)
+{
+    ram_tier *t = tier ? pgd__tier_state(tier, &ram_ops) : NULL;
+    if (!t) return PGD_EINVAL;
+    pthread_mutex_lock(&t->mu);
+    if (t->map) pgd__tmap_set_clock(t->map, clock, ud);
+    pthread_mutex_unlock(&t->mu);
+    return t->map ? PGD_OK : PGD_EINVAL;
 }
 
 int pgd__tier_ram_check(pgd_tier *tier)

@@ -72,12 +72,18 @@ int pgd__record_copy_verified(const void *header, const void *payload, void *pag
  * the pool evicts leaves first): insert counts the children already present.
  *
  * Pins: a pinned slot is out of the policy's evictable set (a reader copies it without
- * the tier's lock); it can still be removed (pgd__tmap_remove) by its owner's choice.
+ * the tier's lock, or retention pinned it); it can still be removed (pgd__tmap_remove)
+ * by its owner's choice.
+ *
+ * Retention (pgd__tmap_retain, the tiers' retain op): each slot has a priority, a tenant,
+ * an expiry in wall-clock seconds and a retention pin. The policy gets them through
+ * pgd_policy_page (expires_ns on the map's clock, CLOCK_REALTIME ns); an expired leaf is
+ * evicted before the policy is asked; retention pins are bounded in bytes.
  *
  * Not locked: the tier calls it under its own lock. Memory, all reserved by create:
- * 48 bytes of slot data, 16 bytes of the two hash tables (each >= 2x capacity uint32),
- * 4 of free list and 9 of LRU state: about 80 bytes per slot (the RAM and disk tiers size
- * capacity from their byte bound and the smallest record they can store).
+ * 80 bytes of slot data, 16 bytes of the two hash tables (each >= 2x capacity uint32),
+ * 8 of expiry list, 4 of free list and 9 of LRU state: about 110 bytes per slot (the RAM and disk
+ * tiers size capacity from their byte bound and the smallest record they can store).
  */
 
 typedef struct pgd__tmap pgd__tmap;
@@ -87,17 +93,28 @@ typedef struct pgd__tmap_slot {
     pgd_hash hash;       /* the block */
     pgd_hash parent;     /* its chain parent ({0, 0}: the first block of a chain) */
     uint32_t n_children; /* live slots whose parent is this block */
-    uint32_t pins;       /* > 0: not evictable */
+    uint32_t pins;       /* > 0: not evictable (readers, and 1 for a retention pin) */
     uint32_t depth;      /* 1 + the parent's depth when the parent was present at insert */
     uint32_t live;       /* non-zero while the slot holds a record */
+    /* Retention (pgd__tmap_retain; the defaults at insert). */
+    uint32_t priority;  /* 0..100, PGD_PRIORITY_DEFAULT */
+    uint32_t tenant;    /* pgd_tier_retention.tenant_index, 0 */
+    uint32_t uses;      /* touches since insert (pgd_policy_page.uses) */
+    uint32_t retained;  /* 1: pinned by retention (counted in pins and the pin bytes) */
+    uint64_t expires_s; /* wall-clock second its retention ends (0: none) */
+    uint64_t pin_bytes; /* the bytes charged to the pin share while retained */
 } pgd__tmap_slot;
 
+/* What a map's policy is told about the records (pgd_policy_init): ident (may be NULL:
+ * one-byte pages of a 1 x 1 x 1 geometry, for tests) gives page_bytes (page + bounds),
+ * page_tokens and the cost model (pgd_cost_model_default of its geometry). */
 /* Creates an empty map of capacity slots (1 .. 2^30) ordered by policy (NULL: LRU,
  * pgd_policy_builtin(PGD_POLICY_LRU); the table must outlive the map; a policy that needs
- * next_use, such as Belady, is refused with its create's status). Returns PGD_OK,
- * PGD_EINVAL or PGD_ENOMEM. */
+ * next_use, such as Belady, is refused with its create's status). The policy's clock is
+ * the map's (pgd__tmap_set_clock; CLOCK_REALTIME ns by default, the time base of the
+ * expiries it is given). Returns PGD_OK, PGD_EINVAL or PGD_ENOMEM. */
 int pgd__tmap_create(const pgd__alloc *al, uint32_t capacity, const pgd_policy_ops *policy,
-                     pgd__tmap **out);
+                     const pgd_record_ident *ident, pgd__tmap **out);
 /* NULL: no-op. */
 void pgd__tmap_destroy(pgd__tmap *m);
 uint32_t pgd__tmap_capacity(const pgd__tmap *m);
@@ -117,16 +134,45 @@ void pgd__tmap_touch(pgd__tmap *m, uint32_t slot);
 /* Pins / unpins a live slot (counted). An unpinned slot at zero becomes the newest. */
 void pgd__tmap_pin(pgd__tmap *m, uint32_t slot);
 void pgd__tmap_unpin(pgd__tmap *m, uint32_t slot);
-/* The slot to evict next: the policy's choice among unpinned slots with no child in the
- * map, or PGD__NONE. When no slot is pinned and none is a leaf (parents that form a
- * cycle: crafted records), the policy's choice among all slots, so that such records
- * cannot fill a tier for good. Changes nothing (pgd__tmap_remove it). */
+/* The slot to evict next: an unpinned leaf whose expiry has passed (the earliest found),
+ * else the policy's choice among unpinned slots with no child in the map, or PGD__NONE.
+ * When no slot is pinned and none is a leaf (parents that form a cycle: crafted records),
+ * the policy's choice among all slots, so that such records cannot fill a tier for good.
+ * Changes nothing (pgd__tmap_remove it). Cost: the policy's, plus a walk of the slots
+ * that have an expiry once one of them has passed. */
 uint32_t pgd__tmap_victim(pgd__tmap *m);
 /* A live slot's data (valid until it is removed). */
 const pgd__tmap_slot *pgd__tmap_slot_get(const pgd__tmap *m, uint32_t slot);
+
+/* ---- retention (pgd_tier_ops.retain) ---- */
+
+/* Sets the retention of a live slot from r (tier.h pgd_tier_retention): priority (clamped
+ * to 100), tenant, expiry (ttl_s > 0: now + ttl_s; 0: none), pin (1: out of the
+ * evictable set, charging bytes to the pin share; -1: back in it; 0: as it was). The
+ * policy sees the new priority and expiry (the slot re-enters its set). Returns PGD_OK or
+ * PGD_ENOSPC (a pin past the limit, pgd__tmap_set_pin_limit: nothing changed). */
+int pgd__tmap_retain(pgd__tmap *m, uint32_t slot, const pgd_tier_retention *r, uint64_t bytes);
+/* Copies the retention of from (priority, tenant, uses, expiry, retention pin: not
+ * bounded by the pin limit) to a live slot of m: a map that grows keeps it. */
+void pgd__tmap_restore(pgd__tmap *m, uint32_t slot, const pgd__tmap_slot *from);
+/* Bytes that retention pins may hold at most (default: no bound). */
+void pgd__tmap_set_pin_limit(pgd__tmap *m, uint64_t bytes);
+/* Bytes held by retention pins now. */
+uint64_t pgd__tmap_pinned_bytes(const pgd__tmap *m);
+/* The map's clock (ns; NULL: CLOCK_REALTIME), read by expiries and given to the policy.
+ * Tests inject one to step TTLs. */
+void pgd__tmap_set_clock(pgd__tmap *m, pgd_clock_fn clock, void *ud);
+/* The policy kind of a local tier's params (pgd_tier_ram_params.policy): the ops table,
+ * or NULL with a log line naming the value and the valid kinds (unknown, not built in,
+ * or belady: a tier has no future to look at). */
+const pgd_policy_ops *pgd__tier_policy_ops(int kind, const char *tier, const pgd__log *lg);
+/* The pin bound of a local tier: share (0: 0.5; else (0, 1]) x capacity bytes; -1.0 from
+ * a share outside (0, 1], which create refuses. */
+double pgd__tier_pin_share(double share);
+
 /* Walks the whole map: tables, child counts, free list, the policy's set (every unpinned
- * live slot and nothing else). Returns PGD_OK or PGD_ECORRUPT (logged to lg, may be
- * NULL). O(capacity^2): tests only. */
+ * live slot and nothing else), the expiry list and the pin bytes. Returns PGD_OK or
+ * PGD_ECORRUPT (logged to lg, may be NULL). O(capacity^2): tests only. */
 int pgd__tmap_check(const pgd__tmap *m, const pgd__log *lg);
 
 /* ---- RAM tier test hooks (ram.c) ---- */
@@ -139,5 +185,9 @@ int pgd__tier_ram_corrupt(pgd_tier *t, pgd_hash block, uint64_t offset);
  * block and parent, and that the bytes held add up and stay within the bound. Returns
  * PGD_OK, PGD_ECORRUPT or PGD_EINVAL (not a RAM tier). O(capacity^2): tests only. */
 int pgd__tier_ram_check(pgd_tier *t);
+/* Sets the clock (ns; NULL: CLOCK_REALTIME) of a bound RAM tier's record map: the time
+ * base of its retention expiries. Returns PGD_OK or PGD_EINVAL (not a bound RAM tier).
+ * Tests only. */
+int pgd__tier_ram_set_clock(pgd_tier *t, pgd_clock_fn clock, void *ud);
 
 #endif /* PGD_TIER_INT_H */

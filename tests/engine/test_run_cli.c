@@ -9,13 +9,16 @@
  *     with an optional K/M/G/T suffix ("nan", "1e3", "0x10", "-5", "5MB" exit 2 naming
  *     the option), floats are finite decimals ("nan", "inf", hex refused), -n is -1 or a
  *     count, -t is 1..1024, --kv-memory is at most the machine's memory and --max-body at
- *     most 4G; valid values get past parsing (to the missing model: exit 1).
+ *     most 4G; valid values get past parsing (to the missing model: exit 1);
+ *   - --policy NAME: every built-in kind generates what lru does; bogus and belady exit 2.
  * argv[1]: the pagoda binary; argv[2]: a scratch directory. The model comes from
  * $PGD_MODELS_DIR or ../shared/models beside the source tree (tests/proc.h); without it the
  * golden parts are left out and the program exits 77 (skipped) once the rest has passed.
  */
 #include <stdio.h>
 #include <string.h>
+
+#include <pagoda/policy.h>
 
 #include "proc.h"
 #include "t.h"
@@ -140,6 +143,47 @@ static int test_numeric_flags(void)
     return 0;
 }
 
+/* --policy NAME (run, eval, serve: the pool's eviction policy): each built-in kind but
+ * belady runs the golden prompt to the same text as LRU (a policy changes what stays
+ * cached, never what is computed); an unknown name and belady exit 2 naming them; a tier's
+ * policy= takes the same names. */
+static int test_policy_flag(void)
+{
+    static const char *const kinds[] = {"lru", "s3fifo", "arc", "cost", "priority"};
+    static const pgd_policy_kind kind_ids[] = {PGD_POLICY_LRU, PGD_POLICY_S3FIFO, PGD_POLICY_ARC,
+                                               PGD_POLICY_COST, PGD_POLICY_PRIORITY};
+    char args[4096], lru_out[8192] = "";
+    T_EQ(refused("run -m /nonexistent.gguf -p hi --policy bogus",
+                 "--policy: unknown policy 'bogus' (lru, s3fifo, arc, cost, priority)"),
+         0);
+    T_EQ(refused("run -m /nonexistent.gguf -p hi --policy belady", "only a trace replay"), 0);
+    T_EQ(refused("serve -m /nonexistent.gguf --policy LRU", "unknown policy 'LRU'"), 0);
+    T_EQ(refused("eval -m /nonexistent.gguf -f x --policy fifo", "unknown policy 'fifo'"), 0);
+    T_EQ(refused("run -m /nonexistent.gguf -p hi --tier ram:1M:policy=belady",
+                 "policy=: belady needs"),
+         0);
+    T_EQ(accepted("run -m /nonexistent.gguf -p hi --policy cost --tier ram:1M:policy=lru"), 0);
+    T_EQ(accepted("serve -m /nonexistent.gguf --policy priority"), 0);
+    T_EQ(run("eval -m /nonexistent.gguf -f /nonexistent.txt --policy arc"), 1); /* parsed */
+    if (!model[0]) return 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (!pgd_policy_builtin(kind_ids[i])) {
+            printf("  --policy %s: not built into libpagoda yet, skipped\n", kinds[i]);
+            continue;
+        }
+        snprintf(args, sizeof args,
+                 "run -m '%s' -p 'Once upon a time' -n 24 --temp 0 -c 128 -t 1 --policy %s "
+                 "--tier ram:1M:policy=%s",
+                 model, kinds[i], kinds[i]);
+        if (run(args) != 0) T_FAIL("--policy %s: %s", kinds[i], err);
+        if (!lru_out[0])
+            snprintf(lru_out, sizeof lru_out, "%s", out);
+        else if (strcmp(out, lru_out) != 0)
+            T_FAIL("--policy %s printed [%s], lru [%s]", kinds[i], out, lru_out);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rc = t_cli_args(argc, argv, NULL, &bin, &dir);
@@ -151,6 +195,7 @@ int main(int argc, char **argv)
     T_RUN(test_golden);
     T_RUN(test_errors);
     T_RUN(test_numeric_flags);
+    T_RUN(test_policy_flag);
     if (!model[0] && !t_failed) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR)");
     T_DONE();
 }

@@ -3,7 +3,8 @@
  * test_tier_spec.c - the --tier / --hash-key-file parser of the engine commands
  * (tools/tier_spec.c, compiled in):
  *   - good specs give the fields they spell (sizes with K/M/G/T, binary; ram re-encoding
- *     and compression in any order; disk fsync, direct, write-through[=N]);
+ *     and compression in any order; disk fsync, direct, write-through[=N]; policy=NAME in
+ *     either, an unknown name or belady refused naming it; a Redis spec refuses policy=);
  *   - each bad spec fails with exactly one line on stderr that names the wrong part;
  *   - more than PGD_MAX_TIERS tiers, --hash-key-file twice are refused;
  *   - cli_tiers_open creates the tiers in order: the hash key is the first disk tier's
@@ -118,6 +119,22 @@ static int test_good_specs(void)
     T_OK(parse("disk:d:64M:write-through=3", &o));
     T_EQ(o.write_through, 1);
     T_EQ(o.admit_hits, 3);
+    T_EQ(o.policy, PGD_POLICY_LRU);
+
+    /* policy=NAME in any position among the options. */
+    T_OK(parse("ram:8G:policy=s3fifo", &o));
+    T_EQ(o.policy, PGD_POLICY_S3FIFO);
+    T_OK(parse("ram:8G:policy=arc:zstd", &o));
+    T_EQ(o.policy, PGD_POLICY_ARC);
+    T_EQ(o.compression, PGD_RECORD_ZSTD);
+    T_OK(parse("disk:/path:100G:policy=cost", &o));
+    T_EQ(o.policy, PGD_POLICY_COST);
+    T_OK(parse("disk:/path:1G:fsync:policy=priority:write-through", &o));
+    T_EQ(o.policy, PGD_POLICY_PRIORITY);
+    T_EQ(o.fsync, 1);
+    T_OK(parse("ram:1M:policy=lru", &o));
+    T_EQ(o.policy, PGD_POLICY_LRU);
+    T_EQ(g_err[0], '\0');
     return 0;
 }
 
@@ -150,6 +167,12 @@ static int test_bad_specs(void)
         {"disk:/tmp/x:8G:write-throughput", "write-throughput"},
         {"disk:C:/x:8G", "x"},
         {"disk:a:1G:fsync:direct:write-through:fsync:x:y", "too many"},
+        {"ram:8G:policy=mru", "unknown policy 'mru' (lru, s3fifo, arc, cost, priority)"},
+        {"ram:8G:policy=", "unknown policy ''"},
+        {"ram:8G:policy=belady", "belady needs"},
+        {"ram:8G:policy=lru:policy=arc", "policy=arc"},
+        {"disk:/tmp/x:8G:policy=S3FIFO", "'S3FIFO'"},
+        {"disk:/tmp/x:8G:policy", "unknown disk tier option"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cli_tier_spec o;
@@ -310,6 +333,7 @@ static int test_redis_specs(void)
         {"redis://h:1?write-through=two", "two"},
         {"redis://h:1?write-through=1&write-through=2", "twice"},
         {"redis://h:1?write-back=1", "write-back=1"},
+        {"redis://h:1?policy=lru", "Redis's own maxmemory-policy"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (parse(cases[i].spec, &o) != -1) T_FAIL("'%s' was accepted", cases[i].spec);
@@ -468,7 +492,9 @@ static int test_help(void)
                           "unix:///",
                           "write-back",
                           "events=STREAM",
-                          "Required with a Redis tier"};
+                          "Required with a Redis tier",
+                          "policy=NAME: the tier's eviction order",
+                          "maxmemory-policy"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(buf, want[i])) T_FAIL("--help lacks '%s'", want[i]);
     for (const char *l = buf; *l;) {

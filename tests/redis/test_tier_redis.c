@@ -16,7 +16,9 @@
  * Redis (maxmemory, volatile-lru) read as misses. The MAC: both algorithms round-trip
  * between instances, an instance of the other mac= refuses (n_mac_failures) and deletes
  * the values; the pure cases for both (forged tag, nonce, magic, truncated trailer, wrong
- * key, moved value); seal / open us/MiB of both printed (-V), never asserted.
+ * key, moved value); seal / open us/MiB of both printed (-V), never asserted. Retention:
+ * retain's ttl_s / pin / unpin read back with TTL (EXPIRE, PERSIST -1, the tier's TTL),
+ * on queued and written puts; pinned keys survive volatile-lru eviction.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -1207,6 +1209,122 @@ static int test_evicted(void)
     return 0;
 }
 
+/* The TTL of block b's key as Redis reports it (TTL: -1 none, -2 no key). */
+static long long key_ttl(const t_redis *r, pgd_tier *t, pgd_hash b)
+{
+    char key[PGD__REDIS_KEY_MAX];
+    if (!pgd_tier_redis_key(t, b, key, sizeof key)) return -100;
+    redisReply *rep = t_redis_cmd(r, "TTL %s", key);
+    long long v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -100;
+    if (rep) freeReplyObject(rep);
+    return v;
+}
+
+/* retain: ttl_s -> EXPIRE (TTL read back), pin -> PERSIST (TTL -1), unpin -> the tier's
+ * TTL again; on a put still queued or already written (both paths race the writer: each
+ * result is checked, whichever ran); a block this instance does not know is ENOTFOUND. */
+static int test_retain(void)
+{
+    pgd_tier *t = open_tier(&srv, "&ttl=100&ns=retain", 0);
+    T_ASSERT(t);
+    pgd_record_ident id = ident_of(0);
+    uint8_t *page = malloc(id.page_bytes);
+    T_ASSERT(page);
+    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 5000, 0, 0, 0};
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
+    pgd_tier_retention unpin = {PGD_PRIORITY_DEFAULT, 0, -1, 0, 0};
+    pgd_tier_retention prio = {90, 0, 0, 0, 0};
+    T_ASSERT(pgd_tier_has_retain(t));
+    T_EQ(pgd_tier_retain(t, t_block_of(81, 0), &pin), PGD_ENOTFOUND);
+    pgd_hash b = t_block_of(80, 0);
+    t_fill_block(page, id.page_bytes, b);
+    T_OK(pgd_tier_put(t, b, t_parent_of(80, 0), page, NULL, NULL, NULL));
+    T_OK(pgd_tier_flush(t));
+    long long v = key_ttl(&srv, t, b);
+    if (v <= 0 || v > 100) T_FAIL("after put: TTL %lld", v);
+    T_OK(pgd_tier_retain(t, b, &ttl));
+    T_OK(pgd_tier_flush(t));
+    v = key_ttl(&srv, t, b);
+    if (v <= 4900 || v > 5000) T_FAIL("after retain ttl_s 5000: TTL %lld", v);
+    T_OK(pgd_tier_retain(t, b, &pin));
+    T_OK(pgd_tier_flush(t));
+    T_EQ(key_ttl(&srv, t, b), -1);      /* PERSIST */
+    T_OK(pgd_tier_retain(t, b, &prio)); /* a priority alone: nothing for Redis */
+    T_OK(pgd_tier_flush(t));
+    T_EQ(key_ttl(&srv, t, b), -1);
+    T_OK(pgd_tier_retain(t, b, &unpin));
+    T_OK(pgd_tier_flush(t));
+    v = key_ttl(&srv, t, b);
+    if (v <= 0 || v > 100) T_FAIL("after unpin: TTL %lld", v);
+    /* Right after a put: the queued SET carries it, or the command follows the SET. */
+    for (uint32_t i = 1; i <= 40; i++) {
+        pgd_hash bi = t_block_of(80, i);
+        t_fill_block(page, id.page_bytes, bi);
+        T_OK(pgd_tier_put(t, bi, t_parent_of(80, i), page, NULL, NULL, NULL));
+        T_OK(pgd_tier_retain(t, bi, i % 2 ? &pin : &ttl));
+    }
+    T_OK(pgd_tier_flush(t));
+    for (uint32_t i = 1; i <= 40; i++) {
+        v = key_ttl(&srv, t, t_block_of(80, i));
+        if (i % 2 ? v != -1 : v <= 4900 || v > 5000) T_FAIL("block %u: TTL %lld", i, v);
+    }
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_io_errors, 0);
+    pgd_tier_close(t);
+    free(page);
+    return 0;
+}
+
+/* Under maxmemory-policy volatile-lru a pinned block's key (PERSIST: no TTL) is never
+ * evicted, while unpinned ones are. */
+static int test_pinned_not_evicted(void)
+{
+    enum { N = 400, PINNED = 8 };
+    static const char *const lru[] = {"--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru",
+                                      NULL};
+    t_redis r;
+    T_EQ(t_redis_start(&r, lru), 0);
+    pgd_tier *t = open_tier(&r, "&ns=pin", 0), *t2 = open_tier(&r, "&ns=pin", 0);
+    pgd_record_ident id = ident_of(0);
+    uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
+    int rc = t && t2 && page && out ? 0 : 1;
+    for (uint32_t i = 0; i < N && !rc; i++) {
+        t_fill_block(page, id.page_bytes, t_block_of(90, i));
+        if (pgd_tier_put(t, t_block_of(90, i), t_parent_of(90, i), page, NULL, NULL, NULL) !=
+            PGD_OK)
+            rc = 2;
+        if (i < PINNED && pgd_tier_retain(t, t_block_of(90, i), &pin) != PGD_OK) rc = 3;
+        if (i % 32 == 31 && pgd_tier_flush(t) != PGD_OK) rc = 4;
+    }
+    if (!rc && pgd_tier_flush(t) != PGD_OK) rc = 5;
+    uint32_t n_ok = 0, n_miss = 0, n_pinned_ok = 0;
+    for (uint32_t i = 0; i < N && !rc; i++) {
+        int g = pgd_tier_get(t2, t_block_of(90, i), out, NULL);
+        t_fill_block(page, id.page_bytes, t_block_of(90, i));
+        if (g == PGD_OK && memcmp(out, page, id.page_bytes) == 0) {
+            n_ok++;
+            n_pinned_ok += i < PINNED;
+        } else if (g == PGD_ENOTFOUND) {
+            n_miss++;
+        } else {
+            rc = 6;
+        }
+    }
+    pgd_tier_close(t);
+    pgd_tier_close(t2);
+    t_redis_stop(&r);
+    free(page);
+    free(out);
+    T_EQ(rc, 0);
+    fprintf(stderr, "  maxmemory 3mb, volatile-lru: %u of %d read, %u evicted, %u of %d pinned\n",
+            n_ok, N, n_miss, n_pinned_ok, PINNED);
+    T_ASSERT(n_miss > 0);
+    T_EQ(n_pinned_ok, PINNED);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_url);
@@ -1224,7 +1342,9 @@ int main(void)
     T_RUN(test_events);
     T_RUN(test_create_oom);
     T_RUN(test_large_batch);
+    T_RUN(test_retain);
     t_redis_stop(&srv);
     T_RUN(test_evicted);
+    T_RUN(test_pinned_not_evicted);
     T_DONE();
 }

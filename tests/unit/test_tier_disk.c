@@ -998,6 +998,144 @@ static int test_inspect_and_clear(void)
     return 0;
 }
 
+/* ---- policies and retention ---- */
+
+static uint64_t fake_ns;
+
+static uint64_t fake_clock(void *ud)
+{
+    (void)ud;
+    return fake_ns;
+}
+
+/* Block k as the first block of its own chain. */
+static int put_root(pgd_tier *t, const pgd_record_ident *id, int k)
+{
+    uint8_t page[4096], bounds[4096];
+    pgd_hash none = {0, 0};
+    payload_of(id, (uint64_t)k, page, bounds);
+    return pgd_tier_put(t, hash_of((uint64_t)k), none, page, bounds, NULL, NULL);
+}
+
+static int held_k(pgd_tier *t, int k)
+{
+    pgd_hash h = hash_of((uint64_t)k);
+    return (int)pgd_tier_lookup(t, &h, 1);
+}
+
+static pgd_tier *open_policy(const char *dir, uint64_t capacity, const pgd_record_ident *id,
+                             int policy, double pin_share)
+{
+    pgd_tier_disk_params p = pgd_tier_disk_default_params();
+    pgd_tier *t = NULL;
+    p.dir = dir;
+    p.capacity_bytes = capacity;
+    p.policy = policy;
+    p.pin_share = pin_share;
+    p.log = log_fn;
+    if (pgd_tier_disk_create(&p, &t) != PGD_OK) return NULL;
+    if (pgd_tier_bind(t, id) != PGD_OK || pgd__tier_disk_set_clock(t, fake_clock, NULL)) {
+        pgd_tier_close(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Retention in the disk tier: expiry first, pins survive pressure and the map's growth
+ * (64 slots, then 128, 256), the pin share refuses (PGD_ENOSPC); a restart forgets it. */
+static int test_retention(void)
+{
+    char dir[1024];
+    pgd_record_ident id = make_ident(1, 0);
+    scratch(dir, sizeof dir, "retain");
+    fake_ns = 5000ull * 1000000000ull;
+    pgd_tier *t = open_policy(dir, 200 * rec_bytes(&id), &id, PGD_POLICY_LRU, 0.01);
+    T_ASSERT(t != NULL);
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
+    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 30, 0, 0, 0};
+    T_EQ(pgd_tier_retain(t, hash_of(1000), &pin), PGD_ENOTFOUND);
+    for (int k = 1000; k < 1010; k++)
+        T_OK(put_root(t, &id, k));
+    T_OK(pgd_tier_retain(t, hash_of(1000), &pin));
+    T_OK(pgd_tier_retain(t, hash_of(1001), &pin));
+    T_EQ(pgd_tier_retain(t, hash_of(1002), &pin), PGD_ENOSPC); /* 1% of 200 records: 2 */
+    T_OK(pgd_tier_retain(t, hash_of(1005), &ttl));
+    for (int k = 1010; k < 1190; k++) /* grows the map twice; the tier is not full yet */
+        T_OK(put_root(t, &id, k));
+    T_EQ(held_k(t, 1002), 1);
+    fake_ns += 31ull * 1000000000ull;
+    T_OK(put_root(t, &id, 1190));
+    for (int k = 1191; k < 1201; k++) /* the 201st record: the expired one goes */
+        T_OK(put_root(t, &id, k));
+    T_EQ(held_k(t, 1005), 0);
+    T_EQ(held_k(t, 1002), 1);
+    T_OK(put_root(t, &id, 1201)); /* then the oldest unpinned, in LRU order */
+    T_EQ(held_k(t, 1002), 0);
+    T_EQ(held_k(t, 1003), 1);
+    for (int k = 1201; k < 1600; k++) /* a flood: twice the capacity */
+        T_OK(put_root(t, &id, k));
+    T_EQ(held_k(t, 1000), 1);
+    T_EQ(held_k(t, 1001), 1);
+    T_EQ(held_k(t, 1100), 0);
+    pgd_tier_close(t);
+    /* Reopened: retention is not kept across a restart (tier.h); the records are. */
+    t = open_policy(dir, 200 * rec_bytes(&id), &id, PGD_POLICY_LRU, 0.01);
+    T_ASSERT(t != NULL);
+    T_EQ(held_k(t, 1000), 1);
+    for (int k = 2000; k < 2400; k++)
+        T_OK(put_root(t, &id, k));
+    T_EQ(held_k(t, 1000), 0);
+    pgd_tier_close(t);
+    t_rm_rf(dir);
+    return 0;
+}
+
+/* Every policy a tier takes keeps leaf-only on the randomized model run's tree of blocks
+ * (run_model checks each spill is a leaf); belady and unknown kinds are refused. */
+static int test_policies(void)
+{
+    char dir[1024];
+    pgd_record_ident id = make_ident(1, 0);
+    scratch(dir, sizeof dir, "policies");
+    for (int kind = 0; kind < PGD_POLICY_COUNT; kind++) {
+        log_reset();
+        pgd_tier *t = open_policy(dir, 24 * rec_bytes(&id), &id, kind, 0);
+        if (kind == PGD_POLICY_BELADY || !pgd_policy_builtin((pgd_policy_kind)kind)) {
+            T_ASSERT(t == NULL);
+            T_EQ(count_in_log(kind == PGD_POLICY_BELADY ? "belady needs the future"
+                                                        : "is not built into this libpagoda"),
+                 1);
+            continue;
+        }
+        T_ASSERT(t != NULL);
+        /* The model's tree of blocks (k's parent (k - 1) / 2): on_spill checks that each
+         * evicted block is held and a leaf (no child held). */
+        model m = {.id = &id};
+        uint8_t page[4096], bounds[4096], spage[4096], sbounds[4096];
+        m.spill_page = spage;
+        m.spill_bounds = sbounds;
+        uint64_t seed = 5 + (uint64_t)kind;
+        for (int step = 0; step < 600; step++) {
+            int k = (int)(t_rand(&seed) % N_BLOCKS);
+            if (t_rand(&seed) % 3) {
+                payload_of(&id, (uint64_t)k, page, bounds);
+                T_OK(pgd_tier_put(t, hash_of((uint64_t)k), parent_of(k), page, NULL, on_spill, &m));
+                m.held[k] = 1;
+            } else {
+                int rc = get_k(t, &id, k);
+                T_EQ(rc, m.held[k] ? PGD_OK : PGD_ENOTFOUND);
+            }
+        }
+        T_EQ(m.bad_spill, 0);
+        pgd_tier_stats st;
+        pgd_tier_get_stats(t, &st);
+        T_ASSERT(st.n_evictions > 50);
+        pgd_tier_close(t);
+        t_rm_rf(dir);
+    }
+    return 0;
+}
+
 int main(void)
 {
     if (t_scratch_root(base, sizeof base, "test_tier_disk")) return 1;
@@ -1016,6 +1154,8 @@ int main(void)
     T_RUN(test_threads);
     T_RUN(test_kill9_during_writes);
     T_RUN(test_many_records_and_crafted_parents);
+    T_RUN(test_retention);
+    T_RUN(test_policies);
     if (!t_failed) t_rm_rf(base);
     T_DONE();
 }

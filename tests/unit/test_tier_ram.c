@@ -5,7 +5,9 @@
  * should be held, in LRU order), leaf-only eviction, the byte bound, spill of exactly the
  * evicted records, a record damaged in memory is a miss, and every storage option
  * round-trips (lz4 / zstd: bytes equal; q8_0 / q4_0 re-encoding: within the codec's
- * bound), threads.
+ * bound), threads; every policy keeps leaf-only, s3fifo / arc keep a re-used record over
+ * one-hit ones (LRU does not), priority orders, retention (expiry first, pins survive
+ * pressure, the pin share refuses with PGD_ENOSPC), belady refused.
  */
 #include <math.h>
 #include <pthread.h>
@@ -44,9 +46,9 @@ static int test_map(void)
     pgd__alloc al;
     pgd__tmap *m;
     pgd__alloc_init(&al, NULL);
-    T_EQ(pgd__tmap_create(&al, 0, NULL, &m), PGD_EINVAL);
-    T_EQ(pgd__tmap_create(&al, 8, pgd_policy_builtin(PGD_POLICY_BELADY), &m), PGD_EINVAL);
-    T_OK(pgd__tmap_create(&al, 8, NULL, &m));
+    T_EQ(pgd__tmap_create(&al, 0, NULL, NULL, &m), PGD_EINVAL);
+    T_EQ(pgd__tmap_create(&al, 8, pgd_policy_builtin(PGD_POLICY_BELADY), NULL, &m), PGD_EINVAL);
+    T_OK(pgd__tmap_create(&al, 8, NULL, NULL, &m));
     /* A chain inserted leaf first (as demotion does): the child counts come right. */
     uint32_t s[4];
     for (int d = 3; d >= 0; d--) {
@@ -99,7 +101,7 @@ static int test_map_crafted_parents(void)
     pgd__alloc al;
     pgd__tmap *m;
     pgd__alloc_init(&al, NULL);
-    T_OK(pgd__tmap_create(&al, 4, NULL, &m));
+    T_OK(pgd__tmap_create(&al, 4, NULL, NULL, &m));
     pgd_hash a = t_block_of(1, 1), b = t_block_of(2, 2);
     uint32_t self = pgd__tmap_insert(m, a, a);
     T_OK(pgd__tmap_check(m, NULL));
@@ -144,7 +146,7 @@ static int test_map_random(void)
     pgd__tmap *m;
     uint64_t seed = 7;
     pgd__alloc_init(&al, NULL);
-    T_OK(pgd__tmap_create(&al, 64, NULL, &m));
+    T_OK(pgd__tmap_create(&al, 64, NULL, NULL, &m));
     for (int it = 0; it < 20000; it++) {
         uint32_t c = (uint32_t)(t_rand(&seed) % 20), d = (uint32_t)(t_rand(&seed) % 10);
         pgd_hash h = t_block_of(c, d);
@@ -902,6 +904,291 @@ static int test_threads(void)
     return 0;
 }
 
+/* ---- policies and retention (params.policy, pin_share, the retain op) ---- */
+
+static char pol_log[4096];
+
+static void pol_log_fn(void *ud, int level, const char *msg)
+{
+    (void)ud, (void)level;
+    size_t n = strlen(pol_log);
+    snprintf(pol_log + n, sizeof pol_log - n, "%s\n", msg);
+}
+
+static uint64_t fake_ns;
+
+static uint64_t fake_clock(void *ud)
+{
+    (void)ud;
+    return fake_ns;
+}
+
+/* A RAM tier of n_records f16 records (no bounds) ordered by kind, bound to id. */
+static pgd_tier *policy_tier(int kind, uint32_t n_records, double pin_share, pgd_record_ident *id)
+{
+    pgd_pool_params pp = geometry(PGD_KV_F16, 0);
+    if (pgd_record_ident_make(&pp, fp, id) != PGD_OK) return NULL;
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = n_records * (PGD_RECORD_HEADER_BYTES + id->page_bytes);
+    rp.policy = kind;
+    rp.pin_share = pin_share;
+    rp.log = pol_log_fn;
+    pgd_tier *t = NULL;
+    if (pgd_tier_ram_create(&rp, &t) != PGD_OK) return NULL;
+    if (pgd_tier_bind(t, id) != PGD_OK) {
+        pgd_tier_close(t);
+        return NULL;
+    }
+    fake_ns = 1000ull * 1000000000ull;
+    if (pgd__tier_ram_set_clock(t, fake_clock, NULL) != PGD_OK) {
+        pgd_tier_close(t);
+        return NULL;
+    }
+    return t;
+}
+
+static int put_cd(pgd_tier *t, const pgd_record_ident *id, uint32_t c, uint32_t d)
+{
+    static uint8_t page[1 << 20];
+    t_fill_block(page, id->page_bytes, t_block_of(c, d));
+    return pgd_tier_put(t, t_block_of(c, d), t_parent_of(c, d), page, NULL, NULL, NULL);
+}
+
+static int held_cd(pgd_tier *t, uint32_t c, uint32_t d)
+{
+    pgd_hash h = t_block_of(c, d);
+    return (int)pgd_tier_lookup(t, &h, 1);
+}
+
+static int get_cd(pgd_tier *t, const pgd_record_ident *id, uint32_t c, uint32_t d)
+{
+    static uint8_t page[1 << 20];
+    return pgd_tier_get(t, t_block_of(c, d), page, NULL);
+}
+
+/* Leaf-only under every policy a tier takes: a random run of chains put leaf first or
+ * root first, gets and retention; each evicted record has no child held when it goes
+ * (the spill callback looks), and the tier's check holds. */
+typedef struct leaf_spy {
+    pgd_tier *t;
+    int bad, n;
+    uint32_t n_chains, len;
+    pgd_hash putting; /* the block of the put in progress (inserted after its victims) */
+} leaf_spy;
+
+static void leaf_spill(void *ud, pgd_hash block, pgd_hash parent, const void *page,
+                       const void *bounds)
+{
+    leaf_spy *sp = ud;
+    (void)parent, (void)page, (void)bounds;
+    sp->n++;
+    for (uint32_t c = 0; c < sp->n_chains; c++)
+        for (uint32_t d = 0; d + 1 < sp->len; d++)
+            if (pgd_hash_eq(block, t_block_of(c, d)) && held_cd(sp->t, c, d + 1) &&
+                !pgd_hash_eq(sp->putting, t_block_of(c, d + 1)))
+                sp->bad++;
+}
+
+static int test_policy_leaf_only(void)
+{
+    for (int kind = 0; kind < PGD_POLICY_COUNT; kind++) {
+        pgd_record_ident id;
+        pol_log[0] = '\0';
+        pgd_tier *t = policy_tier(kind, 12, 0.25, &id);
+        if (kind == PGD_POLICY_BELADY || !pgd_policy_builtin((pgd_policy_kind)kind)) {
+            T_ASSERT(t == NULL); /* refused, with a line that names the valid ones */
+            T_ASSERT(strstr(pol_log, "lru") != NULL);
+            continue;
+        }
+        T_ASSERT(t != NULL);
+        leaf_spy sp = {t, 0, 0, 16, 6, {0, 0}};
+        static uint8_t page[1 << 20];
+        uint64_t seed = 77 + (uint64_t)kind;
+        for (int step = 0; step < 1500; step++) {
+            uint32_t c = (uint32_t)(t_rand(&seed) % sp.n_chains);
+            uint32_t op = (uint32_t)(t_rand(&seed) % 10);
+            if (op < 5) { /* a chain's run, root first or leaf first (demotion) */
+                int leaf_first = (int)(t_rand(&seed) & 1);
+                for (uint32_t i = 0; i < sp.len; i++) {
+                    uint32_t d = leaf_first ? sp.len - 1 - i : i;
+                    t_fill_block(page, id.page_bytes, t_block_of(c, d));
+                    sp.putting = t_block_of(c, d);
+                    int rc = pgd_tier_put(t, t_block_of(c, d), t_parent_of(c, d), page, NULL,
+                                          leaf_spill, &sp);
+                    T_ASSERT(rc == PGD_OK || rc == PGD_ENOSPC);
+                }
+            } else if (op < 8) {
+                uint32_t d = (uint32_t)(t_rand(&seed) % sp.len);
+                int rc = get_cd(t, &id, c, d);
+                T_ASSERT(rc == PGD_OK || rc == PGD_ENOTFOUND);
+            } else {
+                pgd_tier_retention r = {(uint32_t)(t_rand(&seed) % 101), t_rand(&seed) % 3,
+                                        (int)(t_rand(&seed) % 3) - 1, 0, 0};
+                int rc = pgd_tier_retain(t, t_block_of(c, (uint32_t)(t_rand(&seed) % sp.len)), &r);
+                T_ASSERT(rc == PGD_OK || rc == PGD_ENOTFOUND || rc == PGD_ENOSPC);
+                fake_ns += 1000000000ull; /* a second passes: TTLs of 1 and 2 s expire */
+            }
+            T_OK(pgd__tier_ram_check(t));
+        }
+        T_EQ(sp.bad, 0);
+        T_ASSERT(sp.n > 100);
+        pgd_tier_close(t);
+    }
+    return 0;
+}
+
+static const char *kind_name(int kind)
+{
+    static const char *names[] = {"lru", "belady", "s3fifo", "arc", "cost", "priority"};
+    return kind >= 0 && kind < 6 ? names[kind] : "?";
+}
+
+/* Policies order a tier's evictions: a record used again is kept over one-hit records
+ * by s3fifo and arc, where LRU drops it once enough one-hit records arrived. */
+static int reuse_kept(int kind, int *kept)
+{
+    pgd_record_ident id;
+    pgd_tier *t = policy_tier(kind, 20, 0, &id);
+    T_ASSERT(t != NULL);
+    T_OK(put_cd(t, &id, 0, 0));
+    T_OK(get_cd(t, &id, 0, 0));
+    T_OK(get_cd(t, &id, 0, 0));
+    for (uint32_t c = 1; c <= 60; c++)
+        T_OK(put_cd(t, &id, c, 0));
+    *kept = held_cd(t, 0, 0);
+    T_OK(pgd__tier_ram_check(t));
+    pgd_tier_close(t);
+    return 0;
+}
+
+static int test_policy_orders(void)
+{
+    int kept = -1;
+    T_OK(reuse_kept(PGD_POLICY_LRU, &kept));
+    T_EQ(kept, 0);
+    static const int scan_resistant[] = {PGD_POLICY_S3FIFO, PGD_POLICY_ARC};
+    for (size_t i = 0; i < sizeof scan_resistant / sizeof scan_resistant[0]; i++) {
+        int kind = scan_resistant[i];
+        if (!pgd_policy_builtin((pgd_policy_kind)kind)) {
+            printf("  %s: not built in yet, skipped\n", kind_name(kind));
+            continue;
+        }
+        T_OK(reuse_kept(kind, &kept));
+        T_EQ(kept, 1);
+    }
+    /* priority: the lowest priority goes first, whatever its age. */
+    if (pgd_policy_builtin(PGD_POLICY_PRIORITY)) {
+        pgd_record_ident id;
+        pgd_tier *t = policy_tier(PGD_POLICY_PRIORITY, 4, 0, &id);
+        T_ASSERT(t != NULL);
+        for (uint32_t c = 0; c < 4; c++)
+            T_OK(put_cd(t, &id, c, 0));
+        pgd_tier_retention hi = {90, 0, 0, 0, 0}, lo = {5, 0, 0, 0, 0};
+        T_OK(pgd_tier_retain(t, t_block_of(0, 0), &hi));
+        T_OK(pgd_tier_retain(t, t_block_of(3, 0), &lo));
+        T_OK(put_cd(t, &id, 4, 0));
+        T_EQ(held_cd(t, 3, 0), 0); /* the newest, but the lowest priority */
+        T_EQ(held_cd(t, 0, 0), 1);
+        pgd_tier_close(t);
+    } else {
+        printf("  priority: not built in yet, skipped\n");
+    }
+    return 0;
+}
+
+/* Retention: an expired record is evicted first; an expired record whose child is held
+ * waits for it (leaf-only); a pinned one survives pressure; pins are bounded by the share. */
+static int test_retention(void)
+{
+    pgd_record_ident id;
+    pgd_tier *t = policy_tier(PGD_POLICY_LRU, 4, 0.5, &id);
+    T_ASSERT(t != NULL);
+    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 10, 0, 0, 0};
+    T_EQ(pgd_tier_retain(t, t_block_of(9, 0), &ttl), PGD_ENOTFOUND);
+    for (uint32_t c = 0; c < 4; c++)
+        T_OK(put_cd(t, &id, c, 0));
+    T_OK(pgd_tier_retain(t, t_block_of(2, 0), &ttl));
+    /* Not expired yet: LRU's choice, the oldest. */
+    T_OK(put_cd(t, &id, 4, 0));
+    T_EQ(held_cd(t, 0, 0), 0);
+    T_EQ(held_cd(t, 2, 0), 1);
+    /* Past its expiry: it goes before the LRU record (1, 0). */
+    fake_ns += 11ull * 1000000000ull;
+    T_OK(put_cd(t, &id, 5, 0));
+    T_EQ(held_cd(t, 2, 0), 0);
+    T_EQ(held_cd(t, 1, 0), 1);
+    T_OK(pgd__tier_ram_check(t));
+
+    /* Pins: (1, 0), the oldest, pinned, survives a flood; the share is 2 of 4 records. */
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
+    pgd_tier_retention unpin = {PGD_PRIORITY_DEFAULT, 0, -1, 0, 0};
+    T_OK(pgd_tier_retain(t, t_block_of(1, 0), &pin));
+    T_OK(pgd_tier_retain(t, t_block_of(1, 0), &pin)); /* again: no second charge */
+    for (uint32_t c = 10; c < 30; c++)
+        T_OK(put_cd(t, &id, c, 0));
+    T_EQ(held_cd(t, 1, 0), 1);
+    T_OK(pgd_tier_retain(t, t_block_of(29, 0), &pin));
+    T_EQ(pgd_tier_retain(t, t_block_of(28, 0), &pin), PGD_ENOSPC); /* over the share */
+    T_OK(pgd__tier_ram_check(t));
+    T_OK(pgd_tier_retain(t, t_block_of(1, 0), &unpin));
+    T_OK(pgd_tier_retain(t, t_block_of(28, 0), &pin)); /* room again */
+    for (uint32_t c = 30; c < 40; c++)
+        T_OK(put_cd(t, &id, c, 0));
+    T_EQ(held_cd(t, 1, 0), 0); /* unpinned: evicted like any other */
+    T_EQ(held_cd(t, 28, 0), 1);
+    T_EQ(held_cd(t, 29, 0), 1);
+    /* Everything pinned but the share: puts go on in the unpinned half. */
+    pgd_tier_stats st;
+    pgd_tier_get_stats(t, &st);
+    T_EQ(st.n_put_refused, 0);
+    T_OK(pgd__tier_ram_check(t));
+    pgd_tier_close(t);
+
+    /* Leaf-only with expiry: root (0, 0) expired while its child (0, 1) is held stays;
+     * the child goes first (the oldest leaf), then the root. */
+    t = policy_tier(PGD_POLICY_LRU, 3, 0, &id);
+    T_ASSERT(t != NULL);
+    T_OK(put_cd(t, &id, 0, 0));
+    T_OK(put_cd(t, &id, 0, 1));
+    T_OK(put_cd(t, &id, 1, 0));
+    T_OK(pgd_tier_retain(t, t_block_of(0, 0), &ttl));
+    fake_ns += 11ull * 1000000000ull;
+    T_OK(put_cd(t, &id, 2, 0));
+    T_EQ(held_cd(t, 0, 0), 1);
+    T_EQ(held_cd(t, 0, 1), 0);
+    T_EQ(held_cd(t, 1, 0), 1);
+    T_OK(put_cd(t, &id, 3, 0));
+    T_EQ(held_cd(t, 0, 0), 0); /* a leaf now, and expired: before (1, 0) */
+    T_EQ(held_cd(t, 1, 0), 1);
+    T_OK(pgd__tier_ram_check(t));
+    pgd_tier_close(t);
+    return 0;
+}
+
+/* belady, an unknown kind and a bad share are refused at create, with a clear line. */
+static int test_policy_refusals(void)
+{
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    pgd_tier *t = NULL;
+    T_EQ(rp.policy, PGD_POLICY_LRU);
+    rp.log = pol_log_fn;
+    pol_log[0] = '\0';
+    rp.policy = PGD_POLICY_BELADY;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    T_ASSERT(strstr(pol_log, "belady needs the future") != NULL);
+    pol_log[0] = '\0';
+    rp.policy = 99;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    T_ASSERT(strstr(pol_log, "unknown policy 99") != NULL);
+    rp.policy = PGD_POLICY_LRU;
+    rp.pin_share = 1.5;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    rp.pin_share = -0.1;
+    T_EQ(pgd_tier_ram_create(&rp, &t), PGD_EINVAL);
+    T_ASSERT(t == NULL);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_map);
@@ -916,5 +1203,9 @@ int main(void)
     T_RUN(test_held_random);
     T_RUN(test_alloc_failures);
     T_RUN(test_threads);
+    T_RUN(test_policy_leaf_only);
+    T_RUN(test_policy_orders);
+    T_RUN(test_retention);
+    T_RUN(test_policy_refusals);
     T_DONE();
 }

@@ -15,6 +15,15 @@
  *   lookup: local index, then one pipelined
  *         EXISTS batch for the rest of the run
  *   del:  DEL now (+ BlockRemoved "redis")
+ *   retain: a queued put's TTL       ----------> or EXPIRE key N / PERSIST key, pipelined
+ *         changed, else queued                    after the batch's SETs and DELs
+ *
+ * Retention (pgd_tier_ops.retain): ttl_s -> EXPIRE key ttl_s, pin -> PERSIST key (a key
+ * without a TTL is never evicted under the volatile-* maxmemory policies), unpin -> EXPIRE
+ * key <the tier's ttl> (nothing with ttl=0). The caller holds the cache lock: no round
+ * trip there. A put still queued gets it in its own SET (EX ttl_s, or no EX when pinned);
+ * otherwise the command is queued for the writer (RET_CAP of them; full: PGD_EIO, dropped).
+ * The order of Redis's evictions is its maxmemory-policy: the tier has no policy of its own.
  *
  * The local index (redis_index.c) holds the blocks this instance knows are in Redis. The
  * cache never looks a remote tier up before a put (tier.h: stats.remote), so put skips a
@@ -55,6 +64,8 @@ enum {
     TICK_MS = 5,           /* the writer's maintenance period (pgd__rc_tick) */
     BATCH_PUTS = 1024,     /* SETs per writer pipeline, at most */
     BATCH_DELS = 256,      /* DELs per writer pipeline, at most */
+    BATCH_RETS = 256,      /* EXPIRE / PERSIST per writer pipeline, at most */
+    RET_CAP = 4096,        /* retention commands queued, at most (more: refused) */
     EV_BLOCKS = 32,        /* blocks per queued event (a longer chain: several) */
     EV_CAP = 1024,         /* events queued, at most (more: dropped) */
     EV_BATCH = 256,        /* events per XADD */
@@ -78,6 +89,7 @@ typedef struct put_item {
     int in_flight; /* taken by the writer */
     int cancelled; /* deleted while in flight: the writer DELs it once written */
     int stored;    /* written (the writer's, for its event) */
+    int64_t ttl_s; /* the SET's EX: -1 the tier's ttl, 0 none (pinned), > 0 this (retain) */
     size_t key_len;
     char key[PGD__REDIS_KEY_MAX];
     uint8_t value[]; /* [value_bytes] */
@@ -93,7 +105,13 @@ typedef struct kv_event {
     pgd_hash blocks[EV_BLOCKS];
 } kv_event;
 
-/* The argv of one writer command (SET, DEL or XADD). */
+/* A queued retention command: EXPIRE key ttl_s (ttl_s > 0) or PERSIST key (ttl_s 0). */
+typedef struct ret_cmd {
+    pgd_hash block;
+    uint32_t ttl_s;
+} ret_cmd;
+
+/* The argv of one writer command (SET, DEL, EXPIRE, PERSIST or XADD). */
 typedef struct wcmd {
     const char *argv[XADD_ARGS];
     size_t len[XADD_ARGS];
@@ -127,6 +145,8 @@ typedef struct rtier {
     uint32_t q_n;
     pgd_hash *dels; /* [DEL_CAP] blocks to DEL */
     uint32_t n_dels;
+    ret_cmd *rets; /* [RET_CAP] retention commands, oldest first */
+    uint32_t n_rets;
     int busy; /* the writer is writing a batch */
     int stop;
     pgd_tier_stats st;                 /* own counters (the client's are added by stats) */
@@ -150,7 +170,8 @@ typedef struct rtier {
     int writer_started;
     put_item **w_items; /* [BATCH_PUTS], the writer's batch */
     pgd_hash *w_dels;   /* [BATCH_DELS] */
-    wcmd *wcmds;        /* [BATCH_PUTS + BATCH_DELS + 1], the writer's */
+    ret_cmd *w_rets;    /* [BATCH_RETS] */
+    wcmd *wcmds;        /* [BATCH_PUTS + BATCH_DELS + BATCH_RETS + 1], the writer's */
     pgd__rc_cmd *rcs;   /* [same] */
     char *ev_json;      /* the writer's XADD payload */
     size_t ev_json_cap;
@@ -489,9 +510,10 @@ static void note_mac_failure(rtier *t, const char *key)
 
 /* ---- the writer thread ---- */
 
-/* Writes one batch: items[0..n_items) (SET), dels[0..n_dels) (DEL). */
+/* Writes one batch: items[0..n_items) (SET), dels[0..n_dels) (DEL), then rets[0..n_rets)
+ * (EXPIRE / PERSIST), in that order in one pipeline. */
 static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_hash *dels,
-                        uint32_t n_dels)
+                        uint32_t n_dels, const ret_cmd *rets, uint32_t n_rets)
 {
     uint32_t m = 0;
     for (uint32_t i = 0; i < n_items; i++, m++) {
@@ -504,8 +526,9 @@ static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_
         w->argv[2] = (const char *)it->value;
         w->len[2] = (size_t)t->value_bytes;
         int argc = 3;
-        if (t->p.ttl_s) {
-            snprintf(w->num[0], sizeof w->num[0], "%u", t->p.ttl_s);
+        int64_t ttl = it->ttl_s < 0 ? (int64_t)t->p.ttl_s : it->ttl_s;
+        if (ttl > 0) {
+            snprintf(w->num[0], sizeof w->num[0], "%lld", (long long)ttl);
             w->argv[3] = "EX";
             w->len[3] = 2;
             w->argv[4] = w->num[0];
@@ -529,6 +552,27 @@ static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_
         pgd__rc_cmd *c = &t->rcs[m];
         memset(c, 0, sizeof *c);
         c->argc = 2;
+        c->argv = w->argv;
+        c->argvlen = w->len;
+        c->key = 1;
+    }
+    for (uint32_t i = 0; i < n_rets; i++, m++) {
+        wcmd *w = &t->wcmds[m];
+        size_t kl = pgd__redis_key(t->p.ns, t->ident_hash, rets[i].block, w->key, sizeof w->key);
+        int argc = 2;
+        w->argv[0] = rets[i].ttl_s ? "EXPIRE" : "PERSIST";
+        w->len[0] = strlen(w->argv[0]);
+        w->argv[1] = w->key;
+        w->len[1] = kl;
+        if (rets[i].ttl_s) {
+            snprintf(w->num[0], sizeof w->num[0], "%u", rets[i].ttl_s);
+            w->argv[2] = w->num[0];
+            w->len[2] = strlen(w->num[0]);
+            argc = 3;
+        }
+        pgd__rc_cmd *c = &t->rcs[m];
+        memset(c, 0, sizeof *c);
+        c->argc = argc;
         c->argv = w->argv;
         c->argvlen = w->len;
         c->key = 1;
@@ -567,9 +611,10 @@ static void write_batch(rtier *t, put_item **items, uint32_t n_items, const pgd_
                 }
             }
         }
-        if (i >= n_items)
+        if (i >= n_items && i < n_items + n_dels)
             removed[i - n_items] =
                 ok && c->reply->type == REDIS_REPLY_INTEGER && c->reply->integer > 0;
+        if (i >= n_items + n_dels && !ok) t->st.n_io_errors++; /* EXPIRE / PERSIST failed */
         if (c->reply) freeReplyObject(c->reply);
         c->reply = NULL;
     }
@@ -592,6 +637,7 @@ static void *writer_main(void *arg)
     rtier *t = arg;
     put_item **items = t->w_items;
     pgd_hash *dels = t->w_dels;
+    ret_cmd *rets = t->w_rets;
     uint64_t last_tick = 0, stop_by = 0;
 
     pthread_mutex_lock(&t->mu);
@@ -601,7 +647,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&t->emu);
         uint32_t ev_n = t->ev_n;
         pthread_mutex_unlock(&t->emu);
-        int work = (t->qhead && !t->qhead->in_flight) || t->n_dels || ev_n;
+        int work = (t->qhead && !t->qhead->in_flight) || t->n_dels || t->n_rets || ev_n;
         if (t->stop && (!work || now >= stop_by)) break;
         if (!work) {
             struct timespec ts;
@@ -614,7 +660,7 @@ static void *writer_main(void *arg)
             pthread_cond_timedwait(&t->wake, &t->mu, &ts);
         }
         /* Take a batch: its items stay queued (in_flight) until written. */
-        uint32_t n_items = 0, n_dels = 0;
+        uint32_t n_items = 0, n_dels = 0, n_rets = 0;
         uint64_t bytes = 0;
         for (put_item *it = t->qhead; it && n_items < BATCH_PUTS; it = it->next) {
             if (it->in_flight) continue;
@@ -625,6 +671,12 @@ static void *writer_main(void *arg)
         }
         while (t->n_dels && n_dels < BATCH_DELS)
             dels[n_dels++] = t->dels[--t->n_dels];
+        /* Retention after the SETs (a block's own SET, if in flight, is in an earlier
+         * batch or this one), oldest first: a later pin or unpin wins. */
+        n_rets = t->n_rets < BATCH_RETS ? t->n_rets : BATCH_RETS;
+        memcpy(rets, t->rets, n_rets * sizeof *rets);
+        memmove(t->rets, t->rets + n_rets, (t->n_rets - n_rets) * sizeof *t->rets);
+        t->n_rets -= n_rets;
         t->busy = 1;
         pthread_mutex_unlock(&t->mu);
 
@@ -634,7 +686,7 @@ static void *writer_main(void *arg)
             pgd__rc_tick(t->rc);
             note_state(t, NULL);
         }
-        if (n_items || n_dels) write_batch(t, items, n_items, dels, n_dels);
+        if (n_items || n_dels || n_rets) write_batch(t, items, n_items, dels, n_dels, rets, n_rets);
         ev_publish(t);
 
         pthread_mutex_lock(&t->mu);
@@ -665,6 +717,7 @@ static void *writer_main(void *arg)
         pgd__free(&t->al, it);
     }
     t->n_dels = 0;
+    t->n_rets = 0;
     pthread_cond_broadcast(&t->done);
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -732,6 +785,7 @@ static int redis_put(void *state, pgd_hash block, pgd_hash parent, const void *p
         memset(it, 0, sizeof *it);
         it->block = block;
         it->parent = parent;
+        it->ttl_s = -1;
         it->key_len = pgd__redis_key(t->p.ns, t->ident_hash, block, it->key, sizeof it->key);
         rc = pgd__redis_value_seal(&t->mac, it->key, it->key_len, &t->ident, block, parent, page,
                                    bounds, it->value);
@@ -1104,7 +1158,7 @@ static int redis_flush(void *state)
         pthread_mutex_lock(&t->emu);
         uint32_t ev_n = t->ev_n;
         pthread_mutex_unlock(&t->emu);
-        if (!t->q_n && !t->n_dels && !ev_n && !t->busy) break;
+        if (!t->q_n && !t->n_dels && !t->n_rets && !ev_n && !t->busy) break;
         if (now_ns() >= until) {
             rc = PGD_EIO;
             break;
@@ -1146,6 +1200,8 @@ static void redis_close(void *state)
     pgd__free(&t->al, t->wcmds);
     pgd__free(&t->al, t->w_items);
     pgd__free(&t->al, t->w_dels);
+    pgd__free(&t->al, t->rets);
+    pgd__free(&t->al, t->w_rets);
     pgd__free(&t->al, t->rcs);
     pgd__free(&t->al, t->ev_json);
     pgd__free(&t->al, t->evs);
@@ -1159,9 +1215,50 @@ static void redis_close(void *state)
     pgd__free(&al, t);
 }
 
+/* Retention (the file header): never a round trip here (the caller holds the cache
+ * lock). PGD_OK (applied to the queued put, or queued), PGD_ENOTFOUND (this instance does
+ * not know the block: the command is queued anyway, for another instance may have written
+ * it), PGD_EIO (Redis down, or RET_CAP commands queued: dropped), PGD_EINVAL. */
+static int redis_retain(void *state, pgd_hash block, const pgd_tier_retention *r)
+{
+    rtier *t = state;
+    if (!r) return PGD_EINVAL;
+    /* What the key's TTL becomes: 0 none (PERSIST), > 0 this, -1 nothing to do. */
+    int64_t ttl = -1;
+    if (r->pin > 0)
+        ttl = 0;
+    else if (r->ttl_s)
+        ttl = (int64_t)(r->ttl_s > UINT32_MAX ? UINT32_MAX : r->ttl_s);
+    else if (r->pin < 0 && t->p.ttl_s)
+        ttl = t->p.ttl_s;
+    pthread_mutex_lock(&t->mu);
+    if (!t->bound) {
+        pthread_mutex_unlock(&t->mu);
+        return PGD_EINVAL;
+    }
+    put_item *it = q_live(t, block);
+    int known = it || pgd__rix_find(&t->ix, block, now_s(), t->p.ttl_s);
+    int rc = known ? PGD_OK : PGD_ENOTFOUND;
+    if (ttl < 0) {
+        /* nothing to change in Redis (a priority: Redis orders by its own policy) */
+    } else if (it && !it->in_flight) {
+        it->ttl_s = ttl; /* its SET carries it */
+    } else if (is_down(t) || t->n_rets >= RET_CAP) {
+        t->st.n_io_errors++;
+        rc = PGD_EIO;
+    } else {
+        t->rets[t->n_rets].block = block;
+        t->rets[t->n_rets].ttl_s = (uint32_t)ttl;
+        t->n_rets++;
+        pthread_cond_signal(&t->wake);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
 static const pgd_tier_ops redis_ops = {
-    "redis",   redis_bind,  redis_put,   redis_get,   redis_lookup,
-    redis_del, redis_stats, redis_flush, redis_close, redis_get_many, NULL,
+    "redis",     redis_bind,  redis_put,   redis_get,      redis_lookup, redis_del,
+    redis_stats, redis_flush, redis_close, redis_get_many, redis_retain,
 };
 
 /* ---- create ---- */
@@ -1276,8 +1373,10 @@ int pgd_tier_redis_create(const pgd_tier_redis_params *p, pgd_tier **out, char *
                                : "redis tier: HMAC-SHA256 unavailable (OpenSSL)");
     rc = pgd__rix_init(&t->ix, &al, RIX_ENTRIES);
     t->dels = pgd__calloc(&al, DEL_CAP, sizeof *t->dels);
-    t->wcmds = pgd__calloc(&al, BATCH_PUTS + BATCH_DELS + 1, sizeof *t->wcmds);
-    t->rcs = pgd__calloc(&al, BATCH_PUTS + BATCH_DELS + 1, sizeof *t->rcs);
+    t->wcmds = pgd__calloc(&al, BATCH_PUTS + BATCH_DELS + BATCH_RETS + 1, sizeof *t->wcmds);
+    t->rcs = pgd__calloc(&al, BATCH_PUTS + BATCH_DELS + BATCH_RETS + 1, sizeof *t->rcs);
+    t->rets = pgd__calloc(&al, RET_CAP, sizeof *t->rets);
+    t->w_rets = pgd__calloc(&al, BATCH_RETS, sizeof *t->w_rets);
     t->w_items = pgd__calloc(&al, BATCH_PUTS, sizeof *t->w_items);
     t->w_dels = pgd__calloc(&al, BATCH_DELS, sizeof *t->w_dels);
     if (t->p.events_stream) {
@@ -1286,7 +1385,8 @@ int pgd_tier_redis_create(const pgd_tier_redis_params *p, pgd_tier **out, char *
         t->ev_json = pgd__malloc(&al, t->ev_json_cap);
         if (!t->evs || !t->ev_json) rc = PGD_ENOMEM;
     }
-    if (rc != PGD_OK || !t->dels || !t->wcmds || !t->rcs || !t->w_items || !t->w_dels)
+    if (rc != PGD_OK || !t->dels || !t->wcmds || !t->rcs || !t->w_items || !t->w_dels || !t->rets ||
+        !t->w_rets)
         return create_fail(t, PGD_ENOMEM, err, errlen, NULL);
 
     pgd__rc_params rp;
