@@ -51,7 +51,7 @@ typedef struct lg_workload {
     uint64_t *off;        /* [n_requests + 1]: request i's tokens are tokens[off[i], off[i+1]) */
     uint32_t *max_tokens; /* [n_requests]: its max_tokens (NULL: the --output-tokens) */
     double *at_s;         /* [n_requests]: send times from the first, seconds (NULL: none) */
-    int32_t *tenant;      /* [n_requests]: its tenant, 0..K-1, or -1 (NULL: none) */
+    int32_t *tenant;      /* [n_requests]: its tenant, 0..K-1 (NULL: no tenants) */
     uint32_t n_truncated; /* prompts cut to fit the context (their prefix kept) */
 } lg_workload;
 
