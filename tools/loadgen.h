@@ -5,7 +5,9 @@
  *
  *   lg_workload   the synthetic shared-prefix workload: G groups x P prompts, each prompt
  *                 = its group's system prompt (S token ids) + its own question (Q ids), in
- *                 a shuffled send order; deterministic from the seed
+ *                 a shuffled send order; deterministic from the seed. Or (--trace) one made
+ *                 from a Mooncake trace: a prompt per line from its hash ids, each id a
+ *                 block of token ids (lg_block_tokens), a tenant per conversation
  *   lg_arrivals   Poisson arrival times for --rate
  *   lg_sse        an incremental Server-Sent Events parser (bytes in, `data` payloads out)
  *   lg_metric     reads one sample from a Prometheus text exposition
@@ -41,9 +43,16 @@ typedef struct lg_workload_params {
 
 typedef struct lg_workload {
     uint32_t n_requests;    /* G * P */
-    uint32_t prompt_tokens; /* S + Q, the same for every request */
+    uint32_t prompt_tokens; /* S + Q, the same for every request; 0 when off is set */
     int32_t *tokens;        /* [n_requests][prompt_tokens], in send order */
     uint32_t *group;        /* [n_requests]: the group of each request */
+    /* A trace workload (lg_workload_from_trace) sets these; the synthetic one leaves them
+     * NULL. Read prompts with lg_workload_prompt either way. */
+    uint64_t *off;        /* [n_requests + 1]: request i's tokens are tokens[off[i], off[i+1]) */
+    uint32_t *max_tokens; /* [n_requests]: its max_tokens (NULL: the --output-tokens) */
+    double *at_s;         /* [n_requests]: send times from the first, seconds (NULL: none) */
+    int32_t *tenant;      /* [n_requests]: its tenant, 0..K-1 (NULL: no tenants) */
+    uint32_t n_truncated; /* prompts cut to fit the context (their prefix kept) */
 } lg_workload;
 
 /* Fills w. Returns 0, or -1 when memory runs out or a parameter is out of range (w is
@@ -51,6 +60,50 @@ typedef struct lg_workload {
  * tokens of a (group, prompt) pair depend on the seed and the pair only. */
 int lg_workload_init(lg_workload *w, const lg_workload_params *p);
 void lg_workload_deinit(lg_workload *w); /* zeroed or initialised w */
+
+/* Returns request i's prompt (borrowed from w) and writes its length to *n_tokens. */
+const int32_t *lg_workload_prompt(const lg_workload *w, uint32_t i, uint32_t *n_tokens);
+
+/* ---- a workload from a trace ---- */
+
+/* One line of a Mooncake trace (sim/trace.h parses them): ids borrowed for the call. */
+typedef struct lg_trace_req {
+    uint64_t timestamp_ms;
+    uint64_t input_length;  /* prompt tokens: at most n_ids * block_tokens are used */
+    uint64_t output_length; /* max_tokens, before the cap */
+    const uint64_t *ids;    /* [n_ids] hash ids, one per block of block_tokens tokens */
+    size_t n_ids;
+} lg_trace_req;
+
+typedef struct lg_trace_params {
+    uint32_t block_tokens; /* tokens per hash id, >= 1 */
+    uint32_t n_vocab;      /* ids are drawn from [LG_FIRST_ID, n_vocab); > LG_FIRST_ID */
+    uint32_t tenants;      /* K: conversations map to K tenants; 0: no tenants */
+    uint32_t max_output;   /* cap on max_tokens (output_length); 0: none */
+    uint32_t n_ctx;        /* prompt + max_tokens <= n_ctx, the prompt cut; 0: no limit */
+    double speedup;        /* > 0: at_s from the timestamps / speedup; 0: no at_s */
+    uint64_t seed;
+} lg_trace_params;
+
+/* Writes block id's n token ids to out: a pure function of (seed, id), so equal ids give
+ * equal tokens and a prompt built from a trace's ids shares exactly the trace's prefixes.
+ * Ids are in [LG_FIRST_ID, n_vocab), n_vocab > LG_FIRST_ID. */
+void lg_block_tokens(int32_t *out, uint32_t n, uint64_t id, uint32_t n_vocab, uint64_t seed);
+
+/* Returns the tenant (0..k-1) of the conversation whose first hash id is first_id: a
+ * pure function of (seed, first_id), about uniform over the tenants. k >= 1. */
+uint32_t lg_tenant_of(uint64_t first_id, uint32_t k, uint64_t seed);
+
+/* Fills w with r[n] in order: request i's prompt is the first input_length tokens of the
+ * blocks of its ids (lg_block_tokens), cut to n_ctx - max_tokens when longer (counted in
+ * n_truncated); max_tokens = output_length capped by max_output, at least 1; with tenants
+ * K, tenant[i] = lg_tenant_of(ids[0], K, seed); with speedup, at_s[i] = (timestamp -
+ * the first timestamp) / 1000 / speedup (0 for a timestamp before the first). w->group is
+ * the tenant (0 without tenants). Returns 0, or -1 when memory runs out or a parameter is
+ * out of range: no requests, a request without ids, input_length 0, n_ctx <= max_tokens,
+ * more than 2^32 tokens in all (w is then empty). */
+int lg_workload_from_trace(lg_workload *w, const lg_trace_params *p, const lg_trace_req *r,
+                           uint32_t n);
 
 /* Writes t[n]: arrival times in seconds of a Poisson process of rate req/s from 0: t[0] = 0,
  * then exponential gaps of mean 1/rate, deterministic from seed. */
@@ -113,7 +166,10 @@ typedef struct lg_opts {
     const char *api_key;
     uint64_t groups, prompts, system_tokens, question_tokens, output_tokens;
     uint64_t concurrency, seed, timeout_s;
-    double rate; /* req/s; 0: fixed concurrency */
+    double rate;       /* req/s; 0: fixed concurrency */
+    const char *trace; /* --trace FILE: the workload from a trace (NULL: synthetic) */
+    uint64_t block_tokens, tenants, trace_requests; /* --output-tokens caps max_tokens */
+    double speedup; /* --speedup: send at the trace's timestamps / speedup; 0: not */
     int json, compare, ignore_eos;
     const char **serve_args; /* passed through to `pagoda serve` */
     int n_serve_args;

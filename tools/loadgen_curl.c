@@ -7,7 +7,9 @@
  *
  * Invariants: one thread does everything (the multi interface), so token times are taken
  * as the bytes arrive and nothing is locked. At most `concurrency` requests are in
- * flight (or they start at their Poisson arrival times), and one /metrics GET at a time.
+ * flight (or they start at their Poisson arrival times, or at a trace's timestamps), and
+ * one /metrics GET at a time. A trace workload's requests carry their own max_tokens and,
+ * with tenants, "cache_salt": "tenant-<k>".
  * A failure is filed by kind in the run's figures and never ends the run; only the
  * client running out of memory before it starts does.
  */
@@ -38,6 +40,7 @@ typedef struct req {
     char *body;
     double t_start, t_last;
     double ttft;
+    uint32_t n_prompt; /* tokens of its prompt */
     uint32_t n_tokens; /* SSE chunks that carried text */
     double *itl;       /* [n_tokens - 1] */
     size_t cap_itl;
@@ -330,24 +333,32 @@ static int req_start(lg_bench *b, CURLM *m, req *r, uint32_t i, const char *url)
 {
     const lg_opts *o = b->o;
     json_t *body = json_object(), *prompt = json_array(), *so = json_object();
-    const int32_t *t = b->w.tokens + (size_t)i * b->w.prompt_tokens;
+    uint32_t n_tokens;
+    const int32_t *t = lg_workload_prompt(&b->w, i, &n_tokens);
+    uint64_t max_tokens = b->w.max_tokens ? b->w.max_tokens[i] : o->output_tokens;
     int bad = !body || !prompt || !so;
 
     memset(r, 0, sizeof *r);
     r->b = b;
-    for (uint32_t k = 0; !bad && k < b->w.prompt_tokens; k++) {
+    r->n_prompt = n_tokens;
+    for (uint32_t k = 0; !bad && k < n_tokens; k++) {
         bad = json_array_append_new(prompt, json_integer(t[k])) != 0;
     }
     if (!bad) {
         const char *name = o->model_name ? o->model_name : b->info.model_id;
         if (name[0]) json_object_set_new(body, "model", json_string(name));
         json_object_set(body, "prompt", prompt);
-        json_object_set_new(body, "max_tokens", json_integer((json_int_t)o->output_tokens));
+        json_object_set_new(body, "max_tokens", json_integer((json_int_t)max_tokens));
         json_object_set_new(body, "temperature", json_integer(0));
         json_object_set_new(body, "stream", json_true());
         json_object_set_new(so, "include_usage", json_true());
         json_object_set(body, "stream_options", so);
         if (o->ignore_eos) json_object_set_new(body, "ignore_eos", json_true());
+        if (b->w.tenant && b->w.tenant[i] >= 0) {
+            char salt[32];
+            snprintf(salt, sizeof salt, "tenant-%d", (int)b->w.tenant[i]);
+            json_object_set_new(body, "cache_salt", json_string(salt));
+        }
         r->body = json_dumps(body, JSON_COMPACT);
     }
     json_decref(prompt);
@@ -418,7 +429,7 @@ static void req_finish(lg_run_stats *rs, req *r, CURLcode cc)
         return;
     }
     rs->n_ok++;
-    rs->prompt_tokens += r->have_usage ? r->prompt_tokens : r->b->w.prompt_tokens;
+    rs->prompt_tokens += r->have_usage ? r->prompt_tokens : r->n_prompt;
     rs->completion_tokens += r->have_usage ? r->completion_tokens : r->n_tokens;
     if (r->have_cached) {
         rs->cached_tokens += r->cached_tokens;
@@ -474,7 +485,7 @@ int lg_run_workload(lg_bench *b, const char *base, lg_run_stats *rs)
     const lg_opts *o = b->o;
     uint32_t n = b->w.n_requests, next = 0, active = 0, done = 0;
     req *reqs = calloc(n, sizeof *reqs);
-    double *arr = o->rate > 0 ? malloc(n * sizeof *arr) : NULL;
+    double *arr = o->rate > 0 || b->w.at_s ? malloc(n * sizeof *arr) : NULL;
     CURLM *m = curl_multi_init();
     sampler sm;
     buf mbuf = {0};
@@ -485,8 +496,12 @@ int lg_run_workload(lg_bench *b, const char *base, lg_run_stats *rs)
     memset(&sm, 0, sizeof sm);
     rs->n_requests = n;
     rs->ttft = malloc((size_t)n * sizeof *rs->ttft);
-    if (!reqs || !m || !rs->ttft || (o->rate > 0 && !arr)) goto out;
-    if (arr) lg_arrivals(arr, n, o->rate, o->seed);
+    if (!reqs || !m || !rs->ttft || ((o->rate > 0 || b->w.at_s) && !arr)) goto out;
+    if (o->rate > 0) {
+        lg_arrivals(arr, n, o->rate, o->seed);
+    } else if (arr) {
+        memcpy(arr, b->w.at_s, n * sizeof *arr); /* the trace's timestamps, --speedup */
+    }
     snprintf(url, sizeof url, "%s/v1/completions", base);
 
     /* /metrics before the run: does the server have pagoda_ names, and where does its

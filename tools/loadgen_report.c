@@ -66,8 +66,21 @@ static void describe_workload(const lg_opts *o, const lg_bench *b, char *s, size
     char arrival[64];
     if (o->rate > 0) {
         snprintf(arrival, sizeof arrival, "Poisson arrivals at %g req/s", o->rate);
+    } else if (o->speedup > 0) {
+        snprintf(arrival, sizeof arrival, "at the trace's timestamps / %g", o->speedup);
     } else {
         snprintf(arrival, sizeof arrival, "concurrency %llu", (unsigned long long)o->concurrency);
+    }
+    if (o->trace) {
+        uint64_t tokens = b->w.off ? b->w.off[b->w.n_requests] : 0;
+        snprintf(s, len,
+                 "%u requests from trace %s (%llu prompt tokens, %llu per hash id); %s%llu "
+                 "tenants; max_tokens = output_length <= %llu; %s; seed %llu",
+                 b->w.n_requests, o->trace, (unsigned long long)tokens,
+                 (unsigned long long)o->block_tokens, o->tenants ? "" : "no ",
+                 (unsigned long long)o->tenants, (unsigned long long)o->output_tokens, arrival,
+                 (unsigned long long)o->seed);
+        return;
     }
     snprintf(s, len,
              "%u requests = %llu groups x %llu prompts; prompt = %llu shared + %llu own tokens; "
@@ -79,7 +92,7 @@ static void describe_workload(const lg_opts *o, const lg_bench *b, char *s, size
 
 void lg_print_table(const lg_opts *o, const lg_bench *b, const lg_run_stats *rs, int n)
 {
-    char wl[512];
+    char wl[1024];
     double v[2] = {0.0, 0.0}; /* n <= 2; set so GCC sees row() read no garbage */
 
 #define ROW(label, expr, dec, r)                                                                   \
@@ -207,10 +220,21 @@ void lg_print_json(const lg_opts *o, const lg_bench *b, const lg_run_stats *rs, 
     json_object_set_new(wl, "question_tokens", json_integer((json_int_t)o->question_tokens));
     json_object_set_new(wl, "output_tokens", json_integer((json_int_t)o->output_tokens));
     json_object_set_new(wl, "concurrency",
-                        o->rate > 0 ? json_null() : json_integer((json_int_t)o->concurrency));
+                        o->rate > 0 || o->speedup > 0 ? json_null()
+                                                      : json_integer((json_int_t)o->concurrency));
     json_object_set_new(wl, "rate", o->rate > 0 ? json_real(o->rate) : json_null());
     json_object_set_new(wl, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(wl, "n_vocab", json_integer(b->info.n_vocab));
+    if (o->trace) {
+        /* A trace workload: the synthetic fields above do not apply to it. */
+        json_object_set_new(wl, "trace", json_string(o->trace));
+        json_object_set_new(wl, "block_tokens", json_integer((json_int_t)o->block_tokens));
+        json_object_set_new(wl, "tenants", json_integer((json_int_t)o->tenants));
+        json_object_set_new(wl, "speedup", o->speedup > 0 ? json_real(o->speedup) : json_null());
+        json_object_set_new(wl, "prompt_tokens",
+                            json_integer(b->w.off ? (json_int_t)b->w.off[b->w.n_requests] : 0));
+        json_object_set_new(wl, "truncated", json_integer(b->w.n_truncated));
+    }
     json_object_set_new(root, "workload", wl);
     for (int i = 0; i < n; i++)
         json_array_append_new(runs, run_json(&rs[i]));

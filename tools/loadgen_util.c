@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * loadgen_util.c - the network-free parts of `pagoda bench` (see loadgen.h): the
- * synthetic shared-prefix workload, Poisson arrivals, the SSE parser, the Prometheus
- * sample reader and percentile summaries. Callers: loadgen.c and
+ * synthetic shared-prefix workload, the workload from a trace (token ids from hash ids,
+ * tenants), Poisson arrivals, the SSE parser, the Prometheus sample reader and percentile
+ * summaries. Callers: loadgen.c and
  * tests/integration/test_loadgen_util.c.
  *
  * Randomness is splitmix64 keyed by (seed, purpose, index), so a group's system prompt
@@ -48,13 +49,34 @@ static double unit(uint64_t *s)
 
 /* ---- workload ---- */
 
-enum { PURPOSE_SYSTEM = 1, PURPOSE_QUESTION = 2, PURPOSE_ORDER = 3, PURPOSE_ARRIVAL = 4 };
+enum {
+    PURPOSE_SYSTEM = 1,
+    PURPOSE_QUESTION = 2,
+    PURPOSE_ORDER = 3,
+    PURPOSE_ARRIVAL = 4,
+    PURPOSE_BLOCK = 5,
+    PURPOSE_TENANT = 6
+};
 
 void lg_workload_deinit(lg_workload *w)
 {
     free(w->tokens);
     free(w->group);
+    free(w->off);
+    free(w->max_tokens);
+    free(w->at_s);
+    free(w->tenant);
     memset(w, 0, sizeof *w);
+}
+
+const int32_t *lg_workload_prompt(const lg_workload *w, uint32_t i, uint32_t *n_tokens)
+{
+    if (w->off) {
+        *n_tokens = (uint32_t)(w->off[i + 1] - w->off[i]);
+        return w->tokens + w->off[i];
+    }
+    *n_tokens = w->prompt_tokens;
+    return w->tokens + (size_t)i * w->prompt_tokens;
 }
 
 int lg_workload_init(lg_workload *w, const lg_workload_params *p)
@@ -110,6 +132,107 @@ int lg_workload_init(lg_workload *w, const lg_workload_params *p)
         }
     }
     free(order);
+    return 0;
+}
+
+/* ---- a workload from a trace ---- */
+
+void lg_block_tokens(int32_t *out, uint32_t n, uint64_t id, uint32_t n_vocab, uint64_t seed)
+{
+    uint64_t s = stream(seed, PURPOSE_BLOCK, id, 0);
+    for (uint32_t k = 0; k < n; k++)
+        out[k] = (int32_t)(LG_FIRST_ID + below(&s, n_vocab - LG_FIRST_ID));
+}
+
+uint32_t lg_tenant_of(uint64_t first_id, uint32_t k, uint64_t seed)
+{
+    uint64_t s = stream(seed, PURPOSE_TENANT, first_id, 0);
+    return below(&s, k);
+}
+
+/* Request r's max_tokens and prompt length under p. Returns the prompt length, 0 when the
+ * request is out of range. */
+static uint64_t trace_lengths(const lg_trace_params *p, const lg_trace_req *r, uint32_t *max_tok,
+                              int *cut)
+{
+    uint64_t out = r->output_length, len = r->input_length;
+    if (p->max_output && out > p->max_output) out = p->max_output;
+    if (out == 0) out = 1;
+    if (out > UINT32_MAX) out = UINT32_MAX;
+    *max_tok = (uint32_t)out;
+    *cut = 0;
+    if (r->n_ids == 0 || len == 0) return 0;
+    if (len > (uint64_t)r->n_ids * p->block_tokens) len = (uint64_t)r->n_ids * p->block_tokens;
+    if (p->n_ctx) {
+        if (p->n_ctx <= out) return 0;
+        if (len > p->n_ctx - out) {
+            len = p->n_ctx - out;
+            *cut = 1;
+        }
+    }
+    return len;
+}
+
+int lg_workload_from_trace(lg_workload *w, const lg_trace_params *p, const lg_trace_req *r,
+                           uint32_t n)
+{
+    uint64_t total = 0;
+    uint32_t max_tok;
+    int cut;
+
+    memset(w, 0, sizeof *w);
+    if (n == 0 || p->block_tokens == 0 || p->n_vocab <= LG_FIRST_ID || p->speedup < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t len = trace_lengths(p, &r[i], &max_tok, &cut);
+        if (len == 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        total += len;
+    }
+    if (total > ((uint64_t)1 << 32)) {
+        errno = EINVAL;
+        return -1;
+    }
+    w->tokens = malloc((size_t)total * sizeof *w->tokens);
+    w->group = calloc(n, sizeof *w->group);
+    w->off = malloc(((size_t)n + 1) * sizeof *w->off);
+    w->max_tokens = malloc((size_t)n * sizeof *w->max_tokens);
+    w->at_s = p->speedup > 0 ? malloc((size_t)n * sizeof *w->at_s) : NULL;
+    w->tenant = p->tenants ? malloc((size_t)n * sizeof *w->tenant) : NULL;
+    if (!w->tokens || !w->group || !w->off || !w->max_tokens || (p->speedup > 0 && !w->at_s) ||
+        (p->tenants && !w->tenant)) {
+        lg_workload_deinit(w);
+        errno = ENOMEM;
+        return -1;
+    }
+    w->n_requests = n;
+    w->off[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t len = trace_lengths(p, &r[i], &max_tok, &cut), done = 0;
+        int32_t *t = w->tokens + w->off[i];
+        /* Whole blocks, then the first tokens of the one the prompt ends in (a prefix of
+         * that block's tokens: they are drawn in order from one stream). */
+        for (size_t b = 0; done < len; b++) {
+            uint32_t k = len - done < p->block_tokens ? (uint32_t)(len - done) : p->block_tokens;
+            lg_block_tokens(t + done, k, r[i].ids[b], p->n_vocab, p->seed);
+            done += k;
+        }
+        w->off[i + 1] = w->off[i] + len;
+        w->max_tokens[i] = max_tok;
+        w->n_truncated += (uint32_t)cut;
+        if (w->tenant) {
+            w->tenant[i] = (int32_t)lg_tenant_of(r[i].ids[0], p->tenants, p->seed);
+            w->group[i] = (uint32_t)w->tenant[i];
+        }
+        if (w->at_s) {
+            uint64_t t0 = r[0].timestamp_ms, ts = r[i].timestamp_ms;
+            w->at_s[i] = ts > t0 ? (double)(ts - t0) / 1000.0 / p->speedup : 0.0;
+        }
+    }
     return 0;
 }
 

@@ -8,7 +8,8 @@
  * Checks: `bench -m MODEL --json` spawns `pagoda serve` twice (with and without the prefix
  * cache), every request succeeds, the JSON has every documented key, the prefix hit
  * ratio is > 0 with the cache and exactly 0 without, and the server computed fewer prompt
- * tokens with the cache (from its /metrics); the table names its rows; a server that
+ * tokens with the cache (from its /metrics); the table names its rows; `--trace` on a
+ * gen-trace trace with 2 tenants sends every line and finds its prefix sharing; a server that
  * cannot start is reported with its output; an unreachable --url and bad flags exit
  * with a message. No timing is asserted.
  */
@@ -131,6 +132,46 @@ static int test_compare_json(void)
     return 0;
 }
 
+/* --trace: a gen-trace trace with 2 tenants, one request at a time; every request ok,
+ * the prompt tokens those the trace's blocks make, and its prefix sharing found. */
+static int test_trace_json(void)
+{
+    char args[2048];
+    json_error_t je;
+    json_t *o, *wl, *r;
+    int rc;
+
+    snprintf(args, sizeof args,
+             "gen-trace --requests 12 --groups 2 --system-blocks 2 --sessions 2 --turns 3 "
+             "--turn-blocks 1 --one-off 0 --block-tokens 16 -o '%s/trace.jsonl'",
+             dir);
+    T_EQ(run(args), 0);
+    snprintf(args, sizeof args,
+             "bench -m '%s' --trace '%s/trace.jsonl' --block-tokens 16 --tenants 2 "
+             "--output-tokens 4 --no-compare --json",
+             model, dir);
+    rc = run(args);
+    if (rc != 0) T_FAIL("bench exited %d: %s", rc, err);
+    o = json_loads(out, 0, &je);
+    if (!json_is_object(o)) T_FAIL("stdout is not one JSON object (%s): %s", je.text, out);
+    wl = json_object_get(o, "workload");
+    T_EQ(num(wl, "requests"), 12);
+    T_EQ(num(wl, "tenants"), 2);
+    T_EQ(num(wl, "block_tokens"), 16);
+    T_EQ(num(wl, "concurrency"), 1);
+    T_ASSERT(json_is_string(json_object_get(wl, "trace")));
+    T_ASSERT(json_is_null(json_object_get(wl, "speedup")));
+    r = json_array_get(json_object_get(o, "runs"), 0);
+    T_EQ(num(r, "requests"), 12);
+    T_EQ(num(r, "ok"), 12);
+    T_EQ(num(r, "prompt_tokens"), num(wl, "prompt_tokens"));
+    T_ASSERT(num(r, "completion_tokens") >= 12 && num(r, "completion_tokens") <= 12 * 4);
+    /* Later turns extend earlier ones of the same conversation, so of the same tenant. */
+    T_ASSERT(num(r, "cached_tokens") > 0);
+    json_decref(o);
+    return 0;
+}
+
 /* The table, one run, Poisson arrivals: every row is named. */
 static int test_table(void)
 {
@@ -198,6 +239,13 @@ static int test_bad_flags(void)
     T_ASSERT(strstr(err, "server flags need -m") != NULL);
     T_EQ(run("bench --url http://127.0.0.1:1 --system-tokens 0 --question-tokens 0"), 2);
     T_EQ(run("bench --url http://127.0.0.1:1 stray"), 2);
+    T_EQ(run("bench --url http://127.0.0.1:1 --tenants 2"), 2);
+    T_ASSERT(strstr(err, "needs --trace") != NULL);
+    T_EQ(run("bench --url http://127.0.0.1:1 --trace x.jsonl --groups 2"), 2);
+    T_ASSERT(strstr(err, "synthetic workload") != NULL);
+    T_EQ(run("bench --url http://127.0.0.1:1 --trace x.jsonl --speedup 2 --rate 1"), 2);
+    T_EQ(run("bench --url http://127.0.0.1:1 --trace no-such-file.jsonl"), 1);
+    T_ASSERT(strstr(err, "cannot open") != NULL);
     T_EQ(run("bench --help"), 0);
     T_ASSERT(strstr(out, "--system-tokens") != NULL);
     return 0;
@@ -228,5 +276,6 @@ int main(int argc, char **argv)
     T_RUN(test_server_fails);
     T_RUN(test_compare_json);
     T_RUN(test_table);
+    T_RUN(test_trace_json);
     T_DONE();
 }

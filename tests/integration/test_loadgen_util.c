@@ -2,7 +2,10 @@
 /*
  * test_loadgen_util.c - unit tests of the network-free parts of `pagoda bench`
  * (tools/loadgen_util.c, compiled into this test): the shared-prefix workload (shape,
- * sharing, id range, determinism, every pair once), Poisson arrivals, the SSE parser
+ * sharing, id range, determinism, every pair once), the workload from a trace (tokens
+ * from hash ids: equal ids give equal tokens, so prefixes are shared exactly as in the
+ * trace; partial last blocks, caps, the context cut, tenants by conversation, timestamps),
+ * Poisson arrivals, the SSE parser
  * (every split point, CRLF/CR/LF, comments, multi-line data, early stop), the Prometheus
  * sample reader and the percentile summaries.
  */
@@ -114,6 +117,163 @@ static int test_workload_bad_params(void)
     T_EQ(w.prompt_tokens, 3);
     lg_workload_deinit(&w);
     lg_workload_deinit(&w); /* twice: zeroed */
+    return 0;
+}
+
+/* ---- a workload from a trace ---- */
+
+static lg_trace_params trace_params(uint32_t block_tokens, uint32_t tenants)
+{
+    lg_trace_params tp;
+    memset(&tp, 0, sizeof tp);
+    tp.block_tokens = block_tokens;
+    tp.n_vocab = 300;
+    tp.tenants = tenants;
+    tp.seed = 7;
+    return tp;
+}
+
+static int test_block_tokens(void)
+{
+    int32_t a[64], b[64], c[64], d[64];
+    int differ = 0;
+
+    lg_block_tokens(a, 64, 42, 300, 7);
+    lg_block_tokens(b, 64, 42, 300, 7);
+    lg_block_tokens(c, 64, 43, 300, 7);
+    lg_block_tokens(d, 64, 42, 300, 8);
+    T_ASSERT(memcmp(a, b, sizeof a) == 0);
+    T_ASSERT(memcmp(a, c, sizeof a) != 0);
+    T_ASSERT(memcmp(a, d, sizeof a) != 0);
+    for (int k = 0; k < 64; k++) {
+        T_ASSERT(a[k] >= (int32_t)LG_FIRST_ID && a[k] < 300);
+        differ |= a[k] != a[0];
+    }
+    T_ASSERT(differ);
+    /* Fewer tokens are the first ones of the same block. */
+    lg_block_tokens(b, 10, 42, 300, 7);
+    T_ASSERT(memcmp(a, b, 10 * sizeof a[0]) == 0);
+    return 0;
+}
+
+static int test_tenant_of(void)
+{
+    uint32_t count[4] = {0};
+    for (uint64_t id = 0; id < 4000; id++) {
+        uint32_t t = lg_tenant_of(id, 4, 7);
+        T_ASSERT(t < 4);
+        T_EQ(t, lg_tenant_of(id, 4, 7));
+        count[t]++;
+    }
+    for (int t = 0; t < 4; t++)
+        T_ASSERT(count[t] > 800 && count[t] < 1200); /* about 1000 each */
+    T_EQ(lg_tenant_of(12345, 1, 7), 0);
+    return 0;
+}
+
+static int test_trace_workload(void)
+{
+    /* Two conversations: A = [1 2] then [1 2 3] (turn 2 extends turn 1), B = [9 10];
+     * a one-off [1 5] shares A's first block only. block_tokens 4. */
+    static const uint64_t i0[] = {1, 2}, i1[] = {1, 2, 3}, i2[] = {9, 10}, i3[] = {1, 5};
+    lg_trace_req r[4] = {
+        {1000, 8, 5, i0, 2},
+        {1500, 11, 100, i1, 3}, /* the last block 3 of 4 tokens */
+        {3000, 99, 0, i2, 2},   /* input beyond the blocks: 8 tokens */
+        {3000, 6, 2, i3, 2},
+    };
+    lg_trace_params tp = trace_params(4, 3);
+    lg_workload w;
+    const int32_t *p[4];
+    uint32_t n[4];
+    int32_t blk[4];
+
+    tp.max_output = 16;
+    tp.speedup = 2.0;
+    T_OK(lg_workload_from_trace(&w, &tp, r, 4));
+    T_EQ(w.n_requests, 4);
+    T_EQ(w.n_truncated, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        p[i] = lg_workload_prompt(&w, i, &n[i]);
+    T_EQ(n[0], 8);
+    T_EQ(n[1], 11);
+    T_EQ(n[2], 8);
+    T_EQ(n[3], 6);
+    /* Prefix sharing is exactly the trace's: turn 2 starts with all of turn 1. */
+    T_ASSERT(memcmp(p[1], p[0], 8 * sizeof(int32_t)) == 0);
+    T_ASSERT(memcmp(p[3], p[0], 4 * sizeof(int32_t)) == 0);
+    T_ASSERT(memcmp(p[3] + 4, p[0] + 4, 2 * sizeof(int32_t)) != 0);
+    T_ASSERT(memcmp(p[2], p[0], 4 * sizeof(int32_t)) != 0);
+    /* Each block is lg_block_tokens of its id; the partial one its first tokens. */
+    lg_block_tokens(blk, 4, 3, 300, 7);
+    T_ASSERT(memcmp(p[1] + 8, blk, 3 * sizeof(int32_t)) == 0);
+    lg_block_tokens(blk, 4, 10, 300, 7);
+    T_ASSERT(memcmp(p[2] + 4, blk, 4 * sizeof(int32_t)) == 0);
+    /* max_tokens: output_length, capped, at least 1. */
+    T_EQ(w.max_tokens[0], 5);
+    T_EQ(w.max_tokens[1], 16);
+    T_EQ(w.max_tokens[2], 1);
+    T_EQ(w.max_tokens[3], 2);
+    /* A conversation (its first id) has one tenant: A's turns and the one-off on block 1. */
+    T_ASSERT(w.tenant != NULL);
+    T_EQ(w.tenant[0], (int32_t)lg_tenant_of(1, 3, 7));
+    T_EQ(w.tenant[1], w.tenant[0]);
+    T_EQ(w.tenant[3], w.tenant[0]);
+    T_EQ(w.tenant[2], (int32_t)lg_tenant_of(9, 3, 7));
+    T_EQ(w.group[2], (uint32_t)w.tenant[2]);
+    /* Send times: from the first timestamp, in seconds, divided by the speedup. */
+    T_ASSERT(w.at_s && w.at_s[0] == 0.0 && w.at_s[1] == 0.25 && w.at_s[2] == 1.0);
+    T_ASSERT(w.at_s[3] == 1.0);
+    lg_workload_deinit(&w);
+
+    /* No tenants, no speedup: neither array. */
+    tp = trace_params(4, 0);
+    T_OK(lg_workload_from_trace(&w, &tp, r, 2));
+    T_ASSERT(w.tenant == NULL && w.at_s == NULL);
+    T_EQ(w.max_tokens[1], 100);
+    lg_workload_deinit(&w);
+    return 0;
+}
+
+static int test_trace_workload_ctx(void)
+{
+    static const uint64_t ids[] = {1, 2, 3, 4};
+    lg_trace_req r[2] = {{0, 16, 4, ids, 4}, {0, 8, 4, ids, 2}};
+    lg_trace_params tp = trace_params(4, 0);
+    lg_workload w, full;
+    const int32_t *a, *b;
+    uint32_t na, nb;
+
+    /* Context 14: a prompt of 16 + 4 output is cut to 10 tokens, its prefix kept. */
+    T_OK(lg_workload_from_trace(&full, &tp, r, 2));
+    tp.n_ctx = 14;
+    T_OK(lg_workload_from_trace(&w, &tp, r, 2));
+    T_EQ(w.n_truncated, 1);
+    a = lg_workload_prompt(&w, 0, &na);
+    b = lg_workload_prompt(&full, 0, &nb);
+    T_EQ(na, 10);
+    T_EQ(nb, 16);
+    T_ASSERT(memcmp(a, b, 10 * sizeof(int32_t)) == 0);
+    lg_workload_prompt(&w, 1, &na);
+    T_EQ(na, 8);
+    lg_workload_deinit(&w);
+    lg_workload_deinit(&full);
+
+    /* Out of range: context <= max_tokens, no ids, no input, no requests, bad block size. */
+    tp.n_ctx = 4;
+    T_EQ(lg_workload_from_trace(&w, &tp, r, 2), -1);
+    T_ASSERT(w.tokens == NULL && w.n_requests == 0);
+    tp = trace_params(4, 0);
+    r[1].n_ids = 0;
+    T_EQ(lg_workload_from_trace(&w, &tp, r, 2), -1);
+    r[1].n_ids = 2;
+    r[1].input_length = 0;
+    T_EQ(lg_workload_from_trace(&w, &tp, r, 2), -1);
+    r[1].input_length = 8;
+    T_EQ(lg_workload_from_trace(&w, &tp, r, 0), -1);
+    tp.block_tokens = 0;
+    T_EQ(lg_workload_from_trace(&w, &tp, r, 2), -1);
+    lg_workload_deinit(&w);
     return 0;
 }
 
@@ -276,6 +436,10 @@ int main(void)
     T_RUN(test_workload_shape);
     T_RUN(test_workload_deterministic);
     T_RUN(test_workload_bad_params);
+    T_RUN(test_block_tokens);
+    T_RUN(test_tenant_of);
+    T_RUN(test_trace_workload);
+    T_RUN(test_trace_workload_ctx);
     T_RUN(test_arrivals);
     T_RUN(test_sse);
     T_RUN(test_sse_stop);
