@@ -19,6 +19,7 @@
  * test exits 77 (skipped).
  */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,7 +141,10 @@ static int test_kill_during_write_through(void)
                  "wait $p 2>/dev/null; echo $?",
                  bin, args, delays[i]);
         T_EQ(t_sh(cmd, out, sizeof out), 0);
-        T_OK(inspect_clean(tdir));
+        /* A kill before the tier made its directory (the first, 20 ms in, on a loaded
+         * machine: the model loads first) leaves nothing to inspect. */
+        struct stat st;
+        if (stat(tdir, &st) == 0) T_OK(inspect_clean(tdir));
         /* Restart: the cold text, from whatever the killed runs left. */
         run_args(args, sizeof args, "48", spec);
         T_EQ(run(args), 0);
