@@ -29,16 +29,12 @@
  * Simplification: the ghosts share one pool of n entries (|B1| + |B2| <= n, the ARC bound
  * when the cache is full); a full pool drops the oldest entry of the list being pushed.
  */
+#include "dlist.h"
 #include "pgd_int.h"
 
 #define ARC_MAX_SKIPS 64
 
 enum { L_NONE, L_T1, L_T2 };
-
-/* A list through one of the two link pairs of a page: 0 T1 or T2, 1 the evictable list. */
-typedef struct dlist {
-    uint32_t head, tail, n; /* head: MRU / newest */
-} dlist;
 
 /* A page's state in one record (one cache line per touch, as in s3fifo.c). */
 typedef struct arcpage {
@@ -57,32 +53,6 @@ typedef struct arc {
     dlist evl;
     pgd__ghost ghost; /* list 0: B1, list 1: B2 */
 } arc;
-
-static void dl_push_head(arcpage *pg, int k, dlist *l, uint32_t id)
-{
-    pg[id].link[k][0] = PGD__NONE;
-    pg[id].link[k][1] = l->head;
-    if (l->head != PGD__NONE)
-        pg[l->head].link[k][0] = id;
-    else
-        l->tail = id;
-    l->head = id;
-    l->n++;
-}
-
-static void dl_unlink(arcpage *pg, int k, dlist *l, uint32_t id)
-{
-    uint32_t p = pg[id].link[k][0], n = pg[id].link[k][1];
-    if (p != PGD__NONE)
-        pg[p].link[k][1] = n;
-    else
-        l->head = n;
-    if (n != PGD__NONE)
-        pg[n].link[k][0] = p;
-    else
-        l->tail = p;
-    l->n--;
-}
 
 static void arc_destroy(void *state)
 {

@@ -35,6 +35,7 @@
  * its hash in the ghost (the paper's "evicted from S"). contains()/size(): the evictable
  * set.
  */
+#include "dlist.h"
 #include "pgd_int.h"
 
 /* Skips (pages passed over without a state change) before falling back to release order. */
@@ -42,12 +43,6 @@
 #define S3_FREQ_MAX 3
 
 enum { Q_NONE, Q_SMALL, Q_MAIN };
-
-/* A list through one of the two link pairs of a page: 0 the queue (small or main), 1 the
- * evictable list (release order). */
-typedef struct dlist {
-    uint32_t head, tail, n; /* head: newest */
-} dlist;
 
 /* Everything about a page in one 40-byte record: an operation touches one cache line of
  * the page and one of each neighbour (bench_policy, 3 runs: 2.7x LRU's ns/op against
@@ -69,32 +64,6 @@ typedef struct s3fifo {
     dlist small, main, evl;
     pgd__ghost ghost;
 } s3fifo;
-
-static void dl_push_head(s3page *pg, int k, dlist *l, uint32_t id)
-{
-    pg[id].link[k][0] = PGD__NONE;
-    pg[id].link[k][1] = l->head;
-    if (l->head != PGD__NONE)
-        pg[l->head].link[k][0] = id;
-    else
-        l->tail = id;
-    l->head = id;
-    l->n++;
-}
-
-static void dl_unlink(s3page *pg, int k, dlist *l, uint32_t id)
-{
-    uint32_t p = pg[id].link[k][0], n = pg[id].link[k][1];
-    if (p != PGD__NONE)
-        pg[p].link[k][1] = n;
-    else
-        l->head = n;
-    if (n != PGD__NONE)
-        pg[n].link[k][0] = p;
-    else
-        l->tail = p;
-    l->n--;
-}
 
 static void s3_destroy(void *state)
 {
