@@ -38,7 +38,7 @@ enum { L_NONE, L_T1, L_T2 };
 
 /* A page's state in one record (one cache line per touch, as in s3fifo.c). */
 typedef struct arcpage {
-    uint32_t link[2][2]; /* [list][0 prev, 1 next] */
+    uint32_t link[2][2]; /* first member (dlist.h): list 0 T1 or T2, 1 the evictable list */
     pgd_hash hash;
     uint8_t l;  /* L_*: its class */
     uint8_t ev; /* in the evictable set */

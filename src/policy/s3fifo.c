@@ -49,7 +49,7 @@ enum { Q_NONE, Q_SMALL, Q_MAIN };
  * 3.1x with one array per field; the rest is mostly insert's first touch of the page,
  * which LRU does not need). */
 typedef struct s3page {
-    uint32_t link[2][2]; /* [list][0 prev, 1 next] */
+    uint32_t link[2][2]; /* first member (dlist.h): list 0 the queue, 1 the evictable list */
     pgd_hash hash;
     uint8_t q;     /* Q_* */
     uint8_t freq;  /* 0..3 */
