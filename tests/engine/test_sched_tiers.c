@@ -58,9 +58,17 @@ static void w_close(void *st)
     (void)st; /* the test closes the inner tier itself */
 }
 
-static const pgd_tier_ops wrap_ops = {
-    "ram",          t_tier_fwd_bind,  t_tier_fwd_put,   w_get,   t_tier_fwd_lookup,
-    t_tier_fwd_del, t_tier_fwd_stats, t_tier_fwd_flush, w_close, NULL, NULL};
+static const pgd_tier_ops wrap_ops = {"ram",
+                                      t_tier_fwd_bind,
+                                      t_tier_fwd_put,
+                                      w_get,
+                                      t_tier_fwd_lookup,
+                                      t_tier_fwd_del,
+                                      t_tier_fwd_stats,
+                                      t_tier_fwd_flush,
+                                      w_close,
+                                      NULL,
+                                      NULL};
 
 static void gate(wrap *w, int closed)
 {

@@ -131,9 +131,17 @@ static void f_close(void *st)
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
-static const pgd_tier_ops faulty_ops = {
-    "faulty",         t_tier_fwd_bind,  f_put,   f_get, t_tier_fwd_lookup, t_tier_fwd_del,
-    t_tier_fwd_stats, t_tier_fwd_flush, f_close, NULL, NULL};
+static const pgd_tier_ops faulty_ops = {"faulty",
+                                        t_tier_fwd_bind,
+                                        f_put,
+                                        f_get,
+                                        t_tier_fwd_lookup,
+                                        t_tier_fwd_del,
+                                        t_tier_fwd_stats,
+                                        t_tier_fwd_flush,
+                                        f_close,
+                                        NULL,
+                                        NULL};
 
 static pgd_tier *faulty_tier(pgd_tier *inner, uint32_t fail_every, faulty **state)
 {

@@ -451,8 +451,8 @@ static void count_spill(void *ud, pgd_hash b, pgd_hash p, const void *page, cons
 
 static int test_wrap(void)
 {
-    pgd_tier_ops ops = {"fake",   fake_bind,  fake_put,   fake_get,   fake_lookup,
-                        fake_del, fake_stats, fake_flush, fake_close, NULL, NULL};
+    pgd_tier_ops ops = {"fake",     fake_bind,  fake_put,   fake_get, fake_lookup, fake_del,
+                        fake_stats, fake_flush, fake_close, NULL,     NULL};
     fake_tier ft;
     pgd_tier *t;
     memset(&ft, 0, sizeof ft);

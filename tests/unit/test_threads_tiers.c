@@ -192,8 +192,8 @@ static void w_close(void *st)
 {
     pgd_tier_close(st);
 }
-static const pgd_tier_ops failing_ops = {"failing", w_bind,  w_put,   w_get,   w_lookup,
-                                         w_del,     w_stats, w_flush, w_close, NULL, NULL};
+static const pgd_tier_ops failing_ops = {"failing", w_bind,  w_put,   w_get, w_lookup, w_del,
+                                         w_stats,   w_flush, w_close, NULL,  NULL};
 
 static pgd_tier *ram_tier(uint64_t n_records)
 {
