@@ -434,7 +434,8 @@ PGD_API uint64_t pgd_cache_now_ns(const pgd_cache *c);
  * A tenant is a salt (pgd_seq_create). The cache tracks up to max_tenants of them (index
  * 0: the default tenant, salt_len 0; the last index: "other", every further salt). Each
  * registered page is charged to the tenant of the sequence that registered it.
- * Quotas: a tenant may be given a reserved share of the pool (and of each tier). When a
+ * Quotas: a tenant may be given a reserved share of the pool (tier shares: see
+ * tier_share). When a
  * sequence of tenant T needs a page and the pool has none free:
  *   - a tenant with a reservation that holds at least it evicts its own pages first;
  *   - then (or otherwise) pages of any tenant U, but never of a U that holds no more than
@@ -454,8 +455,10 @@ PGD_API uint64_t pgd_cache_now_ns(const pgd_cache *c);
  * reads a per-page tenant index (O(1) per page the policy's scan looks at). */
 typedef struct pgd_tenant_params {
     double pool_share;                /* reserved share of the pool's pages, 0..1 */
-    double tier_share[PGD_MAX_TIERS]; /* reserved share of tier i (tiers that support
-                                         it: the RAM and disk tiers), 0..1 */
+    double tier_share[PGD_MAX_TIERS]; /* reserved share of tier i, 0..1: validated and
+                                         recorded, and a tenant with one has its pages'
+                                         tenant sent to the tier (pgd_tier_retain); no
+                                         built-in tier enforces it yet */
 } pgd_tenant_params;
 
 /* Registers (or updates) the tenant of salt with its reservation. Returns the tenant's
