@@ -435,8 +435,7 @@ PGD_API uint64_t pgd_cache_now_ns(const pgd_cache *c);
  * 0: the default tenant, salt_len 0; the last index: "other", every further salt). Each
  * registered page is charged to the tenant of the sequence that registered it.
  * Quotas: a tenant may be given a reserved share of the pool (tier shares: see
- * tier_share). When a
- * sequence of tenant T needs a page and the pool has none free:
+ * tier_share). When a sequence of tenant T needs a page and the pool has none free:
  *   - a tenant with a reservation that holds at least it evicts its own pages first;
  *   - then (or otherwise) pages of any tenant U, but never of a U that holds no more than
  *     its reserved share (a flood from one tenant cannot evict another's reserved
