@@ -1011,6 +1011,7 @@ static int tier_retention(pgd_cache *c, uint32_t t, uint32_t page, pgd_tier_rete
     out->ttl_s = ttl_s(r->expires_ns, now_ns(c));
     out->pin = r->pins ? 1 : 0;
     tier_tenant(c, page, out);
+    out->tenant_share = c->tn.e[ti].tier_share[t];
     return 1;
 }
 
@@ -2462,6 +2463,7 @@ static int tiers_pin(pgd_cache *c, const pgd_hash *hashes, size_t m, int pin, ui
             memset(&tr, 0, sizeof tr);
             tr.priority = c->ret[chain_page(c, hashes[k])].priority;
             tier_tenant(c, chain_page(c, hashes[k]), &tr);
+            tr.tenant_share = c->tn.e[c->page_tenant[chain_page(c, hashes[k])]].tier_share[t];
             tr.ttl_s = pin > 0 && ttl_ms ? (ttl_ms + 999) / 1000 : 0;
             tr.pin = pin;
             if (pgd_tier_retain(tier, hashes[k], &tr) != PGD_ENOSPC || pin < 0) continue;

@@ -175,6 +175,11 @@ typedef struct pgd_tier_retention {
                               maxmemory policies), 0: leave pins, -1: unpin */
     uint64_t tenant;       /* pgd_tenant_stats.id of the page's tenant (quotas) */
     uint32_t tenant_index; /* its index in the cache, < 64 */
+    double tenant_share;   /* the tenant's reserved share of this tier (pgd_tenant_params.
+                              tier_share; 0: leaves the tier's record of it as it is).
+                              The RAM and disk tiers keep such a tenant's records (those
+                              retain named it on) from eviction while it holds no more
+                              than share x capacity records */
 } pgd_tier_retention;
 
 /* The ops table of a tier (built-in: ram, disk; user: pgd_tier_wrap). Every member is

@@ -265,6 +265,8 @@ static int m_resize(disk *d, uint32_t n)
     pgd__tmap_set_pin_limit(m, (uint64_t)(d->pin_share * (double)d->capacity_bytes));
     if (d->map) {
         PGD_CHECK(pgd__tmap_count(d->map) <= n);
+        for (uint32_t t = 0; t < PGD__TMAP_TENANTS; t++)
+            pgd__tmap_set_share(m, t, pgd__tmap_share(d->map, t));
         for (uint32_t v = pgd__tmap_victim(d->map); v != PGD__NONE; v = pgd__tmap_victim(d->map)) {
             const pgd__tmap_slot *sl = pgd__tmap_slot_get(d->map, v);
             uint32_t ns = pgd__tmap_insert(m, sl->hash, sl->parent);

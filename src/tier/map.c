@@ -30,7 +30,9 @@
  * Callers: ram.c and disk.c, under their lock. Invariant (pgd__tmap_check): every live
  * slot is in by_hash once, and in by_parent once unless a first block; n_children counts
  * the live slots whose parent is the slot's block; the policy's set is exactly the
- * unpinned live slots.
+ * unpinned live slots; t_held[t] counts the live slots tagged with tenant t.
+ * Quotas (accept_quota): no victim among the records of a tenant that holds no more than
+ * its reserved share (pgd__tmap_set_share) of the capacity.
  */
 #include <stdio.h>
 
@@ -58,6 +60,10 @@ struct pgd__tmap {
     uint64_t page_bytes; /* pgd_policy_page.bytes */
     uint32_t page_tokens;
     pgd_cost_model cost;
+    /* Quotas: records tagged with each tenant, and its reserved share (0: none). */
+    uint32_t t_held[PGD__TMAP_TENANTS];
+    double t_share[PGD__TMAP_TENANTS];
+    uint32_t n_reserved; /* tenants with t_share > 0 */
 };
 
 static const pgd_hash no_parent = {0, 0};
@@ -333,6 +339,7 @@ void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
     if (sl->pins) m->n_pinned--;
     if (sl->expires_s) exp_unlink(m, s);
     if (sl->retained) m->pinned_bytes -= sl->pin_bytes;
+    if (sl->tagged) m->t_held[sl->tenant]--;
     memset(sl, 0, sizeof *sl);
     m->next_free[s] = m->free_head;
     m->free_head = s;
@@ -377,6 +384,17 @@ static int accept_leaf(void *ctx, uint32_t s)
     return s < m->capacity && m->slots[s].live && !m->slots[s].pins && !m->slots[s].n_children;
 }
 
+/* A leaf that the quotas let go: not a record of a tenant holding no more than its
+ * reservation. */
+static int accept_quota(void *ctx, uint32_t s)
+{
+    const pgd__tmap *m = ctx;
+    if (!accept_leaf(ctx, s)) return 0;
+    if (!m->n_reserved || !m->slots[s].tagged) return 1;
+    uint32_t t = m->slots[s].tenant;
+    return !(m->t_share[t] > 0) || m->t_held[t] > (uint32_t)(m->t_share[t] * m->capacity);
+}
+
 static int accept_unpinned(void *ctx, uint32_t s)
 {
     const pgd__tmap *m = ctx;
@@ -392,7 +410,7 @@ static uint32_t expired_leaf(pgd__tmap *m)
     uint64_t next = UINT64_MAX;
     for (uint32_t s = m->exp_head; s != PGD__NONE; s = m->exp_next[s]) {
         uint64_t e = m->slots[s].expires_s;
-        if (e <= now && accept_leaf(m, s)) return s; /* next_exp_s stays <= now */
+        if (e <= now && accept_quota(m, s)) return s; /* next_exp_s stays <= now */
         if (e < next) next = e;
     }
     m->next_exp_s = next;
@@ -403,8 +421,9 @@ uint32_t pgd__tmap_victim(pgd__tmap *m)
 {
     uint32_t s = expired_leaf(m);
     if (s != PGD__NONE) return s;
-    s = m->pol->victim(m->pol_state, accept_leaf, m);
-    if (s != PGD_POLICY_NO_PAGE) return accept_leaf(m, s) ? s : PGD__NONE; /* policy.h */
+    s = m->pol->victim(m->pol_state, accept_quota, m);
+    if (s != PGD_POLICY_NO_PAGE) return accept_quota(m, s) ? s : PGD__NONE; /* policy.h */
+    if (m->n_reserved) return PGD__NONE; /* what is left is reserved */
     /* No leaf, nothing pinned, slots left: the parents form a cycle (A names B, B names
      * A), which only crafted records make; a forest always has a leaf. Evict in the
      * policy's order then, so that such records cannot fill a tier for good. */
@@ -421,6 +440,19 @@ const pgd__tmap_slot *pgd__tmap_slot_get(const pgd__tmap *m, uint32_t s)
 
 /* ---- retention ---- */
 
+void pgd__tmap_set_share(pgd__tmap *m, uint32_t tenant, double share)
+{
+    if (tenant >= PGD__TMAP_TENANTS) return;
+    if (!(share > 0)) share = 0;
+    m->n_reserved += (share > 0) - (m->t_share[tenant] > 0);
+    m->t_share[tenant] = share;
+}
+
+double pgd__tmap_share(const pgd__tmap *m, uint32_t tenant)
+{
+    return tenant < PGD__TMAP_TENANTS ? m->t_share[tenant] : 0;
+}
+
 int pgd__tmap_retain(pgd__tmap *m, uint32_t s, const pgd_tier_retention *r, uint64_t bytes)
 {
     PGD_CHECK(s < m->capacity && m->slots[s].live);
@@ -430,13 +462,19 @@ int pgd__tmap_retain(pgd__tmap *m, uint32_t s, const pgd_tier_retention *r, uint
         return PGD_ENOSPC;
     uint32_t prio = r->priority > PGD_PRIORITY_MAX ? PGD_PRIORITY_MAX : r->priority;
     uint64_t exp = r->ttl_s ? map_now_s(m) + r->ttl_s : 0;
-    if (prio != sl->priority || exp != sl->expires_s || r->tenant_index != sl->tenant) {
+    uint32_t ten = r->tenant_index < PGD__TMAP_TENANTS ? r->tenant_index : PGD__TMAP_TENANTS - 1;
+    double share = r->tenant_share > 0 ? (r->tenant_share < 1 ? r->tenant_share : 1) : 0;
+    if (share > 0) pgd__tmap_set_share(m, ten, share); /* 0: leaves a reservation */
+    if (sl->tagged) m->t_held[sl->tenant]--;
+    sl->tagged = 1;
+    m->t_held[ten]++;
+    if (prio != sl->priority || exp != sl->expires_s || ten != sl->tenant) {
         int in_set = !sl->pins;
         if (in_set) m->pol->remove(m->pol_state, s);
         if (sl->expires_s) exp_unlink(m, s);
         sl->priority = prio;
         sl->expires_s = exp;
-        sl->tenant = r->tenant_index;
+        sl->tenant = ten;
         if (exp) exp_link(m, s);
         if (in_set) {
             pgd_policy_page info = page_info(m, s);
@@ -466,7 +504,10 @@ void pgd__tmap_restore(pgd__tmap *m, uint32_t s, const pgd__tmap_slot *from)
     if (in_set) m->pol->remove(m->pol_state, s);
     if (sl->expires_s) exp_unlink(m, s);
     sl->priority = from->priority;
+    if (sl->tagged) m->t_held[sl->tenant]--;
     sl->tenant = from->tenant;
+    sl->tagged = from->tagged;
+    if (sl->tagged) m->t_held[sl->tenant]++;
     sl->uses = from->uses;
     sl->expires_s = from->expires_s;
     if (sl->expires_s) exp_link(m, s);
@@ -577,14 +618,21 @@ int pgd__tmap_check(const pgd__tmap *m, const pgd__log *lg)
             return PGD_ECORRUPT;
         }
     }
-    uint32_t n_exp = 0, n_exp_live = 0;
+    uint32_t n_exp = 0, n_exp_live = 0, held[PGD__TMAP_TENANTS] = {0}, n_res = 0;
     uint64_t pin_bytes = 0;
+    for (uint32_t t = 0; t < PGD__TMAP_TENANTS; t++)
+        n_res += m->t_share[t] > 0;
     for (uint32_t s = 0; s < m->capacity; s++) {
         if (!m->slots[s].live) continue;
+        if (m->slots[s].tagged) {
+            if (m->slots[s].tenant >= PGD__TMAP_TENANTS) goto bad_quota;
+            held[m->slots[s].tenant]++;
+        }
         if (m->slots[s].expires_s) n_exp_live++;
         if (m->slots[s].retained) pin_bytes += m->slots[s].pin_bytes;
         if (m->slots[s].retained && !m->slots[s].pins) goto bad_slot;
     }
+    if (n_res != m->n_reserved || memcmp(held, m->t_held, sizeof held)) goto bad_quota;
     for (uint32_t s = m->exp_head; s != PGD__NONE; s = m->exp_next[s])
         if (s >= m->capacity || !m->slots[s].live || !m->slots[s].expires_s ||
             ++n_exp > m->capacity || m->slots[s].expires_s < m->next_exp_s) {
@@ -619,5 +667,8 @@ bad_table:
     return PGD_ECORRUPT;
 bad_slot:
     pgd__logf(lg, PGD_LOG_ERROR, "tier map check: the policy's set disagrees with the pins");
+    return PGD_ECORRUPT;
+bad_quota:
+    pgd__logf(lg, PGD_LOG_ERROR, "tier map check: the tenants' record counts disagree");
     return PGD_ECORRUPT;
 }

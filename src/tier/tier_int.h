@@ -79,6 +79,10 @@ int pgd__record_copy_verified(const void *header, const void *payload, void *pag
  * an expiry in wall-clock seconds and a retention pin. The policy gets them through
  * pgd_policy_page (expires_ns on the map's clock, CLOCK_REALTIME ns); an expired leaf is
  * evicted before the policy is asked; retention pins are bounded in bytes.
+ * Quotas: a retain with tenant_share > 0 reserves share x capacity records for its tenant;
+ * while a tenant holds no more than its reservation (records retain tagged with it), none
+ * of them is a victim, expired or not (a put that finds nothing else is refused). With no
+ * reservation the order is the policy's alone.
  *
  * Not locked: the tier calls it under its own lock. Memory, all reserved by create:
  * 80 bytes of slot data, 16 bytes of the two hash tables (each >= 2x capacity uint32),
@@ -104,7 +108,11 @@ typedef struct pgd__tmap_slot {
     uint32_t retained;  /* 1: pinned by retention (counted in pins and the pin bytes) */
     uint64_t expires_s; /* wall-clock second its retention ends (0: none) */
     uint64_t pin_bytes; /* the bytes charged to the pin share while retained */
+    uint32_t tagged;    /* 1: retain named its tenant (counted in the tenant's records) */
 } pgd__tmap_slot;
+
+/* Tenants a map tells apart for quotas (pgd_tier_retention.tenant_index < this). */
+#define PGD__TMAP_TENANTS 64
 
 /* What a map's policy is told about the records (pgd_policy_init): ident (may be NULL:
  * one-byte pages of a 1 x 1 x 1 geometry, for tests) gives page_bytes (page + bounds),
@@ -156,6 +164,10 @@ int pgd__tmap_retain(pgd__tmap *m, uint32_t slot, const pgd_tier_retention *r, u
 /* Copies the retention of from (priority, tenant, uses, expiry, retention pin: not
  * bounded by the pin limit) to a live slot of m: a map that grows keeps it. */
 void pgd__tmap_restore(pgd__tmap *m, uint32_t slot, const pgd__tmap_slot *from);
+/* A tenant's reserved share of the map's capacity (0: none), as retain sets it from
+ * tenant_share; a map that grows copies them (pgd__tmap_share). */
+void pgd__tmap_set_share(pgd__tmap *m, uint32_t tenant, double share);
+double pgd__tmap_share(const pgd__tmap *m, uint32_t tenant);
 /* Bytes that retention pins may hold at most (default: no bound). */
 void pgd__tmap_set_pin_limit(pgd__tmap *m, uint64_t bytes);
 /* Bytes held by retention pins now. */

@@ -1230,10 +1230,10 @@ static int test_retain(void)
     pgd_record_ident id = ident_of(0);
     uint8_t *page = malloc(id.page_bytes);
     T_ASSERT(page);
-    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 5000, 0, 0, 0};
-    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
-    pgd_tier_retention unpin = {PGD_PRIORITY_DEFAULT, 0, -1, 0, 0};
-    pgd_tier_retention prio = {90, 0, 0, 0, 0};
+    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 5000, 0, 0, 0, 0};
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0, 0};
+    pgd_tier_retention unpin = {PGD_PRIORITY_DEFAULT, 0, -1, 0, 0, 0};
+    pgd_tier_retention prio = {90, 0, 0, 0, 0, 0};
     T_ASSERT(pgd_tier_has_retain(t));
     T_EQ(pgd_tier_retain(t, t_block_of(81, 0), &pin), PGD_ENOTFOUND);
     pgd_hash b = t_block_of(80, 0);
@@ -1288,7 +1288,7 @@ static int test_pinned_not_evicted(void)
     pgd_tier *t = open_tier(&r, "&ns=pin", 0), *t2 = open_tier(&r, "&ns=pin", 0);
     pgd_record_ident id = ident_of(0);
     uint8_t *page = malloc(id.page_bytes), *out = malloc(id.page_bytes);
-    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0, 0};
     int rc = t && t2 && page && out ? 0 : 1;
     for (uint32_t i = 0; i < N && !rc; i++) {
         t_fill_block(page, id.page_bytes, t_block_of(90, i));

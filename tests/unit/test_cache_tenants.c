@@ -340,6 +340,60 @@ static int test_flood_cannot_evict_reserved(void)
     return 0;
 }
 
+/* A tier's share: B reserves half of a 16-record RAM tier (and nothing of the 8-page pool).
+ * B's 4-page prefix is evicted from the pool by A's flood and demoted; A's pages flood
+ * the tier after it. With the share B's prefix is still promoted from the tier, whole;
+ * without, the flood took it. */
+static int tier_flood(double tier_share, int64_t *b_matched, pgd_tier_stats *ts)
+{
+    pgd_cache_params p = params(8);
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = 16 * (PGD_RECORD_HEADER_BYTES + 2ull * PT * 2 * sizeof(float));
+    pgd_tier *tier = NULL;
+    T_OK(pgd_tier_ram_create(&rp, &tier));
+    pgd_tier_use use = {tier, 0, 0};
+    p.tiers = &use;
+    p.n_tiers = 1;
+    pgd_cache *c = NULL;
+    T_OK(pgd_cache_create(&p, &c));
+    pgd_tenant_params tp;
+    memset(&tp, 0, sizeof tp);
+    tp.tier_share[0] = tier_share;
+    T_EQ(pgd_cache_set_tenant(c, "B", 1, &tp), 1);
+    int32_t pb[4 * PT], t[2 * PT];
+    toks(pb, 4 * PT, 9000);
+    T_EQ(request(c, "B", pb, 4 * PT), 0);
+    for (int i = 1; i <= 40; i++) {
+        toks(t, 2 * PT, 1000 * i);
+        T_OK(request(c, "A", t, 2 * PT));
+        T_OK(pgd_cache_flush(c)); /* each flood step's demotions land before the next */
+        T_OK(pgd_cache_check(c));
+    }
+    pgd_seq *s;
+    T_OK(pgd_seq_create(c, "B", 1, &s));
+    *b_matched = pgd_seq_match(c, s, pb, 4 * PT);
+    T_OK(pgd_seq_wait(c, s));
+    *b_matched = (int64_t)pgd_seq_length(c, s); /* what the fills really gave */
+    pgd_seq_destroy(c, s);
+    T_OK(pgd_cache_check(c));
+    pgd_cache_destroy(c);
+    pgd_tier_get_stats(tier, ts);
+    pgd_tier_close(tier);
+    return 0;
+}
+
+static int test_tier_share(void)
+{
+    int64_t m;
+    pgd_tier_stats ts;
+    T_OK(tier_flood(0.0, &m, &ts));
+    T_EQ(m, 0); /* the test bites: without the share the flood takes B's records */
+    T_OK(tier_flood(0.5, &m, &ts));
+    T_EQ(m, 4 * PT);              /* B's 4 records stayed in the tier and were promoted */
+    T_ASSERT(ts.n_evictions > 0); /* A's records were evicted around them */
+    return 0;
+}
+
 /* A scripted case with exact counters. Pool 16 pages; B reserves 4 (0.25), A and C none
  * at first. Every prompt is 2 pages unless said; LRU. */
 static int test_scripted_counters(void)
@@ -671,6 +725,7 @@ int main(void)
     T_RUN(test_set_tenant_validation);
     T_RUN(test_other_overflow);
     T_RUN(test_flood_cannot_evict_reserved);
+    T_RUN(test_tier_share);
     T_RUN(test_scripted_counters);
     T_RUN(test_no_reservation_same_victims);
     T_RUN(test_pins_expiry_warm);

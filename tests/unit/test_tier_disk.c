@@ -1051,8 +1051,8 @@ static int test_retention(void)
     fake_ns = 5000ull * 1000000000ull;
     pgd_tier *t = open_policy(dir, 200 * rec_bytes(&id), &id, PGD_POLICY_LRU, 0.01);
     T_ASSERT(t != NULL);
-    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
-    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 30, 0, 0, 0};
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0, 0};
+    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 30, 0, 0, 0, 0};
     T_EQ(pgd_tier_retain(t, hash_of(1000), &pin), PGD_ENOTFOUND);
     for (int k = 1000; k < 1010; k++)
         T_OK(put_root(t, &id, k));

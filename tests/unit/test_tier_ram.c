@@ -1022,8 +1022,12 @@ static int test_policy_leaf_only(void)
                 int rc = get_cd(t, &id, c, d);
                 T_ASSERT(rc == PGD_OK || rc == PGD_ENOTFOUND);
             } else {
-                pgd_tier_retention r = {(uint32_t)(t_rand(&seed) % 101), t_rand(&seed) % 3,
-                                        (int)(t_rand(&seed) % 3) - 1, 0, 0};
+                pgd_tier_retention r = {(uint32_t)(t_rand(&seed) % 101),
+                                        t_rand(&seed) % 3,
+                                        (int)(t_rand(&seed) % 3) - 1,
+                                        0,
+                                        0,
+                                        0};
                 int rc = pgd_tier_retain(t, t_block_of(c, (uint32_t)(t_rand(&seed) % sp.len)), &r);
                 T_ASSERT(rc == PGD_OK || rc == PGD_ENOTFOUND || rc == PGD_ENOSPC);
                 fake_ns += 1000000000ull; /* a second passes: TTLs of 1 and 2 s expire */
@@ -1083,7 +1087,7 @@ static int test_policy_orders(void)
         T_ASSERT(t != NULL);
         for (uint32_t c = 0; c < 4; c++)
             T_OK(put_cd(t, &id, c, 0));
-        pgd_tier_retention hi = {90, 0, 0, 0, 0}, lo = {5, 0, 0, 0, 0};
+        pgd_tier_retention hi = {90, 0, 0, 0, 0, 0}, lo = {5, 0, 0, 0, 0, 0};
         T_OK(pgd_tier_retain(t, t_block_of(0, 0), &hi));
         T_OK(pgd_tier_retain(t, t_block_of(3, 0), &lo));
         T_OK(put_cd(t, &id, 4, 0));
@@ -1103,7 +1107,7 @@ static int test_retention(void)
     pgd_record_ident id;
     pgd_tier *t = policy_tier(PGD_POLICY_LRU, 4, 0.5, &id);
     T_ASSERT(t != NULL);
-    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 10, 0, 0, 0};
+    pgd_tier_retention ttl = {PGD_PRIORITY_DEFAULT, 10, 0, 0, 0, 0};
     T_EQ(pgd_tier_retain(t, t_block_of(9, 0), &ttl), PGD_ENOTFOUND);
     for (uint32_t c = 0; c < 4; c++)
         T_OK(put_cd(t, &id, c, 0));
@@ -1120,8 +1124,8 @@ static int test_retention(void)
     T_OK(pgd__tier_ram_check(t));
 
     /* Pins: (1, 0), the oldest, pinned, survives a flood; the share is 2 of 4 records. */
-    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0};
-    pgd_tier_retention unpin = {PGD_PRIORITY_DEFAULT, 0, -1, 0, 0};
+    pgd_tier_retention pin = {PGD_PRIORITY_DEFAULT, 0, 1, 0, 0, 0};
+    pgd_tier_retention unpin = {PGD_PRIORITY_DEFAULT, 0, -1, 0, 0, 0};
     T_OK(pgd_tier_retain(t, t_block_of(1, 0), &pin));
     T_OK(pgd_tier_retain(t, t_block_of(1, 0), &pin)); /* again: no second charge */
     for (uint32_t c = 10; c < 30; c++)
@@ -1166,6 +1170,39 @@ static int test_retention(void)
 }
 
 /* belady, an unknown kind and a bad share are refused at create, with a clear line. */
+/* Quotas: tenant 1 reserves half of an 8-record tier; its 4 records survive a flood of
+ * untagged ones, a fifth (over its share) is evictable, and without the reservation the
+ * flood takes them all. */
+static int quota_run(double share, int *kept)
+{
+    pgd_record_ident id;
+    pgd_tier *t = policy_tier(PGD_POLICY_LRU, 8, 0.5, &id);
+    T_ASSERT(t != NULL);
+    pgd_tier_retention mine = {PGD_PRIORITY_DEFAULT, 0, 0, 77, 1, share};
+    for (uint32_t c = 0; c < 5; c++) {
+        T_OK(put_cd(t, &id, c, 0));
+        T_OK(pgd_tier_retain(t, t_block_of(c, 0), &mine));
+    }
+    for (uint32_t c = 100; c < 140; c++)
+        T_OK(put_cd(t, &id, c, 0));
+    *kept = 0;
+    for (uint32_t c = 0; c < 5; c++)
+        *kept += held_cd(t, c, 0);
+    T_OK(pgd__tier_ram_check(t));
+    pgd_tier_close(t);
+    return 0;
+}
+
+static int test_quotas(void)
+{
+    int kept;
+    T_OK(quota_run(0.5, &kept));
+    T_EQ(kept, 4); /* the reservation: 4 of 8; the fifth, over it, went like any other */
+    T_OK(quota_run(0, &kept));
+    T_EQ(kept, 0); /* no reservation: LRU alone */
+    return 0;
+}
+
 static int test_policy_refusals(void)
 {
     pgd_tier_ram_params rp = pgd_tier_ram_default_params();
@@ -1207,5 +1244,6 @@ int main(void)
     T_RUN(test_policy_orders);
     T_RUN(test_retention);
     T_RUN(test_policy_refusals);
+    T_RUN(test_quotas);
     T_DONE();
 }
