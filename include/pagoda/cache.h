@@ -454,10 +454,11 @@ PGD_API uint64_t pgd_cache_now_ns(const pgd_cache *c);
  * reads a per-page tenant index (O(1) per page the policy's scan looks at). */
 typedef struct pgd_tenant_params {
     double pool_share;                /* reserved share of the pool's pages, 0..1 */
-    double tier_share[PGD_MAX_TIERS]; /* reserved share of tier i, 0..1: validated and
-                                         recorded, and a tenant with one has its pages'
-                                         tenant sent to the tier (pgd_tier_retain); no
-                                         built-in tier enforces it yet */
+    double tier_share[PGD_MAX_TIERS]; /* reserved share of tier i, 0..1: the tenant's
+                                         pages carry it to the tier (pgd_tier_retain,
+                                         tenant_share); the RAM and disk tiers keep its
+                                         records while it holds no more than that share of
+                                         their records (Redis: not enforced) */
 } pgd_tenant_params;
 
 /* Registers (or updates) the tenant of salt with its reservation. Returns the tenant's
