@@ -310,5 +310,5 @@ static uint32_t cost_size(const void *state)
 
 const pgd_policy_ops pgd__policy_cost = {
     "cost",      cost_create, cost_destroy,  cost_insert, cost_hit, cost_unreferenced,
-    cost_victim, cost_remove, cost_contains, cost_size,
+    cost_victim, cost_remove, cost_contains, cost_size,   NULL,
 };

@@ -131,6 +131,6 @@ static uint32_t prio_size(const void *state)
 }
 
 const pgd_policy_ops pgd__policy_priority = {
-    "priority",        prio_create, prio_destroy, prio_insert,   prio_hit,
-    prio_unreferenced, prio_victim, prio_remove,  prio_contains, prio_size,
+    "priority",  prio_create, prio_destroy,  prio_insert, prio_hit, prio_unreferenced,
+    prio_victim, prio_remove, prio_contains, prio_size,   NULL,
 };
