@@ -30,7 +30,9 @@
  *                       it (the tiers' record map, the replay's tiers); the pool does not
  *                       (its release order keeps leaves first). A policy may use it to keep
  *                       non-leaves out of its victim() search, which must still honour
- *                       accept(); NULL: the policy relies on accept() alone
+ *                       accept(): cost and priority then offer a page told not a leaf only
+ *                       when accept() allows no leaf (a caller's fallback, e.g. the tiers'
+ *                       parent cycles of crafted records). NULL: accept() alone
  *
  * Contract for every op:
  *   - Called with the cache lock held (create and destroy: from pgd_cache_create /
