@@ -441,6 +441,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: unknown policy %d", (int)p->policy);
         return PGD_EINVAL;
     }
+    /* leaf may be NULL: the cache does not call it (policy.h). */
     if (!pol->create || !pol->destroy || !pol->insert || !pol->hit || !pol->unreferenced ||
         !pol->victim || !pol->remove || !pol->contains || !pol->size) {
         pgd__logf(&lg, PGD_LOG_ERROR, "cache: policy_ops has a NULL member");

@@ -156,8 +156,9 @@ PGD_API pgd_cache_params pgd_cache_default_params(void);
 
 /* Creates a cache manager with its pool, index and policy, all reserved up front.
  * Returns PGD_OK, PGD_EINVAL (bad pool params, Belady without next_use, bad key length,
- * kv_residual above 2^24, a policy_ops table with a NULL member, index_capacity below the
- * pool's page count or above 2^31, or what policy_ops->create returned),
+ * kv_residual above 2^24, a policy_ops table with a NULL member other than the optional
+ * leaf, index_capacity below the pool's page count or above 2^31, or what
+ * policy_ops->create returned),
  * PGD_EIO (no randomness for the key) or PGD_ENOMEM. *out is NULL on error. */
 PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
 /* Destroys the cache, its sequences and pages. NULL: no-op. No call may be in flight.

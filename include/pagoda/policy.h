@@ -23,6 +23,16 @@
  *                       it); a page not in the set is a no-op
  *   contains(page)      non-zero if the page is in the evictable set (pgd_cache_check)
  *   size()              how many pages the set holds (allocation planning, stats, check)
+ *   leaf(page, is_leaf) optional: the page (inserted, not yet removed) stopped being a leaf
+ *                       of its cache's prefix tree (is_leaf 0: a cached child appeared) or
+ *                       became one again (1: its last cached child left). A page is a leaf
+ *                       from insert() until told otherwise. Callers that know the tree call
+ *                       it (the tiers' record map, the replay's tiers); the pool does not
+ *                       (its release order keeps leaves first). A policy may use it to keep
+ *                       non-leaves out of its victim() search, which must still honour
+ *                       accept(): cost and priority then offer a page told not a leaf only
+ *                       when accept() allows no leaf (a caller's fallback, e.g. the tiers'
+ *                       parent cycles of crafted records). NULL: accept() alone
  *
  * Contract for every op:
  *   - Called with the cache lock held (create and destroy: from pgd_cache_create /
@@ -112,8 +122,8 @@ typedef struct pgd_policy_init {
     uint32_t page_tokens; /* tokens per page (T of the cost model); 0: unknown, taken as 1 */
 } pgd_policy_init;        /* append fields only */
 
-/* An eviction policy. Every member is required. The table is borrowed: it must outlive
- * every cache created with it (a static const table is the usual form). */
+/* An eviction policy. Every member but leaf is required. The table is borrowed: it must
+ * outlive every cache created with it (a static const table is the usual form). */
 typedef struct pgd_policy_ops {
     const char *name; /* for logs; static storage */
     /* Creates the state. Returns PGD_OK, PGD_ENOMEM or PGD_EINVAL (e.g. Belady without
@@ -128,6 +138,10 @@ typedef struct pgd_policy_ops {
     void (*remove)(void *state, uint32_t page);
     int (*contains)(const void *state, uint32_t page);
     uint32_t (*size)(const void *state);
+    /* Optional (NULL: never called): page stopped (is_leaf 0) or started again (1) being a
+     * leaf of the prefix tree; see the op list above. Changes no order: a page told it is
+     * a leaf again keeps the key it had. */
+    void (*leaf)(void *state, uint32_t page, int is_leaf);
 } pgd_policy_ops;
 
 /* Eviction policies built in. Append only. */

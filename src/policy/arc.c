@@ -207,5 +207,5 @@ static uint32_t arc_size(const void *state)
 
 const pgd_policy_ops pgd__policy_arc = {
     "arc",      arc_create, arc_destroy,  arc_insert, arc_hit, arc_unreferenced,
-    arc_victim, arc_remove, arc_contains, arc_size,
+    arc_victim, arc_remove, arc_contains, arc_size,   NULL,
 };

@@ -169,6 +169,6 @@ static uint32_t bel_size(const void *state)
 }
 
 const pgd_policy_ops pgd__policy_belady = {
-    "belady",         bel_create, bel_destroy, bel_insert,   bel_hit,
-    bel_unreferenced, bel_victim, bel_remove,  bel_contains, bel_size,
+    "belady",   bel_create, bel_destroy,  bel_insert, bel_hit, bel_unreferenced,
+    bel_victim, bel_remove, bel_contains, bel_size,   NULL,
 };

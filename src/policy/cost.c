@@ -34,7 +34,15 @@
  * finds the first accepted page. That is rare: a match of a page is a match of all its
  * ancestors, so a parent's f is at least its child's, and released later its L is too;
  * only the depth term of the cost (T / (6 x width) a level for a dense model) can put a
- * parent below a child released in an earlier release.
+ * parent below a child released in an earlier release. A tier breaks that: it holds
+ * whole chains, demoted leaf first, so a parent arrives after its children with a lower
+ * key, and the search walked thousands of refused parents a victim (ram:3M under a 1M
+ * pool on the Mooncake trace: 8.7K blocks/s). Callers that know the tree say which pages
+ * are not leaves (leaf(), policy.h): those wait in a second heap, parked, with their key,
+ * and go back when their last child leaves; victim() searches the leaves' heap, then (a
+ * caller's accept() that allows a parked page: the map's cycle fallback) the parked one.
+ * Same victims, since accept() refuses every parked page; the walk is gone (figures in
+ * the commit "policy: cost and priority keep non-leaves out of their victim heap").
  *
  * Ghost table: set-associative, PGD__POLICY_COST_WAYS (4) entries a set (one or two cache
  * lines), at least PGD__POLICY_COST_GHOST (32) x n_pages entries (pgd_int.h); an entry is
@@ -92,17 +100,19 @@ typedef struct ghost {
 /* What the policy keeps of a page (one array of these: one cache line per operation). */
 typedef struct cpage {
     pgd_hash hash;
-    double key;     /* H, with the leaf rule, while evictable */
-    uint32_t base;  /* accesses of earlier lives + 1 for this registration */
-    uint32_t uses;  /* uses in this life: max(hit() calls, info->uses) */
-    uint32_t hits;  /* hit() calls in this life */
-    uint32_t known; /* 1 between insert (or unreferenced) and remove */
+    double key;       /* H, with the leaf rule, while evictable */
+    uint32_t base;    /* accesses of earlier lives + 1 for this registration */
+    uint32_t uses;    /* uses in this life: max(hit() calls, info->uses) */
+    uint32_t hits;    /* hit() calls in this life */
+    uint16_t known;   /* 1 between insert (or unreferenced) and remove */
+    uint16_t nonleaf; /* leaf(id, 0) was the last word since insert: parked */
 } cpage;
 
 typedef struct cost {
     pgd__alloc al;
     uint32_t n;
     pgd__heap heap;       /* key (H's bits, UINT32_MAX - depth, release number) */
+    pgd__heap parked;     /* the evictable non-leaves (leaf()), same keys */
     cpage *pg;            /* [n] by page id */
     double inflation;     /* L */
     uint64_t n_released;  /* release clock */
@@ -182,6 +192,7 @@ static void cost_destroy(void *state)
     if (!c) return;
     pgd__alloc al = c->al;
     pgd__heap_deinit(&c->heap, &al);
+    pgd__heap_deinit(&c->parked, &al);
     pgd__free(&al, c->pg);
     pgd__free(&al, c->g.slot);
     pgd__free(&al, c);
@@ -205,6 +216,7 @@ static int cost_create(const pgd_policy_init *init, void **state)
     c->page_tokens = init->page_tokens ? init->page_tokens : 1;
     c->page_bytes = init->page_bytes ? init->page_bytes : 1;
     int rc = pgd__heap_init(&c->heap, al, n);
+    if (rc == PGD_OK) rc = pgd__heap_init(&c->parked, al, n);
     c->pg = pgd__calloc(al, m, sizeof *c->pg);
     uint64_t n_sets = 1;
     while (n_sets * PGD__POLICY_COST_WAYS < (uint64_t)PGD__POLICY_COST_GHOST * n &&
@@ -229,6 +241,19 @@ static void cost_register(cost *c, uint32_t id, const pgd_policy_page *info)
     c->pg[id].base = f < UINT32_MAX / 2 ? f + 1 : UINT32_MAX / 2;
     c->pg[id].uses = info->uses;
     c->pg[id].hits = 0;
+    c->pg[id].nonleaf = 0;
+}
+
+static int cost_in_set(const cost *c, uint32_t id)
+{
+    return pgd__heap_contains(&c->heap, id) || pgd__heap_contains(&c->parked, id);
+}
+
+/* Takes id out of the set (either heap). */
+static void cost_take(cost *c, uint32_t id)
+{
+    pgd__heap_remove(&c->heap, id);
+    pgd__heap_remove(&c->parked, id);
 }
 
 static void cost_op(cost *c)
@@ -242,7 +267,7 @@ static void cost_insert(void *state, uint32_t id, const pgd_policy_page *info)
     cost *c = state;
     PGD_CHECK(id < c->n);
     cost_op(c);
-    pgd__heap_remove(&c->heap, id);
+    cost_take(c, id);
     cost_register(c, id, info);
 }
 
@@ -251,7 +276,7 @@ static void cost_hit(void *state, uint32_t id, const pgd_policy_page *info)
     cost *c = state;
     cost_op(c);
     if (id >= c->n || !c->pg[id].known) return;
-    pgd__heap_remove(&c->heap, id);
+    cost_take(c, id);
     if (c->pg[id].hits < UINT32_MAX) c->pg[id].hits++;
     c->pg[id].uses = info->uses > c->pg[id].hits ? info->uses : c->pg[id].hits;
 }
@@ -259,7 +284,7 @@ static void cost_hit(void *state, uint32_t id, const pgd_policy_page *info)
 static void cost_unreferenced(void *state, uint32_t id, const pgd_policy_page *info)
 {
     cost *c = state;
-    PGD_CHECK(id < c->n && !pgd__heap_contains(&c->heap, id));
+    PGD_CHECK(id < c->n && !cost_in_set(c, id));
     int prev_valid = c->prev_valid;
     cost_op(c);
     if (!c->pg[id].known) cost_register(c, id, info);
@@ -271,7 +296,8 @@ static void cost_unreferenced(void *state, uint32_t id, const pgd_policy_page *i
     if (!(h >= 0)) h = 0; /* NaN or negative from a user cost: first to go */
     if (prev_valid && c->prev_depth == info->depth + 1 && c->prev_key > h) h = c->prev_key;
     c->pg[id].key = h;
-    pgd__heap_push(&c->heap, id, key_bits(h), UINT32_MAX - (uint64_t)info->depth, ++c->n_released);
+    pgd__heap_push(c->pg[id].nonleaf ? &c->parked : &c->heap, id, key_bits(h),
+                   UINT32_MAX - (uint64_t)info->depth, ++c->n_released);
     c->prev_valid = 1;
     c->prev_depth = info->depth;
     c->prev_key = h;
@@ -280,19 +306,20 @@ static void cost_unreferenced(void *state, uint32_t id, const pgd_policy_page *i
 static uint32_t cost_victim(void *state, pgd_policy_accept_fn accept, void *ctx)
 {
     cost *c = state;
-    c->last_victim = pgd__heap_search(&c->heap, UINT64_MAX, accept, ctx);
-    return c->last_victim;
+    uint32_t v = pgd__heap_search(&c->heap, UINT64_MAX, accept, ctx);
+    if (v == PGD__NONE) v = pgd__heap_search(&c->parked, UINT64_MAX, accept, ctx);
+    c->last_victim = v;
+    return v;
 }
 
 static void cost_remove(void *state, uint32_t id)
 {
     cost *c = state;
-    if (id < c->n && id == c->last_victim && pgd__heap_contains(&c->heap, id) &&
-        c->pg[id].key > c->inflation)
+    if (id < c->n && id == c->last_victim && cost_in_set(c, id) && c->pg[id].key > c->inflation)
         c->inflation = c->pg[id].key;
     cost_op(c);
     if (id >= c->n || !c->pg[id].known) return;
-    pgd__heap_remove(&c->heap, id);
+    cost_take(c, id);
     ghost_put(&c->g, c->pg[id].hash, freq_of(c, id));
     c->pg[id].known = 0;
 }
@@ -300,15 +327,29 @@ static void cost_remove(void *state, uint32_t id)
 static int cost_contains(const void *state, uint32_t id)
 {
     const cost *c = state;
-    return pgd__heap_contains(&c->heap, id);
+    return cost_in_set(c, id);
 }
 
 static uint32_t cost_size(const void *state)
 {
-    return ((const cost *)state)->heap.size;
+    const cost *c = state;
+    return c->heap.size + c->parked.size;
+}
+
+/* Parks a non-leaf (or brings it back) with its key. Touches no other state: the leaf
+ * rule's previous release and last_victim stay (a tier calls it between them). */
+static void cost_leaf(void *state, uint32_t id, int is_leaf)
+{
+    cost *c = state;
+    if (id >= c->n || !c->pg[id].known || c->pg[id].nonleaf == !is_leaf) return;
+    c->pg[id].nonleaf = (uint16_t)!is_leaf;
+    if (is_leaf)
+        pgd__heap_move(&c->parked, &c->heap, id);
+    else
+        pgd__heap_move(&c->heap, &c->parked, id);
 }
 
 const pgd_policy_ops pgd__policy_cost = {
-    "cost",      cost_create, cost_destroy,  cost_insert, cost_hit, cost_unreferenced,
-    cost_victim, cost_remove, cost_contains, cost_size,
+    "cost",      cost_create, cost_destroy,  cost_insert, cost_hit,  cost_unreferenced,
+    cost_victim, cost_remove, cost_contains, cost_size,   cost_leaf,
 };

@@ -15,7 +15,9 @@
  * walks the heap best first (a second heap, aux[], of indices of ent[] ordered the same
  * way), so the first accepted page it meets is the first accepted page in the order:
  * O(k log k) for k refused pages before it, O(1) when the top is a leaf. A bound on k0
- * prunes the walk (priority.c: "expired at now", k0 = the expiry).
+ * prunes the walk (priority.c: "expired at now", k0 = the expiry). A policy told which
+ * pages are not leaves (policy.h leaf()) parks them in a second heap (pgd__heap_move) and
+ * searches it only when the first has no accepted page: the top is then a leaf, O(1).
  * Every array is reserved at init (n pages); no operation allocates or fails.
  */
 #ifndef PGD_POLICY_HEAP_H
@@ -131,6 +133,16 @@ static inline void pgd__heap_remove(pgd__heap *h, uint32_t id)
         pgd__heap_sift_up(h, i);
     else
         pgd__heap_sift_down(h, i);
+}
+
+/* Moves id from heap `from` to heap `to` (same n) with the key it had; absent from
+ * `from`: no-op. O(log n). The policies' leaf() parks a non-leaf this way. */
+static inline void pgd__heap_move(pgd__heap *from, pgd__heap *to, uint32_t id)
+{
+    if (!pgd__heap_contains(from, id)) return;
+    pgd__heap_ent e = from->ent[from->pos[id]];
+    pgd__heap_remove(from, id);
+    pgd__heap_push(to, id, e.k0, e.k1, e.k2);
 }
 
 /* aux[] holds indices into ent[], ordered as their entries. */

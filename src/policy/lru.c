@@ -123,5 +123,5 @@ static uint32_t lru_size(const void *state)
 
 const pgd_policy_ops pgd__policy_lru = {
     "lru",      lru_create, lru_destroy,  lru_insert, lru_hit, lru_unreferenced,
-    lru_victim, lru_remove, lru_contains, lru_size,
+    lru_victim, lru_remove, lru_contains, lru_size,   NULL,
 };

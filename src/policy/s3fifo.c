@@ -222,6 +222,6 @@ static uint32_t s3_size(const void *state)
 }
 
 const pgd_policy_ops pgd__policy_s3fifo = {
-    "s3fifo",        s3_create, s3_destroy, s3_insert,   s3_hit,
-    s3_unreferenced, s3_victim, s3_remove,  s3_contains, s3_size,
+    "s3fifo",  s3_create, s3_destroy,  s3_insert, s3_hit, s3_unreferenced,
+    s3_victim, s3_remove, s3_contains, s3_size,   NULL,
 };

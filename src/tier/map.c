@@ -27,6 +27,12 @@
  * are still held) stays until they go, so while one exists each victim() walks the list:
  * O(slots with an expiry). Retention pins hold a pin count (out of the policy's set) and
  * charge their record's bytes to pinned_bytes, bounded by pin_limit.
+ * The policy is told the tree (its optional leaf() op, policy.h): a slot whose child
+ * count goes 0 -> 1 stopped being a leaf, 1 -> 0 is one again, and a slot inserted (or
+ * reinserted by retain / restore) with children present is not one, said right after
+ * insert(). A heap policy then keeps those out of its victim search: a tier holds whole
+ * chains, demoted leaf first, so a parent arrives after its children with a lower key
+ * (cost at ram:8G:policy=cost walked thousands of refused parents a victim).
  * Callers: ram.c and disk.c, under their lock. Invariant (pgd__tmap_check): every live
  * slot is in by_hash once, and in by_parent once unless a first block; n_children counts
  * the live slots whose parent is the slot's block; the policy's set is exactly the
@@ -269,6 +275,22 @@ static pgd_policy_page page_info(const pgd__tmap *m, uint32_t s)
     return info;
 }
 
+/* The policy learns that slot s stopped (is_leaf 0) or started being a leaf. */
+static void pol_leaf(pgd__tmap *m, uint32_t s, int is_leaf)
+{
+    if (m->pol->leaf) m->pol->leaf(m->pol_state, s, is_leaf);
+}
+
+/* Slot s (live, unpinned, out of the policy's set) joins the policy: insert, its leaf
+ * state when it has children already, release. */
+static void pol_enter(pgd__tmap *m, uint32_t s)
+{
+    pgd_policy_page info = page_info(m, s);
+    m->pol->insert(m->pol_state, s, &info);
+    if (m->slots[s].n_children) pol_leaf(m, s, 0);
+    m->pol->unreferenced(m->pol_state, s, &info);
+}
+
 /* ---- the expiry list ---- */
 
 static void exp_link(pgd__tmap *m, uint32_t s)
@@ -309,16 +331,14 @@ uint32_t pgd__tmap_insert(pgd__tmap *m, pgd_hash block, pgd_hash parent)
     if (!is_root(parent)) {
         uint32_t p = pgd__tmap_find(m, parent);
         if (p != PGD__NONE) {
-            m->slots[p].n_children++;
+            if (m->slots[p].n_children++ == 0) pol_leaf(m, p, 0);
             sl->depth = m->slots[p].depth + 1;
         }
         tab_insert(m, m->by_parent, s);
     }
     tab_insert(m, m->by_hash, s);
     m->n_live++;
-    pgd_policy_page info = page_info(m, s);
-    m->pol->insert(m->pol_state, s, &info);
-    m->pol->unreferenced(m->pol_state, s, &info);
+    pol_enter(m, s);
     return s;
 }
 
@@ -326,8 +346,9 @@ void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
 {
     PGD_CHECK(s < m->capacity && m->slots[s].live);
     pgd__tmap_slot *sl = &m->slots[s];
+    uint32_t p = PGD__NONE;
     if (!is_root(sl->parent)) {
-        uint32_t p = pgd__tmap_find(m, sl->parent);
+        p = pgd__tmap_find(m, sl->parent);
         if (p != PGD__NONE) {
             PGD_CHECK(m->slots[p].n_children > 0);
             m->slots[p].n_children--;
@@ -336,6 +357,7 @@ void pgd__tmap_remove(pgd__tmap *m, uint32_t s)
     }
     tab_remove(m, m->by_hash, s);
     m->pol->remove(m->pol_state, s);
+    if (p != PGD__NONE && m->slots[p].n_children == 0) pol_leaf(m, p, 1);
     if (sl->pins) m->n_pinned--;
     if (sl->expires_s) exp_unlink(m, s);
     if (sl->retained) m->pinned_bytes -= sl->pin_bytes;
@@ -476,11 +498,7 @@ int pgd__tmap_retain(pgd__tmap *m, uint32_t s, const pgd_tier_retention *r, uint
         sl->expires_s = exp;
         sl->tenant = ten;
         if (exp) exp_link(m, s);
-        if (in_set) {
-            pgd_policy_page info = page_info(m, s);
-            m->pol->insert(m->pol_state, s, &info);
-            m->pol->unreferenced(m->pol_state, s, &info);
-        }
+        if (in_set) pol_enter(m, s);
     }
     if (r->pin > 0 && !sl->retained) {
         sl->retained = 1;
@@ -511,11 +529,7 @@ void pgd__tmap_restore(pgd__tmap *m, uint32_t s, const pgd__tmap_slot *from)
     sl->uses = from->uses;
     sl->expires_s = from->expires_s;
     if (sl->expires_s) exp_link(m, s);
-    if (in_set) {
-        pgd_policy_page info = page_info(m, s);
-        m->pol->insert(m->pol_state, s, &info);
-        m->pol->unreferenced(m->pol_state, s, &info);
-    }
+    if (in_set) pol_enter(m, s);
     if (from->retained) {
         sl->retained = 1;
         sl->pin_bytes = from->pin_bytes;

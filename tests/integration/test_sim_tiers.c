@@ -267,6 +267,68 @@ static int test_big_tier_is_unlimited(void)
     return 0;
 }
 
+/*
+ * The ordered policies in the tiers (cost, priority: the tiers tell them which blocks
+ * stopped being leaves, policy.h leaf()) give the figures they gave when victim() walked
+ * the refused parents instead (computed before leaf() existed, on this trace): pool and
+ * tier policy alike, two tiers, every integrity check after every request.
+ */
+static int test_ordered_policies_unchanged(void)
+{
+    static const struct {
+        pgd_policy_kind kind;
+        uint64_t pool, t0, t1, t0_tokens, t0_evicted, t1_evicted, miss;
+    } want[] = {
+        {PGD_POLICY_COST, 7387, 3622, 5118, 57952, 10280, 9880, 10431},
+        {PGD_POLICY_PRIORITY, 4385, 2734, 9883, 43744, 9389, 8989, 9556},
+    };
+    trace_set t = {0};
+    gen_stats st;
+    T_EQ(make_trace(&t, &st), 0);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        sim_tier tiers[2];
+        sim_params p;
+        sim_result r;
+        char err[256] = "";
+        memset(&p, 0, sizeof p);
+        memset(tiers, 0, sizeof tiers);
+        for (uint32_t k = 0; k < 2; k++) {
+            snprintf(tiers[k].name, sizeof tiers[k].name, "t%u", k);
+            tiers[k].has_policy = 1;
+            tiers[k].policy = want[i].kind;
+        }
+        tiers[0].capacity_tokens = 16 * 150;
+        tiers[1].capacity_tokens = 16 * 400;
+        p.policy = want[i].kind;
+        p.capacity_tokens = 16 * 60;
+        p.block_tokens = 16;
+        p.check = 1;
+        p.tiers = tiers;
+        p.n_tiers = 2;
+        if (sim_run(&p, &t, &r, err, sizeof err) != 0) {
+            fprintf(stderr, "sim_run: %s\n", err);
+            return 1;
+        }
+        printf("  %s: pool %llu  t0 %llu (%llu tokens, %llu evicted)  t1 %llu (%llu evicted)  "
+               "miss %llu\n",
+               pgd_policy_name(want[i].kind), (unsigned long long)r.hit_blocks,
+               (unsigned long long)r.tiers[0].hit_blocks, (unsigned long long)r.tiers[0].hit_tokens,
+               (unsigned long long)r.tiers[0].evicted_blocks,
+               (unsigned long long)r.tiers[1].hit_blocks,
+               (unsigned long long)r.tiers[1].evicted_blocks, (unsigned long long)r.miss_blocks);
+        T_EQ(r.hit_blocks, want[i].pool);
+        T_EQ(r.tiers[0].hit_blocks, want[i].t0);
+        T_EQ(r.tiers[1].hit_blocks, want[i].t1);
+        T_EQ(r.tiers[0].hit_tokens, want[i].t0_tokens);
+        T_EQ(r.tiers[0].evicted_blocks, want[i].t0_evicted);
+        T_EQ(r.tiers[1].evicted_blocks, want[i].t1_evicted);
+        T_EQ(r.miss_blocks, want[i].miss);
+        T_EQ(totals_add_up(&r), 0);
+    }
+    trace_set_deinit(&t);
+    return 0;
+}
+
 static int test_bad_params(void)
 {
     static const uint64_t ids[] = {1};
@@ -303,6 +365,7 @@ int main(void)
     T_RUN(test_zero_capacity_changes_nothing);
     T_RUN(test_totals_and_pool_unchanged);
     T_RUN(test_big_tier_is_unlimited);
+    T_RUN(test_ordered_policies_unchanged);
     T_RUN(test_bad_params);
     T_DONE();
 }

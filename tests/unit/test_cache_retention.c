@@ -83,8 +83,9 @@ static uint32_t rec_size(const void *st)
 {
     return lru->size(st);
 }
-static const pgd_policy_ops rec_ops = {"rec",     rec_create, rec_destroy, rec_insert,   rec_hit,
-                                       rec_unref, rec_victim, rec_remove,  rec_contains, rec_size};
+static const pgd_policy_ops rec_ops = {"rec",        rec_create, rec_destroy, rec_insert,
+                                       rec_hit,      rec_unref,  rec_victim,  rec_remove,
+                                       rec_contains, rec_size,   NULL};
 
 /* ---- caches and chains ---- */
 

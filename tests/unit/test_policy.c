@@ -514,11 +514,11 @@ static uint32_t mru_size(const void *state)
 
 static const pgd_policy_ops mru_ops = {
     "mru",      mru_create, mru_destroy,  mru_insert, mru_hit, mru_unreferenced,
-    mru_victim, mru_remove, mru_contains, mru_size,
+    mru_victim, mru_remove, mru_contains, mru_size,   NULL,
 };
 static const pgd_policy_ops mru_bad_ops = {
-    "mru-bad",        mru_bad_create, mru_destroy, mru_insert,   mru_hit,
-    mru_unreferenced, mru_victim,     mru_remove,  mru_contains, mru_size,
+    "mru-bad",  mru_bad_create, mru_destroy,  mru_insert, mru_hit, mru_unreferenced,
+    mru_victim, mru_remove,     mru_contains, mru_size,   NULL,
 };
 
 enum { UPT = 4 };

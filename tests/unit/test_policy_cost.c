@@ -5,7 +5,8 @@
  * table), aging by the inflation value, the leaf rule of a chain released deepest first,
  * a brute-force reference (plain arrays, linear scans, the same value function
  * pgd__policy_cost_value) on random operation sequences with random accept sets, victim()
- * equal at every step, and the policy in a cache (pgd_cache_params.policy = cost).
+ * equal at every step, the same with the caller's leaf() calls on random chains (accept =
+ * the leaves), and the policy in a cache (pgd_cache_params.policy = cost).
  */
 #include <pagoda/cache.h>
 #include <pagoda/policy.h>
@@ -403,6 +404,120 @@ static int test_random_against_reference(void)
     return 0;
 }
 
+/* ctx: a counted_mask; counts the calls. */
+typedef struct {
+    uint64_t mask;
+    uint32_t calls;
+} counted_mask;
+
+static int accept_counted(void *ctx, uint32_t id)
+{
+    counted_mask *cm = ctx;
+    cm->calls++;
+    return accept_mask(&cm->mask, id);
+}
+
+/*
+ * Random chains as a tier sees them: a fixed forest (parent[] of each page), pages
+ * registered in any order (a child before its parent), and the caller's leaf() calls
+ * whenever a registered page gains its first registered child or loses its last. The
+ * reference knows nothing of leaf(): victim(accept = the leaves, or a random part of them)
+ * equals the reference's victim over the same set at every step; an accept set holding
+ * only non-leaves (no leaf accepted) finds the reference's victim too (the parked heap).
+ * With every leaf accepted (one at least), victim() asks accept() once: no refused parent
+ * is walked.
+ */
+static int run_leaf(uint64_t seed, int steps)
+{
+    pol p;
+    static ref r;
+    uint32_t parent[N], depth[N], kids[N]; /* kids: registered children, registered or not */
+    memset(&r, 0, sizeof r);
+    memset(kids, 0, sizeof kids);
+    r.last_victim = PGD_POLICY_NO_PAGE;
+    for (uint32_t id = 0; id < N; id++) {
+        parent[id] =
+            id == 0 || t_rand(&seed) % 4 == 0 ? UINT32_MAX : (uint32_t)(t_rand(&seed) % id);
+        depth[id] = parent[id] == UINT32_MAX ? 0 : depth[parent[id]] + 1;
+    }
+    T_OK(pol_open(&p, N));
+    uint32_t n_parked_victims = 0;
+    for (int step = 0; step < steps; step++) {
+        uint32_t id = (uint32_t)(t_rand(&seed) % N), op = (uint32_t)(t_rand(&seed) % 8);
+        uint32_t up = parent[id];
+        if (op <= 1 && r.state[id] == 0) { /* register; its children may be there already */
+            r.hk[id] = free_hash(&r, &seed);
+            pgd_policy_page i = rand_info(&r, id, depth[id], &seed, 0);
+            if (up != UINT32_MAX && kids[up]++ == 0 && r.state[up] != 0) p.ops->leaf(p.st, up, 0);
+            p.ops->insert(p.st, id, &i);
+            if (kids[id]) p.ops->leaf(p.st, id, 0);
+            ref_op(&r);
+            ref_register(&r, id, &i, r.hk[id]);
+            r.state[id] = 1;
+            if (t_rand(&seed) % 2) { /* a tier releases it at once */
+                i = rand_info(&r, id, depth[id], &seed, 1);
+                p.ops->unreferenced(p.st, id, &i);
+                ref_unref(&r, id, &i);
+            }
+        } else if (op == 2 && r.state[id] == 1) {
+            pgd_policy_page i = rand_info(&r, id, depth[id], &seed, 1);
+            p.ops->unreferenced(p.st, id, &i);
+            ref_unref(&r, id, &i);
+        } else if (op == 3 && r.state[id] != 0) { /* a match (a promotion, a pin) */
+            if (r.hits[id] < 1000) r.hits[id]++;
+            pgd_policy_page i = rand_info(&r, id, depth[id], &seed, 1);
+            p.ops->hit(p.st, id, &i);
+            ref_op(&r);
+            r.uses[id] = i.uses > r.hits[id] ? i.uses : r.hits[id];
+            r.state[id] = 1;
+        } else if (op >= 4) { /* evict among the leaves, or remove any registered page */
+            uint64_t leaves = 0;
+            for (uint32_t k = 0; k < N; k++)
+                if (r.state[k] == 2 && !kids[k]) leaves |= 1ull << k;
+            uint64_t mask = op == 4 ? leaves & (t_rand(&seed) | t_rand(&seed)) : leaves;
+            uint32_t v = p.ops->victim(p.st, accept_mask, &mask);
+            T_EQ(v, ref_victim(&r, mask));
+            if (op == 7 && r.state[id] != 0) v = id;
+            if (v == PGD_POLICY_NO_PAGE) continue;
+            p.ops->remove(p.st, v);
+            ref_remove(&r, v);
+            if (parent[v] != UINT32_MAX && --kids[parent[v]] == 0 && r.state[parent[v]] != 0)
+                p.ops->leaf(p.st, parent[v], 1);
+        }
+        uint64_t leaves = 0, inner = 0, mask = t_rand(&seed);
+        for (uint32_t k = 0; k < N; k++)
+            if (r.state[k] == 2) *(kids[k] ? &inner : &leaves) |= 1ull << k;
+        counted_mask cm = {leaves, 0};
+        T_EQ(p.ops->victim(p.st, accept_counted, &cm), ref_victim(&r, leaves));
+        T_ASSERT(cm.calls <= 1 || !leaves);
+        mask = leaves & mask;
+        T_EQ(p.ops->victim(p.st, accept_mask, &mask), ref_victim(&r, mask));
+        if (!leaves && inner) {
+            n_parked_victims++;
+            T_EQ(p.ops->victim(p.st, accept_mask, &inner), ref_victim(&r, inner));
+        }
+        mask = inner & t_rand(&seed);
+        if (!leaves) T_EQ(p.ops->victim(p.st, accept_mask, &mask), ref_victim(&r, mask));
+        uint32_t n_ev = 0;
+        for (uint32_t k = 0; k < N; k++) {
+            n_ev += r.state[k] == 2;
+            T_EQ(!!p.ops->contains(p.st, k), r.state[k] == 2);
+        }
+        T_EQ(p.ops->size(p.st), n_ev);
+    }
+    p.ops->destroy(p.st);
+    T_ASSERT(n_parked_victims > 0);
+    return 0;
+}
+
+static int test_leaf_op_against_reference(void)
+{
+    T_ASSERT(pgd_policy_builtin(PGD_POLICY_COST)->leaf != NULL);
+    for (uint64_t seed = 1; seed <= 6; seed++)
+        if (run_leaf(seed * 7717, 15000)) return -1;
+    return 0;
+}
+
 /* ---- in a cache ---- */
 
 enum { UPT = 4 };
@@ -500,6 +615,7 @@ int main(void)
     T_RUN(test_aging);
     T_RUN(test_leaf_rule);
     T_RUN(test_random_against_reference);
+    T_RUN(test_leaf_op_against_reference);
     T_RUN(test_in_cache);
     T_DONE();
 }

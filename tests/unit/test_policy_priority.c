@@ -4,7 +4,8 @@
  * through its ops table: TTL expiry with an injected clock (an expired page goes first
  * whatever its priority, also when it expired while waiting), priority order, hint order,
  * and a brute-force reference (plain arrays, linear scans, the order of the file header)
- * on random operation sequences with random accept sets: victim() equal at every step.
+ * on random operation sequences with random accept sets: victim() equal at every step,
+ * also with the caller's leaf() calls on random chains (accept = the leaves).
  */
 #include <pagoda/policy.h>
 
@@ -275,6 +276,117 @@ static int test_random_against_reference(void)
     return 0;
 }
 
+/* ctx: a counted_mask; counts the calls. */
+typedef struct {
+    uint64_t mask;
+    uint32_t calls;
+} counted_mask;
+
+static int accept_counted(void *ctx, uint32_t id)
+{
+    counted_mask *cm = ctx;
+    cm->calls++;
+    return accept_mask(&cm->mask, id);
+}
+
+/*
+ * Random chains as a tier sees them: a fixed forest (parent[] of each page), pages
+ * registered in any order (a child before its parent), and the caller's leaf() calls
+ * whenever a registered page gains its first registered child or loses its last. The
+ * reference knows nothing of leaf(): victim(accept = the leaves, or a random part of them)
+ * equals the reference's victim over the same set at every step, expired pages included;
+ * an accept set of non-leaves only (no leaf accepted) too (the parked heap). With every
+ * leaf accepted (one at least) and nothing expired, victim() asks accept() once.
+ */
+static int run_leaf(uint64_t seed, int steps)
+{
+    static const uint32_t prios[] = {0, 10, 35, 35, 35, 50, 100};
+    pol p;
+    ref r;
+    uint32_t parent[N], kids[N]; /* kids: registered children, registered or not */
+    memset(&r, 0, sizeof r);
+    memset(kids, 0, sizeof kids);
+    for (uint32_t id = 0; id < N; id++)
+        parent[id] =
+            id == 0 || t_rand(&seed) % 4 == 0 ? UINT32_MAX : (uint32_t)(t_rand(&seed) % id);
+    T_OK(pol_open(&p, N));
+    uint32_t n_parked_victims = 0;
+    for (int step = 0; step < steps; step++) {
+        uint32_t id = (uint32_t)(t_rand(&seed) % N), op = (uint32_t)(t_rand(&seed) % 8);
+        uint32_t up = parent[id];
+        pgd_policy_page i = page(&p, 0, 0, 0);
+        if (op == 0 && r.state[id] == 0) {
+            if (up != UINT32_MAX && kids[up]++ == 0 && r.state[up] != 0) p.ops->leaf(p.st, up, 0);
+            p.ops->insert(p.st, id, &i);
+            if (kids[id]) p.ops->leaf(p.st, id, 0);
+            r.state[id] = 1;
+        } else if (op <= 2 && r.state[id] == 1) {
+            i.priority = prios[t_rand(&seed) % 7];
+            if (t_rand(&seed) % 4 == 0) i.expires_ns = p.now - 20 + t_rand(&seed) % 200;
+            if (t_rand(&seed) % 2) i.next_use_ns = p.now - 50 + t_rand(&seed) % 8 * 50;
+            p.ops->unreferenced(p.st, id, &i);
+            r.state[id] = 2;
+            r.prio[id] = i.priority;
+            r.hinted[id] = i.next_use_ns > p.now;
+            r.next_use[id] = i.next_use_ns;
+            r.expires[id] = i.expires_ns;
+            r.seq[id] = ++r.n_released;
+        } else if (op == 3 && r.state[id] != 0) {
+            p.ops->hit(p.st, id, &i);
+            r.state[id] = 1;
+        } else if (op == 4) {
+            p.now += t_rand(&seed) % 40;
+        } else if (op >= 5) { /* evict among the leaves, or remove any registered page */
+            uint64_t leaves = 0;
+            for (uint32_t k = 0; k < N; k++)
+                if (r.state[k] == 2 && !kids[k]) leaves |= 1ull << k;
+            uint64_t mask = op == 5 ? leaves & (t_rand(&seed) | t_rand(&seed)) : leaves;
+            uint32_t v = p.ops->victim(p.st, accept_mask, &mask);
+            T_EQ(v, ref_victim(&r, p.now, mask));
+            if (op == 7 && r.state[id] != 0) v = id;
+            if (v == PGD_POLICY_NO_PAGE) continue;
+            p.ops->remove(p.st, v);
+            r.state[v] = 0;
+            if (parent[v] != UINT32_MAX && --kids[parent[v]] == 0 && r.state[parent[v]] != 0)
+                p.ops->leaf(p.st, parent[v], 1);
+        }
+        uint64_t leaves = 0, inner = 0, expired = 0, mask = t_rand(&seed);
+        for (uint32_t k = 0; k < N; k++) {
+            if (r.state[k] != 2) continue;
+            *(kids[k] ? &inner : &leaves) |= 1ull << k;
+            if (r.expires[k] && r.expires[k] <= p.now) expired |= 1ull << k;
+        }
+        counted_mask cm = {leaves, 0};
+        T_EQ(p.ops->victim(p.st, accept_counted, &cm), ref_victim(&r, p.now, leaves));
+        T_ASSERT(cm.calls <= 1 || !leaves || expired);
+        mask = leaves & mask;
+        T_EQ(p.ops->victim(p.st, accept_mask, &mask), ref_victim(&r, p.now, mask));
+        if (!leaves && inner) {
+            n_parked_victims++;
+            T_EQ(p.ops->victim(p.st, accept_mask, &inner), ref_victim(&r, p.now, inner));
+        }
+        mask = inner & t_rand(&seed);
+        if (!leaves) T_EQ(p.ops->victim(p.st, accept_mask, &mask), ref_victim(&r, p.now, mask));
+        uint32_t n_ev = 0;
+        for (uint32_t k = 0; k < N; k++) {
+            n_ev += r.state[k] == 2;
+            T_EQ(!!p.ops->contains(p.st, k), r.state[k] == 2);
+        }
+        T_EQ(p.ops->size(p.st), n_ev);
+    }
+    p.ops->destroy(p.st);
+    T_ASSERT(n_parked_victims > 0);
+    return 0;
+}
+
+static int test_leaf_op_against_reference(void)
+{
+    T_ASSERT(pgd_policy_builtin(PGD_POLICY_PRIORITY)->leaf != NULL);
+    for (uint64_t seed = 1; seed <= 6; seed++)
+        if (run_leaf(seed * 6007, 8000)) return -1;
+    return 0;
+}
+
 /* Every allocation of create failing in turn: PGD_ENOMEM, *state NULL, nothing leaked. */
 static int test_create_oom(void)
 {
@@ -313,5 +425,6 @@ int main(void)
     T_RUN(test_ttl_expiry);
     T_RUN(test_hint_order);
     T_RUN(test_random_against_reference);
+    T_RUN(test_leaf_op_against_reference);
     T_DONE();
 }
