@@ -22,6 +22,12 @@
  *    that jansson reads back, with a non-empty message (so a client always gets an
  *    error body, whatever bytes the message quotes).
  *  - ps_req_deinit leaves the request zeroed, so freeing twice is harmless.
+ *  - the retention a parsed request maps to (ps_req_retention): priority 0..100, ttl and
+ *    next use within PS_MAX_TTL_S; a default retention reports 0.
+ *  - the admin API's body parser (ps_admin_parse, POST /v1/cache/...) on the same bytes,
+ *    with need_prompt and want_ttl from the low bits of the body's length: success has
+ *    a completion or chat prompt (or none when not needed) and 0 <= ttl_s <= PS_MAX_TTL_S;
+ *    failure is an error as above, with *r zeroed but for the kind.
  *
  * Built as a libFuzzer target with -DPGD_FUZZ=ON (clang), and always as a corpus replayer
  * (replay_main.c) that ctest runs over corpus/request/. From the fuzz build directory:
@@ -95,7 +101,13 @@ static void check_ok(const ps_req *r, ps_kind kind, uint32_t n_vocab, uint32_t n
         check(r->stop[i] && r->stop[i][0], "stop strings non-empty");
     for (size_t i = r->n_stop; i < PS_MAX_USER_STOPS; i++)
         check(!r->stop[i], "unused stop slots NULL");
-    check(r->salt_len <= PS_MAX_SALT_BYTES, "salt length");
+    /* A prompt_cache_key without cache_salt is a salt of its own namespace: padded past
+     * the longest cache_salt, so it equals none (api.h). */
+    check(r->salt_len <= (r->has_cache_key && r->salt_len > PS_MAX_SALT_BYTES
+                              ? PS_KEY_SALT_PAD + PS_MAX_CACHE_KEY_BYTES
+                              : PS_MAX_SALT_BYTES),
+          "salt length");
+    check(r->salt_len <= PS_MAX_SALT_BYTES || r->has_cache_key, "a long salt is a key's");
     check(!r->salt_len || r->salt, "salt bytes present");
     check(r->include_usage == 0 || r->include_usage == 1, "include_usage boolean");
     check(r->stream == 0 || r->stream == 1, "stream boolean");
@@ -160,8 +172,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(r.kind == kind && is_zeroed(&r), "failed request zeroed");
         check_error(&e);
     }
+    if (rc == 0) {
+        pgd_retention ret;
+        int asked = ps_req_retention(&r, &ret);
+        check(asked == 0 || asked == 1, "retention: 0 or 1");
+        check(ret.priority <= PGD_PRIORITY_MAX, "retention: priority range");
+        check(ret.ttl_ms <= (uint64_t)PS_MAX_TTL_S * 1000 &&
+                  ret.next_use_ms <= (uint64_t)PS_MAX_TTL_S * 1000,
+              "retention: ttl and next use range");
+        check(asked || (ret.priority == PGD_PRIORITY_DEFAULT && !ret.ttl_ms && !ret.pin &&
+                        !ret.next_use_ms),
+              "retention: the default when none was asked");
+    }
     ps_req_deinit(&r);
     check(is_zeroed(&r) && r.kind == 0, "freed request zeroed");
     ps_req_deinit(&r);
+
+    /* The admin API's bodies: need_prompt and want_ttl from the length's low bits. */
+    int need_prompt = (int)(len & 1), want_ttl = (int)((len >> 1) & 1);
+    memset(&e, 0, sizeof e);
+    rc = ps_admin_parse(body, len, n_vocab, n_ctx, need_prompt, want_ttl, &r, &e);
+    if (rc == 0) {
+        int has_prompt = r.prompt || r.prompt_toks || r.n_msgs;
+        check(has_prompt || !need_prompt, "admin: a prompt when one is needed");
+        check(r.ttl_s_admin >= 0 && r.ttl_s_admin <= PS_MAX_TTL_S, "admin: ttl_s range");
+        check(want_ttl || r.ttl_s_admin == 0, "admin: ttl_s only when asked for");
+        check(!r.salt || r.salt_len > 0, "admin: salt non-empty");
+    } else {
+        check(rc == -1, "admin: error returns -1");
+        check(is_zeroed(&r), "admin: failed request zeroed");
+        check_error(&e);
+    }
+    ps_req_deinit(&r);
+    check(is_zeroed(&r), "admin: freed request zeroed");
     return 0;
 }
