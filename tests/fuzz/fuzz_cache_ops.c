@@ -29,6 +29,12 @@
  * the movers are idle at every check; the "racy" flag leaves two movers running between
  * ops (the checks hold at any time; only the coverage becomes noisy).
  *
+ * Retention, admin operations and tenants (op 9's variants): a sequence's retention, pin /
+ * unpin / evict_chain / warm of a live query's chain, a tenant's reservation of the pool and
+ * tier 0, next-use hints, and the cache's clock (an injected one the ops move), so TTLs and
+ * pin expiries run under the same checks. The policy: Belady with FLAG_BELADY, else one
+ * of the online policies picked by the input's length.
+ *
  * Input layout: byte 0 is the flags (FLAG_*); with FLAG_TIER0 two configuration bytes
  * follow (see config()); then a stream of ops: [op byte][argument bytes...], op = low 4
  * bits, variants in the high bits; a short tail ends the program.
@@ -73,6 +79,14 @@ static int take(reader *r, uint8_t *b)
     *b = *r->p++;
     r->n--;
     return 1;
+}
+
+/* The cache's clock (params.clock): moved by the ops, so TTLs expire on the input's say. */
+static uint64_t g_now;
+static uint64_t fuzz_clock(void *ud)
+{
+    (void)ud;
+    return g_now;
 }
 
 static uint64_t oracle(void *ud, pgd_hash h)
@@ -175,6 +189,26 @@ static void on_evict(void *ud, pgd_hash hash, uint32_t page)
     for (uint32_t j = 0; j < n_live; j++)
         if (live[j].depth > 0 && pgd_hash_eq(live[j].parent, hash)) fail("parent evicted first");
     live[i] = live[--n_live];
+}
+
+/* Unpins the chain of every registered page (from its root, as the events model knows
+ * it), so that clear can drop everything. */
+static void unpin_all(pgd_cache *c)
+{
+    for (uint32_t i = 0; i < n_live; i++) {
+        pgd_hash chain[MAX_LIVE];
+        int k = (int)i, n = 0;
+        while (k >= 0 && n < MAX_LIVE) {
+            chain[n++] = live[k].hash;
+            k = live[k].depth ? live_find(live[k].parent) : -1;
+        }
+        for (int a = 0, b = n - 1; a < b; a++, b--) {
+            pgd_hash t = chain[a];
+            chain[a] = chain[b];
+            chain[b] = t;
+        }
+        if (pgd_cache_unpin(c, chain, (size_t)n) < 0) fail("pgd_cache_unpin failed");
+    }
 }
 
 /* ---- a tier whose gets fail on the calls the input chose ---- */
@@ -361,9 +395,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     g_committing = 0;
     g_fault = NULL;
     g_n_tiers = 0;
+    g_now = 1;
+    p.clock = fuzz_clock;
     if (cf.flags & FLAG_BELADY) {
         p.policy = PGD_POLICY_BELADY;
         p.next_use = oracle;
+    } else { /* the online policies, by the input's length */
+        static const pgd_policy_kind online[] = {PGD_POLICY_LRU, PGD_POLICY_S3FIFO, PGD_POLICY_ARC,
+                                                 PGD_POLICY_COST, PGD_POLICY_PRIORITY};
+        p.policy = online[size % 5];
     }
     int racy = 0;
     pgd_tier_use use[2];
@@ -503,11 +543,55 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             pgd_seq_destroy(c, *sp);
             *sp = NULL;
             break;
-        case 9: /* evict or clear */
-            if (a & 1)
-                pgd_cache_clear(c);
-            else
-                pgd_cache_evict(c, a >> 1);
+        case 9: /* evict or clear; retention, admin operations, tenants, the clock */
+            take(&r, &n);
+            switch ((b >> 4) & 7) {
+            case 0:
+                if (a & 1)
+                    pgd_cache_clear(c);
+                else
+                    pgd_cache_evict(c, a >> 1);
+                break;
+            case 1: /* a sequence's retention (priority, TTL, pin, hint) */
+                if (*sp) {
+                    pgd_retention rt = {(uint32_t)(n % 102), (uint64_t)(a >> 3) * 100,
+                                        (b & 0x80) != 0, (uint64_t)(n >> 4) * 50};
+                    int rc = pgd_seq_set_retention(c, *sp, &rt, (uint64_t)n % 64);
+                    if (rc != PGD_OK && rc != PGD_EINVAL && rc != PGD_ENOSPC)
+                        fail("pgd_seq_set_retention: an unexpected status");
+                    if (rt.priority > 100 && rc != PGD_EINVAL) fail("priority > 100 accepted");
+                }
+                break;
+            case 2: /* pin (ttl from n) or unpin a live sequence's query chain */
+                if (b & 0x80)
+                    pgd_cache_unpin(c, q->qh, q->n_qh);
+                else if (pgd_cache_pin(c, q->qh, q->n_qh, (uint64_t)n * 100) == PGD_ENOMEM)
+                    fail("pgd_cache_pin: out of memory");
+                break;
+            case 3: /* evict the chain, or warm it into the pool */
+                if (b & 0x80)
+                    pgd_cache_warm(c, "salt", q->salt_len, q->qh, q->n_qh);
+                else
+                    pgd_cache_evict_chain(c, q->qh, q->n_qh);
+                break;
+            case 4: { /* a tenant's reservation of the pool and tier 0 */
+                pgd_tenant_params tp;
+                memset(&tp, 0, sizeof tp);
+                tp.pool_share = (double)(n % 5) / 10;
+                tp.tier_share[0] = (double)((n >> 3) % 5) / 10;
+                int rc = pgd_cache_set_tenant(c, "salt", (a >> 3) % 3, &tp);
+                if (rc < 0 && rc != PGD_EINVAL) fail("pgd_cache_set_tenant: an unexpected status");
+                break;
+            }
+            case 5: /* a next-use hint of the chain, then the hints due */
+                if (q->n_qh)
+                    pgd_cache_hint(c, "salt", q->salt_len, q->qh, q->n_qh, g_now + n * 1000000ull);
+                pgd_cache_hints_run(c, (uint64_t)a * 1000000ull);
+                break;
+            default: /* the clock moves: TTLs and pins expire */
+                g_now += (uint64_t)n * 50000000ull;
+                break;
+            }
             break;
         case 10: /* flush: waits for every move */
             if (pgd_cache_flush(c) != PGD_OK) fail("pgd_cache_flush failed");
@@ -584,6 +668,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (int i = 0; i < MAX_SEQS; i++)
         pgd_seq_destroy(c, seqs[i].s);
+    unpin_all(c);
     pgd_cache_clear(c);
     must_check(c);
     if (n_live) fail("pages left after clear");
