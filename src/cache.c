@@ -2968,3 +2968,25 @@ int pgd_cache_check(pgd_cache *c)
     unlock(c);
     return rc;
 }
+
+/* ---- compaction (placeholder until the compaction lands: no sequence is compacted) ---- */
+
+void pgd__seq_mask(const pgd_seq *s, uint32_t *mask_len, const uint32_t **n_live)
+{
+    (void)s;
+    *mask_len = 0;
+    *n_live = NULL;
+}
+
+int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *keep, size_t ld,
+                    const uint32_t *n_live)
+{
+    (void)c, (void)s, (void)n_out, (void)keep, (void)ld, (void)n_live;
+    return PGD_ENOTSUP;
+}
+
+uint64_t pgd_seq_n_dropped(pgd_cache *c, const pgd_seq *s)
+{
+    (void)c, (void)s;
+    return 0;
+}

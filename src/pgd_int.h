@@ -243,6 +243,13 @@ double pgd__policy_cost_value(double inflation, uint32_t freq, double cost, doub
 int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t *window,
                       uint64_t *lo);
 
+/* The dead slots of a compacted sequence (pgd_seq_compact): for layer l and KV head h,
+ * slots [n_live[l * n_kv_heads + h], *mask_len) are dead (attention gives them weight 0);
+ * every slot >= *mask_len is live. *n_live NULL (and *mask_len 0): no dead slots. The
+ * array is the sequence's, valid while it is not compacted again or destroyed. Unlocked:
+ * the caller owns s (attention runs between the steps that change it). */
+void pgd__seq_mask(const pgd_seq *s, uint32_t *mask_len, const uint32_t **n_live);
+
 /* The cache's allocator (params alloc, else pool.alloc, else libc), for allocations made
  * on the cache's behalf (pgd_attn_run_ref's scratch). Valid while the cache lives. */
 const pgd__alloc *pgd__cache_alloc(const pgd_cache *c);

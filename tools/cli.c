@@ -249,6 +249,22 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
         return 1;
     case CLI_OPT_POLICY:
         return cli_parse_policy(cmd, "--policy", arg, 0, &cp->policy) ? -1 : 1;
+    case CLI_OPT_KV_BUDGET:
+        if (cli_parse_u64(cmd, "--kv-budget", arg, 1, 1u << 22, &v)) return -1;
+        cp->budget.budget = (uint32_t)v;
+        return 1;
+    case CLI_OPT_KV_BUDGET_METHOD: {
+        pgd_budget_method m;
+        if (pgd_budget_method_parse(arg, &m) != PGD_OK || m == PGD_BUDGET_NONE) {
+            fprintf(stderr,
+                    "%s: --kv-budget-method: '%s' is not one of streaming, h2o, tova, snapkv, "
+                    "pyramidkv, adakv\n",
+                    cmd, arg);
+            return -1;
+        }
+        cp->budget.method = m;
+        return 1;
+    }
     case CLI_OPT_PAGE_TOKENS:
         if (cli_parse_u64(cmd, "--page-tokens", arg, 1, 1u << 16, &v)) return -1;
         { /* the library's rule, before the model loads */
@@ -266,4 +282,25 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
     default:
         return 0;
     }
+}
+
+int cli_kv_finish(const char *cmd, pe_ctx_params *cp)
+{
+    if (!cp->budget.budget) {
+        if (cp->budget.method != PGD_BUDGET_NONE) {
+            fprintf(stderr, "%s: --kv-budget-method: needs --kv-budget TOKENS\n", cmd);
+            return -1;
+        }
+        return 0;
+    }
+    pgd_budget_method m =
+        cp->budget.method == PGD_BUDGET_NONE ? PGD_BUDGET_SNAPKV : cp->budget.method;
+    cp->budget = pgd_budget_default_params(m, cp->budget.budget);
+    char why[200];
+    if (pgd_budget_params_check(&cp->budget, 1, why, sizeof why) != PGD_OK) {
+        fprintf(stderr, "%s: --kv-budget %u (%s): %s\n", cmd, cp->budget.budget,
+                pgd_budget_method_name(m), why);
+        return -1;
+    }
+    return 0;
 }

@@ -65,10 +65,12 @@ int cli_unexpected_arg(const char *cmd, const char *arg);
 /*
  * The KV-cache options every engine command takes (run, eval, serve): --kv-type,
  * --kv-rotate, --kv-residual, --kv-select-pages, --page-tokens, --deterministic
- * (batch-invariant matrix products, pe_ctx_params.deterministic) and --policy NAME (the
- * pool's eviction policy, pe_ctx_params.policy: cli_parse_policy without belady). A command puts
- * CLI_KV_LONG_OPTIONS in its getopt_long table and passes every option to cli_kv_option
- * first; its own option values must stay below CLI_OPT_KV_FIRST.
+ * (batch-invariant matrix products, pe_ctx_params.deterministic), --policy NAME (the
+ * pool's eviction policy, pe_ctx_params.policy: cli_parse_policy without belady), and the
+ * token budget --kv-budget TOKENS / --kv-budget-method NAME (pe_ctx_params.budget; the
+ * method defaults to snapkv). A command puts CLI_KV_LONG_OPTIONS in its getopt_long table,
+ * passes every option to cli_kv_option first, and calls cli_kv_finish after the options;
+ * its own option values must stay below CLI_OPT_KV_FIRST.
  */
 enum {
     CLI_OPT_KV_FIRST = 0x4b00,
@@ -78,7 +80,9 @@ enum {
     CLI_OPT_KV_SELECT,
     CLI_OPT_PAGE_TOKENS,
     CLI_OPT_DETERMINISTIC,
-    CLI_OPT_POLICY
+    CLI_OPT_POLICY,
+    CLI_OPT_KV_BUDGET,
+    CLI_OPT_KV_BUDGET_METHOD
 };
 #define CLI_KV_LONG_OPTIONS                                                                        \
     {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                            \
@@ -87,6 +91,8 @@ enum {
         {"kv-select-pages", required_argument, 0, CLI_OPT_KV_SELECT},                              \
         {"deterministic", no_argument, 0, CLI_OPT_DETERMINISTIC},                                  \
         {"policy", required_argument, 0, CLI_OPT_POLICY},                                          \
+        {"kv-budget", required_argument, 0, CLI_OPT_KV_BUDGET},                                    \
+        {"kv-budget-method", required_argument, 0, CLI_OPT_KV_BUDGET_METHOD},                      \
     {                                                                                              \
         "page-tokens", required_argument, 0, CLI_OPT_PAGE_TOKENS                                   \
     }
@@ -95,6 +101,12 @@ enum {
  * Returns 1 when it was one and is applied, 0 when opt is not a KV option, -1 after
  * printing "cmd: --option: why" on stderr. */
 int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp);
+/* After the options: turns --kv-budget / --kv-budget-method into cp->budget (the method's
+ * defaults, pgd_budget_default_params) and checks it (pgd_budget_params_check; the model's
+ * layers are checked again at pe_ctx_create). Returns 0, or -1 after printing "cmd:
+ * --kv-budget...: why" on stderr (a method without --kv-budget, a budget the method's
+ * sinks and window do not fit). */
+int cli_kv_finish(const char *cmd, pe_ctx_params *cp);
 
 /* Parses an eviction policy name for option opt of command cmd: lru, s3fifo, arc, cost,
  * priority, and belady when allow_belady (replay: it needs the future). Returns 0, or -1

@@ -336,6 +336,7 @@ int cmd_eval(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
+    if (cli_kv_finish(cmd, &cp)) return CLI_EXIT_USAGE;
     if (!model_path || !text_path) {
         fprintf(stderr, "%s: -m MODEL and -f TEXT are required\n", cmd);
         return cli_usage_error(cmd);

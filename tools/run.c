@@ -188,6 +188,7 @@ int cmd_run(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_unexpected_arg(cmd, argv[optind]);
+    if (cli_kv_finish(cmd, &cp)) return CLI_EXIT_USAGE;
     if (!model_path) {
         fprintf(stderr, "%s: -m MODEL is required\n", cmd);
         return cli_usage_error(cmd);

@@ -548,6 +548,6 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
 int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
                int all_logits)
 {
-    pe_batch_item it = {seq, tokens, n, logits, all_logits, NULL, 0};
+    pe_batch_item it = {seq, tokens, n, logits, all_logits, NULL, 0, NULL, 0};
     return pe_forward_batch(c, &it, 1);
 }

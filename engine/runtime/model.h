@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pagoda/budget.h>
 #include <pagoda/cache.h>
 
 #include "gguf.h"
@@ -125,6 +126,13 @@ typedef struct pe_ctx_params {
     pgd_evict_fn on_evict;
     void *event_ud;
     double pin_share; /* pgd_cache_params.pin_share: pinned pages' share (0: the default) */
+    /* Token budgets (budget.h): the budget of every sequence run, eval and the scheduler
+     * create unless a request names its own (pe_request_params.budget); method
+     * PGD_BUDGET_NONE (the default): dense. Checked at pe_ctx_create against the model. */
+    pgd_budget_params budget;
+    int budget_scores; /* reserve attention's scoring scratch (pgd_attn_params.score_keys =
+                          n_ctx) even when budget is none: requests may ask for budgets
+                          (serve); set automatically when budget.method is not none */
 } pe_ctx_params;
 
 /* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,
@@ -156,6 +164,12 @@ typedef struct pe_batch_item {
      * the cache hashes the pages this item fills. */
     const pgd_hash *hashes;
     uint32_t n_hashes;
+    /* The sequence's token budget (budget.h; borrowed), NULL: dense. The step scores its
+     * rows for it (pgd_budget_begin / pgd_attn_run_scored) and enforces it after the commit
+     * (pgd_budget_end); positions (RoPE) are slots + pgd_seq_n_dropped. */
+    pgd_budget *budget;
+    uint64_t prompt_left; /* with a budget: prompt tokens not yet run, this item's included
+                             (a prefill chunk >= n, the last chunk == n, decode 0) */
 } pe_batch_item;
 
 #define PE_MAX_BATCH_SEQS 256

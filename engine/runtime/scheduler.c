@@ -696,7 +696,9 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
                                           last ? r->logits : NULL,
                                           0,
                                           own ? NULL : r->hashes,
-                                          own ? 0 : r->n_hash};
+                                          own ? 0 : r->n_hash,
+                                          NULL,
+                                          0};
             s->item_req[n++] = r;
             budget -= k;
         }

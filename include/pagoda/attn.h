@@ -60,6 +60,9 @@ typedef struct pgd_attn_params {
                                    the batch leaves threads idle. Else ranges of this many
                                    pages, always split (tests of the log-sum-exp merge) */
     const pgd_allocator *alloc; /* NULL: libc */
+    uint32_t score_keys;        /* most keys a scored row (pgd_attn_run_scored) may see:
+                                   sizes the scoring scratch; 0: no scores
+                                   (pgd_attn_run_scored returns PGD_EINVAL) */
 } pgd_attn_params;              /* append fields only */
 
 /* Returns the defaults: n_head 0 (must be set), 1 thread, serial, 512 rows, dense. */
@@ -99,12 +102,37 @@ typedef struct pgd_attn_item {
  * decode row and the K/V of the selected pages only. */
 PGD_API int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32_t n);
 
+/* Scores for token budgets (budget.h), one per item of a run (parallel to the items). */
+typedef struct pgd_attn_scores {
+    /* NULL: none for this item. Else, for the item's last `rows` rows (0: none), ADDS to
+     * scores[h * ld + j] the softmax probability that each query head of KV head h's group
+     * gives key slot j, summed over the group's heads and those rows: the probabilities
+     * the run computes anyway (normalized by the row's final softmax sum), never a second
+     * pass over K. Keys a row does not see (causal, Quest pages not selected, dead slots
+     * of a compacted sequence) add 0. ld >= the sequence's length. */
+    float *scores;
+    uint32_t rows;
+    size_t ld;
+} pgd_attn_scores;
+
+/* pgd_attn_run, with scores: sc[i] for items[i] (sc NULL: none). The outputs are the bits
+ * pgd_attn_run writes; the scores are deterministic too (the same bits whatever the thread
+ * count and the rest of the batch). Returns as pgd_attn_run, and PGD_EINVAL for rows >
+ * n_rows, ld below the length, or a scored row seeing more than params.score_keys keys. */
+PGD_API int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
+                                const pgd_attn_scores *sc, uint32_t n);
+
 /* The scalar reference: same contract, single thread, codec decode_rows + careful softmax
  * (the spec; tests and the engine's --attn-ref use it). Allocates its scratch per call
  * through the cache's allocator. Returns 0, PGD_EINVAL (as above, plus n_head or select_pages as in
  * pgd_attn_create) or PGD_ENOMEM. */
 PGD_API int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer,
                              const pgd_attn_item *items, uint32_t n, uint32_t select_pages);
+
+/* The reference with scores (the spec of pgd_attn_run_scored's scores). */
+PGD_API int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
+                                    const pgd_attn_item *items, const pgd_attn_scores *sc,
+                                    uint32_t n, uint32_t select_pages);
 
 #ifdef __cplusplus
 }

@@ -341,6 +341,37 @@ PGD_API uint64_t pgd_seq_n_committed(pgd_cache *c, const pgd_seq *s);
  * ceil(length / page_tokens) page ids. Returns the number of pages. */
 PGD_API uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **ids);
 
+/* ---- compaction (token budgets: budget.h) ----
+ *
+ * pgd_seq_compact replaces the sequence's slots [0, length) by n_out slots. For layer l and
+ * KV head h (i = l * n_kv_heads + h), slot j < n_live[i] takes the K and V that slot
+ * keep[i * ld + j] held; the keep lists are ascending, distinct and < length. Slots
+ * n_live[i] .. n_out-1 of (l, h) are dead: attention gives them weight 0 (both paths, with
+ * Quest too). n_live NULL: every (l, h) keeps n_out. n_out >= every n_live[i] >= 1.
+ *
+ * Shared and registered pages are never written (their bytes and refcounts stay as they
+ * are): the sequence writes what it keeps into pages of its own (a private page it held
+ * is rewritten in place, a shared or registered one is replaced by a fresh page) and drops
+ * its references to the rest, which stay in the prefix index (evictable once no one holds
+ * them). Afterwards the sequence registers nothing: its pages no longer hold what their
+ * block hashes name; commit only counts tokens (it takes and ignores hashes), and a fork
+ * inherits the compaction. The length becomes n_out and n_committed min(n_committed, n_out)
+ * (so truncate back to any slot >= n_out works); pgd_seq_n_dropped grows by length - n_out.
+ *
+ * Codecs: rows of f32, f16, bf16, and q8_0 / q4_0 with head_dim >= 32 move as bytes
+ * (exact: a row's codes and scales); staged pools (kivi2; q8_0 / q4_0 with head_dim < 32)
+ * decode the kept rows and encode the new full pages again (encode_page), the last partial
+ * page going to the residual window as the write path would put it. Key bounds (Quest) of
+ * every written page are recomputed.
+ * Returns the pages freed (the sequence's page count before minus after, >= 0), or
+ * PGD_EINVAL (bad lists or counts), PGD_ESTATE (a promotion of s pending), PGD_ENOSPC /
+ * PGD_ENOMEM (no page for a private copy): s unchanged on error. Counted in the stats
+ * (n_compactions, n_compact_dropped, n_compact_freed). */
+PGD_API int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *keep,
+                            size_t ld, const uint32_t *n_live);
+/* Slots dropped from s by compaction so far: a slot's token position is slot + this. */
+PGD_API uint64_t pgd_seq_n_dropped(pgd_cache *c, const pgd_seq *s);
+
 /* ---- hashing ---- */
 
 /* Computes the block hashes of the full pages of tokens[0..n) for the tenant salt, as
@@ -505,6 +536,9 @@ typedef struct pgd_cache_stats {
     uint64_t n_registered; /* pages registered by commit (and by settled promotions) */
     uint64_t n_dedup;      /* committed pages swapped for a copy already cached */
     uint64_t n_cow_copies;
+    uint64_t n_compactions;     /* pgd_seq_compact calls that changed a sequence */
+    uint64_t n_compact_dropped; /* slots they dropped (token budgets) */
+    uint64_t n_compact_freed;   /* pages the compacted sequences held less */
 } pgd_cache_stats;
 
 /* Fills *out. O(1). */

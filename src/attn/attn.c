@@ -758,3 +758,11 @@ int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32
     run_tasks(a, piece_task, a->n_pieces);
     return PGD_OK;
 }
+
+/* Placeholder until scoring lands: runs without scores. */
+int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
+                        const pgd_attn_scores *sc, uint32_t n)
+{
+    (void)sc;
+    return pgd_attn_run(a, layer, items, n);
+}

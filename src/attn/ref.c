@@ -151,3 +151,12 @@ done:
     pgd__free(al, heap_score);
     return rc;
 }
+
+/* Placeholder until scoring lands: runs without scores. */
+int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
+                            const pgd_attn_item *items, const pgd_attn_scores *sc, uint32_t n,
+                            uint32_t select_pages)
+{
+    (void)sc;
+    return pgd_attn_run_ref(c, n_head, layer, items, n, select_pages);
+}

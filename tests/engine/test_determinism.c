@@ -196,7 +196,8 @@ static int check_batch(pgd_kv_type kv)
     pe_batch_item it[N_SEQS];
     for (int i = 0; i < N_SEQS; i++) {
         T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &seqs[i]));
-        it[i] = (pe_batch_item){seqs[i], prompts[i], lens[i], batch + (size_t)i * V, 0, NULL, 0};
+        it[i] = (pe_batch_item){seqs[i], prompts[i], lens[i], batch + (size_t)i * V, 0, NULL,
+                                0,       NULL,       0};
     }
     int bad_step = -1;
     for (int k = 0; k <= DECODE_STEPS; k++) {

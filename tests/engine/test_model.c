@@ -257,25 +257,28 @@ static int test_batch_equals_sequential(void)
     pe_batch_item items[S];
     for (int i = 0; i < S; i++) {
         T_OK(pgd_seq_create(cache, "batch", 5, &seqs[i]));
-        items[i] =
-            (pe_batch_item){seqs[i], toks[i], lens[i], batch + ((size_t)i * 4) * V, 0, NULL, 0};
+        items[i] = (pe_batch_item){seqs[i], toks[i], lens[i], batch + ((size_t)i * 4) * V, 0, NULL,
+                                   0,       NULL,    0};
     }
     T_EQ(pe_forward_batch(c, items, S), 0);
     for (uint32_t k = 0; k < 3; k++) {
         for (int i = 0; i < S; i++)
-            items[i] = (pe_batch_item){
-                seqs[i], &toks[i][lens[i] + k], 1, batch + ((size_t)i * 4 + 1 + k) * V, 0, NULL, 0};
+            items[i] = (pe_batch_item){seqs[i], &toks[i][lens[i] + k],
+                                       1,       batch + ((size_t)i * 4 + 1 + k) * V,
+                                       0,       NULL,
+                                       0,       NULL,
+                                       0};
         T_EQ(pe_forward_batch(c, items, S), 0);
     }
     double d = max_rel_diff(alone, batch, (size_t)S * 4 * V);
     if (d > 1e-5) T_FAIL("batched vs alone: %.3g", d);
 
     /* the same sequence twice, or more tokens than n_batch: refused, nothing changed */
-    items[0] = (pe_batch_item){seqs[0], toks[0], 1, NULL, 0, NULL, 0};
+    items[0] = (pe_batch_item){seqs[0], toks[0], 1, NULL, 0, NULL, 0, NULL, 0};
     items[1] = items[0];
     T_EQ(pe_forward_batch(c, items, 2), PGD_EINVAL);
     int32_t many[70] = {0};
-    items[1] = (pe_batch_item){seqs[1], many, 64, NULL, 0, NULL, 0};
+    items[1] = (pe_batch_item){seqs[1], many, 64, NULL, 0, NULL, 0, NULL, 0};
     T_EQ(pe_forward_batch(c, items, 2), PGD_EINVAL);
     T_EQ(pgd_seq_length(cache, seqs[0]), lens[0] + 3);
     T_EQ(pgd_seq_length(cache, seqs[1]), lens[1] + 3);
@@ -307,8 +310,8 @@ static int test_batch_enospc_changes_nothing(void)
     random_tokens(&seed, t, 80);
     T_OK(pgd_seq_create(cache, NULL, 0, &a));
     T_OK(pgd_seq_create(cache, NULL, 0, &b));
-    pe_batch_item items[2] = {{a, t, 30, NULL, 0, NULL, 0},
-                              {b, t + 30, 40, NULL, 0, NULL, 0}}; /* 2 + 3 pages */
+    pe_batch_item items[2] = {{a, t, 30, NULL, 0, NULL, 0, NULL, 0},
+                              {b, t + 30, 40, NULL, 0, NULL, 0, NULL, 0}}; /* 2 + 3 pages */
     T_EQ(pe_forward_batch(c, items, 2), PGD_ENOSPC);
     T_EQ(pgd_seq_length(cache, a), 0);
     T_EQ(pgd_seq_length(cache, b), 0);
@@ -509,9 +512,9 @@ static int test_codecs_fork_batch_prefix(void)
         /* a batch of the two (decode one more token each, plus a new sequence's prefill) */
         pgd_seq *t;
         T_OK(pgd_seq_create(cache, "other", 5, &t));
-        pe_batch_item items[3] = {{s, toks + 42, 1, a, 0, NULL, 0},
-                                  {t, toks + 50, 30, a + V, 0, NULL, 0},
-                                  {f, toks + 60, 1, a + 2 * V, 0, NULL, 0}};
+        pe_batch_item items[3] = {{s, toks + 42, 1, a, 0, NULL, 0, NULL, 0},
+                                  {t, toks + 50, 30, a + V, 0, NULL, 0, NULL, 0},
+                                  {f, toks + 60, 1, a + 2 * V, 0, NULL, 0, NULL, 0}};
         T_EQ(pe_forward_batch(c, items, 3), 0);
         T_EQ(pe_forward(c, f, toks + 61, 1, b + 3 * V, 0), 0); /* f alone, continued */
         T_EQ(pgd_cache_check(cache), PGD_OK);
