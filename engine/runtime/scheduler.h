@@ -105,6 +105,10 @@ typedef struct pe_request_params {
      * refuses there (pin share full) is dropped and pe_usage.pin_refused says so; the
      * rest of the retention holds. NULL: the default. */
     const pgd_retention *retention;
+    /* The request's token budget (budget.h, copied at submit; checked there: PGD_EINVAL for
+     * params pgd_budget_params_check refuses). NULL: the context's (pe_ctx_params.budget);
+     * method PGD_BUDGET_NONE: dense even when the context has a budget. */
+    const pgd_budget_params *budget;
 } pe_request_params;
 
 pe_request_params pe_request_default_params(void);
@@ -131,6 +135,12 @@ typedef struct pe_usage {
     uint32_t cached_tier_tokens[PGD_MAX_TIERS];
     uint32_t n_tiers;
     int pin_refused; /* the request asked for a pin and the cache refused it (pin share) */
+    /* Its token budget: the method (PGD_BUDGET_NONE: dense), budget, the slots dropped by
+     * compaction over the request's life and the slots its sequence held at the end. */
+    pgd_budget_method kv_budget_method;
+    uint32_t kv_budget;
+    uint64_t kv_budget_dropped;
+    uint32_t kv_slots;
 } pe_usage;
 /* pe_usage.status of a PE_FINISH_ERROR request: PGD_ENOSPC when its tokens (prompt plus
  * those generated so far) do not fit the pool even with no other request running;
