@@ -256,23 +256,6 @@ static int eval_chunk(eval_run *r, const int32_t *tokens, int add_bos, eval_sums
 
 /* ---- the budget protocol ---- */
 
-/* Runs tokens[0..n) of seq in ctx as one step under budget b (NULL: dense), the prompt
- * having prompt_left tokens left counting these (0: a decode step). logits: NULL or
- * [n_vocab] for the last token. Returns 0 or a negative status. */
-static int budget_step(pe_ctx *ctx, pgd_seq *seq, pgd_budget *b, const int32_t *tokens, uint32_t n,
-                       float *logits, uint64_t prompt_left)
-{
-    pe_batch_item it;
-    memset(&it, 0, sizeof it);
-    it.seq = seq;
-    it.tokens = tokens;
-    it.n = n;
-    it.logits = logits;
-    it.budget = b;
-    it.prompt_left = b ? prompt_left : 0;
-    return pe_forward_batch(ctx, &it, 1);
-}
-
 /* One chunk under the budget protocol: ctx with a fresh budget state and ref dense run
  * chunk[0..first) as the prompt (chunks of n_batch), then chunk[first..n_ctx-1) one token
  * at a time, each step's logits scored against the next token. Returns 0 or a negative
@@ -293,11 +276,12 @@ static int eval_chunk_budget(eval_run *r, const int32_t *tokens, int add_bos, ev
     for (uint32_t p = 0; p < first && rc == 0; p += r->n_batch) {
         uint32_t n = first - p < r->n_batch ? first - p : r->n_batch;
         for (int k = 0; k < 2 && rc == 0; k++)
-            rc = budget_step(ctxs[k], seqs[k], k ? NULL : b, r->chunk + p, n, NULL, first - p);
+            rc = pe_forward_budget(ctxs[k], seqs[k], k ? NULL : b, r->chunk + p, n, first - p, NULL,
+                                   0);
     }
     for (uint32_t j = first; j + 1 < n_ctx && rc == 0; j++) {
         for (int k = 0; k < 2 && rc == 0; k++)
-            rc = budget_step(ctxs[k], seqs[k], k ? NULL : b, r->chunk + j, 1, lgs[k], 0);
+            rc = pe_forward_budget(ctxs[k], seqs[k], k ? NULL : b, r->chunk + j, 1, 0, lgs[k], 0);
         if (rc) break;
         score(s, r->lg, r->lg_ref, V, tokens[j + 1], r->lp, r->lq);
         r->kv_slots_sum += pgd_seq_length(c, seqs[0]);
@@ -607,6 +591,17 @@ int cmd_eval(int argc, char **argv)
         }
     }
     double secs = cli_now_s() - t0;
+    if (budgeted) {
+        /* A compaction that failed left its sequence whole: the figures would not be the
+         * budget's. */
+        int bst;
+        uint64_t nf = pe_ctx_budget_failures(r.ctx, &bst);
+        if (nf) {
+            fprintf(stderr, "%s: --kv-budget: %llu compactions failed (%s)\n", cmd,
+                    (unsigned long long)nf, pgd_strerror(bst));
+            goto out;
+        }
+    }
     double nll = s.nll / (double)s.n, ppl = exp(nll);
     double var = s.nll2 / (double)s.n - nll * nll;
     double ppl_err = var > 0 && s.n > 1 ? sqrt(var / (double)(s.n - 1)) * ppl : 0;
