@@ -301,19 +301,20 @@ static int eval_chunk_budget(eval_run *r, const int32_t *tokens, int add_bos, ev
     return rc;
 }
 
-/* Whether budget p keeps every token of a window of n_ctx tokens under the protocol: every
- * layer's budget holds the prompt (the first half), and an online method never reaches
- * the page over its budget that triggers a compaction (the window's n_ctx - 1 slots). */
+/* Whether budget p keeps every token of a chunk of n_ctx tokens under the protocol. An
+ * online method compacts only once the sequence holds a page more than its budget
+ * (budget.h), and the chunk's sequence grows to n_ctx - 1 slots; the others compress once,
+ * at the prompt's end (the first half), to each layer's budget. */
 static int budget_keeps_all(const pgd_budget_params *p, uint32_t n_layers, uint32_t n_ctx,
                             uint32_t page_tokens)
 {
-    const uint32_t first = n_ctx / 2;
-    for (uint32_t l = 0; l < n_layers; l++)
-        if (pgd_budget_layer_budget(p, l, n_layers) < first) return 0;
     int online = p->online >= 0 ? p->online
                                 : p->method == PGD_BUDGET_STREAMING ||
                                       p->method == PGD_BUDGET_H2O || p->method == PGD_BUDGET_TOVA;
-    return !online || (uint64_t)p->budget + page_tokens > (uint64_t)n_ctx - 1;
+    if (online) return (uint64_t)p->budget + page_tokens > (uint64_t)n_ctx - 1;
+    for (uint32_t l = 0; l < n_layers; l++)
+        if (pgd_budget_layer_budget(p, l, n_layers) < n_ctx / 2) return 0;
+    return 1;
 }
 
 /* ---- the command ---- */
@@ -560,10 +561,9 @@ int cmd_eval(int argc, char **argv)
         }
         if (budget_keeps_all(&r.bp, hp0->n_layer, ap->n_ctx, ap->page_tokens))
             fprintf(stderr,
-                    "%s: note: --kv-budget %u (%s) keeps every token of a %u-token chunk "
-                    "(its first half is %u): nothing is dropped and the result equals dense\n",
-                    cmd, r.bp.budget, pgd_budget_method_name(r.bp.method), ap->n_ctx,
-                    ap->n_ctx / 2);
+                    "%s: note: --kv-budget %u (%s) keeps every token of a %u-token chunk: "
+                    "nothing is dropped and the result equals dense\n",
+                    cmd, r.bp.budget, pgd_budget_method_name(r.bp.method), ap->n_ctx);
     }
     r.n_ctx = ap->n_ctx;
     r.n_batch = ap->n_batch;
