@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_eval_budget.c - `pagoda eval --kv-budget` (the budget protocol, tools/eval.c) as the
- * real binary on stories260K and text/stories-dev.txt, one or two 512-token chunks
+ * real binary on stories260K and text/stories-dev.txt, one 512-token chunk
  * (--chunks) so that each case runs in a few seconds on 2 cores:
  *   - --json has the keys eval always has (ppl, kl_mean, top1_agree, ...) and "kv_budget"
  *     {method, budget, kv_tokens_mean, dropped_tokens, compactions, dense_ppl}; the dense
@@ -107,7 +107,7 @@ static int test_budget_keeps_all(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char extra[256];
         json_t *o;
-        snprintf(extra, sizeof extra, "--chunks 2 %s", cases[i]);
+        snprintf(extra, sizeof extra, "--chunks 1 %s", cases[i]);
         T_OK(eval_json(extra, &o));
         json_t *kb = json_object_get(o, "kv_budget");
         if (jnum(o, "kl_mean") != 0.0 || jnum(o, "top1_agree") != 1.0)
