@@ -13,10 +13,14 @@
  *     newest 60 slots, whenever 64 + 16 slots are held, as budget.h states);
  *   - snapkv compresses once, when the chunk that ends the prompt has run: no slot
  *     dropped before it, 64 slots after, then one slot per decode token;
+ *   - every method with f16, bf16, q8_0, q4_0 and kivi2 pages, dense and with Quest (3
+ *     pages per decode row): finite logits, slots + dropped = tokens, no failed compaction,
+ *     pgd_cache_check;
  *   - the scheduler: a dense request, then a streaming one on the same prefix (it
  *     matches the dense one's pages and compacts into private copies), then the dense
- *     prompt again: it hits the shared pages and its output equals its first run; the
- *     usage names the budget and its dropped tokens;
+ *     prompt again in one batch with an h2o request on the same prefix: it hits the shared
+ *     pages and its output equals its run alone; the usage names the budget and its
+ *     dropped tokens;
  *   - preemption: a pool too small for four streaming requests at once preempts; they
  *     recompute and finish with max_tokens valid tokens, and the cache stays consistent;
  *   - bad values: pe_ctx_create names the field (budget 0, sinks + window too large, a
@@ -307,6 +311,49 @@ static int test_snapkv_once(void)
     return 0;
 }
 
+/* ---- every codec, and Quest ---- */
+
+static int test_codecs_quest(void)
+{
+    static const pgd_kv_type kinds[] = {PGD_KV_F16, PGD_KV_BF16, PGD_KV_Q8_0, PGD_KV_Q4_0,
+                                        PGD_KV_KIVI2};
+    enum { np = 200, gen = 30 };
+    const uint32_t V = n_vocab(), steps = n_steps(np, gen);
+    float *lg = malloc((size_t)steps * V * sizeof(float));
+    T_ASSERT(lg);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] * 2; k++) {
+        pe_ctx_params p = fwd_params();
+        p.kv_type = kinds[k / 2];
+        p.kv_select_pages = k % 2 ? 3 : 0; /* Quest: 3 pages per decode row */
+        pe_ctx *c = sched_ctx_create(&p);
+        T_ASSERT(c);
+        for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
+            uint64_t seed = 21;
+            int32_t toks[np + gen];
+            random_tokens(&seed, toks, np);
+            pgd_budget_params bp = pgd_budget_default_params((pgd_budget_method)m, BUDGET);
+            pgd_budget *b;
+            pgd_seq *s;
+            T_OK(pgd_budget_create(pe_ctx_cache(c), &bp, &b));
+            T_OK(pgd_seq_create(pe_ctx_cache(c), NULL, 0, &s));
+            T_OK(generate(c, s, b, toks, np, gen, lg, NULL, NULL));
+            uint64_t len = pgd_seq_length(pe_ctx_cache(c), s);
+            uint64_t dropped = pgd_seq_n_dropped(pe_ctx_cache(c), s);
+            if (!all_finite(lg, (size_t)steps * V) || len + dropped != np + gen || !dropped)
+                T_FAIL("%s, %s, select %u: %llu slots, %llu dropped",
+                       pgd_budget_method_name((pgd_budget_method)m), pgd_kv_type_name(p.kv_type),
+                       p.kv_select_pages, (unsigned long long)len, (unsigned long long)dropped);
+            T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+            pgd_seq_destroy(pe_ctx_cache(c), s);
+            pgd_budget_destroy(b);
+        }
+        T_EQ(pe_ctx_budget_failures(c, NULL), 0);
+        pe_ctx_destroy(c);
+    }
+    free(lg);
+    return 0;
+}
+
 /* ---- the scheduler: budget + prefix cache ---- */
 
 #define SHARED 160 /* 10 pages of shared prefix */
@@ -362,9 +409,16 @@ static int test_sched_prefix(void)
     T_EQ(d1.u.kv_budget_method, PGD_BUDGET_NONE);
     T_EQ(d1.u.kv_budget_dropped, 0);
 
+    /* the dense prompt again, in one batch with an h2o request on the same prefix */
+    static out a2;
+    pgd_budget_params h2o = pgd_budget_default_params(PGD_BUDGET_H2O, BUDGET);
     T_OK(submit(s, &none, dense_prompt, SHARED + 20, 40, &d2));
+    T_OK(submit(s, &h2o, budget_prompt, SHARED + 30, 40, &a2));
     T_OK(pe_sched_run_until_idle(s));
     T_EQ(d2.n, 40);
+    T_EQ(a2.n, 40);
+    T_EQ(a2.u.kv_budget_method, PGD_BUDGET_H2O);
+    T_ASSERT(a2.u.kv_budget_dropped > 0);
     T_ASSERT(d2.u.cached_tokens >= SHARED); /* the shared pages survived the compaction */
     if (memcmp(d2.toks, solo.toks, 40 * sizeof(int32_t)) ||
         memcmp(d1.toks, solo.toks, 40 * sizeof(int32_t)))
@@ -530,6 +584,7 @@ int main(int argc, char **argv)
     T_RUN(test_large_budget_is_dense);
     T_RUN(test_streaming_pages);
     T_RUN(test_snapkv_once);
+    T_RUN(test_codecs_quest);
     T_RUN(test_sched_prefix);
     T_RUN(test_sched_preemption);
     pe_model_destroy(g_model);
