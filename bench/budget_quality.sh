@@ -7,9 +7,11 @@
 #   pagoda eval -m MODEL -f TEXT -c 512 -t T --json --kv-budget B --kv-budget-method M
 # and prints one row: method, budget, ppl, kl_mean (KL(p_dense || p_budget), mean over
 # the scored tokens), top1_agree (argmax equal to dense's), kv_tokens_mean (slots the
-# sequence held while its second half was decoded, mean), then the dense ppl. With 512
-# tokens a chunk's prompt is 256 tokens: budget 128 is 25% of the context at its longest
-# (512), 50% of the prompt the snapkv family compresses.
+# sequence held while its second half was decoded, mean: the online methods hold their
+# budget + less than a page throughout, the snapkv family compresses the prompt once and
+# then adds the decoded tokens, pyramidkv / adakv hold the max over layers / heads), then
+# the dense ppl. With 512 tokens a chunk's prompt is 256 tokens: budget 128 is 25% of
+# the context at its longest (512), 50% of the prompt the snapkv family compresses.
 #
 # Usage: bench/budget_quality.sh [options] [-- more `pagoda eval` flags]
 #   --model FILE     the model (default ../shared/models/stories260K.gguf, or
