@@ -24,6 +24,25 @@
  * RAM tier (ram:SIZE:q8_0 / q4_0) shows as KL and top-1 against the f32 reference, which
  * runs the same positions in the same batches without tiers.
  *
+ * With --kv-budget N (a token budget, budget.h) eval runs the budget protocol instead, so
+ * the score measures what the compressed context still predicts:
+ *
+ *   chunk i:  [0 .. ctx/2)             prefilled in chunks of at most -b tokens, the item
+ *                                      carrying the budget and prompt_left (the prompt
+ *                                      ends at ctx/2, where the snapkv family compresses;
+ *                                      online methods enforce after every step)
+ *             [ctx/2 .. ctx-1)          decoded one token at a time, teacher-forced (the
+ *                                      true token is fed), each step's logits scored
+ *                                      (the same positions as above)
+ *
+ * and a second context with the same cache but no budget runs the same chunks with the same
+ * protocol (dense): ppl, kl_mean and top1_agree are the budget run's against it, and
+ * "kv_budget" in the JSON (one line of text) has the method, the budget, the mean slots
+ * the sequence held while decoding (kv_tokens_mean), the slots dropped and the dense ppl.
+ * A budget that keeps the whole first half (and, for online methods, every token of the
+ * window) drops nothing: allowed, with a note that the result equals dense. Budgets do not
+ * run through the tiers' promotion path (--tier with --kv-budget exits 2).
+ *
  * Output: a short table on stdout, or one JSON object with --json. Bad input (missing or
  * empty text, a context that does not fit, text shorter than 2 * ctx) exits 1 with one
  * line on stderr; a bad command line exits 2. Called by the dispatcher in main.c.
@@ -64,6 +83,13 @@ static void usage(FILE *out)
           "                            evaluated one at a time, so pair it with -b 1\n"
           "      --deterministic       batch-invariant products (scores do not depend on -b)\n"
           "      --page-tokens N       tokens per KV page, a power of two (default 16)\n"
+          "      --kv-budget N         the budget protocol: keep N tokens per (layer, KV head)\n"
+          "                            (the mean); each chunk's first half is prefilled and\n"
+          "                            compressed, its second half decoded token by token and\n"
+          "                            scored, against the same protocol without a budget\n"
+          "      --kv-budget-method M  streaming | h2o | tova | snapkv | pyramidkv | adakv\n"
+          "                            (default snapkv; needs --kv-budget)\n"
+          "      --chunks N            score the first N chunks only (default: all)\n"
           "      --policy NAME         the pool's eviction policy: lru (default), s3fifo, arc,\n"
           "                            cost or priority (belady: pagoda replay only)\n"
           "      --json                one JSON object instead of the table\n",
@@ -142,6 +168,13 @@ typedef struct eval_run {
     uint64_t n_promoted;   /* prefix tokens matched from the tiers, all chunks */
     uint64_t n_promotable; /* prefix tokens that could have been */
     uint64_t tier_tokens[PGD_MAX_TIERS]; /* n_promoted by tier */
+    /* The budget protocol: ctx runs under the budget bp, ref the same cache dense. */
+    int budgeted;
+    pgd_budget_params bp;   /* ctx's budget, as pe_ctx_create checked it */
+    uint64_t kv_slots_sum;  /* the sequence's slots after each decode step, summed */
+    uint64_t kv_slots_n;    /* decode steps counted in it */
+    uint64_t n_dropped;     /* slots dropped by the budget, all chunks */
+    uint64_t n_compactions; /* compactions the budget ran, all chunks */
 } eval_run;
 
 /* Runs tokens[0..n) of seq in batches of n_batch with no logits. Returns 0 or a status. */
@@ -221,6 +254,69 @@ static int eval_chunk(eval_run *r, const int32_t *tokens, int add_bos, eval_sums
     return rc;
 }
 
+/* ---- the budget protocol ---- */
+
+/* One chunk under the budget protocol: ctx with a fresh budget state and ref dense run
+ * chunk[0..first) as the prompt (chunks of n_batch), then chunk[first..n_ctx-1) one token
+ * at a time, each step's logits scored against the next token. Returns 0 or a negative
+ * pgd_status. */
+static int eval_chunk_budget(eval_run *r, const int32_t *tokens, int add_bos, eval_sums *s)
+{
+    const uint32_t V = pe_model_hparams(r->m)->n_vocab, n_ctx = r->n_ctx, first = n_ctx / 2;
+    pe_ctx *ctxs[2] = {r->ctx, r->ref};
+    float *lgs[2] = {r->lg, r->lg_ref};
+    pgd_seq *seqs[2] = {NULL, NULL};
+    pgd_cache *c = pe_ctx_cache(r->ctx);
+    pgd_budget *b = NULL;
+    memcpy(r->chunk, tokens, n_ctx * sizeof *r->chunk);
+    if (add_bos) r->chunk[0] = pe_vocab_bos(pe_model_vocab(r->m));
+    int rc = pgd_budget_create(c, &r->bp, &b);
+    for (int k = 0; k < 2 && rc == 0; k++)
+        rc = pgd_seq_create(pe_ctx_cache(ctxs[k]), NULL, 0, &seqs[k]);
+    for (uint32_t p = 0; p < first && rc == 0; p += r->n_batch) {
+        uint32_t n = first - p < r->n_batch ? first - p : r->n_batch;
+        for (int k = 0; k < 2 && rc == 0; k++)
+            rc = pe_forward_budget(ctxs[k], seqs[k], k ? NULL : b, r->chunk + p, n, first - p, NULL,
+                                   0);
+    }
+    for (uint32_t j = first; j + 1 < n_ctx && rc == 0; j++) {
+        for (int k = 0; k < 2 && rc == 0; k++)
+            rc = pe_forward_budget(ctxs[k], seqs[k], k ? NULL : b, r->chunk + j, 1, 0, lgs[k], 0);
+        if (rc) break;
+        score(s, r->lg, r->lg_ref, V, tokens[j + 1], r->lp, r->lq);
+        r->kv_slots_sum += pgd_seq_length(c, seqs[0]);
+        r->kv_slots_n++;
+    }
+    if (seqs[0]) r->n_dropped += pgd_seq_n_dropped(c, seqs[0]);
+    if (b) {
+        pgd_budget_stats st;
+        pgd_budget_get_stats(b, &st);
+        r->n_compactions += st.compactions;
+    }
+    pgd_budget_destroy(b);
+    for (int k = 0; k < 2; k++) {
+        pgd_seq_destroy(pe_ctx_cache(ctxs[k]), seqs[k]);
+        pgd_cache_clear(pe_ctx_cache(ctxs[k]));
+    }
+    return rc;
+}
+
+/* Whether budget p keeps every token of a chunk of n_ctx tokens under the protocol. An
+ * online method compacts only once the sequence holds a page more than its budget
+ * (budget.h), and the chunk's sequence grows to n_ctx - 1 slots; the others compress once,
+ * at the prompt's end (the first half), to each layer's budget. */
+static int budget_keeps_all(const pgd_budget_params *p, uint32_t n_layers, uint32_t n_ctx,
+                            uint32_t page_tokens)
+{
+    int online = p->online >= 0 ? p->online
+                                : p->method == PGD_BUDGET_STREAMING ||
+                                      p->method == PGD_BUDGET_H2O || p->method == PGD_BUDGET_TOVA;
+    if (online) return (uint64_t)p->budget + page_tokens > (uint64_t)n_ctx - 1;
+    for (uint32_t l = 0; l < n_layers; l++)
+        if (pgd_budget_layer_budget(p, l, n_layers) < n_ctx / 2) return 0;
+    return 1;
+}
+
 /* ---- the command ---- */
 
 static int print_json(const char *model, const char *text, const pe_ctx_params *cp,
@@ -246,12 +342,25 @@ static int print_json(const char *model, const char *text, const pe_ctx_params *
     json_object_set_new(o, "ppl", json_real(ppl));
     json_object_set_new(o, "ppl_err", json_real(ppl_err));
     json_object_set_new(o, "nll_mean", json_real(s->nll / (double)s->n));
-    json_object_set_new(o, "ppl_f32", json_real(exp(s->nll_ref / (double)s->n)));
+    if (!r->budgeted || cp->kv_type == PGD_KV_F32) /* the budget's reference: the same codec */
+        json_object_set_new(o, "ppl_f32", json_real(exp(s->nll_ref / (double)s->n)));
     json_object_set_new(o, "kl_mean", json_real(s->kl / (double)s->n));
     json_object_set_new(o, "kl_max", json_real(s->kl_max));
     json_object_set_new(o, "top1_agree", json_real((double)s->agree / (double)s->n));
     json_object_set_new(o, "compared", json_boolean(compared));
     json_object_set_new(o, "seconds", json_real(secs));
+    if (r->budgeted) {
+        json_t *kb = json_object();
+        json_object_set_new(kb, "method", json_string(pgd_budget_method_name(r->bp.method)));
+        json_object_set_new(kb, "budget", json_integer(r->bp.budget));
+        json_object_set_new(
+            kb, "kv_tokens_mean",
+            json_real(r->kv_slots_n ? (double)r->kv_slots_sum / (double)r->kv_slots_n : 0.0));
+        json_object_set_new(kb, "dropped_tokens", json_integer((json_int_t)r->n_dropped));
+        json_object_set_new(kb, "compactions", json_integer((json_int_t)r->n_compactions));
+        json_object_set_new(kb, "dense_ppl", json_real(exp(s->nll_ref / (double)s->n)));
+        json_object_set_new(o, "kv_budget", kb);
+    }
     if (tiers->n) {
         /* The promotion path: the tiers as given, and the prefix tokens they served. */
         json_t *ta = json_array(), *by = json_object();
@@ -273,13 +382,14 @@ static int print_json(const char *model, const char *text, const pe_ctx_params *
 
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_JSON = 1000 };
+    enum { O_JSON = 1000, O_CHUNKS };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"file", required_argument, 0, 'f'},
                                          {"ctx-size", required_argument, 0, 'c'},
                                          {"batch-size", required_argument, 0, 'b'},
                                          {"threads", required_argument, 0, 't'},
                                          {"json", no_argument, 0, O_JSON},
+                                         {"chunks", required_argument, 0, O_CHUNKS},
                                          CLI_KV_LONG_OPTIONS,
                                          CLI_TIER_LONG_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
@@ -287,7 +397,7 @@ int cmd_eval(int argc, char **argv)
     const char *cmd = "pagoda eval";
     const char *model_path = NULL, *text_path = NULL;
     int json = 0;
-    uint64_t v;
+    uint64_t v, max_chunks = 0;
     pe_ctx_params cp = pe_ctx_default_params();
     cp.n_ctx = 512;
     cp.kv_type = PGD_KV_F32;
@@ -328,6 +438,10 @@ int cmd_eval(int argc, char **argv)
         case O_JSON:
             json = 1;
             break;
+        case O_CHUNKS:
+            if (cli_parse_u64(cmd, "--chunks", optarg, 1, 1u << 30, &max_chunks))
+                return CLI_EXIT_USAGE;
+            break;
         case 'h':
             usage(stdout);
             return CLI_EXIT_OK;
@@ -342,6 +456,14 @@ int cmd_eval(int argc, char **argv)
         return cli_usage_error(cmd);
     }
     if (cp.n_batch > cp.n_ctx) cp.n_batch = cp.n_ctx;
+    const int budgeted = cp.budget.method != PGD_BUDGET_NONE;
+    if (budgeted && tiers.n) {
+        fprintf(stderr,
+                "%s: --kv-budget: the budget protocol does not run through the tiers' "
+                "promotion path (--tier)\n",
+                cmd);
+        return cli_usage_error(cmd);
+    }
 
     int rc = CLI_EXIT_FAIL;
     char err[512];
@@ -365,7 +487,8 @@ int cmd_eval(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
     }
-    const uint32_t V = pe_model_hparams(m)->n_vocab;
+    const pe_hparams *hp0 = pe_model_hparams(m);
+    const uint32_t V = hp0->n_vocab;
     if (cp.n_ctx > pe_model_hparams(m)->n_ctx_train)
         fprintf(stderr, "%s: note: context %u is beyond the model's training context %u\n", cmd,
                 cp.n_ctx, pe_model_hparams(m)->n_ctx_train);
@@ -389,8 +512,11 @@ int cmd_eval(int argc, char **argv)
     }
     pe_tokenize(pe_model_vocab(m), text, text_len, 1, 0, tokens, (size_t)n_tokens);
 
-    int compared = cp.kv_type != PGD_KV_F32 || cp.kv_rotate || cp.kv_select_pages || tiers.n;
-    cp.kv_tokens = cp.n_ctx;
+    int compared =
+        cp.kv_type != PGD_KV_F32 || cp.kv_rotate || cp.kv_select_pages || tiers.n || budgeted;
+    /* A compaction copies the registered pages it keeps before it lets them go: room for a
+     * second window's pages, so that the budget never meets a full pool here. */
+    cp.kv_tokens = budgeted ? 2 * (uint64_t)cp.n_ctx : cp.n_ctx;
     if (pe_ctx_create(m, &cp, &r.ctx, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
@@ -398,10 +524,17 @@ int cmd_eval(int argc, char **argv)
     const pe_ctx_params *ap = pe_ctx_params_get(r.ctx);
     if (compared) {
         pe_ctx_params rp = *ap;
-        rp.kv_type = PGD_KV_F32;
-        rp.kv_rotate = 0;
-        rp.kv_residual = 0;
-        rp.kv_select_pages = 0;
+        if (budgeted) {
+            /* The budget's reference: the same cache, dense. */
+            rp.budget = pgd_budget_default_params(PGD_BUDGET_NONE, 0);
+            rp.budget_scores = 0;
+            rp.kv_tokens = ap->n_ctx;
+        } else {
+            rp.kv_type = PGD_KV_F32;
+            rp.kv_rotate = 0;
+            rp.kv_residual = 0;
+            rp.kv_select_pages = 0;
+        }
         rp.tiers = NULL; /* the reference computes everything */
         rp.n_tiers = 0;
         rp.hash_key = NULL;
@@ -413,6 +546,25 @@ int cmd_eval(int argc, char **argv)
     }
     r.m = m;
     r.tiered = tiers.n > 0;
+    r.budgeted = budgeted;
+    r.bp = ap->budget;
+    if (budgeted) {
+        /* The budget state every chunk creates, tried once here so that a method this
+         * build cannot run is refused before any work. */
+        pgd_budget *b = NULL;
+        int brc = pgd_budget_create(pe_ctx_cache(r.ctx), &r.bp, &b);
+        pgd_budget_destroy(b);
+        if (brc != PGD_OK) {
+            fprintf(stderr, "%s: --kv-budget %u (%s): %s\n", cmd, r.bp.budget,
+                    pgd_budget_method_name(r.bp.method), pgd_strerror(brc));
+            goto out;
+        }
+        if (budget_keeps_all(&r.bp, hp0->n_layer, ap->n_ctx, ap->page_tokens))
+            fprintf(stderr,
+                    "%s: note: --kv-budget %u (%s) keeps every token of a %u-token chunk: "
+                    "nothing is dropped and the result equals dense\n",
+                    cmd, r.bp.budget, pgd_budget_method_name(r.bp.method), ap->n_ctx);
+    }
     r.n_ctx = ap->n_ctx;
     r.n_batch = ap->n_batch;
     r.lg = malloc((size_t)r.n_batch * V * sizeof *r.lg);
@@ -425,18 +577,31 @@ int cmd_eval(int argc, char **argv)
         goto out;
     }
 
-    const uint32_t n_chunks = (uint32_t)((uint64_t)n_tokens / r.n_ctx);
+    uint32_t n_chunks = (uint32_t)((uint64_t)n_tokens / r.n_ctx);
+    if (max_chunks && max_chunks < n_chunks) n_chunks = (uint32_t)max_chunks;
     eval_sums s;
     memset(&s, 0, sizeof s);
     double t0 = cli_now_s();
     for (uint32_t i = 0; i < n_chunks; i++) {
-        int frc = eval_chunk(&r, tokens + (size_t)i * r.n_ctx, add_bos, &s);
+        int frc = budgeted ? eval_chunk_budget(&r, tokens + (size_t)i * r.n_ctx, add_bos, &s)
+                           : eval_chunk(&r, tokens + (size_t)i * r.n_ctx, add_bos, &s);
         if (frc < 0) {
             fprintf(stderr, "%s: chunk %u: forward failed: %s\n", cmd, i, pgd_strerror(frc));
             goto out;
         }
     }
     double secs = cli_now_s() - t0;
+    if (budgeted) {
+        /* A compaction that failed left its sequence whole: the figures would not be the
+         * budget's. */
+        int bst;
+        uint64_t nf = pe_ctx_budget_failures(r.ctx, &bst);
+        if (nf) {
+            fprintf(stderr, "%s: --kv-budget: %llu compactions failed (%s)\n", cmd,
+                    (unsigned long long)nf, pgd_strerror(bst));
+            goto out;
+        }
+    }
     double nll = s.nll / (double)s.n, ppl = exp(nll);
     double var = s.nll2 / (double)s.n - nll * nll;
     double ppl_err = var > 0 && s.n > 1 ? sqrt(var / (double)(s.n - 1)) * ppl : 0;
@@ -462,7 +627,8 @@ int cmd_eval(int argc, char **argv)
         printf("%-16s %12s %10s %10s %12s %8s\n", "kv", "bytes/token", "ppl", "+/-", "kl_mean",
                "top-1");
         if (compared)
-            printf("%-16s %12.1f %10.4f %10s %12s %8s\n", "f32", bpt32,
+            printf("%-16s %12.1f %10.4f %10s %12s %8s\n",
+                   budgeted ? pgd_kv_type_name(ap->kv_type) : "f32", budgeted ? bpt : bpt32,
                    exp(s.nll_ref / (double)s.n), "", "0", "100.00%");
         if (tiers.n) {
             printf("tiers: %llu of %llu prefix tokens promoted (", (unsigned long long)r.n_promoted,
@@ -472,7 +638,10 @@ int cmd_eval(int argc, char **argv)
                        (unsigned long long)r.tier_tokens[i]);
             printf(")\n");
         }
-        char name[64], tname[40] = "";
+        char name[96], tname[40] = "", bname[40] = "";
+        if (budgeted)
+            snprintf(bname, sizeof bname, "+%s:%u", pgd_budget_method_name(r.bp.method),
+                     r.bp.budget);
         if (tiers.n) {
             /* "+ram:q8_0:zstd": the first tier's kind and, for RAM, how it stores. */
             const cli_tier_spec *ts = &tiers.specs[0];
@@ -486,10 +655,18 @@ int cmd_eval(int argc, char **argv)
                      ts->store_type >= 0 ? pgd_kv_type_name((pgd_kv_type)ts->store_type) : "",
                      comp);
         }
-        snprintf(name, sizeof name, "%s%s%s%s", pgd_kv_type_name(ap->kv_type),
-                 ap->kv_rotate ? "+rotate" : "", ap->kv_select_pages ? "+quest" : "", tname);
+        snprintf(name, sizeof name, "%s%s%s%s%s", pgd_kv_type_name(ap->kv_type),
+                 ap->kv_rotate ? "+rotate" : "", ap->kv_select_pages ? "+quest" : "", tname, bname);
         printf("%-16s %12.1f %10.4f %10.5f %12.6f %7.2f%%\n", name, bpt, ppl, ppl_err,
                s.kl / (double)s.n, 100.0 * (double)s.agree / (double)s.n);
+        if (budgeted)
+            printf("kv budget: %s %u tokens per (layer, kv head): ppl %.4f (dense %.4f), "
+                   "kl_mean %.6f, top-1 %.2f%%, kv_tokens_mean %.1f, %llu tokens dropped\n",
+                   pgd_budget_method_name(r.bp.method), r.bp.budget, ppl,
+                   exp(s.nll_ref / (double)s.n), s.kl / (double)s.n,
+                   100.0 * (double)s.agree / (double)s.n,
+                   r.kv_slots_n ? (double)r.kv_slots_sum / (double)r.kv_slots_n : 0.0,
+                   (unsigned long long)r.n_dropped);
     }
     rc = CLI_EXIT_OK;
 out:
