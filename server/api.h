@@ -65,9 +65,10 @@
  *                              pagoda.kv_budget_method when the server has no default
  *   kv_budget 0 with a method  400 naming pagoda.kv_budget_method (0 is dense: no method)
  * The method's defaults (pgd_budget_default_params) fill the rest, and the result must pass
- * pgd_budget_params_check for the model: a budget its sinks and window do not fit is a 400
- * naming pagoda.kv_budget (or the method, when the budget is the server's) with the
- * check's line. usage.pagoda.kv_budget reports what the request ran with (render.c).
+ * pgd_budget_params_check for the model: params it refuses are a 400 naming
+ * pagoda.kv_budget (or the method, when the budget is the server's) with the check's line
+ * (the defaults' sinks and window fit every budget from 1 up, so today that is a guard).
+ * usage.pagoda.kv_budget reports what the request ran with (render.c).
  *
  * NUL characters ("\u0000"): one rule for every text field (model, prompt, a message's
  * role and content, stop): refused with 400 naming the field. The engine takes text as
