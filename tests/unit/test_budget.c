@@ -13,6 +13,7 @@
 #include <pagoda/budget.h>
 #include <pagoda/cache.h>
 
+#include "budget/budget_int.h"
 #include "t.h"
 
 /* ---- the scalar reference ---- */
@@ -54,14 +55,19 @@ static void ref_rank_scores(const pgd_budget_params *p, const float *s, uint32_t
         memcpy(out, s, n * sizeof *out);
 }
 
-/* One layer, every head: marks kept tokens in kept[h * n + j]. Returns 0. */
-static int ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_layers, uint32_t H,
-                      uint32_t n, const float *scores, size_t ld, unsigned char *kept)
+/* One layer of per-head token counts nh[h] and dense scores sc[h][0..nh[h]): marks kept
+ * tokens in kept[h][j]. */
+static void ref_select_heads(const pgd_budget_params *p, uint32_t B, uint32_t H, const uint32_t *nh,
+                             const float *const *sc, unsigned char **kept)
 {
-    const uint32_t B = pgd_budget_layer_budget(p, layer, n_layers), S = p->sinks, W = p->window;
-    memset(kept, 0, (size_t)H * n);
-    float *rs = malloc((n + 1) * sizeof *rs);
-    cand *cs = malloc(((size_t)H * n + 1) * sizeof *cs);
+    const uint32_t S = p->sinks, W = p->window;
+    uint32_t nmax = 1;
+    for (uint32_t h = 0; h < H; h++) {
+        memset(kept[h], 0, nh[h]);
+        if (nh[h] > nmax) nmax = nh[h];
+    }
+    float *rs = malloc((nmax + 1) * sizeof *rs);
+    cand *cs = malloc(((size_t)H * nmax + 1) * sizeof *cs);
     if (p->method == PGD_BUDGET_ADAKV) {
         uint32_t cap = (uint32_t)floor((double)p->adakv_cap * B);
         if (cap < B) cap = B;
@@ -71,23 +77,24 @@ static int ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_lay
         uint32_t *cnt = calloc(H, sizeof *cnt);
         size_t nc = 0;
         for (uint32_t h = 0; h < H; h++) {
+            const uint32_t n = nh[h];
             if (n <= S + W) {
-                memset(kept + (size_t)h * n, 1, n);
+                memset(kept[h], 1, n);
                 left -= n;
                 continue;
             }
-            ref_rank_scores(p, scores + h * ld, n, rs);
+            ref_rank_scores(p, sc[h], n, rs);
             size_t c0 = nc;
             for (uint32_t j = S; j < n - W; j++)
                 cs[nc++] = (cand){rs[j], j, h};
             qsort(cs + c0, nc - c0, sizeof *cs, cand_cmp);
             uint32_t base = fl < nc - c0 ? fl : (uint32_t)(nc - c0);
             for (uint32_t j = 0; j < base; j++)
-                kept[(size_t)h * n + cs[c0 + j].i] = 1;
+                kept[h][cs[c0 + j].i] = 1;
             for (uint32_t j = 0; j < S; j++)
-                kept[(size_t)h * n + j] = 1;
+                kept[h][j] = 1;
             for (uint32_t j = n - W; j < n; j++)
-                kept[(size_t)h * n + j] = 1;
+                kept[h][j] = 1;
             cnt[h] = S + W + base;
             left -= cnt[h];
             memmove(cs + c0, cs + c0 + base, (nc - c0 - base) * sizeof *cs);
@@ -97,14 +104,15 @@ static int ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_lay
         qsort(cs, nc, sizeof *cs, cand_cmp);
         for (size_t j = 0; j < nc && left > 0; j++) {
             if (cnt[cs[j].h] >= cap) continue;
-            kept[(size_t)cs[j].h * n + cs[j].i] = 1;
+            kept[cs[j].h][cs[j].i] = 1;
             cnt[cs[j].h]++;
             left--;
         }
         free(cnt);
     } else {
         for (uint32_t h = 0; h < H; h++) {
-            unsigned char *k = kept + (size_t)h * n;
+            const uint32_t n = nh[h];
+            unsigned char *k = kept[h];
             if (n <= B) {
                 memset(k, 1, n);
                 continue;
@@ -116,7 +124,7 @@ static int ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_lay
                     k[j] = 1;
                 continue;
             }
-            ref_rank_scores(p, scores + h * ld, n, rs);
+            ref_rank_scores(p, sc[h], n, rs);
             size_t nc = 0;
             for (uint32_t j = S; j < n - W; j++)
                 cs[nc++] = (cand){rs[j], j, h};
@@ -131,7 +139,21 @@ static int ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_lay
     }
     free(rs);
     free(cs);
-    return 0;
+}
+
+/* One layer, every head of n tokens: marks kept tokens in kept[h * n + j]. */
+static void ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_layers, uint32_t H,
+                       uint32_t n, const float *scores, size_t ld, unsigned char *kept)
+{
+    const float *sc[16];
+    unsigned char *k[16];
+    uint32_t nh[16];
+    for (uint32_t h = 0; h < H; h++) {
+        sc[h] = scores + h * ld;
+        k[h] = kept + (size_t)h * n;
+        nh[h] = n;
+    }
+    ref_select_heads(p, pgd_budget_layer_budget(p, layer, n_layers), H, nh, sc, k);
 }
 
 /* Random scores; coarse (ties) when coarse. */
@@ -291,6 +313,79 @@ static int test_select_rejects(void)
     T_EQ(keep[4], 40);
     p.method = PGD_BUDGET_NONE;
     T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, sc, 100, keep, 64, nk), PGD_EINVAL);
+    return 0;
+}
+
+/* A compacted sequence's dead slots [n_live[h], mask_len) are never kept: the selection on
+ * the live tokens alone (numbered in slot order) is the reference's on those tokens. */
+static int test_select_dead_slots(void)
+{
+    uint64_t rng = 77;
+    pgd__alloc al;
+    pgd__alloc_init(&al, NULL);
+    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++)
+        for (int iter = 0; iter < 80; iter++) {
+            uint32_t budget = 2 + (uint32_t)(t_rand(&rng) % 40);
+            pgd_budget_params p = pgd_budget_default_params((pgd_budget_method)m, budget);
+            if (m == PGD_BUDGET_ADAKV) p.adakv_floor = (float)(iter % 3) * 0.3f;
+            const uint32_t H = 1 + iter % 6, n = 1 + (uint32_t)(t_rand(&rng) % 200);
+            const uint32_t mask_len = (uint32_t)(t_rand(&rng) % (n + 1)), ld = n + 1;
+            uint32_t n_live[8], nh[8];
+            float *sc = malloc((size_t)H * ld * sizeof *sc),
+                  *dense = malloc(H * ld * sizeof *dense);
+            unsigned char *kept = malloc((size_t)H * ld), *kh[8];
+            const float *dh[8];
+            uint32_t *slots = malloc((size_t)H * ld * sizeof *slots);
+            for (uint32_t h = 0; h < H; h++) {
+                n_live[h] = mask_len ? 1 + (uint32_t)(t_rand(&rng) % mask_len) : 0;
+                nh[h] = 0;
+                for (uint32_t j = 0; j < n; j++) {
+                    int dead = mask_len && j >= n_live[h] && j < mask_len;
+                    sc[h * ld + j] = dead ? 100.0f : rand_score(&rng, iter % 2);
+                    if (!dead) {
+                        slots[h * ld + nh[h]] = j;
+                        dense[h * ld + nh[h]++] = sc[h * ld + j];
+                    }
+                }
+                dh[h] = dense + h * ld;
+                kh[h] = kept + h * ld;
+            }
+            uint32_t B = budget, mk = pgd__budget_head_max(&p, B);
+            uint32_t *keep = malloc((size_t)H * mk * sizeof *keep), nk[8];
+            pgd__budget_scratch scr = {.al = &al};
+            pgd__budget_sel sel = {.p = &p,
+                                   .budget = B,
+                                   .n_kv_heads = H,
+                                   .n_keys = n,
+                                   .scores = sc,
+                                   .ld = ld,
+                                   .mask_len = mask_len,
+                                   .n_live = mask_len ? n_live : NULL,
+                                   .keep = keep,
+                                   .max_keep = mk,
+                                   .n_keep = nk,
+                                   .scr = &scr};
+            T_OK(pgd__budget_ops_get((pgd_budget_method)m)->select(&sel));
+            pgd__budget_scratch_deinit(&scr);
+            ref_select_heads(&p, B, H, nh, dh, kh);
+            for (uint32_t h = 0; h < H; h++) {
+                uint32_t cnt = 0, at = 0;
+                for (uint32_t j = 0; j < nh[h]; j++)
+                    if (kh[h][j]) {
+                        if (at >= nk[h] || keep[h * mk + at] != slots[h * ld + j])
+                            T_FAIL("%s H %u n %u mask %u head %u: kept slot %u differs",
+                                   pgd_budget_method_name(p.method), H, n, mask_len, h, j);
+                        at++;
+                        cnt++;
+                    }
+                T_EQ(nk[h], cnt);
+            }
+            free(sc);
+            free(dense);
+            free(kept);
+            free(slots);
+            free(keep);
+        }
     return 0;
 }
 
@@ -504,6 +599,7 @@ int main(void)
     T_RUN(test_select_rejects);
     T_RUN(test_select_planted);
     T_RUN(test_select_matches_reference);
+    T_RUN(test_select_dead_slots);
     T_RUN(test_state_rows);
     T_RUN(test_state_growth);
     T_DONE();
