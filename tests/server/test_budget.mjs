@@ -16,13 +16,17 @@
 //     usage.pagoda.kv_budget, no budget counted);
 //   - a server started with --kv-budget 64 applies it (snapkv) to requests that name none,
 //     "kv_budget": 0 opts out, the method alone takes the server's budget;
+//   - the budget is real memory: pagoda_kv_pages_used while a 1600-token decode runs is
+//     a few pages under streaming at 64, against every token's pages dense (--ctx 2048);
 //   - prefix caching stays: the same prompt twice, the second with a budget, gets
 //     cached_tokens > 0, and the pages a budgeted request committed before compaction
 //     still serve a dense request after it.
 // Needs stories260K (exit 77 without it). Run by ctest (labels integration, thread, http).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { requireSetup, startServer, post, metrics, stream, randomTokens } from './common.mjs';
+import {
+  requireSetup, startServer, post, metrics, stream, randomTokens, sleep,
+} from './common.mjs';
 
 const model = requireSetup();
 if (!model.stories) {
@@ -215,6 +219,51 @@ test('prefix caching stays: a budgeted request is served the cached prefix, and 
     assert.ok(r.usage.prompt_tokens_details.cached_tokens >= PAGE, JSON.stringify(r.usage));
     assert.equal(r.usage.pagoda.kv_budget, undefined);
   });
+
+// The most pagoda_kv_pages_used /metrics shows while one request of body decodes on s,
+// sampled from when it has run `after` tokens past its prompt until it ends; null when no
+// sample caught it running (the request finished first).
+async function pagesUsedWhileDecoding(s, body, after) {
+  const m0 = await metrics(s);
+  const gen0 = m0.pagoda_generation_tokens_total;
+  let done = false;
+  const req = post(s, '/v1/completions', body).then((r) => { done = true; return r; });
+  let most = null;
+  while (!done) {
+    const m = await metrics(s);
+    if (m.pagoda_requests_running === 1 && m.pagoda_generation_tokens_total - gen0 >= after)
+      most = Math.max(most ?? 0, m.pagoda_kv_pages_used);
+    await sleep(5);
+  }
+  const r = await req;
+  assert.equal(r.status, 200, r.text);
+  return { most, usage: r.json.usage };
+}
+
+test('the budget is real memory: pagoda_kv_pages_used while decoding', T, async () => {
+  const s = await startServer(model.path, ['--ctx', '2048', '--max-running', '4']);
+  try {
+    const body = { max_tokens: 1600, ignore_eos: true, temperature: 0 };
+    for (let tries = 0; tries < 3; tries++) {
+      const dense = await pagesUsedWhileDecoding(s, { ...body, prompt: fresh(300) }, 400);
+      const budgeted = await pagesUsedWhileDecoding(s,
+        { ...body, prompt: fresh(300), pagoda: { kv_budget: 64, kv_budget_method: 'streaming' } },
+        400);
+      if (dense.most === null || budgeted.most === null) continue; // too fast to catch
+      // dense: every token so far, 700+ after 400 decoded (44 pages)
+      assert.ok(dense.most >= 44, `dense held ${dense.most} pages`);
+      // streaming at 64: at most budget + page_tokens - 1 slots, one step's tokens on top
+      assert.ok(budgeted.most <= Math.ceil((64 + PAGE) / PAGE) + 1,
+        `budgeted held ${budgeted.most} pages`);
+      const kb = checkBudget(budgeted.usage, 'streaming', 64);
+      assert.ok(kb.kv_tokens < 64 + PAGE && kb.dropped_tokens >= 1800, JSON.stringify(kb));
+      return;
+    }
+    assert.fail('no sample caught a request decoding in three tries');
+  } finally {
+    await s.stop();
+  }
+});
 
 test('a server with --kv-budget 64 applies it by default; kv_budget 0 opts out', T, async () => {
   const s = await startServer(model.path, [...SERVE, '--kv-budget', '64']);
