@@ -16,6 +16,7 @@
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
 
 enum { NL = 2, NH = 2, NCOL = NL * NH, PT = 16, NHEAD = 4, N = 75, NEW = 20, ROWS = 3 };
 
@@ -33,6 +34,7 @@ typedef struct geom {
     uint32_t hd;
     int rotate, bounds, metadata;
     uint32_t n_pages, kv_residual;
+    const pgd_allocator *alloc; /* NULL: libc */
 } geom;
 
 static pgd_cache *make_cache(const geom *g)
@@ -49,6 +51,7 @@ static pgd_cache *make_cache(const geom *g)
     p.pool.key_bounds = g->bounds;
     p.pool.metadata_only = g->metadata;
     p.kv_residual = g->kv_residual;
+    p.alloc = g->alloc;
     p.hash_key = test_key;
     p.hash_key_len = sizeof test_key;
     p.log = log_quiet;
@@ -275,7 +278,7 @@ static int run_case(const codec_case *cc, uint32_t n_out, uint32_t sink, uint32_
                     uint32_t chunk, uint64_t seed)
 {
     char what[96];
-    geom g = {cc->type, cc->hd, cc->rotate, 0, 0, 64, kv_residual};
+    geom g = {cc->type, cc->hd, cc->rotate, 0, 0, 64, kv_residual, NULL};
     pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
     T_ASSERT(c && cr);
     const int staged = pgd__codec_staged(pgd__pool_codec(pgd_cache_pool(c)), cc->hd);
@@ -382,7 +385,7 @@ static int test_codecs(void)
  * a page B kept whole; C still matches the whole prefix; commit after registers nothing. */
 static int shared_case(uint32_t sink)
 {
-    geom g = {PGD_KV_F16, 64, 0, 0, 0, 32, 0};
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 32, 0, NULL};
     pgd_cache *c = make_cache(&g);
     T_ASSERT(c);
     pgd_pool *pool = pgd_cache_pool(c);
@@ -488,7 +491,7 @@ static int same_seq(pgd_cache *c, pgd_seq *s, uint64_t len, uint32_t np, const u
 
 static int test_errors(void)
 {
-    geom g = {PGD_KV_F32, 16, 0, 0, 0, 6, 0};
+    geom g = {PGD_KV_F32, 16, 0, 0, 0, 6, 0, NULL};
     pgd_cache *c = make_cache(&g);
     T_ASSERT(c);
     kv d;
@@ -588,7 +591,7 @@ static int mask_is(const pgd_seq *s, uint32_t len, const uint32_t *want)
  * a dead slot, replaces the mask, or drops it. */
 static int test_mask(void)
 {
-    geom g = {PGD_KV_F32, 16, 0, 0, 0, 64, 0};
+    geom g = {PGD_KV_F32, 16, 0, 0, 0, 64, 0, NULL};
     pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
     T_ASSERT(c && cr);
     kv d, k1, k2, k3;
@@ -669,7 +672,7 @@ static int test_mask(void)
 
 static int test_fork_truncate(void)
 {
-    geom g = {PGD_KV_F16, 64, 0, 0, 0, 64, 0};
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 64, 0, NULL};
     pgd_cache *c = make_cache(&g);
     T_ASSERT(c);
     pgd_pool *pool = pgd_cache_pool(c);
@@ -825,7 +828,7 @@ static int bounds_ok(pgd_cache *c, pgd_seq *s, uint32_t hd)
 
 static int test_quest(void)
 {
-    geom g = {PGD_KV_F32, 64, 0, 1, 0, 64, 0};
+    geom g = {PGD_KV_F32, 64, 0, 1, 0, 64, 0, NULL};
     pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
     T_ASSERT(c && cr);
     kv d, kept, more;
@@ -877,7 +880,7 @@ static int test_quest(void)
 
 static int test_metadata_only(void)
 {
-    geom g = {PGD_KV_F16, 64, 0, 0, 1, 16, 0};
+    geom g = {PGD_KV_F16, 64, 0, 0, 1, 16, 0, NULL};
     pgd_cache *c = make_cache(&g);
     T_ASSERT(c);
     int32_t toks[N];
@@ -907,6 +910,75 @@ static int test_metadata_only(void)
     return 0;
 }
 
+/* ---- allocation failures ---- */
+
+static t_counting A;
+static const pgd_allocator counting = T_COUNTING_ALLOCATOR(&A);
+
+/* The N-th allocation of a compaction fails, for N = 1, 2, ... until it succeeds: each
+ * failure returns PGD_ENOMEM and leaves the sequence, the cache and the allocations as they
+ * were. B matched A's committed prefix and has no ring yet (staged pools allocate it). */
+static int enomem_case(pgd_kv_type type, uint32_t n_live_1)
+{
+    geom g = {type, 64, 0, 1, 0, 32, 0, &counting};
+    pgd_cache *c = make_cache(&g);
+    T_ASSERT(c);
+    kv d;
+    T_OK(kv_init(&d, 64, N));
+    kv_fill(&d, 41);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = (int32_t)i;
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    T_EQ(pgd_seq_match(c, b, toks, N), 64);
+    enum { LD = 40 };
+    uint32_t keep[NCOL * LD], live[NCOL] = {40, n_live_1, 40, 40};
+    uint64_t st = 6;
+    make_lists(&st, keep, LD, 64, 40, 0, live);
+    long n_failed = 0;
+    for (long n = 1;; n++) {
+        long live0 = A.n_live;
+        size_t bytes0 = A.n_bytes;
+        t_counting_arm(&A, n);
+        int rc = pgd_seq_compact(c, b, 40, keep, LD, live);
+        A.fail_at = 0;
+        if (!A.fired) {
+            T_EQ(rc, 1);
+            T_ASSERT(n_failed >= 3 + (type == PGD_KV_KIVI2) + (n_live_1 < 40));
+            break;
+        }
+        if (rc != PGD_ENOMEM) T_FAIL("allocation %ld failed, compact returned %d", n, rc);
+        T_EQ(A.n_live, live0);
+        T_EQ(A.n_bytes, bytes0);
+        T_EQ(pgd_seq_length(c, b), 64);
+        T_EQ(stats(c).n_compactions, 0);
+        n_failed++;
+        T_OK(mask_is(b, 0, NULL));
+        T_OK(pgd_cache_check(c));
+    }
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(b, 40, n_live_1 < 40 ? live : NULL));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(c, b);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    pgd_cache_destroy(c);
+    T_EQ(A.n_live, 0);
+    return 0;
+}
+
+static int test_enomem(void)
+{
+    T_OK(enomem_case(PGD_KV_F16, 40));
+    T_OK(enomem_case(PGD_KV_F16, 12)); /* with a mask */
+    T_OK(enomem_case(PGD_KV_KIVI2, 30));
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_codecs);
@@ -916,5 +988,6 @@ int main(void)
     T_RUN(test_fork_truncate);
     T_RUN(test_quest);
     T_RUN(test_metadata_only);
+    T_RUN(test_enomem);
     T_DONE();
 }
