@@ -397,8 +397,10 @@ static int get_seconds(json_t *v, const char *name, uint64_t *out, ps_error *e)
     return 0;
 }
 
-/* "pagoda": {"priority", "ttl_s", "pin", "next_use_s"}; any other key is refused (a typo
- * must not silently drop a pin). */
+/* "pagoda": {"priority", "ttl_s", "pin", "next_use_s", "kv_budget", "kv_budget_method"};
+ * any other key is refused (a typo must not silently drop a pin or a budget). The budget
+ * fields are checked here one by one; together, and against the server's default, by
+ * ps_req_budget. */
 static int parse_pagoda(json_t *root, ps_req *r, ps_error *e)
 {
     json_t *p = opt(root, "pagoda");
@@ -426,12 +428,30 @@ static int parse_pagoda(json_t *root, ps_req *r, ps_error *e)
         } else if (strcmp(key, "next_use_s") == 0) {
             if (get_seconds(v, "pagoda.next_use_s", &r->next_use_s, e)) return -1;
             r->has_next_use = 1;
+        } else if (strcmp(key, "kv_budget") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > (json_int_t)PS_MAX_KV_BUDGET)
+                return ps_err(e, 400, "pagoda.kv_budget", NULL,
+                              "'pagoda.kv_budget' must be an integer of tokens in [0, %u] (0: "
+                              "dense)",
+                              PS_MAX_KV_BUDGET);
+            r->has_kv_budget = 1;
+            r->kv_budget = (uint32_t)json_integer_value(v);
+        } else if (strcmp(key, "kv_budget_method") == 0) {
+            pgd_budget_method m = PGD_BUDGET_NONE;
+            if (!json_is_string(v) || has_nul(v) ||
+                pgd_budget_method_parse(json_string_value(v), &m) != PGD_OK || m == PGD_BUDGET_NONE)
+                return ps_err(e, 400, "pagoda.kv_budget_method", NULL,
+                              "'pagoda.kv_budget_method' must be one of streaming, h2o, tova, "
+                              "snapkv, pyramidkv, adakv");
+            r->has_kv_budget_method = 1;
+            r->kv_budget_method = m;
         } else {
             char param[64];
             snprintf(param, sizeof param, "pagoda.%s", key);
             return ps_err(e, 400, param, NULL,
-                          "'pagoda.%.40s' is not a field: 'pagoda' takes priority, ttl_s, pin and "
-                          "next_use_s",
+                          "'pagoda.%.40s' is not a field: 'pagoda' takes priority, ttl_s, pin, "
+                          "next_use_s, kv_budget and kv_budget_method",
                           key);
         }
     }
@@ -485,6 +505,41 @@ int ps_req_retention(const ps_req *r, pgd_retention *out)
     out->pin = r->has_pin && r->pin;
     out->next_use_ms = r->has_next_use ? r->next_use_s * 1000 : 0;
     return any;
+}
+
+int ps_req_budget(const ps_req *r, const pgd_budget_params *dflt, uint32_t n_layers,
+                  pgd_budget_params *out, ps_error *e)
+{
+    int has_dflt = dflt && dflt->method != PGD_BUDGET_NONE && dflt->budget > 0;
+    if (!r->has_kv_budget && !r->has_kv_budget_method) return 0;
+    if (r->has_kv_budget && r->kv_budget == 0) {
+        if (r->has_kv_budget_method)
+            return ps_err(e, 400, "pagoda.kv_budget_method", NULL,
+                          "'pagoda.kv_budget_method' cannot go with 'pagoda.kv_budget' 0 (dense: "
+                          "no budget); give a budget of at least 1 token, or leave the method out");
+        *out = pgd_budget_default_params(PGD_BUDGET_NONE, 0);
+        return 1;
+    }
+    if (!r->has_kv_budget && !has_dflt)
+        return ps_err(e, 400, "pagoda.kv_budget_method", NULL,
+                      "'pagoda.kv_budget_method' needs 'pagoda.kv_budget': this server has no "
+                      "default budget (--kv-budget)");
+    uint32_t budget = r->has_kv_budget ? r->kv_budget : dflt->budget;
+    pgd_budget_method m = r->has_kv_budget_method ? r->kv_budget_method
+                          : has_dflt              ? dflt->method
+                                                  : PGD_BUDGET_SNAPKV;
+    pgd_budget_params p = pgd_budget_default_params(m, budget);
+    char why[200];
+    if (pgd_budget_params_check(&p, n_layers, why, sizeof why) != PGD_OK) {
+        if (r->has_kv_budget)
+            return ps_err(e, 400, "pagoda.kv_budget", NULL, "'pagoda.kv_budget' %u (%s): %s",
+                          budget, pgd_budget_method_name(m), why);
+        return ps_err(e, 400, "pagoda.kv_budget_method", NULL,
+                      "'pagoda.kv_budget_method' %s with the server's --kv-budget %u: %s",
+                      pgd_budget_method_name(m), budget, why);
+    }
+    *out = p;
+    return 1;
 }
 
 static int parse_fields(json_t *root, ps_kind kind, uint32_t n_vocab, uint32_t n_ctx, ps_req *r,

@@ -29,7 +29,8 @@
  *                              {"type": "ephemeral", "ttl": "5m" | "1h"} (ttl default
  *                              "5m"); the longest ttl present applies to the prompt
  *   pagoda                     extension object: {"priority": 0-100, "ttl_s": N >= 0,
- *                              "pin": bool, "next_use_s": N >= 0}; other keys are refused
+ *                              "pin": bool, "next_use_s": N >= 0, "kv_budget": N >= 0,
+ *                              "kv_budget_method": NAME}; other keys are refused
  * A null value means "absent" for every optional field.
  *
  * Retention (ps_req_retention maps the fields onto a pgd_retention, cache.h):
@@ -52,6 +53,23 @@
  * stats and quota; a key never shares with the default tenant or with any cache_salt.
  * So the key can only narrow sharing, never widen it. With cache_salt the key is ignored.
  *
+ * Token budgets (budget.h; ps_req_budget resolves the fields against the server's default,
+ * pe_ctx_params.budget, from --kv-budget / --kv-budget-method):
+ *   nothing                    the server's default (dense when it has none)
+ *   pagoda.kv_budget N         an integer of tokens in [0, PS_MAX_KV_BUDGET]: the mean
+ *                              tokens a (layer, KV head) keeps; 0: dense for this request
+ *                              even when the server has a default
+ *   pagoda.kv_budget_method M  streaming | h2o | tova | snapkv | pyramidkv | adakv; without
+ *                              it, the server's default method, else snapkv (as the CLI's)
+ *   the method alone           the server's default budget with method M: 400 naming
+ *                              pagoda.kv_budget_method when the server has no default
+ *   kv_budget 0 with a method  400 naming pagoda.kv_budget_method (0 is dense: no method)
+ * The method's defaults (pgd_budget_default_params) fill the rest, and the result must pass
+ * pgd_budget_params_check for the model: params it refuses are a 400 naming
+ * pagoda.kv_budget (or the method, when the budget is the server's) with the check's line
+ * (the defaults' sinks and window fit every budget from 1 up, so today that is a guard).
+ * usage.pagoda.kv_budget reports what the request ran with (render.c).
+ *
  * NUL characters ("\u0000"): one rule for every text field (model, prompt, a message's
  * role and content, stop): refused with 400 naming the field. The engine takes text as
  * C strings in places (a role or model compared by strcmp, message content rendered into
@@ -71,6 +89,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pagoda/budget.h> /* pgd_budget_params */
 #include <pagoda/cache.h>  /* pgd_retention */
 #include <pagoda/pagoda.h> /* pgd_status, pgd_strerror */
 
@@ -83,6 +102,7 @@ typedef enum ps_kind { PS_COMPLETION = 0, PS_CHAT = 1 } ps_kind;
 #define PS_MAX_CACHE_KEY_BYTES 256
 #define PS_KEY_SALT_PAD (PS_MAX_SALT_BYTES + 1) /* see "prompt_cache_key" above */
 #define PS_MAX_TTL_S (366ull * 24 * 3600)       /* ttl_s and next_use_s: at most a year */
+#define PS_MAX_KV_BUDGET (1u << 22)             /* pagoda.kv_budget: pgd_budget_params_check's */
 /* The JSON values a body may hold: a prompt that fits the context takes fewer than n_ctx
  * token ids, and a chat message makes a token at least (its template text), so 4 per
  * context token leaves room for content parts and the other fields. */
@@ -126,8 +146,12 @@ typedef struct ps_req {
     uint64_t ttl_s;
     int pin;
     uint64_t next_use_s;
-    int has_cache_key;  /* prompt_cache_key was given (and may have become the salt) */
-    double ttl_s_admin; /* the admin API's "ttl_s" (ps_admin_parse); 0: none */
+    int has_cache_key; /* prompt_cache_key was given (and may have become the salt) */
+    /* token budget fields (see Token budgets); 0 / absent unless the body has them */
+    int has_kv_budget, has_kv_budget_method;
+    uint32_t kv_budget;                 /* tokens, <= PS_MAX_KV_BUDGET; 0: dense */
+    pgd_budget_method kv_budget_method; /* with has_kv_budget_method: never NONE */
+    double ttl_s_admin;                 /* the admin API's "ttl_s" (ps_admin_parse); 0: none */
 } ps_req;
 
 enum { PS_RETAIN_NONE = 0, PS_RETAIN_IN_MEMORY = 1, PS_RETAIN_24H = 2 };
@@ -161,6 +185,15 @@ void ps_req_deinit(ps_req *r);
 /* Fills *out with r's retention (the mapping in Retention above). Returns 1 when the
  * request asked for any (the cache should be told), 0 for the default. Pure. */
 int ps_req_retention(const ps_req *r, pgd_retention *out);
+
+/* Resolves r's token budget (see Token budgets) against the server's default dflt
+ * (pe_ctx_params.budget; method PGD_BUDGET_NONE: the server has none) for a model of
+ * n_layers layers. Returns 0 when r names no budget (the default applies:
+ * pe_request_params.budget NULL), 1 with *out filled (method PGD_BUDGET_NONE: dense; else
+ * params that pass pgd_budget_params_check), or -1 with *e (a 400 whose param is
+ * "pagoda.kv_budget" or "pagoda.kv_budget_method" and whose message names it). Pure. */
+int ps_req_budget(const ps_req *r, const pgd_budget_params *dflt, uint32_t n_layers,
+                  pgd_budget_params *out, ps_error *e);
 
 /* Parses the body of an admin call (POST /v1/cache/pin, unpin, prefetch, evict, stats):
  * one of "prompt" (a string, or token ids as in completions), "tokens" ([token ids]) or

@@ -327,6 +327,12 @@ enum MHD_Result ps__handle_generate(conn *k)
     rp.salt = r.salt;
     rp.salt_len = r.salt_len;
     rp.stop_on_eog = !r.ignore_eos;
+    /* The request's token budget (api.h "Token budgets"), copied by pe_sched_submit. */
+    pgd_budget_params budget;
+    int has_budget = ps_req_budget(&r, &pe_ctx_params_get(srv->ctx)->budget,
+                                   pe_model_hparams(srv->m)->n_layer, &budget, &e);
+    if (has_budget < 0) goto error;
+    if (has_budget) rp.budget = &budget;
     if (set_retention(k, &r, n, &rp, &e)) goto error;
 
     job *j = ps__job_create(srv);

@@ -81,6 +81,7 @@ void ps_metrics_prompt(ps_metrics *m, const pe_usage *u)
     pthread_mutex_lock(&m->mu);
     m->prompt_tokens += u->prompt_tokens;
     m->prompt_tokens_cached += cached;
+    if ((unsigned)u->kv_budget_method < PGD_BUDGET_COUNT) m->budget_requests[u->kv_budget_method]++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -483,6 +484,19 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
             cs.n_hit_tokens);
     counter(b, "pagoda_kv_evictions_total", "Cached KV pages evicted to make room.",
             cs.n_evictions);
+    counter(b, "pagoda_kv_budget_dropped_tokens_total",
+            "KV slots (tokens) dropped by token budgets (compaction).", cs.n_compact_dropped);
+    counter(b, "pagoda_kv_compaction_freed_pages_total",
+            "KV pages the sequences compacted by token budgets held less after it.",
+            cs.n_compact_freed);
+    counter(b, "pagoda_kv_compactions_total", "Compactions of sequences by token budgets.",
+            cs.n_compactions);
+    head(b, "pagoda_requests_with_budget_total", "counter",
+         "Submitted requests that ran with a token budget, by method (at their end).");
+    for (int i = PGD_BUDGET_NONE + 1; i < PGD_BUDGET_COUNT; i++)
+        ps_buf_printf(b, "pagoda_requests_with_budget_total{method=\"%s\"} %llu\n",
+                      pgd_budget_method_name((pgd_budget_method)i),
+                      (unsigned long long)snap.budget_requests[i]);
     render_tenants(cache, b);
 
     gauge(b, "pagoda_requests_running", "Requests in the running batch.", ss.n_running);

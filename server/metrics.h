@@ -19,6 +19,12 @@
  * matched) and _evictions_total by tenant="<16 hex digits>", the hashed tenant id
  * (pgd_tenant_stats.id: 0000000000000000 the default tenant, ffffffffffffffff "other"),
  * never the salt; pagoda_kv_pages_pinned, all tenants' pinned pages.
+ *
+ * Token budgets (issue 14): pagoda_kv_budget_dropped_tokens_total,
+ * pagoda_kv_compaction_freed_pages_total and pagoda_kv_compactions_total (the cache's
+ * pgd_cache_stats n_compact_dropped / n_compact_freed / n_compactions), and
+ * pagoda_requests_with_budget_total by method (counted at a request's final callback, from
+ * its pe_usage.kv_budget_method).
  */
 #ifndef PS_METRICS_H
 #define PS_METRICS_H
@@ -61,6 +67,8 @@ typedef struct ps_metrics {
     uint64_t http_by_status[6];    /* 200, 400, 401, 404, 405, 413; see metrics.c */
     uint64_t http_other[4];        /* 429, 500, 503, anything else */
     uint64_t http_active;          /* requests being handled (header seen, not completed) */
+    /* submitted requests by the token budget they ran with (pe_usage.kv_budget_method) */
+    uint64_t budget_requests[PGD_BUDGET_COUNT];
 } ps_metrics;
 
 void ps_metrics_init(ps_metrics *m);
@@ -75,6 +83,7 @@ void ps_metrics_finish(ps_metrics *m, ps_outcome o, double seconds, uint32_t com
  * (total, cached, computed = total - cached) thus count each request once, and a hit
  * ratio cached / total stays within [0, 1]. */
 void ps_metrics_prompt(ps_metrics *m, const pe_usage *u);
+/* (ps_metrics_prompt also counts the request under its u->kv_budget_method.) */
 void ps_metrics_http(ps_metrics *m, int status);
 void ps_metrics_http_active(ps_metrics *m, int delta);
 

@@ -58,10 +58,28 @@ static json_t *retention_json(const conn *k)
                      pinned, "pinned_until", until);
 }
 
+/* usage.pagoda.kv_budget of a request that ran with a token budget (api.h "Token budgets";
+ * the scheduler's pe_usage figures), NULL for a dense one (the key is then absent):
+ *   method          the method's name (budget.h)
+ *   budget          mean tokens kept per (layer, KV head)
+ *   dropped_tokens  slots compaction dropped over the request's life (preemption and
+ *                   recompute included)
+ *   kv_tokens       the slots its sequence held at the end (what its KV pages held) */
+static json_t *budget_json(const conn *k)
+{
+    const pe_usage *u = &k->usage;
+    const char *name = pgd_budget_method_name(u->kv_budget_method);
+    if (u->kv_budget_method == PGD_BUDGET_NONE || !name) return NULL;
+    return json_pack("{s:s,s:I,s:I,s:I}", "method", name, "budget", (json_int_t)u->kv_budget,
+                     "dropped_tokens", (json_int_t)u->kv_budget_dropped, "kv_tokens",
+                     (json_int_t)u->kv_slots);
+}
+
 /* usage: OpenAI's fields, then the extension "pagoda": {"cached_tokens_by_tier": {"pool":
- * N, <tier label>: N, ...}, "retention": {...}}: the scheduler's split of cached_tokens
- * (pe_usage; the labels are the /metrics ones, ps_metrics_tier_labels), whose values add
- * up to cached_tokens, and the retention (retention_json). */
+ * N, <tier label>: N, ...}, "retention": {...}, "kv_budget": {...}}: the scheduler's split
+ * of cached_tokens (pe_usage; the labels are the /metrics ones, ps_metrics_tier_labels),
+ * whose values add up to cached_tokens, the retention (retention_json) and, for a request
+ * with a token budget, the budget (budget_json). */
 static json_t *usage_json(const conn *k)
 {
     const ps_metrics_info *info = &k->srv->info;
@@ -76,10 +94,18 @@ static json_t *usage_json(const conn *k)
         }
     }
     if (!by_tier) return NULL;
-    return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:o,s:o}}", "prompt_tokens", (json_int_t)p,
+    json_t *pagoda =
+        json_pack("{s:o,s:o}", "cached_tokens_by_tier", by_tier, "retention", retention_json(k));
+    if (!pagoda) return NULL;
+    if (k->usage.kv_budget_method != PGD_BUDGET_NONE &&
+        json_object_set_new(pagoda, "kv_budget", budget_json(k))) {
+        json_decref(pagoda);
+        return NULL;
+    }
+    return json_pack("{s:I,s:I,s:I,s:{s:I},s:o}", "prompt_tokens", (json_int_t)p,
                      "completion_tokens", (json_int_t)c, "total_tokens", (json_int_t)p + c,
                      "prompt_tokens_details", "cached_tokens", (json_int_t)k->usage.cached_tokens,
-                     "pagoda", "cached_tokens_by_tier", by_tier, "retention", retention_json(k));
+                     "pagoda", pagoda);
 }
 
 /* {"id","object","created","model"} of a response or chunk. */

@@ -78,6 +78,8 @@ static void usage(FILE *out)
           "                           0: all (default)\n"
           "      --deterministic      batch-invariant products: a request's tokens do not\n"
           "                           depend on its batch or on preemption (slower decode)\n"
+          "      --kv-budget TOKENS   default token budget of a request (pagoda.kv_budget)\n"
+          "      --kv-budget-method NAME  streaming|h2o|tova|snapkv|pyramidkv|adakv (snapkv)\n"
           "      --max-running N      requests in the batch at once (default 16, max 256)\n"
           "      --max-queued N       waiting requests before 429 (default 64)\n"
           "  -b, --batch-size N       token budget of one step (default 512)\n"
@@ -556,6 +558,8 @@ int cmd_serve(int argc, char **argv)
     if (kv_tokens > (1ull << 31) * cp.page_tokens / 2)
         kv_tokens = (1ull << 31) * cp.page_tokens / 2;
     cp.kv_tokens = kv_tokens;
+    /* Requests may ask for a token budget (pagoda.kv_budget) whatever the default. */
+    cp.budget_scores = 1;
     if (pe_ctx_create(m, &cp, &ctx, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;

@@ -24,6 +24,10 @@
  *  - ps_req_deinit leaves the request zeroed, so freeing twice is harmless.
  *  - the retention a parsed request maps to (ps_req_retention): priority 0..100, ttl and
  *    next use within PS_MAX_TTL_S; a default retention reports 0.
+ *  - the token budget a parsed request resolves to (ps_req_budget) against a server with
+ *    no default, and with one (h2o at 96): 0 exactly when neither pagoda.kv_budget nor
+ *    pagoda.kv_budget_method was given; 1 with params pgd_budget_params_check accepts (or
+ *    method none, for kv_budget 0); -1 a 400 naming one of the two fields.
  *  - the admin API's body parser (ps_admin_parse, POST /v1/cache/...) on the same bytes,
  *    with need_prompt and want_ttl from the low bits of the body's length: success has
  *    a completion or chat prompt (or none when not needed) and 0 <= ttl_s <= PS_MAX_TTL_S;
@@ -149,6 +153,32 @@ static void check_error(const ps_error *e)
     ps_buf_deinit(&b);
 }
 
+/* ps_req_budget on a parsed request, against dflt (method none: a server without one). */
+static void check_budget(const ps_req *r, const pgd_budget_params *dflt)
+{
+    pgd_budget_params p;
+    ps_error e;
+    memset(&e, 0, sizeof e);
+    int rc = ps_req_budget(r, dflt, 4, &p, &e);
+    int given = r->has_kv_budget || r->has_kv_budget_method;
+    check(r->kv_budget <= PS_MAX_KV_BUDGET, "budget: kv_budget range");
+    check(!r->has_kv_budget_method ||
+              (r->kv_budget_method > PGD_BUDGET_NONE && r->kv_budget_method < PGD_BUDGET_COUNT),
+          "budget: a method named");
+    check((rc == 0) == !given, "budget: 0 exactly when no field was given");
+    if (rc == 1) {
+        check(p.method == PGD_BUDGET_NONE || pgd_budget_params_check(&p, 4, NULL, 0) == PGD_OK,
+              "budget: resolved params pass the check");
+        check(p.method != PGD_BUDGET_NONE || (r->has_kv_budget && !r->kv_budget),
+              "budget: dense only for kv_budget 0");
+    } else if (rc != 0) {
+        check(rc == -1 && e.status == 400, "budget: error is a 400");
+        check(!strcmp(e.param, "pagoda.kv_budget") || !strcmp(e.param, "pagoda.kv_budget_method"),
+              "budget: error names a budget field");
+        check_error(&e);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!size) return 0;
@@ -183,6 +213,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(asked || (ret.priority == PGD_PRIORITY_DEFAULT && !ret.ttl_ms && !ret.pin &&
                         !ret.next_use_ms),
               "retention: the default when none was asked");
+        pgd_budget_params none = pgd_budget_default_params(PGD_BUDGET_NONE, 0);
+        pgd_budget_params h2o = pgd_budget_default_params(PGD_BUDGET_H2O, 96);
+        check_budget(&r, &none);
+        check_budget(&r, &h2o);
     }
     ps_req_deinit(&r);
     check(is_zeroed(&r) && r.kind == 0, "freed request zeroed");

@@ -15,6 +15,10 @@
  *     longer than any cache_salt), cache_control on a message and on a part (the longest
  *     ttl wins), the "pagoda" object; each malformed form a 400 naming the field; the
  *     mapping ps_req_retention; the admin bodies (ps_admin_parse);
+ *   - token budgets (issue 14): pagoda.kv_budget and pagoda.kv_budget_method parsed and
+ *     each malformed form a 400 naming the field; ps_req_budget against a server with and
+ *     without a default: the method's defaults, 0 dense, a method alone, every method
+ *     and budget as pgd_budget_params_check judges it;
  *   - ps_err_status: every row of the pgd_status -> HTTP table (status, type, code, param,
  *     message), the stage defaults for statuses no row names, and that the old messages
  *     (which the HTTP tests match) are kept byte for byte.
@@ -587,6 +591,143 @@ static int test_admin_bodies(void)
     return 0;
 }
 
+/* A completion body with "pagoda": {pagoda} (pagoda: the object's members). */
+static int parse_pagoda(const char *pagoda, ps_req *r, ps_error *e)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"x\",\"pagoda\":{%s}}", pagoda);
+    return parse(PS_COMPLETION, body, r, e);
+}
+
+/* ps_req_budget of the body's pagoda object against dflt (NULL: a server without one). */
+static int budget_of(const char *pagoda, const pgd_budget_params *dflt, pgd_budget_params *out,
+                     ps_error *e)
+{
+    ps_req r;
+    if (parse_pagoda(pagoda, &r, e)) return -2;
+    int rc = ps_req_budget(&r, dflt, 8, out, e);
+    ps_req_deinit(&r);
+    return rc;
+}
+
+static int expect_400(int rc, const ps_error *e, const char *param, const char *what)
+{
+    if (rc != -1 || e->status != 400 || strcmp(e->param, param) != 0)
+        T_FAIL("%s: rc %d status %d param '%s' (want 400 %s)", what, rc, e->status, e->param,
+               param);
+    if (!strstr(e->message, strrchr(param, '.') + 1))
+        T_FAIL("%s: message '%s' does not name %s", what, e->message, param);
+    return 0;
+}
+
+static int test_budget_fields(void)
+{
+    ps_req r;
+    ps_error e;
+    pgd_budget_params p, none = pgd_budget_default_params(PGD_BUDGET_NONE, 0);
+    pgd_budget_params dflt = pgd_budget_default_params(PGD_BUDGET_H2O, 96);
+    /* parsed */
+    T_EQ(parse_pagoda("\"kv_budget\":64,\"kv_budget_method\":\"tova\",\"priority\":5", &r, &e), 0);
+    T_ASSERT(r.has_kv_budget && r.kv_budget == 64 && r.has_kv_budget_method);
+    T_EQ(r.kv_budget_method, PGD_BUDGET_TOVA);
+    T_EQ(r.priority, 5);
+    ps_req_deinit(&r);
+    T_EQ(parse_pagoda("\"kv_budget\":null,\"kv_budget_method\":null", &r, &e), 0);
+    T_ASSERT(!r.has_kv_budget && !r.has_kv_budget_method);
+    ps_req_deinit(&r);
+    T_EQ(parse(PS_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"pagoda\":{"
+               "\"kv_budget\":4194304}}",
+               &r, &e),
+         0);
+    T_EQ(r.kv_budget, PS_MAX_KV_BUDGET);
+    ps_req_deinit(&r);
+
+    /* nothing: the server's default (0) */
+    T_EQ(budget_of("\"priority\":5", &dflt, &p, &e), 0);
+    T_EQ(budget_of("", NULL, &p, &e), 0);
+    /* kv_budget 0: dense, even on a server with a default */
+    T_EQ(budget_of("\"kv_budget\":0", &dflt, &p, &e), 1);
+    T_EQ(p.method, PGD_BUDGET_NONE);
+    T_EQ(budget_of("\"kv_budget\":0", &none, &p, &e), 1);
+    T_EQ(p.method, PGD_BUDGET_NONE);
+    /* a budget alone: the server's method, else snapkv */
+    T_EQ(budget_of("\"kv_budget\":64", &dflt, &p, &e), 1);
+    T_ASSERT(p.method == PGD_BUDGET_H2O && p.budget == 64);
+    T_EQ(budget_of("\"kv_budget\":64", NULL, &p, &e), 1);
+    T_ASSERT(p.method == PGD_BUDGET_SNAPKV && p.budget == 64);
+    T_EQ(budget_of("\"kv_budget\":64", &none, &p, &e), 1);
+    T_EQ(p.method, PGD_BUDGET_SNAPKV);
+    /* the method alone: the server's budget */
+    T_EQ(budget_of("\"kv_budget_method\":\"pyramidkv\"", &dflt, &p, &e), 1);
+    T_ASSERT(p.method == PGD_BUDGET_PYRAMIDKV && p.budget == 96);
+    T_OK(expect_400(budget_of("\"kv_budget_method\":\"pyramidkv\"", &none, &p, &e), &e,
+                    "pagoda.kv_budget_method", "a method on a server without a default"));
+    T_ASSERT(strstr(e.message, "--kv-budget") != NULL);
+    T_OK(expect_400(budget_of("\"kv_budget_method\":\"snapkv\"", NULL, &p, &e), &e,
+                    "pagoda.kv_budget_method", "a method with no default given"));
+    T_OK(expect_400(budget_of("\"kv_budget\":0,\"kv_budget_method\":\"h2o\"", &dflt, &p, &e), &e,
+                    "pagoda.kv_budget_method", "a method with budget 0"));
+    /* each method: the method's defaults, checked as pgd_budget_params_check does */
+    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
+        static const uint32_t budgets[] = {1, 2, 5, 33, 64, 4096};
+        for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+            char obj[128], why[200];
+            snprintf(obj, sizeof obj, "\"kv_budget\":%u,\"kv_budget_method\":\"%s\"", budgets[i],
+                     pgd_budget_method_name((pgd_budget_method)m));
+            pgd_budget_params want = pgd_budget_default_params((pgd_budget_method)m, budgets[i]);
+            int ok = pgd_budget_params_check(&want, 8, why, sizeof why) == PGD_OK;
+            int rc = budget_of(obj, &none, &p, &e);
+            if (ok) {
+                if (rc != 1 || memcmp(&p, &want, sizeof p) != 0)
+                    T_FAIL("%s: rc %d, not the method's defaults", obj, rc);
+            } else {
+                T_OK(expect_400(rc, &e, "pagoda.kv_budget", obj));
+                if (!strstr(e.message, why)) T_FAIL("%s: '%s' lacks '%s'", obj, e.message, why);
+            }
+        }
+    }
+    /* every method's defaults fit its smallest budget (sinks + window <= 1) */
+    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
+        char obj[96];
+        snprintf(obj, sizeof obj, "\"kv_budget\":1,\"kv_budget_method\":\"%s\"",
+                 pgd_budget_method_name((pgd_budget_method)m));
+        T_EQ(budget_of(obj, NULL, &p, &e), 1);
+        T_ASSERT(p.budget == 1 && p.sinks + p.window <= 1);
+    }
+
+    static const char *const bad[][2] = {
+        {"\"kv_budget\":-1", "pagoda.kv_budget"},
+        {"\"kv_budget\":1.5", "pagoda.kv_budget"},
+        {"\"kv_budget\":\"64\"", "pagoda.kv_budget"},
+        {"\"kv_budget\":true", "pagoda.kv_budget"},
+        {"\"kv_budget\":4194305", "pagoda.kv_budget"},
+        {"\"kv_budget\":99999999999999", "pagoda.kv_budget"},
+        {"\"kv_budget\":[64]", "pagoda.kv_budget"},
+        {"\"kv_budget_method\":\"x\"", "pagoda.kv_budget_method"},
+        {"\"kv_budget_method\":0", "pagoda.kv_budget_method"},
+        {"\"kv_budget_method\":\"none\"", "pagoda.kv_budget_method"},
+        {"\"kv_budget_method\":\"SnapKV\"", "pagoda.kv_budget_method"},
+        {"\"kv_budget_method\":\"snapkv\\u0000\"", "pagoda.kv_budget_method"},
+        {"\"kv_budget_method\":\"\"", "pagoda.kv_budget_method"},
+        {"\"kv_budget_method\":[\"h2o\"]", "pagoda.kv_budget_method"},
+        {"\"kv_budget_methods\":\"h2o\"", "pagoda.kv_budget_methods"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "case %zu (%s)", i, bad[i][0]);
+        T_OK(expect_400(parse_pagoda(bad[i][0], &r, &e), &e, bad[i][1], what));
+    }
+    /* chat takes the same fields */
+    T_EQ(parse(PS_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"pagoda\":{"
+               "\"kv_budget_method\":\"stream\"}}",
+               &r, &e),
+         -1);
+    T_ASSERT(strcmp(e.param, "pagoda.kv_budget_method") == 0);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_full_completion);
@@ -598,5 +739,6 @@ int main(void)
     T_RUN(test_status_table);
     T_RUN(test_retention);
     T_RUN(test_admin_bodies);
+    T_RUN(test_budget_fields);
     T_DONE();
 }
