@@ -4,7 +4,8 @@
  * (pe_forward_budget, pe_forward_batch items with a budget) and the scheduler, on
  * stories260K with an f32 cache of 16-token pages:
  *   - a budget larger than the sequence changes nothing: every method's logits are the
- *     dense ones, bit for bit (scoring never changes attention's output);
+ *     dense ones, bit for bit (scoring never changes attention's output), on the fast
+ *     path and on the scalar reference (attn_ref);
  *   - streaming, budget 64, a 300-token prompt in chunks of 64 and 100 greedy tokens:
  *     after every step the sequence holds at most ceil((64 + 16) / 16) = 5 pages, the
  *     pool holds fewer pages than the dense run, positions continue (slots + dropped
@@ -113,31 +114,34 @@ static int test_large_budget_is_dense(void)
     float *lg = malloc((size_t)steps * V * sizeof(float));
     T_ASSERT(dense && lg);
     random_tokens(&seed, toks, np);
-    pe_ctx_params p = fwd_params();
-    pe_ctx *c = sched_ctx_create(&p);
-    T_ASSERT(c);
-    pgd_seq *s;
-    T_OK(pgd_seq_create(pe_ctx_cache(c), "dense", 5, &s));
-    T_OK(generate(c, s, NULL, toks, np, gen, dense, NULL, NULL));
-    pgd_seq_destroy(pe_ctx_cache(c), s);
-    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
-        pgd_budget_params bp = pgd_budget_default_params((pgd_budget_method)m, 400);
-        pgd_budget *b;
-        T_OK(pgd_budget_create(pe_ctx_cache(c), &bp, &b));
-        /* a tenant of its own: nothing matched, every row computed and scored */
-        T_OK(pgd_seq_create(pe_ctx_cache(c), &m, sizeof m, &s));
-        memcpy(toks2, toks, np * sizeof *toks);
-        T_OK(generate(c, s, b, toks2, np, gen, lg, NULL, NULL));
-        T_EQ(pgd_seq_n_dropped(pe_ctx_cache(c), s), 0);
-        T_EQ(pgd_seq_length(pe_ctx_cache(c), s), np + gen);
-        if (memcmp(lg, dense, (size_t)steps * V * sizeof(float)))
-            T_FAIL("%s at budget 400: logits differ from dense",
-                   pgd_budget_method_name((pgd_budget_method)m));
+    for (int ref = 0; ref < 2; ref++) { /* the fast path, then the scalar reference */
+        pe_ctx_params p = fwd_params();
+        p.attn_ref = ref;
+        pe_ctx *c = sched_ctx_create(&p);
+        T_ASSERT(c);
+        pgd_seq *s;
+        T_OK(pgd_seq_create(pe_ctx_cache(c), "dense", 5, &s));
+        T_OK(generate(c, s, NULL, toks, np, gen, dense, NULL, NULL));
         pgd_seq_destroy(pe_ctx_cache(c), s);
-        pgd_budget_destroy(b);
+        for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
+            pgd_budget_params bp = pgd_budget_default_params((pgd_budget_method)m, 400);
+            pgd_budget *b;
+            T_OK(pgd_budget_create(pe_ctx_cache(c), &bp, &b));
+            /* a tenant of its own: nothing matched, every row computed and scored */
+            T_OK(pgd_seq_create(pe_ctx_cache(c), &m, sizeof m, &s));
+            memcpy(toks2, toks, np * sizeof *toks);
+            T_OK(generate(c, s, b, toks2, np, gen, lg, NULL, NULL));
+            T_EQ(pgd_seq_n_dropped(pe_ctx_cache(c), s), 0);
+            T_EQ(pgd_seq_length(pe_ctx_cache(c), s), np + gen);
+            if (memcmp(lg, dense, (size_t)steps * V * sizeof(float)))
+                T_FAIL("%s at budget 400%s: logits differ from dense",
+                       pgd_budget_method_name((pgd_budget_method)m), ref ? " (attn_ref)" : "");
+            pgd_seq_destroy(pe_ctx_cache(c), s);
+            pgd_budget_destroy(b);
+        }
+        T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+        pe_ctx_destroy(c);
     }
-    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
-    pe_ctx_destroy(c);
     free(dense);
     free(lg);
     return 0;
