@@ -24,6 +24,9 @@
  *     dropped tokens;
  *   - preemption: a pool too small for four streaming requests at once preempts; they
  *     recompute and finish with max_tokens valid tokens, and the cache stays consistent;
+ *   - a snapkv request whose compaction at the prompt's end finds no page (the pool full
+ *     of a dense request's pages) keeps its tokens, and is compacted by the retry once
+ *     the dense request finished, without a preemption;
  *   - bad values: pe_ctx_create names the field (budget 0, sinks + window too large, a
  *     budget with the contiguous reference); submit refuses a bad request budget, and a
  *     budget on a context without scoring scratch, with PGD_EINVAL; the forward pass
@@ -480,6 +483,47 @@ static int test_sched_preemption(void)
     return 0;
 }
 
+/* ---- the scheduler: snapkv's compaction retried when it found no page ---- */
+
+static int test_sched_snapkv_retry(void)
+{
+    uint64_t seed = 19;
+    int32_t pa[100], pb[90];
+    static out oa, ob;
+    random_tokens(&seed, pa, 100);
+    random_tokens(&seed, pb, 90);
+    pgd_budget_params none = pgd_budget_default_params(PGD_BUDGET_NONE, 0);
+    pgd_budget_params snap = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 32);
+    /* 13 pages: a (dense, 100 + 2 slots: 7 pages) and b (snapkv 32, 90 + 5 slots: 6 pages)
+     * fill the pool, so b's compaction at its prompt's end finds no page for its copies;
+     * once a finishes, its pages are evictable and the retry compacts b */
+    pe_ctx_params p = sched_ctx_params(13 * PT);
+    p.budget_scores = 1;
+    p.log = NULL; /* the expected failed compaction */
+    pe_ctx *c = sched_ctx_create(&p);
+    T_ASSERT(c);
+    pe_sched *s = sched_create(c, 2, 4, 0);
+    T_ASSERT(s);
+    T_OK(submit(s, &none, pa, 100, 3, &oa));
+    T_OK(submit(s, &snap, pb, 90, 6, &ob));
+    T_OK(pe_sched_run_until_idle(s));
+    pe_sched_stats st;
+    pe_sched_get_stats(s, &st);
+    T_EQ(st.n_preemptions, 0);
+    T_ASSERT(pe_ctx_budget_failures(c, NULL) >= 1);
+    T_EQ(oa.n, 3);
+    T_EQ(ob.n, 6);
+    T_EQ(ob.finish, PE_FINISH_LENGTH);
+    T_EQ(ob.u.kv_budget_method, PGD_BUDGET_SNAPKV);
+    T_EQ(ob.u.kv_budget_dropped + ob.u.kv_slots, 90 + 6 - 1);
+    /* compacted once, late: to 32 slots plus the tokens run since */
+    T_ASSERT(ob.u.kv_budget_dropped > 0 && ob.u.kv_slots < 32 + 6);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
 /* ---- bad values ---- */
 
 static int ctx_refused(const pe_ctx_params *p, const char *want)
@@ -591,6 +635,7 @@ int main(int argc, char **argv)
     T_RUN(test_codecs_quest);
     T_RUN(test_sched_prefix);
     T_RUN(test_sched_preemption);
+    T_RUN(test_sched_snapkv_retry);
     pe_model_destroy(g_model);
     T_DONE();
 }
