@@ -262,10 +262,11 @@ void pgd__budget_pool(const float *in, uint32_t n, uint32_t kernel, uint32_t *dq
     }
 }
 
-/* a ranks below b: lower score, then the newer token, then the higher head. */
+/* a ranks below b: lower score, lower raw score, then the newer token, the higher head. */
 static int worse(const pgd__budget_ent *a, const pgd__budget_ent *b)
 {
     if (a->s != b->s) return a->s < b->s;
+    if (a->r != b->r) return a->r < b->r;
     if (a->i != b->i) return a->i > b->i;
     return a->h > b->h;
 }
@@ -285,13 +286,13 @@ static void sift_down(pgd__budget_ent *e, uint32_t n, uint32_t i)
     }
 }
 
-void pgd__budget_top(const float *s, uint32_t lo, uint32_t hi, uint32_t k, uint32_t head,
-                     pgd__budget_ent *ents)
+void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
+                     uint32_t head, pgd__budget_ent *ents)
 {
     if (!k) return;
     uint32_t n = 0;
     for (uint32_t i = lo; i < hi; i++) {
-        pgd__budget_ent e = {s[i], i, head};
+        pgd__budget_ent e = {s[i], raw ? raw[i] : s[i], i, head};
         if (n < k) {
             ents[n++] = e;
             if (n == k)
@@ -377,7 +378,7 @@ int pgd__budget_select_uniform(const pgd__budget_sel *sel, int pooled)
             pgd__budget_pool(scr->dense, v.m - W, p->pool_kernel, scr->dq, scr->pooled);
             s = scr->pooled;
         }
-        pgd__budget_top(s, S, v.m - W, k, h, scr->ents);
+        pgd__budget_top(s, pooled ? scr->dense : NULL, S, v.m - W, k, h, scr->ents);
         for (uint32_t j = 0; j < k; j++)
             scr->picks[j] = scr->ents[j].i;
         pgd__budget_sort_u32(scr->picks, k);
@@ -543,7 +544,10 @@ int pgd_budget_begin(pgd_budget *b, pgd_seq *s, uint32_t n_rows, uint64_t prompt
     case PGD__FEED_ALL:
         return (int)n_rows;
     case PGD__FEED_LAST:
-        memset(b->scores, 0, (size_t)b->n_layers * b->n_kv * b->ld * sizeof(float));
+        /* Slots past the length are 0 already (the invariant): zero what the last step
+         * wrote, not the whole buffer (ld may be the prompt's length, the length a budget). */
+        for (size_t r = 0; r < (size_t)b->n_layers * b->n_kv; r++)
+            memset(b->scores + r * b->ld, 0, (size_t)(len + n_rows) * sizeof(float));
         return 1;
     case PGD__FEED_OBS: {
         if (!prompt_left) return 0;
