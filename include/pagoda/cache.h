@@ -16,6 +16,8 @@
  *                                        (copy-on-write; plain f32/f16 layouts only)
  *   pgd_seq_commit(tokens) / _hashes     tells which tokens were written; every page that
  *     / _hashed(tokens, hashes)          became full is registered in the prefix index
+ *   pgd_seq_compact(keep lists)          keeps a token budget's slots in fewer private
+ *                                        pages (budget.h); registers nothing after
  *   pgd_seq_fork                         a new sequence sharing every page
  *   pgd_seq_destroy                      drops the sequence's references; its registered
  *                                        pages stay cached until the policy evicts them
@@ -185,7 +187,8 @@ PGD_API int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_
 PGD_API void pgd_seq_destroy(pgd_cache *c, pgd_seq *s);
 /* Creates a new sequence sharing every page (and the hash chain) of src. Writes into a
  * shared partial page copy it first (copy-on-write). Every page of src but the last must
- * be committed (commit before forking), so that only the last page is shared unhashed.
+ * be committed (commit before forking), so that only the last page is shared unhashed; a
+ * compacted src (pgd_seq_compact) registers nothing, so any of its pages may be shared.
  * Returns PGD_OK, PGD_ENOMEM, PGD_EBUSY (max_seqs), PGD_ESTATE (uncommitted pages). */
 PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
 
@@ -194,7 +197,8 @@ PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
  * The sequence must be empty. Counts n_tokens as queried and the pool prefix as hit.
  * With tiers, the length includes the run being promoted (see "Tiers").
  * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
- * PGD_ESTATE (the sequence was already matched, grown or committed) or PGD_ENOMEM. */
+ * PGD_ESTATE (the sequence was already matched, grown, committed or compacted) or
+ * PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
 /* Same as pgd_seq_match, with precomputed block hashes: hashes[k] is the hash of page k
  * (tokens[k*page_tokens ..]) as pgd_cache_hash_tokens computes it for this sequence's salt
@@ -350,23 +354,35 @@ PGD_API uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **
  * Quest too). n_live NULL: every (l, h) keeps n_out. n_out >= every n_live[i] >= 1.
  *
  * Shared and registered pages are never written (their bytes and refcounts stay as they
- * are): the sequence writes what it keeps into pages of its own (a private page it held
- * is rewritten in place, a shared or registered one is replaced by a fresh page) and drops
- * its references to the rest, which stay in the prefix index (evictable once no one holds
- * them). Afterwards the sequence registers nothing: its pages no longer hold what their
- * block hashes name; commit only counts tokens (it takes and ignores hashes), and a fork
- * inherits the compaction. The length becomes n_out and n_committed min(n_committed, n_out)
- * (so truncate back to any slot >= n_out works); pgd_seq_n_dropped grows by length - n_out.
+ * are): the sequence writes what it keeps into pages of its own (its private pages, held by
+ * it alone and unregistered, are rewritten; fresh pages are taken for the rest) and drops its
+ * references to the rest, which stay in the prefix index (evictable once no one holds them).
+ * A leading full page whose every slot each list keeps in place (keep[j] == j: a prefix
+ * kept whole, e.g. attention sinks) is not written at all and stays as it is, shared or
+ * registered. Afterwards the sequence registers nothing: its pages no longer hold what
+ * their block hashes name; commit only counts tokens (commit / commit_hashed take and
+ * ignore tokens' hashes, commit_hashes counts n_hashes pages of tokens), match refuses it
+ * (PGD_ESTATE), and a fork inherits the compaction and its dead slots. The length becomes
+ * n_out and n_committed min(n_committed, n_out) (truncate works back to any slot >=
+ * n_committed, and clips the dead slots to the new length); pgd_seq_n_dropped grows by
+ * length - n_out. Dead slots hold zeros. n_out == length with no dead slot changes nothing
+ * (returns 0, not counted: the sequence still registers).
  *
  * Codecs: rows of f32, f16, bf16, and q8_0 / q4_0 with head_dim >= 32 move as bytes
  * (exact: a row's codes and scales); staged pools (kivi2; q8_0 / q4_0 with head_dim < 32)
- * decode the kept rows and encode the new full pages again (encode_page), the last partial
- * page going to the residual window as the write path would put it. Key bounds (Quest) of
- * every written page are recomputed.
+ * take the kept rows in f16 (from the residual window where it still holds them, else
+ * decoded from the pool) and encode the new full pages again (encode_page), the last
+ * partial page going to the residual window as the write path would put it (a fresh
+ * sequence written with those f16 rows has the same bytes). Key bounds (Quest) of every
+ * written page are recomputed: min / max over its live rows of the values stored. A
+ * metadata-only pool changes the page tables only; a device arena is refused (PGD_EINVAL).
  * Returns the pages freed (the sequence's page count before minus after, >= 0), or
- * PGD_EINVAL (bad lists or counts), PGD_ESTATE (a promotion of s pending), PGD_ENOSPC /
- * PGD_ENOMEM (no page for a private copy): s unchanged on error. Counted in the stats
- * (n_compactions, n_compact_dropped, n_compact_freed). */
+ * PGD_EINVAL (bad lists or counts, a list keeping a dead slot of an earlier compaction),
+ * PGD_ESTATE (a promotion of s pending), PGD_ENOSPC / PGD_ENOMEM (no page for a private
+ * copy, no memory for the work buffers): s unchanged on error. Counted in the stats
+ * (n_compactions, n_compact_dropped, n_compact_freed). Takes the cache lock; not
+ * concurrently with attention on s. Cost: O(kept slots x n_layers x n_kv_heads x head_dim)
+ * plus a buffer of one (layer, K|V, head) column of kept rows. */
 PGD_API int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *keep,
                             size_t ld, const uint32_t *n_live);
 /* Slots dropped from s by compaction so far: a slot's token position is slot + this. */
