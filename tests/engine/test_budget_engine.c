@@ -4,7 +4,8 @@
  * (pe_forward_budget, pe_forward_batch items with a budget) and the scheduler, on
  * stories260K with an f32 cache of 16-token pages:
  *   - a budget larger than the sequence changes nothing: every method's logits are the
- *     dense ones, bit for bit (scoring never changes attention's output);
+ *     dense ones, bit for bit (scoring never changes attention's output), on the fast
+ *     path and on the scalar reference (attn_ref);
  *   - streaming, budget 64, a 300-token prompt in chunks of 64 and 100 greedy tokens:
  *     after every step the sequence holds at most ceil((64 + 16) / 16) = 5 pages, the
  *     pool holds fewer pages than the dense run, positions continue (slots + dropped
@@ -23,6 +24,9 @@
  *     dropped tokens;
  *   - preemption: a pool too small for four streaming requests at once preempts; they
  *     recompute and finish with max_tokens valid tokens, and the cache stays consistent;
+ *   - a snapkv request whose compaction at the prompt's end finds no page (the pool full
+ *     of a dense request's pages) keeps its tokens, and is compacted by the retry once
+ *     the dense request finished, without a preemption;
  *   - bad values: pe_ctx_create names the field (budget 0, sinks + window too large, a
  *     budget with the contiguous reference); submit refuses a bad request budget, and a
  *     budget on a context without scoring scratch, with PGD_EINVAL; the forward pass
@@ -113,31 +117,34 @@ static int test_large_budget_is_dense(void)
     float *lg = malloc((size_t)steps * V * sizeof(float));
     T_ASSERT(dense && lg);
     random_tokens(&seed, toks, np);
-    pe_ctx_params p = fwd_params();
-    pe_ctx *c = sched_ctx_create(&p);
-    T_ASSERT(c);
-    pgd_seq *s;
-    T_OK(pgd_seq_create(pe_ctx_cache(c), "dense", 5, &s));
-    T_OK(generate(c, s, NULL, toks, np, gen, dense, NULL, NULL));
-    pgd_seq_destroy(pe_ctx_cache(c), s);
-    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
-        pgd_budget_params bp = pgd_budget_default_params((pgd_budget_method)m, 400);
-        pgd_budget *b;
-        T_OK(pgd_budget_create(pe_ctx_cache(c), &bp, &b));
-        /* a tenant of its own: nothing matched, every row computed and scored */
-        T_OK(pgd_seq_create(pe_ctx_cache(c), &m, sizeof m, &s));
-        memcpy(toks2, toks, np * sizeof *toks);
-        T_OK(generate(c, s, b, toks2, np, gen, lg, NULL, NULL));
-        T_EQ(pgd_seq_n_dropped(pe_ctx_cache(c), s), 0);
-        T_EQ(pgd_seq_length(pe_ctx_cache(c), s), np + gen);
-        if (memcmp(lg, dense, (size_t)steps * V * sizeof(float)))
-            T_FAIL("%s at budget 400: logits differ from dense",
-                   pgd_budget_method_name((pgd_budget_method)m));
+    for (int ref = 0; ref < 2; ref++) { /* the fast path, then the scalar reference */
+        pe_ctx_params p = fwd_params();
+        p.attn_ref = ref;
+        pe_ctx *c = sched_ctx_create(&p);
+        T_ASSERT(c);
+        pgd_seq *s;
+        T_OK(pgd_seq_create(pe_ctx_cache(c), "dense", 5, &s));
+        T_OK(generate(c, s, NULL, toks, np, gen, dense, NULL, NULL));
         pgd_seq_destroy(pe_ctx_cache(c), s);
-        pgd_budget_destroy(b);
+        for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
+            pgd_budget_params bp = pgd_budget_default_params((pgd_budget_method)m, 400);
+            pgd_budget *b;
+            T_OK(pgd_budget_create(pe_ctx_cache(c), &bp, &b));
+            /* a tenant of its own: nothing matched, every row computed and scored */
+            T_OK(pgd_seq_create(pe_ctx_cache(c), &m, sizeof m, &s));
+            memcpy(toks2, toks, np * sizeof *toks);
+            T_OK(generate(c, s, b, toks2, np, gen, lg, NULL, NULL));
+            T_EQ(pgd_seq_n_dropped(pe_ctx_cache(c), s), 0);
+            T_EQ(pgd_seq_length(pe_ctx_cache(c), s), np + gen);
+            if (memcmp(lg, dense, (size_t)steps * V * sizeof(float)))
+                T_FAIL("%s at budget 400%s: logits differ from dense",
+                       pgd_budget_method_name((pgd_budget_method)m), ref ? " (attn_ref)" : "");
+            pgd_seq_destroy(pe_ctx_cache(c), s);
+            pgd_budget_destroy(b);
+        }
+        T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+        pe_ctx_destroy(c);
     }
-    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
-    pe_ctx_destroy(c);
     free(dense);
     free(lg);
     return 0;
@@ -476,6 +483,47 @@ static int test_sched_preemption(void)
     return 0;
 }
 
+/* ---- the scheduler: snapkv's compaction retried when it found no page ---- */
+
+static int test_sched_snapkv_retry(void)
+{
+    uint64_t seed = 19;
+    int32_t pa[100], pb[90];
+    static out oa, ob;
+    random_tokens(&seed, pa, 100);
+    random_tokens(&seed, pb, 90);
+    pgd_budget_params none = pgd_budget_default_params(PGD_BUDGET_NONE, 0);
+    pgd_budget_params snap = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 32);
+    /* 13 pages: a (dense, 100 + 2 slots: 7 pages) and b (snapkv 32, 90 + 5 slots: 6 pages)
+     * fill the pool, so b's compaction at its prompt's end finds no page for its copies;
+     * once a finishes, its pages are evictable and the retry compacts b */
+    pe_ctx_params p = sched_ctx_params(13 * PT);
+    p.budget_scores = 1;
+    p.log = NULL; /* the expected failed compaction */
+    pe_ctx *c = sched_ctx_create(&p);
+    T_ASSERT(c);
+    pe_sched *s = sched_create(c, 2, 4, 0);
+    T_ASSERT(s);
+    T_OK(submit(s, &none, pa, 100, 3, &oa));
+    T_OK(submit(s, &snap, pb, 90, 6, &ob));
+    T_OK(pe_sched_run_until_idle(s));
+    pe_sched_stats st;
+    pe_sched_get_stats(s, &st);
+    T_EQ(st.n_preemptions, 0);
+    T_ASSERT(pe_ctx_budget_failures(c, NULL) >= 1);
+    T_EQ(oa.n, 3);
+    T_EQ(ob.n, 6);
+    T_EQ(ob.finish, PE_FINISH_LENGTH);
+    T_EQ(ob.u.kv_budget_method, PGD_BUDGET_SNAPKV);
+    T_EQ(ob.u.kv_budget_dropped + ob.u.kv_slots, 90 + 6 - 1);
+    /* compacted once, late: to 32 slots plus the tokens run since */
+    T_ASSERT(ob.u.kv_budget_dropped > 0 && ob.u.kv_slots < 32 + 6);
+    T_EQ(pgd_cache_check(pe_ctx_cache(c)), PGD_OK);
+    pe_sched_destroy(s);
+    pe_ctx_destroy(c);
+    return 0;
+}
+
 /* ---- bad values ---- */
 
 static int ctx_refused(const pe_ctx_params *p, const char *want)
@@ -587,6 +635,7 @@ int main(int argc, char **argv)
     T_RUN(test_codecs_quest);
     T_RUN(test_sched_prefix);
     T_RUN(test_sched_preemption);
+    T_RUN(test_sched_snapkv_retry);
     pe_model_destroy(g_model);
     T_DONE();
 }

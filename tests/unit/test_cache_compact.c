@@ -10,13 +10,16 @@
  * the sequence unchanged; the dead-slot mask (pgd__seq_mask) and pgd_seq_n_dropped.
  */
 #include <math.h>
+#include <pthread.h>
 
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
+#include <pagoda/tier.h>
 
 #include "pgd_int.h"
 #include "t.h"
 #include "t_alloc.h"
+#include "t_tier.h"
 
 enum { NL = 2, NH = 2, NCOL = NL * NH, PT = 16, NHEAD = 4, N = 75, NEW = 20, ROWS = 3 };
 
@@ -37,6 +40,8 @@ typedef struct geom {
     const pgd_allocator *alloc; /* NULL: libc */
 } geom;
 
+static const pgd_tier_use *g_tiers; /* the tiers of the next make_cache */
+
 static pgd_cache *make_cache(const geom *g)
 {
     pgd_cache_params p = pgd_cache_default_params();
@@ -52,6 +57,8 @@ static pgd_cache *make_cache(const geom *g)
     p.pool.metadata_only = g->metadata;
     p.kv_residual = g->kv_residual;
     p.alloc = g->alloc;
+    p.tiers = g_tiers;
+    p.n_tiers = g_tiers ? 1 : 0;
     p.hash_key = test_key;
     p.hash_key_len = sizeof test_key;
     p.log = log_quiet;
@@ -374,6 +381,90 @@ static int test_codecs(void)
         T_OK(run_case(&cases[i], 48, 4, 0, 0, 31 + i));      /* full pages only */
         T_OK(run_case(&cases[i], 5, 0, 0, 0, 41 + i));       /* one partial page */
         T_OK(run_case(&cases[i], 70, 0, PT, 1, 51 + i));     /* staged: rows from the pool */
+    }
+    return 0;
+}
+
+/* ---- whole pages move by id ---- */
+
+/* A window that moves by whole pages (StreamingLLM: sinks, then the newest slots): the
+ * written pages whose rows are all of one old private page, in order, are that page, moved
+ * in the table without a copy; the rest is written; rows and attention equal a fresh
+ * sequence's bit for bit. Registered pages are never moved (they are copied). */
+static int moves_case(const codec_case *cc, uint32_t sinks, int shared)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s hd %u: sinks %u%s", pgd_kv_type_name(cc->type), cc->hd, sinks,
+             shared ? ", registered" : "");
+    geom g = {cc->type, cc->hd, cc->rotate, 0, 0, 64, 0, NULL};
+    pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
+    T_ASSERT(c && cr);
+    kv d, kept;
+    const uint32_t drop = 2 * PT, n_out = N - drop; /* slots >= sinks move back 2 pages */
+    T_OK(kv_init(&d, cc->hd, N));
+    T_OK(kv_init(&kept, cc->hd, n_out));
+    kv_fill(&d, 61 + sinks);
+    pgd_seq *a, *r;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    if (shared) { /* registered: no page of A is private but its last */
+        int32_t toks[N];
+        for (uint32_t i = 0; i < N; i++)
+            toks[i] = (int32_t)i;
+        T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    }
+    const uint32_t *ids;
+    uint32_t old[8];
+    T_EQ(pgd_seq_pages(c, a, &ids), 5);
+    memcpy(old, ids, 5 * sizeof *ids);
+    enum { LD = N };
+    uint32_t keep[NCOL * LD];
+    for (uint32_t i = 0; i < NCOL; i++)
+        for (uint32_t j = 0; j < n_out; j++)
+            keep[i * LD + j] = j < sinks ? j : j + drop;
+    T_EQ(pgd_seq_compact(c, a, n_out, keep, LD, NULL), 5 - (n_out + PT - 1) / PT);
+    T_OK(pgd_cache_check(c));
+    uint32_t np = pgd_seq_pages(c, a, &ids);
+    /* Full page k >= 1 is old page k + 2 (page 0: the sinks, kept whole or written), the
+     * last partial page is written. */
+    for (uint32_t k = 1; k + 1 < np || (k < np && n_out % PT == 0); k++) {
+        uint32_t q = k + drop / PT;
+        if (shared)
+            for (uint32_t u = 0; u < 5; u++)
+                T_ASSERT(ids[k] != old[u]);
+        else if (ids[k] != old[q])
+            T_FAIL("%s: page %u is not old page %u moved", what, k, q);
+    }
+    kv_gather(&kept, &d, n_out, keep, LD, NULL);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &kept, 0, n_out, 0, 0));
+    T_OK(same_rows(c, a, cr, r, cc->hd, 0, what));
+    T_OK(same_attention(c, a, cr, r, cc->hd, 0, 0, what));
+    kv more;
+    T_OK(kv_init(&more, cc->hd, NEW));
+    kv_fill(&more, 62);
+    T_OK(write_rows(c, a, &more, 0, NEW, n_out, 5));
+    T_OK(write_rows(cr, r, &more, 0, NEW, n_out, 5));
+    T_OK(same_rows(c, a, cr, r, cc->hd, 0, what));
+    T_OK(same_attention(c, a, cr, r, cc->hd, 0, 0, what));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(cr, r);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_used, 0);
+    kv_free(&d);
+    kv_free(&kept);
+    kv_free(&more);
+    pgd_cache_destroy(c);
+    pgd_cache_destroy(cr);
+    return 0;
+}
+
+static int test_moves(void)
+{
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_OK(moves_case(&cases[i], 4, 0));
+        T_OK(moves_case(&cases[i], PT, 0));
+        T_OK(moves_case(&cases[i], 4, 1));
     }
     return 0;
 }
@@ -979,9 +1070,122 @@ static int test_enomem(void)
     return 0;
 }
 
+/* ---- a pending promotion ---- */
+
+/* A RAM tier whose gets wait while hold is set (the state begins with the tier it wraps). */
+typedef struct gate {
+    pgd_tier *inner;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int hold, n_held;
+} gate;
+
+static int gate_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    gate *g = st;
+    pthread_mutex_lock(&g->mu);
+    g->n_held++;
+    pthread_cond_broadcast(&g->cv);
+    while (g->hold)
+        pthread_cond_wait(&g->cv, &g->mu);
+    g->n_held--;
+    pthread_mutex_unlock(&g->mu);
+    return pgd_tier_get(g->inner, b, page, bounds);
+}
+
+static void gate_close(void *st)
+{
+    gate *g = st;
+    pgd_tier_close(g->inner);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static const pgd_tier_ops gate_ops = {"gate",
+                                      t_tier_fwd_bind,
+                                      t_tier_fwd_put,
+                                      gate_get,
+                                      t_tier_fwd_lookup,
+                                      t_tier_fwd_del,
+                                      t_tier_fwd_stats,
+                                      t_tier_fwd_flush,
+                                      gate_close,
+                                      NULL,
+                                      NULL};
+
+static void gate_hold(gate *g, int on)
+{
+    pthread_mutex_lock(&g->mu);
+    g->hold = on;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* While B's match promotes A's demoted pages, a compaction of B is PGD_ESTATE (nothing
+ * changes); once the fills are done it settles them and compacts. */
+static int test_pending_promotion(void)
+{
+    gate *gt = calloc(1, sizeof *gt);
+    T_ASSERT(gt);
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = 64u << 20;
+    T_OK(pgd_tier_ram_create(&rp, &gt->inner));
+    pthread_mutex_init(&gt->mu, NULL);
+    pthread_cond_init(&gt->cv, NULL);
+    pgd_tier *t = NULL;
+    T_OK(pgd_tier_wrap(&gate_ops, gt, &t));
+    pgd_tier_use use = {t, 0, 0};
+    g_tiers = &use;
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 32, 0, NULL};
+    pgd_cache *c = make_cache(&g);
+    g_tiers = NULL;
+    T_ASSERT(c);
+    kv d;
+    T_OK(kv_init(&d, 64, N));
+    kv_fill(&d, 51);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = 40 + (int32_t)i;
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    pgd_seq_destroy(c, a);
+    T_EQ(pgd_cache_clear(c), 4); /* demoted to the tier */
+    T_OK(pgd_cache_flush(c));
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    gate_hold(gt, 1);
+    T_EQ(pgd_seq_match(c, b, toks, N), 64);
+    pthread_mutex_lock(&gt->mu);
+    while (gt->n_held == 0)
+        pthread_cond_wait(&gt->cv, &gt->mu);
+    pthread_mutex_unlock(&gt->mu);
+    enum { LD = 30 };
+    uint32_t keep[NCOL * LD];
+    uint64_t st = 8;
+    make_lists(&st, keep, LD, 64, 30, 0, NULL);
+    T_EQ(pgd_seq_compact(c, b, 30, keep, LD, NULL), PGD_ESTATE);
+    T_EQ(pgd_seq_length(c, b), 64);
+    T_EQ(stats(c).n_compactions, 0);
+    T_OK(pgd_cache_check(c));
+    gate_hold(gt, 0);
+    T_OK(pgd_seq_wait(c, b));
+    T_EQ(pgd_seq_compact(c, b, 30, keep, LD, NULL), 2);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_cached, 4); /* the promoted pages, registered, B's no more */
+    pgd_seq_destroy(c, b);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_codecs);
+    T_RUN(test_moves);
     T_RUN(test_shared_prefix);
     T_RUN(test_errors);
     T_RUN(test_mask);
@@ -989,5 +1193,6 @@ int main(void)
     T_RUN(test_quest);
     T_RUN(test_metadata_only);
     T_RUN(test_enomem);
+    T_RUN(test_pending_promotion);
     T_DONE();
 }
