@@ -94,7 +94,7 @@ typedef struct pgd_budget_params {
     float pyramid_min;    /* pyramidkv: the top layer's budget / budget, in (0, 1] (0.5:
                              layers from 1.5 x budget down to 0.5 x budget) */
     float adakv_floor;    /* adakv: share of a head's even share it keeps whatever its
-                             scores, in [0, 1] (0.2) */
+                             scores, in [0, 1] (0.2; at least one token) */
     float adakv_cap;      /* adakv: most tokens of one head, as a multiple of its layer's
                              budget, >= 1 (2) */
     int online;           /* enforce after every step (1) or once at the prompt's end (0);
@@ -136,7 +136,7 @@ PGD_API uint32_t pgd_budget_layer_budget(const pgd_budget_params *p, uint32_t la
  *              before its neighbours), then the older token
  *   pyramidkv  snapkv with B = pgd_budget_layer_budget(p, layer, n_layers)
  *   adakv      the layer keeps B x n_kv_heads in all (when every head has n > B): each head
- *              its S and W and the top min(floor(adakv_floor x B), B - S - W) pooled
+ *              its S and W and the top min(max(1, floor(adakv_floor x B)), B - S - W) pooled
  *              scores of [S, n - W); the rest of the total to the best pooled scores left
  *              over all heads (ties: raw score, older token, then lower head), a head
  *              holding at most max(B, floor(adakv_cap x B)) tokens (max_keep must cover

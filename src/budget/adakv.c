@@ -5,7 +5,7 @@
  * Scores are comparable across heads: each is a sum of probabilities over the same rows.
  *
  *   1. every head keeps its sinks and window, and its floor share: the top
- *      min(floor(adakv_floor x budget), budget - sinks - window) pooled scores of
+ *      min(max(1, floor(adakv_floor x budget)), budget - sinks - window) pooled scores of
  *      [sinks, m - window) (a head of m <= sinks + window live tokens keeps them all);
  *   2. the rest of the layer's total goes to the highest pooled scores left across all
  *      heads (ranked by pooled score, raw score, then the older token, then the lower head), no
@@ -24,7 +24,10 @@ static int adakv_select(const pgd__budget_sel *sel)
     const pgd_budget_params *p = sel->p;
     const uint32_t B = sel->budget, S = p->sinks, W = p->window, H = sel->n_kv_heads;
     const uint32_t cap = pgd__budget_head_max(p, B);
+    /* At least one token per head: a head that kept nothing would have no key at all
+     * (pgd_seq_compact refuses an n_live of 0), and its query heads nothing to attend. */
     uint32_t floor_k = (uint32_t)floor((double)p->adakv_floor * B);
+    if (floor_k < 1) floor_k = 1;
     if (floor_k > B - S - W) floor_k = B - S - W;
     const uint32_t cap_extra = cap - S - W;
     const size_t per_head = cap_extra < sel->n_keys ? cap_extra : sel->n_keys;

@@ -11,7 +11,7 @@
 //   - bad values are a 400 naming the field: -1, 1.5, "64", "x", an unknown method, a
 //     number as the method, kv_budget 0 with a method, the method alone on a server with
 //     no default, an unknown key;
-//   - the smallest budget, 1, works for every method but adakv (see its test);
+//   - the smallest budget, 1, works for every method (adakv: each head keeps one token);
 //   - a budget past the request's length drops nothing; kv_budget 0 is dense (no
 //     usage.pagoda.kv_budget, no budget counted);
 //   - a server started with --kv-budget 64 applies it (snapkv) to requests that name none,
@@ -170,11 +170,10 @@ test('bad budget values are a 400 naming the field', T, async () => {
     m0['pagoda_http_responses_total{code="400"}'], 2 * bad.length + 1);
 });
 
-// adakv is left out: at a budget of 1 its floor share (0.2 x 1) rounds to nothing, a head
-// keeps no token, pgd_seq_compact refuses the compaction ("an n_live is 0") and the
-// sequence stays whole (dropped_tokens 0) - a selection bug for i14/budget to fix.
-test('the smallest budget, 1, works for every method but adakv', T, async () => {
-  for (const method of METHODS.filter((m) => m !== 'adakv')) {
+// At a budget of 1 adakv's floor share (0.2 x 1) would round to nothing: every head keeps at
+// least one token (adakv.c), so the compaction runs (a head of none would be refused).
+test('the smallest budget, 1, works for every method', T, async () => {
+  for (const method of METHODS) {
     const r = await complete(srv,
       { prompt: fresh(100), pagoda: { kv_budget: 1, kv_budget_method: method } });
     const kb = checkBudget(r.usage, method, 1);

@@ -73,6 +73,7 @@ static void ref_select_heads(const pgd_budget_params *p, uint32_t B, uint32_t H,
         uint32_t cap = (uint32_t)floor((double)p->adakv_cap * B);
         if (cap < B) cap = B;
         uint32_t fl = (uint32_t)floor((double)p->adakv_floor * B);
+        if (fl < 1) fl = 1; /* every head keeps a token */
         if (fl > B - S - W) fl = B - S - W;
         uint64_t left = (uint64_t)B * H;
         uint32_t *cnt = calloc(H, sizeof *cnt);
