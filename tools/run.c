@@ -9,6 +9,12 @@
  * the rest is computed; the timing line then says how many prompt tokens came from where.
  * At exit every cached page is evicted through the tiers (write-back) and the tiers are
  * flushed, so the next run with the same disk tier finds this one's prompt and output.
+ *
+ * With --kv-budget, the sequence runs under a token budget (budget.h: pgd_budget, one per
+ * sequence, through pe_forward_budget): the prompt's chunks and every decode token are
+ * scored and the budget enforced after each, and the timing line then says the method,
+ * the budget, the slots the sequence held at the end, the tokens dropped and the pages
+ * the compactions freed.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -55,6 +61,8 @@ static void usage(FILE *out)
           "      --policy NAME       the pool's eviction policy: lru (default), s3fifo, arc,\n"
           "                          cost (what a hit saves per byte) or priority (belady is\n"
           "                          pagoda replay's only: it needs the future)\n"
+          "      --kv-budget N       token budget: keep N tokens per layer and KV head (mean)\n"
+          "      --kv-budget-method M  streaming|h2o|tova|snapkv|pyramidkv|adakv (default snapkv)\n"
           "      --no-display-prompt do not echo the prompt\n",
           out);
     cli_tier_help(out);
@@ -217,6 +225,7 @@ int cmd_run(int argc, char **argv)
     float *logits = NULL;
     cli_progress prog = {1, -1};
     pgd_seq *seq = NULL;
+    pgd_budget *bud = NULL;
     char *piece = NULL;
     int show = isatty(2);
     /* The tiers first: a disk tier held by another process fails before the model loads. */
@@ -263,6 +272,13 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "%s: cannot create a sequence\n", cmd);
         goto out;
     }
+    if (ap->budget.method != PGD_BUDGET_NONE) {
+        int brc = pgd_budget_create(pe_ctx_cache(ctx), &ap->budget, &bud);
+        if (brc != PGD_OK) {
+            fprintf(stderr, "%s: --kv-budget: %s\n", cmd, pgd_strerror(brc));
+            goto out;
+        }
+    }
     pe_detok dt;
     pe_detok_init(&dt, pe_model_vocab(m));
     /* A piece never exceeds the longest token plus a held partial UTF-8 sequence. */
@@ -299,7 +315,8 @@ int cmd_run(int argc, char **argv)
     }
     for (int64_t i = n_cached; i < n_prompt; i += ap->n_batch) {
         uint32_t n = (uint32_t)(n_prompt - i < ap->n_batch ? n_prompt - i : ap->n_batch);
-        int frc = pe_forward(ctx, seq, toks + i, n, i + n == n_prompt ? logits : NULL, 0);
+        int frc = pe_forward_budget(ctx, seq, bud, toks + i, n, (uint64_t)(n_prompt - i),
+                                    i + n == n_prompt ? logits : NULL, 0);
         if (frc < 0) {
             fprintf(stderr, "\n%s: forward failed: %s\n", cmd, pgd_strerror(frc));
             goto out;
@@ -318,7 +335,7 @@ int cmd_run(int argc, char **argv)
         toks[pos] = tok;
         n_gen++;
         if (n_gen == n_gen_max || (uint64_t)pos + 1 >= ap->n_ctx) break;
-        int frc = pe_forward(ctx, seq, &toks[pos], 1, logits, 0);
+        int frc = pe_forward_budget(ctx, seq, bud, &toks[pos], 1, 0, logits, 0);
         if (frc < 0) {
             fprintf(stderr, "\n%s: forward failed: %s\n", cmd, pgd_strerror(frc));
             goto out;
@@ -347,12 +364,31 @@ int cmd_run(int argc, char **argv)
                           pgd_tier_name(tiers.tiers[i]), (unsigned long long)mi.tier_tokens[i]);
         if (w > 0 && w < (int)sizeof cached) snprintf(cached + w, sizeof cached - (size_t)w, ")");
     }
+    char budget[256] = "";
+    if (bud) {
+        /* " | budget: streaming 64 tokens, 70 slots held, 336 tokens dropped, 21 pages
+         * freed (N compactions)": what the budget kept the sequence to. */
+        pgd_budget_stats bs;
+        pgd_budget_get_stats(bud, &bs);
+        int bstat = PGD_OK;
+        uint64_t n_fail = pe_ctx_budget_failures(ctx, &bstat);
+        int w = snprintf(budget, sizeof budget,
+                         " | budget: %s %u tokens, %llu slots held, %llu tokens dropped, "
+                         "%llu pages freed (%llu compactions)",
+                         pgd_budget_method_name(ap->budget.method), ap->budget.budget,
+                         (unsigned long long)pgd_seq_length(pe_ctx_cache(ctx), seq),
+                         (unsigned long long)pgd_seq_n_dropped(pe_ctx_cache(ctx), seq),
+                         (unsigned long long)bs.freed_pages, (unsigned long long)bs.compactions);
+        if (n_fail && w > 0 && w < (int)sizeof budget)
+            snprintf(budget + w, sizeof budget - (size_t)w, ", %llu failed: %s",
+                     (unsigned long long)n_fail, pgd_strerror(bstat));
+    }
     fprintf(stderr,
             "prompt: %lld tokens, %.2f s, %.1f t/s | generated: %llu tokens, %.2f s, %.1f t/s"
-            " | KV pages used: %u of %u (%u tokens each, %s)%s\n",
+            " | KV pages used: %u of %u (%u tokens each, %s)%s%s\n",
             (long long)n_prompt, tp, tp > 0 ? n_prompt / tp : 0.0, (unsigned long long)n_gen, tg,
             tg > 0 ? n_gen / tg : 0.0, st.n_pages_used, st.n_pages_total, ap->page_tokens,
-            pgd_kv_type_name(ap->kv_type), cached);
+            pgd_kv_type_name(ap->kv_type), cached, budget);
     rc = CLI_EXIT_OK;
     if (tiers.n) {
         /* Commit what the generated tokens filled, then write everything back. */
@@ -366,6 +402,7 @@ int cmd_run(int argc, char **argv)
         }
     }
 out:
+    pgd_budget_destroy(bud);
     if (seq) pgd_seq_destroy(pe_ctx_cache(ctx), seq);
     pe_sampler_destroy(smp);
     free(piece);

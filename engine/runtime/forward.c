@@ -15,6 +15,15 @@
  *     x += att*Wo;  x += W_down(silu(xb*W_gate) * (xb*W_up))   with xb = rmsnorm(x)
  *   logits = rmsnorm(x_last) * W_out;  commit tokens (full pages join the prefix index)
  *
+ * Token budgets (pe_batch_item.budget, budget.h): an item with a budget sizes its score
+ * buffers first (pgd_budget_begin), its attention adds the softmax probabilities of its
+ * scored rows to them (pgd_attn_run_scored, every layer), and the budget is enforced after
+ * the commit (pgd_budget_end: compaction into fewer pages). A compacted sequence's slots
+ * are not positions: row r of an item sits at slot pos0 + t and position pos0 + t +
+ * pgd_seq_n_dropped, which RoPE and the n_ctx bound use. A compaction that fails (no page
+ * for a private copy) leaves the sequence whole and valid: the step stands and
+ * pe_ctx_budget_failures counts it. The contiguous reference takes no budget.
+ *
  * Batch invariance: every per-row step (embedding, rmsnorm, rope, swiglu, the residual
  * adds, the logits' rmsnorm) reads and writes its own row only; with p.deterministic the
  * matrix products are batch-invariant too (PE_MM_INVARIANT), so a row's logits and K/V do
@@ -62,12 +71,18 @@ struct pe_ctx {
     pgd_attn_item items[PE_MAX_BATCH_SEQS];    /* this step's attention items */
     float *rope;                               /* [n_batch][n_rot/2][2] cos, sin */
     float *inv_freq;                           /* [n_rot/2] */
-    uint64_t *row_pos;                         /* [n_batch] position of each row */
+    uint64_t *row_pos;                         /* [n_batch] position of each row: slot +
+                                                  pgd_seq_n_dropped (RoPE) */
     float *logits_tmp;                         /* [cap][n_vocab], batches of several seqs */
     uint32_t logits_cap;
     void *scratch;
-    float *kc, *vc; /* contiguous reference [layer][n_ctx][kv] */
-    float *att;     /* contiguous reference: [n_threads][group][n_ctx] scores */
+    float *kc, *vc;      /* contiguous reference [layer][n_ctx][kv] */
+    float *att;          /* contiguous reference: [n_threads][group][n_ctx] scores */
+    uint32_t score_keys; /* attention's scoring scratch (0: none) */
+    pgd_attn_scores sc[PE_MAX_BATCH_SEQS]; /* this step's scores, per item and layer */
+    uint32_t sc_rows[PE_MAX_BATCH_SEQS];   /* scored rows of each item (pgd_budget_begin) */
+    uint64_t n_budget_fail;                /* pgd_budget_end failures (sequence kept) */
+    int budget_fail_status;                /* the latest one's status */
 };
 
 pe_ctx_params pe_ctx_default_params(void)
@@ -199,6 +214,22 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         pe__errf(err, errlen, "--kv-select-pages must be 0 (dense) or at least 2");
         goto fail;
     }
+    if (c->p.budget.method != PGD_BUDGET_NONE) {
+        char bwhy[160];
+        const char *mname = pgd_budget_method_name(c->p.budget.method);
+        if (pgd_budget_params_check(&c->p.budget, hp->n_layer, bwhy, sizeof bwhy) != PGD_OK) {
+            pe__errf(err, errlen, "token budget (%s, %u tokens): %s", mname ? mname : "?",
+                     c->p.budget.budget, bwhy);
+            goto fail;
+        }
+        if (c->p.contiguous_ref) {
+            pe__errf(err, errlen,
+                     "token budget (%s): the contiguous reference keeps every "
+                     "token; it takes no budget",
+                     mname);
+            goto fail;
+        }
+    }
     pgd_cache_params cp = pgd_cache_default_params();
     cp.pool.n_layers = hp->n_layer;
     cp.pool.n_kv_heads = hp->n_head_kv;
@@ -269,6 +300,13 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     ap.parallel_ud = c->tp;
     ap.max_rows = c->p.n_batch;
     ap.select_pages = c->p.kv_select_pages;
+    /* Scores for token budgets: a scored row sees at most n_ctx keys (positions are
+     * bounded by n_ctx, and a sequence holds no more slots than positions). */
+    if (c->p.budget.method != PGD_BUDGET_NONE || c->p.budget_scores) {
+        ap.score_keys = c->p.n_ctx;
+        c->p.budget_scores = 1;
+    }
+    c->score_keys = ap.score_keys;
     rc = pgd_attn_create(c->cache, &ap, &c->attn);
     if (rc != PGD_OK) {
         pe__errf(err, errlen, "paged attention (%u heads, %s): %s", hp->n_head,
@@ -403,8 +441,8 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
     const pe_hparams *hp = &m->hp;
     const uint32_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
     const size_t Q = (size_t)hp->n_head * hd, KV = (size_t)hp->n_head_kv * hd;
-    uint64_t pos0[PE_MAX_BATCH_SEQS];
-    uint32_t n = 0, n_out = 0;
+    uint64_t pos0[PE_MAX_BATCH_SEQS], dropped[PE_MAX_BATCH_SEQS];
+    uint32_t n = 0, n_out = 0, n_scored = 0;
     int rc;
 
     if (n_items == 0 || n_items > PE_MAX_BATCH_SEQS || (c->kc && n_items > 1)) return PGD_EINVAL;
@@ -415,7 +453,13 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
          * fill cuts its length back (a no-op when nothing is pending). */
         pgd_seq_wait(c->cache, it->seq);
         pos0[i] = pgd_seq_length(c->cache, it->seq);
-        if (pos0[i] + it->n > c->p.n_ctx) return PGD_EINVAL;
+        /* Slots are not positions once a budget compacted the sequence: a slot's token
+         * position is slot + the slots dropped (RoPE, and the context bound). */
+        dropped[i] = pgd_seq_n_dropped(c->cache, it->seq);
+        if (dropped[i] + pos0[i] + it->n > c->p.n_ctx) return PGD_EINVAL;
+        /* The contiguous reference indexes its arrays by position and keeps every token. */
+        if (c->kc && (it->budget || dropped[i])) return PGD_EINVAL;
+        if (it->budget && it->prompt_left && it->prompt_left < it->n) return PGD_EINVAL;
         for (uint32_t t = 0; t < it->n; t++)
             if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= hp->n_vocab) return PGD_EINVAL;
         for (uint32_t k = 0; k < i; k++)
@@ -428,6 +472,19 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         if (!lt) return PGD_ENOMEM;
         c->logits_tmp = lt;
         c->logits_cap = n_out;
+    }
+
+    /* Budgets: size each item's score buffers for its rows (before the grows, so a failure
+     * here changes no sequence). The scores only change in attention, after every write
+     * of layer 0, so a step that fails before it (a full pool) leaves them as they were. */
+    for (uint32_t i = 0; i < n_items; i++) {
+        c->sc_rows[i] = 0;
+        if (!items[i].budget) continue;
+        rc = pgd_budget_begin(items[i].budget, items[i].seq, items[i].n, items[i].prompt_left);
+        if (rc < 0) return rc;
+        if (rc > 0 && !c->score_keys && !c->p.attn_ref) return PGD_EINVAL; /* no scratch */
+        c->sc_rows[i] = (uint32_t)rc;
+        n_scored += rc > 0;
     }
 
     /* Reserve every item's pages first, so that a full pool changes nothing. */
@@ -443,7 +500,9 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         c->items[i] =
             (pgd_attn_item){items[i].seq, items[i].n, c->q + (size_t)r * Q, c->ao + (size_t)r * Q};
         for (uint32_t t = 0; t < items[i].n; t++, r++) {
-            c->row_pos[r] = pos0[i] + t;
+            /* The position: RoPE's; the contiguous reference indexes by it too, where
+             * no sequence is compacted (dropped 0: slot == position). */
+            c->row_pos[r] = dropped[i] + pos0[i] + t;
             int32_t tok = items[i].tokens[t];
             pe_dequant_row(m->tok_embd.type,
                            (const uint8_t *)m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes,
@@ -485,6 +544,19 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             attn_job job = {c, l};
             store_contig(c, l, n);
             pe_tp_run(c->tp, attn_task, &job, n * hp->n_head_kv);
+        } else if (n_scored) {
+            for (uint32_t i = 0; i < n_items; i++)
+                c->sc[i] = c->sc_rows[i] ? (pgd_attn_scores){pgd_budget_scores(items[i].budget, l),
+                                                             c->sc_rows[i],
+                                                             pgd_budget_score_ld(items[i].budget)}
+                                         : (pgd_attn_scores){NULL, 0, 0};
+            rc = c->p.attn_ref ? pgd_attn_run_ref_scored(c->cache, hp->n_head, l, c->items, c->sc,
+                                                         n_items, c->p.kv_select_pages)
+                               : pgd_attn_run_scored(c->attn, l, c->items, c->sc, n_items);
+            if (rc != PGD_OK) {
+                undo_grows(c, items, pos0, n_items);
+                return rc;
+            }
         } else {
             rc = c->p.attn_ref ? pgd_attn_run_ref(c->cache, hp->n_head, l, c->items, n_items,
                                                   c->p.kv_select_pages)
@@ -542,6 +614,23 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
                                    items[i].hashes, items[i].n_hashes);
         if (rc < 0) return rc;
     }
+    /* Budgets: enforce after the commit (the full pages committed before a sequence's
+     * first compaction stay in the prefix index). A failed compaction leaves the sequence
+     * as it was, every token kept: the step stands, and the failure is counted. */
+    for (uint32_t i = 0; i < n_items; i++) {
+        if (!items[i].budget) continue;
+        int64_t d = pgd_budget_end(items[i].budget, items[i].seq);
+        if (d >= 0) continue;
+        c->n_budget_fail++;
+        c->budget_fail_status = (int)d;
+        if (c->p.log && c->n_budget_fail == 1) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "token budget: compaction failed (%s); the sequence keeps its tokens",
+                     pgd_strerror((int)d));
+            c->p.log(c->p.log_ud, PGD_LOG_WARN, msg);
+        }
+    }
     return 0;
 }
 
@@ -550,4 +639,17 @@ int pe_forward(pe_ctx *c, pgd_seq *seq, const int32_t *tokens, uint32_t n, float
 {
     pe_batch_item it = {seq, tokens, n, logits, all_logits, NULL, 0, NULL, 0};
     return pe_forward_batch(c, &it, 1);
+}
+
+int pe_forward_budget(pe_ctx *c, pgd_seq *seq, pgd_budget *budget, const int32_t *tokens,
+                      uint32_t n, uint64_t prompt_left, float *logits, int all_logits)
+{
+    pe_batch_item it = {seq, tokens, n, logits, all_logits, NULL, 0, budget, prompt_left};
+    return pe_forward_batch(c, &it, 1);
+}
+
+uint64_t pe_ctx_budget_failures(const pe_ctx *c, int *last_status)
+{
+    if (last_status) *last_status = c->n_budget_fail ? c->budget_fail_status : PGD_OK;
+    return c->n_budget_fail;
 }

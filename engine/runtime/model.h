@@ -128,7 +128,8 @@ typedef struct pe_ctx_params {
     double pin_share; /* pgd_cache_params.pin_share: pinned pages' share (0: the default) */
     /* Token budgets (budget.h): the budget of every sequence run, eval and the scheduler
      * create unless a request names its own (pe_request_params.budget); method
-     * PGD_BUDGET_NONE (the default): dense. Checked at pe_ctx_create against the model. */
+     * PGD_BUDGET_NONE (the default): dense. Checked at pe_ctx_create against the model
+     * (pgd_budget_params_check for its n_layer; refused with contiguous_ref). */
     pgd_budget_params budget;
     int budget_scores; /* reserve attention's scoring scratch (pgd_attn_params.score_keys =
                           n_ctx) even when budget is none: requests may ask for budgets
@@ -177,9 +178,16 @@ typedef struct pe_batch_item {
 /* Runs one step of continuous batching: the tokens of every item (prefill chunks and
  * decode tokens of different sequences, at most n_batch in all, each sequence once) go
  * through each weight matrix as one matrix-matrix product; attention reads each item's
- * own page table. Returns 0, or a negative pgd_status with no sequence changed
- * (PGD_ENOSPC: the pool cannot hold the new tokens; PGD_EINVAL: bad tokens, too many
- * tokens, a sequence twice, past n_ctx; PGD_ENOMEM). */
+ * own page table. An item's tokens sit at positions pgd_seq_n_dropped + its slots (a
+ * sequence compacted by a budget continues its positions). Items with a budget are scored
+ * and their budgets enforced after the commit (see pe_batch_item.budget); a compaction
+ * that fails there leaves its sequence whole (every token kept, uncompacted) and does not
+ * fail the step: pe_ctx_budget_failures counts it.
+ * Returns 0, or a negative pgd_status with no sequence changed (PGD_ENOSPC: the pool
+ * cannot hold the new tokens; PGD_EINVAL: bad tokens, too many tokens, a sequence twice,
+ * positions past n_ctx, a budget with the contiguous reference, prompt_left below n, a
+ * scored budget on a context without scoring scratch (pe_ctx_params.budget_scores);
+ * PGD_ENOMEM). */
 int pe_forward_batch(pe_ctx *ctx, const pe_batch_item *items, uint32_t n_items);
 
 /* Runs tokens[0..n) at positions [pgd_seq_length(seq), +n) of seq. n <= n_batch.
@@ -187,5 +195,19 @@ int pe_forward_batch(pe_ctx *ctx, const pe_batch_item *items, uint32_t n_items);
  * pe_forward_batch with one item: same returns. */
 int pe_forward(pe_ctx *ctx, pgd_seq *seq, const int32_t *tokens, uint32_t n, float *logits,
                int all_logits);
+
+/* pe_forward with a token budget (borrowed; NULL: pe_forward): the chunk is scored for it
+ * and the budget enforced after the commit. prompt_left: the prompt tokens not yet run,
+ * this chunk's included (a prefill chunk >= n, the prompt's last chunk == n, a decode
+ * token 0). What `pagoda run` and `pagoda eval` call. pe_forward_batch with one item:
+ * same returns. */
+int pe_forward_budget(pe_ctx *ctx, pgd_seq *seq, pgd_budget *budget, const int32_t *tokens,
+                      uint32_t n, uint64_t prompt_left, float *logits, int all_logits);
+
+/* Compactions that failed after a step (pgd_budget_end < 0: no page for a private copy)
+ * over the context's life; *last_status (when not NULL) gets the latest one's status, or
+ * PGD_OK when none failed. The sequences stayed whole: online methods try again after
+ * their next step. O(1); the context's thread. */
+uint64_t pe_ctx_budget_failures(const pe_ctx *ctx, int *last_status);
 
 #endif /* PE_MODEL_H */

@@ -16,12 +16,20 @@
  *    has pages still being filled from the tiers: it is left out of every batch until
  *    pgd_seq_ready says they are done (settle), and n_done may then shrink to the
  *    sequence's length (a failed fill).
+ *  - With a token budget, a request's sequence holds fewer slots than tokens once it is
+ *    compacted: n_done counts tokens, pgd_seq_length slots, and tokens = slots +
+ *    pgd_seq_n_dropped. Everything that sizes pages (the room checks, the preemption
+ *    cost) reads slots; everything that counts progress (prompt_left, the context bound,
+ *    the settle after a failed fill) reads tokens. Its pgd_budget is created at the first
+ *    admission, reset at each preemption (the recompute scores afresh) and destroyed with
+ *    the request.
  *  - While a step's forward pass and sampling run (in_flight), cancel only flags running
  *    requests; the step releases them. Requests are freed by the stepping thread only,
  *    after their final callback.
  */
 #include "scheduler.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +70,17 @@ typedef struct req {
     int status;        /* pgd_status of a PE_FINISH_ERROR finish; PGD_OK otherwise */
     pgd_retention ret; /* the request's retention, when has_ret */
     int has_ret;
-    int pin_refused;  /* an admission's pgd_seq_set_retention refused the pin */
-    struct req *next; /* done list */
+    int pin_refused; /* an admission's pgd_seq_set_retention refused the pin */
+    /* Its token budget (budget.h), when has_budget: copied and checked at submit. */
+    pgd_budget_params bp;
+    int has_budget;
+    pgd_budget *bud;     /* created at the first admission, reset at preemption */
+    int compacted;       /* this admission's sequence was compacted */
+    uint32_t reg_pages;  /* compacted: its leading pages the prefix index may hold (those
+                            committed before the first compaction) */
+    uint64_t kv_dropped; /* slots dropped by the sequences it released so far */
+    uint32_t kv_slots;   /* slots its sequence held when released */
+    struct req *next;    /* done list */
 } req;
 
 /* One admission in the ring admission's round-robin reads: whose, and when. */
@@ -77,7 +94,9 @@ struct pe_sched {
     pgd_cache *cache;
     const pe_model *model;
     pe_sched_params p;
-    uint32_t n_ctx, n_vocab, pt;
+    uint32_t n_ctx, n_vocab, pt, n_layer;
+    int budget_scores; /* the context reserved attention's scoring scratch */
+    int contiguous;    /* the context's contiguous reference: no budgets */
     pthread_mutex_t mu;
     req **waiting; /* [max_queued + max_running], front first */
     uint32_t n_waiting;
@@ -149,6 +168,7 @@ const char *pe_finish_name(pe_finish f)
 static void req_destroy(pe_sched *s, req *r)
 {
     if (!r) return;
+    pgd_budget_destroy(r->bud);
     pgd_seq_destroy(s->cache, r->seq);
     pe_sampler_destroy(r->smp);
     free(r->toks);
@@ -161,6 +181,52 @@ static void req_destroy(pe_sched *s, req *r)
 static uint32_t pages_of(const pe_sched *s, uint64_t n_tokens)
 {
     return (uint32_t)((n_tokens + s->pt - 1) / s->pt);
+}
+
+/* Whether budget p enforces after every step (budget.h "When a budget is enforced"). */
+static int budget_online(const pgd_budget_params *p)
+{
+    if (p->online >= 0) return p->online;
+    return p->method == PGD_BUDGET_STREAMING || p->method == PGD_BUDGET_H2O ||
+           p->method == PGD_BUDGET_TOVA;
+}
+
+/* The most slots one (layer, KV head) of budget p keeps, so the most a compaction leaves
+ * a sequence (budget.h "The budget"): pyramidkv's lowest layer, adakv's cap. */
+static uint64_t budget_max_keep(const pe_sched *s, const pgd_budget_params *p)
+{
+    if (p->method == PGD_BUDGET_PYRAMIDKV) return pgd_budget_layer_budget(p, 0, s->n_layer);
+    if (p->method == PGD_BUDGET_ADAKV) return (uint64_t)ceil((double)p->adakv_cap * p->budget);
+    return p->budget;
+}
+
+/* The most slots r's sequence holds while its next `todo` known tokens go in, from
+ * slots_now: one per token when dense or when the budget waits for the prompt's end (the
+ * snapkv family); under an online budget, which compacts after every step, at most its
+ * largest keep plus a page less one (the page granularity) plus a chunk. */
+static uint64_t slots_needed(const pe_sched *s, const req *r, uint64_t slots_now, uint64_t todo)
+{
+    uint64_t need = slots_now + todo;
+    if (r->has_budget && budget_online(&r->bp)) {
+        uint64_t cap = budget_max_keep(s, &r->bp) + s->pt - 1 + s->p.chunk;
+        if (need > cap) need = slots_now > cap ? slots_now : cap;
+    }
+    return need;
+}
+
+/* The slots r's sequence holds (fewer than its tokens once a budget compacted it). */
+static uint64_t slots_of(const pe_sched *s, const req *r)
+{
+    return r->seq ? pgd_seq_length(s->cache, r->seq) : 0;
+}
+
+/* Adds the slots r's sequence dropped to r->kv_dropped and notes the slots it holds,
+ * before the sequence goes (finish or preemption). */
+static void note_release(pe_sched *s, req *r)
+{
+    if (!r->seq) return;
+    r->kv_dropped += pgd_seq_n_dropped(s->cache, r->seq);
+    r->kv_slots = (uint32_t)pgd_seq_length(s->cache, r->seq);
 }
 
 static void rehash(pe_sched *s, req *r)
@@ -190,6 +256,9 @@ int pe_sched_create(pe_ctx *ctx, const pe_sched_params *pp, pe_sched **out)
     s->p = p;
     s->n_ctx = cp->n_ctx;
     s->n_vocab = pe_model_hparams(p.model)->n_vocab;
+    s->n_layer = pe_model_hparams(p.model)->n_layer;
+    s->budget_scores = cp->budget_scores;
+    s->contiguous = cp->contiguous_ref;
     s->pt = pgd_cache_page_tokens(s->cache);
     s->next_id = 1;
     s->n_tiers = pgd_cache_n_tiers(s->cache);
@@ -276,8 +345,19 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
     if (!s || !prompt || !n || n >= s->n_ctx || !cb) return PGD_EINVAL;
     for (size_t i = 0; i < n; i++)
         if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->n_vocab) return PGD_EINVAL;
+    /* The budget: the request's, else the context's; checked against the model, and only
+     * where the context can score (its scratch) and compact (not the contiguous ref). */
+    const pgd_budget_params *bp = rp->budget ? rp->budget : &pe_ctx_params_get(s->ctx)->budget;
+    if (bp->method != PGD_BUDGET_NONE &&
+        (pgd_budget_params_check(bp, s->n_layer, NULL, 0) != PGD_OK || !s->budget_scores ||
+         s->contiguous))
+        return PGD_EINVAL;
     r = calloc(1, sizeof *r);
     if (!r) return PGD_ENOMEM;
+    if (bp->method != PGD_BUDGET_NONE) {
+        r->bp = *bp;
+        r->has_budget = 1;
+    }
     r->cb = cb;
     r->ud = ud;
     r->n_prompt = (uint32_t)n;
@@ -352,6 +432,7 @@ static void retire(pe_sched *s, uint32_t i, pe_finish why)
     req *r = s->running[i];
     memmove(&s->running[i], &s->running[i + 1], (s->n_running - i - 1) * sizeof *s->running);
     s->n_running--;
+    note_release(s, r);
     pgd_seq_destroy(s->cache, r->seq);
     r->seq = NULL;
     push_done(s, r, why);
@@ -429,7 +510,10 @@ static int64_t cached_pages(const pe_sched *s, const req *w, uint32_t wi, int *h
         const req *r = s->running[i];
         uint32_t l = lcp(w->hashes, w->n_hash, r->hashes, r->n_hash);
         uint32_t c = r->n_done / s->pt;
-        if (l > c) {
+        if (r->compacted) {
+            /* It registers nothing more: only what it committed before compacting. */
+            if (l > r->reg_pages) l = r->reg_pages;
+        } else if (l > c) {
             *held = 1;
             l = c;
         }
@@ -513,7 +597,9 @@ static int64_t avail_pages(pe_sched *s)
     avail = (int64_t)cs.n_pages_free + cs.n_pages_evictable;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const req *r = s->running[i];
-        avail -= (int64_t)pages_of(s, r->n_tok) - pages_of(s, r->n_done);
+        uint64_t now = slots_of(s, r);
+        avail -=
+            (int64_t)pages_of(s, slots_needed(s, r, now, r->n_tok - r->n_done)) - pages_of(s, now);
     }
     return avail;
 }
@@ -527,7 +613,8 @@ static void admit(pe_sched *s)
         int64_t best = pick(s, &shared);
         if (best < 0) return;
         req *w = s->waiting[best];
-        int64_t need = (int64_t)pages_of(s, w->n_tok) - shared;
+        uint64_t sh = (uint64_t)shared * s->pt;
+        int64_t need = (int64_t)pages_of(s, slots_needed(s, w, sh, w->n_tok - sh)) - shared;
         if (s->n_running && need > avail_pages(s)) return;
         /* no_prefix_cache: each request is a tenant of its own (a private salt made of
          * this scheduler's address and the request id), so its full pages are registered
@@ -556,8 +643,11 @@ static void admit(pe_sched *s)
             cached =
                 pgd_seq_match_hashed(s->cache, w->seq, w->toks, w->n_tok - 1, w->hashes, w->n_hash);
         if (cached < 0) cached = 0;
-        need = (int64_t)pages_of(s, w->n_tok) - cached / s->pt;
-        if (s->n_running && need > avail_pages(s)) {
+        need = (int64_t)pages_of(
+                   s, slots_needed(s, w, (uint64_t)cached, w->n_tok - (uint64_t)cached)) -
+               cached / s->pt;
+        if ((s->n_running && need > avail_pages(s)) ||
+            (w->has_budget && !w->bud && pgd_budget_create(s->cache, &w->bp, &w->bud) != PGD_OK)) {
             pgd_seq_destroy(s->cache, w->seq);
             w->seq = NULL;
             return;
@@ -569,6 +659,7 @@ static void admit(pe_sched *s)
         w->n_prefill = w->n_tok;
         w->admit_seq = ++s->admit_counter;
         w->preempted = 0;
+        w->compacted = 0;
         /* With tiers, part of the match may still be filling: settle() finds out. */
         w->promoting = s->n_tiers && cached > 0;
         w->first_match = w->promoting && !w->admitted;
@@ -589,6 +680,9 @@ static void admit(pe_sched *s)
 static int swap_cheaper(const pe_sched *s, const req *r)
 {
     if (!s->n_tiers || s->p.no_prefix_cache) return 0;
+    /* A compacted sequence's pages are private, not what block hashes name: only the
+     * pages committed before were registered, and they are in the pool's cache already. */
+    if (r->compacted) return 0;
     const double n_pages = (double)(r->n_done / s->pt), n = n_pages * s->pt;
     if (n_pages == 0) return 0;
     const double swap_s = 2.0 * n_pages * s->page_bytes / PE_SCHED_COPY_BYTES_PER_S;
@@ -615,9 +709,12 @@ static void preempt_newest(pe_sched *s)
     }
     r->promoting = 0;
     r->first_match = 0;
+    note_release(s, r);
     pgd_seq_destroy(s->cache, r->seq);
     r->seq = NULL;
     r->n_done = 0;
+    r->compacted = 0;
+    if (r->bud) pgd_budget_reset(r->bud); /* the recompute scores afresh */
     r->preempted = 1;
     r->queued_at = s->n_rounds;
     rehash(s, r);
@@ -634,7 +731,8 @@ static void preempt_newest(pe_sched *s)
  * admission the cached tokens are split by where they came from. Lock held. */
 static void match_done(pe_sched *s, req *r)
 {
-    uint64_t len = pgd_seq_length(s->cache, r->seq);
+    /* Tokens, not slots (a promoting request has not run yet, so they are equal). */
+    uint64_t len = pgd_seq_length(s->cache, r->seq) + pgd_seq_n_dropped(s->cache, r->seq);
     if (len < r->n_done) {
         s->st.n_prompt_tokens_cached -= r->n_done - len;
         r->n_done = (uint32_t)len;
@@ -697,8 +795,8 @@ static uint32_t build_batch(pe_sched *s, uint32_t *n_tokens)
                                           0,
                                           own ? NULL : r->hashes,
                                           own ? 0 : r->n_hash,
-                                          NULL,
-                                          0};
+                                          r->bud,
+                                          r->n_done < r->n_prefill ? r->n_prefill - r->n_done : 0};
             s->item_req[n++] = r;
             budget -= k;
         }
@@ -751,6 +849,10 @@ static void deliver(pe_sched *s, uint32_t n_items, req *done)
         u.n_tiers = s->n_tiers;
         for (uint32_t i = 0; i < s->n_tiers && i < PGD_MAX_TIERS; i++)
             u.cached_tier_tokens[i] = r->n_cached_tier[i];
+        u.kv_budget_method = r->has_budget ? r->bp.method : PGD_BUDGET_NONE;
+        u.kv_budget = r->has_budget ? r->bp.budget : 0;
+        u.kv_budget_dropped = r->kv_dropped;
+        u.kv_slots = r->kv_slots;
         r->cb(r->ud, r->id, -1, r->finish, &u);
         req_destroy(s, r);
     }
@@ -814,6 +916,12 @@ int pe_sched_step(pe_sched *s)
                 n_computed += end - r->n_done;
             }
             r->n_done += s->items[i].n;
+            if (r->bud && !r->compacted && pgd_seq_n_dropped(s->cache, r->seq) > 0) {
+                /* Compacted after this step's commit: the full pages committed up to now
+                 * were registered, and nothing after them will be. */
+                r->compacted = 1;
+                r->reg_pages = r->n_done / s->pt;
+            }
             if (r->n_done == r->n_tok) {
                 sample_one(s, r);
                 n_sampled++;

@@ -55,6 +55,20 @@
  * it is always recompute. pe_sched_stats counts each. A request that does not fit even
  * alone finishes with PE_FINISH_ERROR and status PGD_ENOSPC.
  *
+ * Token budgets (budget.h): a request runs under its pe_request_params.budget, else the
+ * context's pe_ctx_params.budget. Its pgd_budget is created at its first admission; each
+ * step scores its rows and enforces the budget after the commit (pe_forward_batch), with
+ * prompt_left from its progress (the tokens before the next decode: the prompt, or after a
+ * preemption every token to recompute). Prefix matching works as for any request: the
+ * pages it matched stay shared, and a compaction copies what it keeps into private pages,
+ * so a dense request with the same prefix still hits them; a compacted request registers
+ * nothing more (only the full pages it committed before its first compaction). The room
+ * checks count slots, not tokens: a compacted request needs pages for what its sequence
+ * holds, and an online budget's prefill at most its largest keep plus a page and a chunk.
+ * Preemption recomputes a compacted request (its pages are not what their hashes name, so
+ * no swap) and resets its budget's scores. pe_usage reports the method, the budget, the
+ * slots dropped over the request's life and those its sequence held at the end.
+ *
  * Threads: submit, cancel and stats may be called from any thread while one thread calls
  * step (and only that one: step, run_until_idle and destroy must not overlap). One mutex
  * guards the queues; the forward pass and the callbacks run without it. Every callback is
@@ -163,7 +177,10 @@ void pe_sched_destroy(pe_sched *s);
 
 /* Queues prompt[0..n) (copied). *id gets the request id (ids start at 1). Any thread.
  * Returns 0; PGD_EBUSY (queue full); PGD_EINVAL (empty prompt, a token outside the
- * vocabulary, prompt longer than the context, bad sampler params); PGD_ENOMEM. */
+ * vocabulary, prompt longer than the context, bad sampler params, a budget that
+ * pgd_budget_params_check refuses for the model's layers, a budget on a context without
+ * scoring scratch (pe_ctx_params.budget_scores and budget none) or with contiguous_ref);
+ * PGD_ENOMEM. */
 int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *prompt, size_t n,
                     pe_token_cb cb, void *ud, uint64_t *id);
 

@@ -86,8 +86,9 @@ typedef struct pgd_budget_params {
     uint32_t budget;      /* mean tokens kept per (layer, KV head), >= 1 (see above) */
     uint32_t sinks;       /* the first tokens every head keeps (streaming: 4; others 0) */
     uint32_t window;      /* the newest tokens every head keeps: streaming budget - sinks,
-                             h2o budget / 2, tova 1, the snapkv family obs_window; at most
-                             budget - sinks */
+                             h2o budget / 2, tova 1, the snapkv family obs_window (budget - 1
+                             when budget <= obs_window); at most budget - sinks (streaming
+                             keeps the newest budget - sinks whatever window says) */
     uint32_t obs_window;  /* snapkv family: the prompt's last rows that score (32) */
     uint32_t pool_kernel; /* snapkv family: max-pool width over keys, odd (5; 1: none) */
     float pyramid_min;    /* pyramidkv: the top layer's budget / budget, in (0, 1] (0.5:
@@ -104,9 +105,11 @@ typedef struct pgd_budget_params {
  * in for the method, online -1). */
 PGD_API pgd_budget_params pgd_budget_default_params(pgd_budget_method m, uint32_t budget);
 
-/* Checks p for a model of n_layers layers. PGD_OK, or PGD_EINVAL with one line in why
- * (when why != NULL) naming the bad field and its rule, e.g. "kv_budget 0: must be at
- * least 1". */
+/* Checks p for a model of n_layers layers: budget in [1, 2^22], sinks + window <= budget,
+ * obs_window >= 1 and pool_kernel odd in [1, 255] (snapkv family), pyramid_min in (0, 1],
+ * adakv_floor in [0, 1], adakv_cap in [1, 64], online in {-1, 0, 1}; method none is always
+ * valid. PGD_OK, or PGD_EINVAL with one line in why (when why != NULL) naming the bad field
+ * and its rule, e.g. "kv_budget 0: must be at least 1". */
 PGD_API int pgd_budget_params_check(const pgd_budget_params *p, uint32_t n_layers, char *why,
                                     size_t why_len);
 
@@ -123,6 +126,20 @@ PGD_API uint32_t pgd_budget_layer_budget(const pgd_budget_params *p, uint32_t la
  * (every head keeps min(n_keys, its budget)). max_keep must be at least the largest count
  * a head may get (layer budget, or adakv_cap x layer budget). Ties: the older token.
  * Returns the largest n_keep over heads, or PGD_EINVAL. */
+/* In detail (B = the layer's budget, S = sinks, W = window; a head of n <= B tokens keeps
+ * them all; "top k of a range" ranks by the higher score, then the older token):
+ *   streaming  [0, S) and [n - (B - S), n)
+ *   h2o, tova  [0, S), [n - W, n), and the top B - S - W of [S, n - W) by the raw scores
+ *   snapkv     the same, ranked by the scores max-pooled over keys [0, n - W) with a
+ *              centered kernel of pool_kernel, clipped at the ends of that range
+ *   pyramidkv  snapkv with B = pgd_budget_layer_budget(p, layer, n_layers)
+ *   adakv      the layer keeps B x n_kv_heads in all (when every head has n > B): each head
+ *              its S and W and the top min(floor(adakv_floor x B), B - S - W) pooled
+ *              scores of [S, n - W); the rest of the total to the best pooled scores left
+ *              over all heads (ties: older token, then lower head), a head holding at most
+ *              max(B, floor(adakv_cap x B)) tokens (max_keep must cover that).
+ * Cost: O(n log k) per head (a bounded heap; pooling O(n)); scratch through libc. Pure and
+ * thread-safe. */
 PGD_API int pgd_budget_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_layers,
                               uint32_t n_kv_heads, uint64_t n_keys, const float *scores, size_t ld,
                               uint32_t *keep, uint32_t max_keep, uint32_t *n_keep);
@@ -142,7 +159,12 @@ PGD_API const pgd_budget_params *pgd_budget_get_params(const pgd_budget *b);
  * this step's rows (a prefill chunk: >= n_rows; the chunk that ends the prompt: == n_rows;
  * a decode step: 0). Makes the score buffers cover the sequence's length + n_rows and
  * returns how many of the step's last rows feed the scores (pgd_attn_scores.rows; 0:
- * this step needs none), or a negative status (PGD_ENOMEM). tova's buffers are zeroed here. */
+ * this step needs none), or a negative status (PGD_ENOMEM, PGD_EINVAL for NULLs). tova's
+ * buffers are zeroed here. The rows: streaming 0; h2o n_rows (accumulated); tova 1 (the
+ * last row of every step); the snapkv family the step's rows among the prompt's last
+ * obs_window, min(n_rows, obs_window - (prompt_left - n_rows)) when prompt_left - n_rows <
+ * obs_window, else 0 (decode steps: 0). The buffers grow geometrically (data moved to the
+ * new ld); the scores of slots at or past the sequence's length are 0. */
 PGD_API int pgd_budget_begin(pgd_budget *b, pgd_seq *s, uint32_t n_rows, uint64_t prompt_left);
 /* The score accumulator of layer for the step begun: [n_kv_heads][pgd_budget_score_ld(b)];
  * valid until the next begin or end. */
@@ -150,10 +172,19 @@ PGD_API float *pgd_budget_scores(pgd_budget *b, uint32_t layer);
 PGD_API size_t pgd_budget_score_ld(const pgd_budget *b);
 /* After the step (its K/V written and committed): enforces the budget when due (online, or
  * the prompt's end), compacting s and the scores. Returns the tokens dropped (0: nothing
- * due) or a negative status from pgd_seq_compact (s unchanged). */
+ * due) or a negative status from pgd_seq_compact (s unchanged). Due: online, when the
+ * sequence holds >= page_tokens more slots than the most a head may keep (the largest layer
+ * budget; adakv: its cap); not online, when the step begun ended the prompt
+ * (prompt_left == n_rows). */
 PGD_API int64_t pgd_budget_end(pgd_budget *b, pgd_seq *s);
 /* Enforces the budget on s now (whatever the phase) with the scores gathered so far.
- * Returns the tokens dropped or a negative status. */
+ * Every layer is selected (pgd_budget_select, dead slots of a compacted sequence never
+ * kept), s is compacted to n_out = the largest count (pgd_seq_compact with the per-(layer,
+ * head) counts as n_live) and each kept token's score moves with it (h2o's accumulation
+ * goes on over the kept set). Nothing happens when no head would drop a live token (a
+ * sequence no longer than every layer's budget). Returns the slots dropped (length -
+ * n_out: 0 also when only smaller heads dropped, pyramidkv / adakv) or a negative status
+ * (PGD_ENOMEM, or pgd_seq_compact's; s and the scores unchanged). */
 PGD_API int64_t pgd_budget_apply(pgd_budget *b, pgd_seq *s);
 
 typedef struct pgd_budget_stats {

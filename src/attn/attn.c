@@ -61,13 +61,34 @@
  * Quest: a first pass (one task per decode item and KV head) selects the pages of every
  * decode row over budget (common.c); the tasks of those rows then run over the selection.
  *
+ * Scores (pgd_attn_run_scored, token budgets): a scored tile (one holding rows of its item's
+ * last sc.rows rows) runs its S in W, per-thread scratch of score_keys columns per query
+ * vector (sized at create), so that the weights 2^(s - m) that the step writes for the V
+ * pass stay there for every key of its list, with MP, the running max m after each page's
+ * block. Once the task's final state (MA, LA) is known, a key's probability is
+ * W * 2^(MP - MA) / LA = 2^(s - MA) / LA (one multiply per weight, no second exp2 and no
+ * second pass over K), summed per key over the tile's scored rows and the group's heads
+ * in that order and added to the item's scores (add_scores). Determinism: a scored task is
+ * never split into pieces (its page ranges still merge the same way, so its outputs are
+ * the bits of an unscored run), and all the scored tiles of an item and KV head run in one
+ * task, one after the other in tile order, so no two tasks ever add to the same scores:
+ * the same bits whatever the thread count and the batch. The price: a scored decode row
+ * uses at most n_kv_heads threads (its tasks are one KV head each when n_threads > 1),
+ * and an item's scored prefill tiles one thread per KV head.
+ *
+ * Dead slots (compacted sequences, pgd__attn_dead): after the K scores of a block, the
+ * columns of a head's dead slots are set to -inf (the step's maximum ignores them) and
+ * zeroed again after the step (the vector exp2 clamps -inf to 2^-125), so they weigh 0 in
+ * V and in the scores; a row whose valid keys in a block are all dead treats the block as
+ * one without valid keys (its state stays empty; merge_one skips empty states).
+ *
  * Figures: bench/bench_attn (decode GB/s against a read-bandwidth probe of the same bytes,
  * paged against contiguous page tables, prefill rows/s; --help lists the options).
  *
  * Invariants: run never allocates (plan arrays and per-thread scratch are sized at
- * create from max_rows, n_threads, the pool geometry and select_pages); thread t touches
- * only scratch t and the slots and outputs of its own pieces (and of its task, when it
- * finishes it).
+ * create from max_rows, n_threads, the pool geometry, select_pages and score_keys); thread t
+ * touches only scratch t and the slots and outputs of its own pieces (and of its task, when
+ * it finishes it), and the scores of its scored tasks' (item, KV heads).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -98,8 +119,11 @@ enum {
 typedef struct iview {
     pgd__attn_view v;
     const pgd_attn_item *it;
-    uint32_t *sel; /* [n_kv_heads][select_pages] Quest selections (decode items) */
-    int select;    /* a decode row with more pages than the budget */
+    uint32_t *sel;             /* [n_kv_heads][select_pages] Quest selections (decode items) */
+    int select;                /* a decode row with more pages than the budget */
+    const pgd_attn_scores *sc; /* scores asked for (rows > 0), or NULL */
+    uint32_t sc_row0;          /* first scored row: n_rows - sc->rows */
+    uint32_t tile_end;         /* one past the view's last tile */
 } iview;
 
 typedef struct tile {
@@ -108,8 +132,10 @@ typedef struct tile {
 
 typedef struct task {
     uint32_t tile, kvh, nh, n_list, n_pieces; /* KV heads kvh .. kvh + nh - 1 */
-    const uint32_t *sel;                      /* page indices, or NULL: pages 0 .. n_list-1 */
-    float *slots;                             /* split tasks: n_pieces x [O nq*hd | m nq | l nq] */
+    uint32_t n_tiles;    /* scored items: tiles tile .. tile + n_tiles - 1, run in order */
+    int scored;          /* adds scores (then whole: n_pieces 1) */
+    const uint32_t *sel; /* page indices, or NULL: pages 0 .. n_list-1 */
+    float *slots;        /* split tasks: n_pieces x [O nq*hd | m nq | l nq] */
 } task;
 
 typedef struct piece {
@@ -128,6 +154,7 @@ struct pgd_attn {
     int spread;        /* f32 / f16 / bf16: spread prefetch of the next page (see spread_*) */
     size_t region_bytes;
     float q_scale;
+    uint32_t ldw, mp_ld; /* scoring scratch: W row stride (keys), MP row stride (pages) */
 
     /* the current run */
     uint32_t layer, n_views, n_tiles, n_tasks, n_pieces, n_select;
@@ -141,10 +168,11 @@ struct pgd_attn {
     float *slots;       /* [slot_cap] */
     size_t slot_cap;
 
-    /* per-thread scratch: Q O [nq_max][hd], m l [nq_max], S [nq_max][ld_s], heap, block */
+    /* per-thread scratch: Q O [nq_max][hd], m l [nq_max], S [nq_max][ld_s], heap, block;
+     * with score_keys, W [nq_max][ldw], MP [nq_max][mp_ld], a page of sums [page_tokens] */
     unsigned char *scratch;
     size_t scratch_stride, off_o, off_m, off_l, off_s, off_hs, off_hp, off_blk, off_pq, off_oa,
-        off_ma, off_la;
+        off_ma, off_la, off_w, off_mp, off_ws;
 };
 
 pgd_attn_params pgd_attn_default_params(void)
@@ -194,7 +222,8 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     rc = pgd__attn_geom_init(&a->g, c, p->n_head, p->select_pages, 0);
     if (rc != PGD_OK) goto fail;
     rc = PGD_EINVAL;
-    if (a->p.n_threads > 4096 || a->p.max_rows > (1u << 20)) goto fail;
+    if (a->p.n_threads > 4096 || a->p.max_rows > (1u << 20) || a->p.score_keys > (1u << 30))
+        goto fail;
     a->step = pgd__attn_softmax_step(pgd__attn_isa());
     if (!a->step) goto fail;
 
@@ -239,7 +268,15 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
         a->off_pq + (a->g.codec->prepare_q ? up64((size_t)a->nq_max * PGD__PREP_Q_HEAD_BYTES) : 0);
     a->off_ma = a->off_oa + vec;
     a->off_la = a->off_ma + row;
-    a->scratch_stride = a->off_la + row;
+    /* Scoring: a scored tile's S is W (every key of its list, in list order), the weights
+     * stay there for the scores; MP gets each page's running max. */
+    const uint32_t sk = a->p.score_keys, sp = (sk + pt - 1) / pt;
+    a->ldw = (uint32_t)(((uint64_t)sp * pt + 15) & ~(uint64_t)15);
+    a->mp_ld = sp;
+    a->off_w = a->off_la + row;
+    a->off_mp = a->off_w + (sk ? up64((size_t)a->nq_max * a->ldw * sizeof(float)) : 0);
+    a->off_ws = a->off_mp + (sk ? up64((size_t)a->nq_max * a->mp_ld * sizeof(float)) : 0);
+    a->scratch_stride = a->off_ws + (sk ? up64((size_t)pt * sizeof(float)) : 0);
 
     rc = PGD_ENOMEM;
     a->views = pgd__calloc(&al, R, sizeof *a->views);
@@ -411,12 +448,13 @@ static void select_task(void *ud, uint32_t idx, uint32_t thread)
 /* K scores of one page: from the prepared query pq (the pool's codec's prepare_q) when
  * there is one and the page is the pool's, else from the float queries q. */
 static void k_call(const pgd_attn *a, const pgd__codec *cd, const void *reg, uint32_t rpt,
-                   uint32_t r0, uint32_t nk, const float *q, const void *pq, uint32_t nq, float *s)
+                   uint32_t r0, uint32_t nk, const float *q, const void *pq, uint32_t nq, float *s,
+                   size_t ld)
 {
     if (pq && cd == a->g.codec)
-        cd->k_scores_prep(reg, rpt, a->g.head_dim, r0, nk, pq, nq, a->q_scale, s, a->ld_s);
+        cd->k_scores_prep(reg, rpt, a->g.head_dim, r0, nk, pq, nq, a->q_scale, s, ld);
     else
-        cd->k_scores(reg, rpt, a->g.head_dim, r0, nk, q, nq, a->q_scale, s, a->ld_s);
+        cd->k_scores(reg, rpt, a->g.head_dim, r0, nk, q, nq, a->q_scale, s, ld);
 }
 
 /* Merges the state (m, l, o) of one page range into the running state (*ma, *la, oa) of a
@@ -458,21 +496,91 @@ static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview 
     }
 }
 
-static void piece_task(void *ud, uint32_t idx, uint32_t thread)
+/* Dead columns of a block for a KV head whose dead slots are [d0, d1): the block's pages
+ * bpage[0..nbp) start at columns boff[], with bn[] keys each. Sets the dead columns below
+ * lim to v in the n rows s[0], s[ld], ... and returns their number. */
+static uint32_t dead_cols(uint32_t pt, const uint32_t *bpage, const uint32_t *boff,
+                          const uint32_t *bn, uint32_t nbp, uint32_t d0, uint32_t d1, uint32_t lim,
+                          float *s, size_t ld, uint32_t n, float v)
 {
-    pgd_attn *a = ud;
-    PGD_CHECK(thread < a->p.n_threads);
+    uint32_t count = 0;
+    for (uint32_t b = 0; b < nbp; b++) {
+        const uint64_t start = (uint64_t)bpage[b] * pt;
+        const uint64_t lo = start > d0 ? start : d0;
+        const uint64_t hi = start + bn[b] < d1 ? start + bn[b] : d1;
+        if (lo >= hi) continue;
+        const uint32_t c0 = boff[b] + (uint32_t)(lo - start);
+        const uint32_t c1 =
+            boff[b] + (uint32_t)(hi - start) < lim ? boff[b] + (uint32_t)(hi - start) : lim;
+        if (c0 >= c1) continue;
+        count += c1 - c0;
+        for (uint32_t r = 0; r < n; r++)
+            for (uint32_t c = c0; c < c1; c++)
+                s[(size_t)r * ld + c] = v;
+    }
+    return count;
+}
+
+/* Adds a scored tile's probabilities to its item's scores: for KV head kvh + j, key slot k
+ * of list entry i, the sum over the tile's scored rows t and the group's heads h (in that
+ * order) of W[qi][i * pt + r] * 2^(MP[qi][i] - MA[qi]) / LA[qi]: W holds the weights
+ * 2^(s - m) of the block's step, m the running max after it (MP), so the product is
+ * 2^(s - MA) / LA, the probability under the row's final state. The per-page factors
+ * overwrite MP. */
+static void add_scores(const pgd_attn *a, const task *tk, const tile *tl, const iview *iv,
+                       uint32_t n_list, uint64_t last, unsigned char *sc)
+{
     const pgd__attn_geom *g = &a->g;
-    const piece *pc = &a->pieces[idx];
-    const task *tk = &a->tasks[pc->task];
-    const tile *tl = &a->tiles[tk->tile];
+    const uint32_t pt = g->page_tokens, G = g->group, nr = tl->n_rows, NH = tk->nh;
+    const uint32_t t0 = iv->sc_row0 > tl->row0 ? iv->sc_row0 - tl->row0 : 0;
+    const float *W = (const float *)(sc + a->off_w), *MA = (const float *)(sc + a->off_ma);
+    const float *LA = (const float *)(sc + a->off_la);
+    float *MP = (float *)(sc + a->off_mp), *ws = (float *)(sc + a->off_ws);
+    for (uint32_t j = 0; j < NH; j++) {
+        for (uint32_t t = t0; t < nr; t++)
+            for (uint32_t h = 0; h < G; h++) {
+                const uint32_t qi = (j * nr + t) * G + h;
+                const float inv = LA[qi] > 0 ? 1.0f / LA[qi] : 0.0f;
+                float *c = MP + (size_t)qi * a->mp_ld;
+                for (uint32_t i = 0; i < n_list; i++)
+                    c[i] = c[i] == -INFINITY || !(inv > 0) ? 0.0f : exp2f(c[i] - MA[qi]) * inv;
+            }
+        float *dst = iv->sc->scores + (size_t)(tk->kvh + j) * iv->sc->ld;
+        for (uint32_t i = 0; i < n_list; i++) {
+            const uint32_t pi = tk->sel ? tk->sel[i] : i;
+            const uint64_t start = (uint64_t)pi * pt;
+            const uint32_t nk = last + 1 - start < pt ? (uint32_t)(last + 1 - start) : pt;
+            memset(ws, 0, nk * sizeof *ws);
+            for (uint32_t t = t0; t < nr; t++)
+                for (uint32_t h = 0; h < G; h++) {
+                    const uint32_t qi = (j * nr + t) * G + h;
+                    const float c = MP[(size_t)qi * a->mp_ld + i];
+                    const float *w = W + (size_t)qi * a->ldw + (size_t)i * pt;
+                    if (c == 0.0f) continue;
+                    for (uint32_t r = 0; r < nk; r++)
+                        ws[r] += w[r] * c;
+                }
+            for (uint32_t r = 0; r < nk; r++)
+                dst[start + r] += ws[r];
+        }
+    }
+}
+
+/* One piece: list entries [pa, pb) of task tk for its tile ti (a scored task runs each of
+ * its tiles as one whole piece). */
+static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uint32_t pb,
+                      uint32_t pk, uint32_t thread)
+{
+    const pgd__attn_geom *g = &a->g;
+    const tile *tl = &a->tiles[ti];
     const iview *iv = &a->views[tl->view];
     const uint32_t hd = g->head_dim, pt = g->page_tokens, G = g->group, kvh = tk->kvh;
-    const uint32_t nr = tl->n_rows, NH = tk->nh, gq = nr * G, nq = gq * NH, ld = a->ld_s;
+    const uint32_t nr = tl->n_rows, NH = tk->nh, gq = nr * G, nq = gq * NH;
     const uint64_t pos0 = iv->v.len - iv->it->n_rows + tl->row0, last = pos0 + nr - 1;
     /* A tile's rows lie in one page when there is a ring (plan): they read that page from
      * the ring, every other page from the pool. */
     const uint32_t rpage = pgd__attn_ring_page(g, &iv->v, pos0);
+    PGD_CHECK(NH <= WIDE_HEADS);
 
     unsigned char *sc = scratch_of(a, thread);
     float *Q = (float *)sc, *O = (float *)(sc + a->off_o), *M = (float *)(sc + a->off_m);
@@ -481,6 +589,19 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     float *LA = (float *)(sc + a->off_la);
     uint32_t *bpage = (uint32_t *)(sc + a->off_blk), *boff = bpage + a->block_pages;
     uint32_t *bn = boff + a->block_pages;
+    /* A scored tile (one with rows of the item's last sc->rows) keeps every weight: its S is
+     * W, one column per key of its list (block by block), and MP the running maxima. */
+    const int scored = tk->scored && tl->row0 + nr > iv->sc_row0;
+    float *W = scored ? (float *)(sc + a->off_w) : NULL;
+    float *MP = scored ? (float *)(sc + a->off_mp) : NULL;
+    const size_t ld = scored ? a->ldw : a->ld_s;
+    /* Dead slots of compacted sequences: per head j, [dd0[j], dd1[j]) when masked[j]. */
+    uint32_t dd0[WIDE_HEADS], dd1[WIDE_HEADS];
+    int masked[WIDE_HEADS], any_masked = 0;
+    for (uint32_t j = 0; j < NH; j++) {
+        masked[j] = pgd__attn_dead(g, &iv->v, a->layer, kvh + j, &dd0[j], &dd1[j]);
+        any_masked |= masked[j];
+    }
 
     /* Spread prefetch for decode tiles only: prefill tiles are compute-bound, and 4-row
      * calls reload their up to 64 output vectors 4x as often (prefill 10-17% slower). */
@@ -499,10 +620,10 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     /* Page ranges of range_pages list entries, each from a fresh online-softmax state,
      * merged into (MA, LA, OA) in page order: where a task is cut into pieces (at range
      * boundaries) and how many threads run it never changes the result. */
-    for (uint32_t i = pc->a; i < pc->b;) {
-        const uint32_t rend = (i / a->range_pages + 1) * a->range_pages < pc->b
+    for (uint32_t i = pa; i < pb;) {
+        const uint32_t rend = (i / a->range_pages + 1) * a->range_pages < pb
                                   ? (i / a->range_pages + 1) * a->range_pages
-                                  : pc->b;
+                                  : pb;
         memset(O, 0, (size_t)nq * hd * sizeof *O);
         for (uint32_t qi = 0; qi < nq; qi++) {
             M[qi] = -INFINITY;
@@ -510,7 +631,11 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
         }
         while (i < rend) {
             /* A block of whole pages: K scores of every query vector into S. Pages outer, heads
-             * inner: the K regions of one page's heads are adjacent in the pool. */
+             * inner: the K regions of one page's heads are adjacent in the pool. A scored
+             * tile's block lies at its first entry's column of W (all pages but the list's
+             * last are full). */
+            float *SB = scored ? W + (size_t)i * pt : S;
+            const uint32_t i0 = i;
             uint32_t nbp = 0, nb = 0;
             while (i < rend && nbp < a->block_pages) {
                 const uint32_t pi = tk->sel ? tk->sel[i] : i;
@@ -519,7 +644,7 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                 const int pool_src = pi != rpage;
                 int next_pool = 0;
                 uint32_t nx = 0;
-                if (i + 1 < pc->b) {
+                if (i + 1 < pb) {
                     nx = tk->sel ? tk->sel[i + 1] : i + 1;
                     next_pool = nx != rpage;
                 }
@@ -529,7 +654,7 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                     const void *reg = pgd__attn_src(g, &iv->v, pi, rpage, a->layer, PGD__K, kvh + j,
                                                     &cd, &rpt, &r0);
                     const float *qj = Q + (size_t)j * gq * hd;
-                    float *sj = S + (size_t)j * gq * ld + nb;
+                    float *sj = SB + (size_t)j * gq * ld + nb;
                     const void *pqj = PQ ? PQ + (size_t)j * gq * PGD__PREP_Q_HEAD_BYTES : NULL;
                     if (spread && pool_src) {
                         /* The next page's K, spread over this page's calls; the first V page of
@@ -551,9 +676,9 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                         if (pool_src)
                             prefetch(pgd_pool_v(g->pool, iv->v.pages[pi], a->layer, kvh + j),
                                      a->region_bytes);
-                        k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
+                        k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj, ld);
                     } else {
-                        k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj);
+                        k_call(a, cd, reg, rpt, r0, nk, qj, pqj, gq, sj, ld);
                     }
                 }
                 bpage[nbp] = pi;
@@ -562,6 +687,11 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                 nb += nk;
                 i++;
             }
+            /* Dead slots score -inf: the step's maximum ignores them. */
+            for (uint32_t j = 0; any_masked && j < NH; j++)
+                if (masked[j])
+                    dead_cols(pt, bpage, boff, bn, nbp, dd0[j], dd1[j], nb,
+                              SB + (size_t)j * gq * ld, ld, gq, -INFINITY);
             /* Online softmax, row by row (a row's valid keys are a prefix of the block). */
             for (uint32_t t = 0; t < nr; t++) {
                 const uint64_t pos = pos0 + t;
@@ -571,15 +701,22 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                     if (pos >= start)
                         nv += pos + 1 - start < bn[b] ? (uint32_t)(pos + 1 - start) : bn[b];
                 }
-                for (uint32_t j = 0; j < NH; j++)
+                for (uint32_t j = 0; j < NH; j++) {
+                    /* A row whose valid keys of the block are all dead has none. */
+                    const uint32_t nd = masked[j] ? dead_cols(pt, bpage, boff, bn, nbp, dd0[j],
+                                                              dd1[j], nv, NULL, 0, 0, 0.0f)
+                                                  : 0;
                     for (uint32_t h = 0; h < G; h++) {
                         const uint32_t qi = (j * nr + t) * G + h;
-                        float *s = S + (size_t)qi * ld, sum;
-                        if (!nv) {
+                        float *s = SB + (size_t)qi * ld, sum;
+                        if (nv == nd) {
                             memset(s, 0, nb * sizeof *s);
                             continue;
                         }
                         const float alpha = a->step(s, nv, nb, &M[qi], &sum);
+                        /* The vector steps give -inf 2^-125 (their clamp): dead weighs 0. */
+                        if (nd)
+                            dead_cols(pt, bpage, boff, bn, nbp, dd0[j], dd1[j], nv, s, 0, 1, 0.0f);
                         L[qi] = L[qi] * alpha + sum;
                         if (alpha != 1.0f) {
                             float *o = O + (size_t)qi * hd;
@@ -587,7 +724,12 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                                 o[d] *= alpha;
                         }
                     }
+                }
             }
+            /* Scored tiles: each page's running max after its block's step. */
+            for (uint32_t qi = 0; scored && qi < nq; qi++)
+                for (uint32_t b = 0; b < nbp; b++)
+                    MP[(size_t)qi * a->mp_ld + i0 + b] = M[qi];
             /* V: every row of the block serves every query vector of its head. */
             for (uint32_t b = 0; b < nbp; b++) {
                 const int next_pool = b + 1 < nbp && bpage[b + 1] != rpage;
@@ -596,7 +738,7 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
                     uint32_t rpt, r0;
                     const void *reg = pgd__attn_src(g, &iv->v, bpage[b], rpage, a->layer, PGD__V,
                                                     kvh + j, &cd, &rpt, &r0);
-                    const float *wj = S + (size_t)j * gq * ld + boff[b];
+                    const float *wj = SB + (size_t)j * gq * ld + boff[b];
                     float *oj = O + (size_t)j * gq * hd;
                     if (spread && cd == g->codec) {
                         const char *next =
@@ -618,16 +760,37 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     if (tk->n_pieces == 1) {
         for (uint32_t qi = 0; qi < nq; qi++)
             store_out(a, iv->it, tl->row0, nr, kvh, qi, OA + (size_t)qi * hd, 1.0f / LA[qi]);
+        if (scored) add_scores(a, tk, tl, iv, pb, last, sc);
         return;
     }
-    float *slot = tk->slots + (size_t)pc->k * nq * (hd + 2);
+    float *slot = tk->slots + (size_t)pk * nq * (hd + 2);
     memcpy(slot, OA, (size_t)nq * hd * sizeof *OA);
     memcpy(slot + (size_t)nq * hd, MA, nq * sizeof *MA);
     memcpy(slot + (size_t)nq * hd + nq, LA, nq * sizeof *LA);
     /* The last piece to finish merges: acq_rel orders every piece's slot writes before
      * its increment, and the merging thread's reads after. */
-    unsigned prev = atomic_fetch_add_explicit(&a->done[pc->task], 1, memory_order_acq_rel);
+    unsigned prev = atomic_fetch_add_explicit(&a->done[tk - a->tasks], 1, memory_order_acq_rel);
     if (prev + 1 == tk->n_pieces) merge_task(a, tk, tl, iv, O);
+}
+
+static void piece_task(void *ud, uint32_t idx, uint32_t thread)
+{
+    pgd_attn *a = ud;
+    PGD_CHECK(thread < a->p.n_threads);
+    const piece *pc = &a->pieces[idx];
+    const task *tk = &a->tasks[pc->task];
+    if (tk->n_tiles == 1) {
+        run_piece(a, tk, tk->tile, pc->a, pc->b, pc->k, thread);
+        return;
+    }
+    /* The tiles of a scored item, one whole piece each, in order: each adds to the same
+     * scores, so one task runs them (deterministic sums, no race). */
+    for (uint32_t k = 0; k < tk->n_tiles; k++) {
+        const tile *tl = &a->tiles[tk->tile + k];
+        const iview *iv = &a->views[tl->view];
+        const uint64_t last = iv->v.len - iv->it->n_rows + tl->row0 + tl->n_rows - 1;
+        run_piece(a, tk, tk->tile + k, 0, (uint32_t)(last / a->g.page_tokens + 1), 0, thread);
+    }
 }
 
 /* ---- planning ---- */
@@ -653,7 +816,7 @@ static void plan(pgd_attn *a)
 
     a->n_tiles = 0;
     for (uint32_t vi = 0; vi < a->n_views; vi++) {
-        const iview *iv = &a->views[vi];
+        iview *iv = &a->views[vi];
         const uint32_t rows = iv->it->n_rows;
         for (uint32_t r0 = 0; r0 < rows;) {
             tile *tl = &a->tiles[a->n_tiles++];
@@ -668,6 +831,7 @@ static void plan(pgd_attn *a)
             }
             r0 += tl->n_rows;
         }
+        iv->tile_end = a->n_tiles;
     }
     a->n_tasks = 0;
     for (uint32_t ti = 0; ti < a->n_tiles; ti++) {
@@ -675,19 +839,33 @@ static void plan(pgd_attn *a)
         const iview *iv = &a->views[tl->view];
         const uint64_t last = iv->v.len - iv->it->n_rows + tl->row0 + tl->n_rows - 1;
         const uint32_t np = (uint32_t)(last / pt + 1);
-        /* A decode row without a Quest selection: tasks of a->wide KV heads. */
-        const uint32_t wide = tl->n_rows == 1 && !iv->select && np >= a->wide_min ? a->wide : 1;
+        /* A scored item's scored tiles: one task per KV head runs them all, in order. */
+        const int scored = iv->sc && tl->row0 + tl->n_rows > iv->sc_row0;
+        const uint32_t n_chain = scored ? iv->tile_end - ti : 1;
+        /* A decode row without a Quest selection: tasks of a->wide KV heads (scored ones on
+         * several threads: one head per task, since they are never split). */
+        uint32_t wide = tl->n_rows == 1 && !iv->select && np >= a->wide_min ? a->wide : 1;
+        if (scored && a->p.n_threads > 1) wide = 1;
+        uint64_t cost = 0;
+        for (uint32_t k = 0; k < n_chain; k++) {
+            const tile *tk2 = &a->tiles[ti + k];
+            const uint64_t l2 = iv->v.len - iv->it->n_rows + tk2->row0 + tk2->n_rows - 1;
+            cost += (l2 / pt + 1) * tk2->n_rows;
+        }
         for (uint32_t kvh = 0; kvh < nkv; kvh += wide) {
             task *tk = &a->tasks[a->n_tasks++];
             tk->tile = ti;
             tk->kvh = kvh;
             tk->nh = nkv - kvh < wide ? nkv - kvh : wide;
             tk->n_pieces = 1;
+            tk->n_tiles = n_chain;
+            tk->scored = scored;
             tk->slots = NULL;
             tk->sel = iv->select ? iv->sel + (size_t)kvh * B : NULL;
             tk->n_list = iv->select ? pgd__attn_n_selected(np, B) : np;
-            total += (uint64_t)tk->n_list * tl->n_rows * tk->nh;
+            total += iv->select ? (uint64_t)tk->n_list * tk->nh : cost * tk->nh;
         }
+        ti += n_chain - 1;
     }
 
     /* How many pieces each task gets: one, or one per page range (the ranges of a task are
@@ -701,7 +879,8 @@ static void plan(pgd_attn *a)
         const uint32_t nr = a->tiles[tk->tile].n_rows * tk->nh; /* cost per page */
         const uint64_t n_ranges = (tk->n_list + a->range_pages - 1) / a->range_pages;
         uint64_t pieces = 1;
-        if (a->p.split_pages || (a->p.n_threads > 1 && (uint64_t)tk->n_list * nr > target))
+        if (!tk->scored &&
+            (a->p.split_pages || (a->p.n_threads > 1 && (uint64_t)tk->n_list * nr > target)))
             pieces = n_ranges;
         if (pieces <= 1) continue;
         const size_t need = (size_t)pieces * nr * g->group * (hd + 2);
@@ -733,7 +912,18 @@ static void plan(pgd_attn *a)
     }
 }
 
-int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32_t n)
+/* Returns the keys the last row of a view sees (every key up to it, or the Quest
+ * selection's). */
+static uint64_t row_keys(const pgd_attn *a, const iview *iv)
+{
+    const uint32_t pt = a->g.page_tokens, np = iv->v.n_pages;
+    if (!iv->select) return iv->v.len;
+    return (uint64_t)(pgd__attn_n_selected(np, a->p.select_pages) - 1) * pt + iv->v.len -
+           (uint64_t)(np - 1) * pt;
+}
+
+int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
+                        const pgd_attn_scores *sc, uint32_t n)
 {
     if (!a || layer >= a->g.n_layers || (n && !items)) return PGD_EINVAL;
     const uint32_t B = a->p.select_pages;
@@ -741,6 +931,8 @@ int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32
     a->n_views = 0;
     a->n_select = 0;
     for (uint32_t i = 0; i < n; i++) {
+        const pgd_attn_scores *si = sc && sc[i].scores && sc[i].rows ? &sc[i] : NULL;
+        if (si && si->rows > items[i].n_rows) return PGD_EINVAL;
         if (!items[i].n_rows) continue;
         rows += items[i].n_rows;
         if (rows > a->p.max_rows) return PGD_EINVAL;
@@ -749,6 +941,9 @@ int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32
         if (rc != PGD_OK) return rc;
         iv->it = &items[i];
         iv->select = B && items[i].n_rows == 1 && iv->v.n_pages > B;
+        iv->sc = si;
+        iv->sc_row0 = si ? items[i].n_rows - si->rows : items[i].n_rows;
+        if (si && (si->ld < iv->v.len || row_keys(a, iv) > a->p.score_keys)) return PGD_EINVAL;
         if (iv->select) a->sel_view[a->n_select++] = a->n_views;
         a->n_views++;
     }
@@ -759,10 +954,7 @@ int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32
     return PGD_OK;
 }
 
-/* Placeholder until scoring lands: runs without scores. */
-int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
-                        const pgd_attn_scores *sc, uint32_t n)
+int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32_t n)
 {
-    (void)sc;
-    return pgd_attn_run(a, layer, items, n);
+    return pgd_attn_run_scored(a, layer, items, NULL, n);
 }

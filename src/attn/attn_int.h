@@ -52,7 +52,21 @@ typedef struct pgd__attn_view {
     const uint16_t *ring;
     uint32_t window;  /* ring rows */
     uint64_t ring_lo; /* first page index whose ring copy is valid */
+    /* Dead slots of a compacted sequence (pgd__seq_mask): for layer l and KV head h, slots
+     * [n_live[l * n_kv_heads + h], mask_len) get weight 0; n_live NULL: none */
+    const uint32_t *n_live;
+    uint32_t mask_len;
 } pgd__attn_view;
+
+/* The dead slots [*d0, *d1) of (layer, kvh) in view v; returns 0 when there are none. */
+static inline int pgd__attn_dead(const pgd__attn_geom *g, const pgd__attn_view *v, uint32_t layer,
+                                 uint32_t kvh, uint32_t *d0, uint32_t *d1)
+{
+    if (!v->n_live) return 0;
+    *d0 = v->n_live[(size_t)layer * g->n_kv_heads + kvh];
+    *d1 = v->mask_len;
+    return *d0 < *d1;
+}
 
 enum { PGD__NO_PAGE = 0xffffffffu };
 
@@ -66,8 +80,8 @@ static inline uint32_t pgd__attn_ring_page(const pgd__attn_geom *g, const pgd__a
     return v->ring && pi >= v->ring_lo ? (uint32_t)pi : PGD__NO_PAGE;
 }
 
-/* Fills v for an item after checking it (seq, q, out non-NULL; n_rows <= length).
- * Returns PGD_OK or PGD_EINVAL. */
+/* Fills v for an item after checking it (seq, q, out non-NULL; n_rows <= length), with
+ * the sequence's dead-slot mask. Returns PGD_OK or PGD_EINVAL. */
 int pgd__attn_view_init(const pgd__attn_geom *g, const pgd_attn_item *it, pgd__attn_view *v);
 
 /* Where the rows of page index pi of a view live for (layer, K|V, kv head), for query rows

@@ -68,6 +68,8 @@ int pgd__attn_view_init(const pgd__attn_geom *g, const pgd_attn_item *it, pgd__a
         if (!v->ring || !v->window || v->window % g->page_tokens) return PGD_EINVAL;
         v->ring_lo = lo / g->page_tokens;
     }
+    pgd__seq_mask(it->seq, &v->mask_len, &v->n_live);
+    if (!v->n_live) v->mask_len = 0;
     return PGD_OK;
 }
 

@@ -15,6 +15,10 @@
  *   s_j     dot(q, k_j) / sqrt(head_dim), accumulated in double
  *   w_j     exp(s_j - max_j s_j) in double;  out = (sum_j w_j v_j) / (sum_j w_j)
  *   out     inverse-rotated when rotated, stored as float
+ *   dead    a compacted sequence's dead slots of (layer, g) (pgd__attn_dead) get w_j = 0
+ *   scores  pgd_attn_run_ref_scored: for the item's last sc.rows rows, w_j / sum_j w_j of
+ *           every query head of the group is summed in double per (KV head, slot) over the
+ *           heads and rows, then added to scores[g * ld + slot] as float
  *
  * The rotation is orthonormal, so dot(R q, R k) = dot(q, k) and R^-1 sum w (R v) = sum w v:
  * rotated pools give the same attention as unrotated ones up to rounding.
@@ -24,13 +28,22 @@
 
 #include "attn_int.h"
 
-int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_attn_item *items,
-                     uint32_t n, uint32_t select_pages)
+/* Checks sc[i] against item it of view length len: PGD_OK or PGD_EINVAL. */
+static int check_scores(const pgd_attn_item *it, const pgd_attn_scores *sc, uint64_t len)
+{
+    if (!sc || !sc->scores || !sc->rows) return PGD_OK;
+    if (sc->rows > it->n_rows || sc->ld < len) return PGD_EINVAL;
+    return PGD_OK;
+}
+
+int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
+                            const pgd_attn_item *items, const pgd_attn_scores *scs, uint32_t n,
+                            uint32_t select_pages)
 {
     pgd__attn_geom g;
     pgd__attn_view *views = NULL;
     float *kv = NULL, *qr = NULL, *o = NULL;
-    double *sc = NULL, *acc = NULL;
+    double *sc = NULL, *acc = NULL, *dsc = NULL;
     uint32_t *list = NULL, *heap_page = NULL;
     float *heap_score = NULL;
     uint64_t max_len = 0;
@@ -42,11 +55,16 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
     rc = PGD_ENOMEM;
     views = pgd__calloc(al, n ? n : 1, sizeof *views);
     if (!views) goto done;
+    int any_scores = 0;
     for (uint32_t i = 0; i < n; i++) {
+        rc = PGD_EINVAL;
+        if (scs && scs[i].scores && scs[i].rows > items[i].n_rows) goto done;
         if (items[i].n_rows == 0) continue;
         rc = pgd__attn_view_init(&g, &items[i], &views[i]);
+        if (rc == PGD_OK) rc = check_scores(&items[i], scs ? &scs[i] : NULL, views[i].len);
         if (rc != PGD_OK) goto done;
         if (views[i].len > max_len) max_len = views[i].len;
+        any_scores |= scs && scs[i].scores && scs[i].rows;
     }
     rc = PGD_ENOMEM;
     const uint32_t hd = g.head_dim, pt = g.page_tokens, G = g.group;
@@ -59,12 +77,17 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
     list = pgd__malloc(al, (size_t)(max_pages ? max_pages : 1) * sizeof *list);
     heap_page = pgd__malloc(al, (size_t)(select_pages ? select_pages : 1) * sizeof *heap_page);
     heap_score = pgd__malloc(al, (size_t)(select_pages ? select_pages : 1) * sizeof *heap_score);
-    if (!kv || !qr || !o || !sc || !acc || !list || !heap_page || !heap_score) goto done;
+    if (any_scores) dsc = pgd__calloc(al, (size_t)g.n_kv_heads * max_len, sizeof *dsc);
+    if (!kv || !qr || !o || !sc || !acc || !list || !heap_page || !heap_score ||
+        (any_scores && !dsc))
+        goto done;
 
     const double scale = 1.0 / sqrt((double)hd);
     for (uint32_t i = 0; i < n; i++) {
         const pgd_attn_item *it = &items[i];
         const pgd__attn_view *v = &views[i];
+        const pgd_attn_scores *si = scs && scs[i].scores && scs[i].rows ? &scs[i] : NULL;
+        if (si) memset(dsc, 0, (size_t)g.n_kv_heads * max_len * sizeof *dsc);
         for (uint32_t t = 0; t < it->n_rows; t++) {
             const uint64_t pos = v->len - it->n_rows + t;
             const uint32_t np = (uint32_t)(pos / pt + 1);
@@ -82,7 +105,9 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
                     for (uint32_t p = 0; p < np; p++)
                         list[p] = p;
 
-                /* Scores of every listed key, page by page: s[h][key]. */
+                /* Scores of every listed key, page by page: s[h][key] (-inf: a dead slot). */
+                uint32_t d0 = 0, d1 = 0;
+                const int dead = pgd__attn_dead(&g, v, layer, kvh, &d0, &d1);
                 uint64_t nk = 0;
                 for (uint32_t li = 0; li < nl; li++) {
                     const pgd__codec *cd;
@@ -99,18 +124,40 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
                                 d += (double)qr[(size_t)h * hd + x] * kv[(size_t)j * hd + x];
                             sc[(size_t)h * max_len + nk] = d * scale;
                         }
+                    for (uint32_t j = 0; dead && j < rows; j++)
+                        if (start + j >= d0 && start + j < d1)
+                            for (uint32_t h = 0; h < G; h++)
+                                sc[(size_t)h * max_len + nk - rows + j] = -INFINITY;
                 }
                 /* Careful softmax: subtract the maximum, sum in double. */
                 for (uint32_t h = 0; h < G; h++) {
-                    double *s = sc + (size_t)h * max_len, mx = s[0], sum = 0;
-                    for (uint64_t j = 1; j < nk; j++)
+                    double *s = sc + (size_t)h * max_len, mx = -INFINITY, sum = 0;
+                    for (uint64_t j = 0; j < nk; j++)
                         mx = s[j] > mx ? s[j] : mx;
+                    if (mx == -INFINITY) { /* no live key (not for n_live >= 1): weight 0 */
+                        for (uint64_t j = 0; j < nk; j++)
+                            s[j] = 0;
+                        continue;
+                    }
                     for (uint64_t j = 0; j < nk; j++) {
                         s[j] = exp(s[j] - mx);
                         sum += s[j];
                     }
                     for (uint64_t j = 0; j < nk; j++)
                         s[j] /= sum;
+                }
+                /* Scores: the probabilities of the item's last si->rows rows, per slot. */
+                if (si && t >= it->n_rows - si->rows) {
+                    double *ds = dsc + (size_t)kvh * max_len;
+                    nk = 0;
+                    for (uint32_t li = 0; li < nl; li++) {
+                        const uint64_t start = (uint64_t)list[li] * pt;
+                        const uint32_t rows =
+                            pos + 1 - start < pt ? (uint32_t)(pos + 1 - start) : pt;
+                        for (uint32_t j = 0; j < rows; j++, nk++)
+                            for (uint32_t h = 0; h < G; h++)
+                                ds[start + j] += sc[(size_t)h * max_len + nk];
+                    }
                 }
                 memset(acc, 0, (size_t)G * hd * sizeof *acc);
                 nk = 0;
@@ -137,6 +184,9 @@ int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_at
                 }
             }
         }
+        for (uint32_t kvh = 0; si && kvh < g.n_kv_heads; kvh++)
+            for (uint64_t j = 0; j < v->len; j++)
+                si->scores[(size_t)kvh * si->ld + j] += (float)dsc[(size_t)kvh * max_len + j];
     }
     rc = PGD_OK;
 done:
@@ -149,14 +199,12 @@ done:
     pgd__free(al, list);
     pgd__free(al, heap_page);
     pgd__free(al, heap_score);
+    pgd__free(al, dsc);
     return rc;
 }
 
-/* Placeholder until scoring lands: runs without scores. */
-int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
-                            const pgd_attn_item *items, const pgd_attn_scores *sc, uint32_t n,
-                            uint32_t select_pages)
+int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_attn_item *items,
+                     uint32_t n, uint32_t select_pages)
 {
-    (void)sc;
-    return pgd_attn_run_ref(c, n_head, layer, items, n, select_pages);
+    return pgd_attn_run_ref_scored(c, n_head, layer, items, NULL, n, select_pages);
 }

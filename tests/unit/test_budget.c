@@ -1,0 +1,606 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_budget.c - token budgets (budget.h): every method's selection against a scalar
+ * reference written here (sort-based, per head) on random scores over many shapes; the
+ * parameter checks and the method names; the per-sequence state (begin's rows, the score
+ * buffers and their growth); and, with a real cache, begin / attention / end cycles.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pagoda/attn.h>
+#include <pagoda/budget.h>
+#include <pagoda/cache.h>
+
+#include "budget/budget_int.h"
+#include "t.h"
+
+/* ---- the scalar reference ---- */
+
+typedef struct cand {
+    float s;
+    uint32_t i, h;
+} cand;
+
+/* Higher score, then older token, then lower head. */
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    if (x->i != y->i) return x->i < y->i ? -1 : 1;
+    return (x->h > y->h) - (x->h < y->h);
+}
+
+/* Naive max-pool of s[0, n) with a centered kernel, clipped at the ends. */
+static void ref_pool(const float *s, uint32_t n, uint32_t kernel, float *out)
+{
+    int r = (int)kernel / 2;
+    for (int j = 0; j < (int)n; j++) {
+        float m = -INFINITY;
+        for (int i = j - r; i <= j + r; i++)
+            if (i >= 0 && i < (int)n && s[i] > m) m = s[i];
+        out[j] = m;
+    }
+}
+
+/* The per-head scores a method ranks: raw, or pooled over [0, n - window). */
+static void ref_rank_scores(const pgd_budget_params *p, const float *s, uint32_t n, float *out)
+{
+    int pooled = p->method == PGD_BUDGET_SNAPKV || p->method == PGD_BUDGET_PYRAMIDKV ||
+                 p->method == PGD_BUDGET_ADAKV;
+    if (pooled)
+        ref_pool(s, n - p->window, p->pool_kernel, out);
+    else
+        memcpy(out, s, n * sizeof *out);
+}
+
+/* One layer of per-head token counts nh[h] and dense scores sc[h][0..nh[h]): marks kept
+ * tokens in kept[h][j]. */
+static void ref_select_heads(const pgd_budget_params *p, uint32_t B, uint32_t H, const uint32_t *nh,
+                             const float *const *sc, unsigned char **kept)
+{
+    const uint32_t S = p->sinks, W = p->window;
+    uint32_t nmax = 1;
+    for (uint32_t h = 0; h < H; h++) {
+        memset(kept[h], 0, nh[h]);
+        if (nh[h] > nmax) nmax = nh[h];
+    }
+    float *rs = malloc((nmax + 1) * sizeof *rs);
+    cand *cs = malloc(((size_t)H * nmax + 1) * sizeof *cs);
+    if (p->method == PGD_BUDGET_ADAKV) {
+        uint32_t cap = (uint32_t)floor((double)p->adakv_cap * B);
+        if (cap < B) cap = B;
+        uint32_t fl = (uint32_t)floor((double)p->adakv_floor * B);
+        if (fl > B - S - W) fl = B - S - W;
+        uint64_t left = (uint64_t)B * H;
+        uint32_t *cnt = calloc(H, sizeof *cnt);
+        size_t nc = 0;
+        for (uint32_t h = 0; h < H; h++) {
+            const uint32_t n = nh[h];
+            if (n <= S + W) {
+                memset(kept[h], 1, n);
+                left -= n;
+                continue;
+            }
+            ref_rank_scores(p, sc[h], n, rs);
+            size_t c0 = nc;
+            for (uint32_t j = S; j < n - W; j++)
+                cs[nc++] = (cand){rs[j], j, h};
+            qsort(cs + c0, nc - c0, sizeof *cs, cand_cmp);
+            uint32_t base = fl < nc - c0 ? fl : (uint32_t)(nc - c0);
+            for (uint32_t j = 0; j < base; j++)
+                kept[h][cs[c0 + j].i] = 1;
+            for (uint32_t j = 0; j < S; j++)
+                kept[h][j] = 1;
+            for (uint32_t j = n - W; j < n; j++)
+                kept[h][j] = 1;
+            cnt[h] = S + W + base;
+            left -= cnt[h];
+            memmove(cs + c0, cs + c0 + base, (nc - c0 - base) * sizeof *cs);
+            nc -= base;
+        }
+        /* Greedy over the rest, best first, skipping full heads. */
+        qsort(cs, nc, sizeof *cs, cand_cmp);
+        for (size_t j = 0; j < nc && left > 0; j++) {
+            if (cnt[cs[j].h] >= cap) continue;
+            kept[cs[j].h][cs[j].i] = 1;
+            cnt[cs[j].h]++;
+            left--;
+        }
+        free(cnt);
+    } else {
+        for (uint32_t h = 0; h < H; h++) {
+            const uint32_t n = nh[h];
+            unsigned char *k = kept[h];
+            if (n <= B) {
+                memset(k, 1, n);
+                continue;
+            }
+            if (p->method == PGD_BUDGET_STREAMING) {
+                for (uint32_t j = 0; j < S; j++)
+                    k[j] = 1;
+                for (uint32_t j = n - (B - S); j < n; j++)
+                    k[j] = 1;
+                continue;
+            }
+            ref_rank_scores(p, sc[h], n, rs);
+            size_t nc = 0;
+            for (uint32_t j = S; j < n - W; j++)
+                cs[nc++] = (cand){rs[j], j, h};
+            qsort(cs, nc, sizeof *cs, cand_cmp);
+            for (uint32_t j = 0; j < B - S - W; j++)
+                k[cs[j].i] = 1;
+            for (uint32_t j = 0; j < S; j++)
+                k[j] = 1;
+            for (uint32_t j = n - W; j < n; j++)
+                k[j] = 1;
+        }
+    }
+    free(rs);
+    free(cs);
+}
+
+/* One layer, every head of n tokens: marks kept tokens in kept[h * n + j]. */
+static void ref_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_layers, uint32_t H,
+                       uint32_t n, const float *scores, size_t ld, unsigned char *kept)
+{
+    const float *sc[16];
+    unsigned char *k[16];
+    uint32_t nh[16];
+    for (uint32_t h = 0; h < H; h++) {
+        sc[h] = scores + h * ld;
+        k[h] = kept + (size_t)h * n;
+        nh[h] = n;
+    }
+    ref_select_heads(p, pgd_budget_layer_budget(p, layer, n_layers), H, nh, sc, k);
+}
+
+/* Random scores; coarse (ties) when coarse. */
+static float rand_score(uint64_t *rng, int coarse)
+{
+    double u = (double)(t_rand(rng) >> 11) / 9007199254740992.0;
+    return coarse ? (float)floor(u * 6.0) / 6.0f : (float)u;
+}
+
+/* Compares pgd_budget_select with the reference on one shape. */
+static int check_shape(const pgd_budget_params *p, uint32_t n_layers, uint32_t H, uint32_t n,
+                       int coarse, uint64_t *rng)
+{
+    const size_t ld = n + 3;
+    float *sc = malloc(H * ld * sizeof *sc + 1);
+    unsigned char *kept = malloc((size_t)H * n + 1);
+    for (size_t i = 0; i < H * ld; i++)
+        sc[i] = rand_score(rng, coarse);
+    int rc = 0;
+    for (uint32_t l = 0; l < n_layers && !rc; l++) {
+        uint32_t B = pgd_budget_layer_budget(p, l, n_layers);
+        uint32_t mk = p->method == PGD_BUDGET_ADAKV ? (uint32_t)(p->adakv_cap * B) + 1 : B;
+        uint32_t *keep = malloc((size_t)H * mk * sizeof *keep), *nk = malloc(H * sizeof *nk);
+        int most = pgd_budget_select(p, l, n_layers, H, n, sc, ld, keep, mk, nk);
+        ref_select(p, l, n_layers, H, n, sc, ld, kept);
+        int want_most = 0;
+        uint64_t total = 0;
+        for (uint32_t h = 0; h < H && !rc; h++) {
+            uint32_t cnt = 0;
+            for (uint32_t j = 0; j < n; j++)
+                cnt += kept[(size_t)h * n + j];
+            if (most < 0 || nk[h] != cnt) {
+                fprintf(stderr, "%s layer %u head %u n %u: kept %u, reference %u (rc %d)\n",
+                        pgd_budget_method_name(p->method), l, h, n, most < 0 ? 0 : nk[h], cnt,
+                        most);
+                rc = -1;
+                break;
+            }
+            for (uint32_t j = 0; j < cnt; j++) {
+                uint32_t t = keep[(size_t)h * mk + j];
+                if (t >= n || !kept[(size_t)h * n + t] ||
+                    (j && t <= keep[(size_t)h * mk + j - 1])) {
+                    fprintf(stderr, "%s layer %u head %u n %u: token %u at %u differs\n",
+                            pgd_budget_method_name(p->method), l, h, n, t, j);
+                    rc = -1;
+                    break;
+                }
+            }
+            if ((int)cnt > want_most) want_most = (int)cnt;
+            total += cnt;
+            if (p->method != PGD_BUDGET_ADAKV && cnt != (n < B ? n : B)) rc = -1;
+        }
+        if (!rc && most != want_most) rc = -1;
+        if (!rc && p->method == PGD_BUDGET_ADAKV && n > B && total != (uint64_t)B * H) {
+            fprintf(stderr, "adakv layer %u n %u: total %llu != %u x %u\n", l, n,
+                    (unsigned long long)total, B, H);
+            rc = -1;
+        }
+        free(keep);
+        free(nk);
+    }
+    free(sc);
+    free(kept);
+    return rc;
+}
+
+static int test_select_matches_reference(void)
+{
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    static const uint32_t heads[] = {1, 2, 4, 8};
+    static const uint32_t kernels[] = {1, 3, 5, 7};
+    int shapes = 0;
+    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++) {
+        for (int iter = 0; iter < 60; iter++) {
+            uint32_t budget = 2 + (uint32_t)(t_rand(&rng) % 60);
+            pgd_budget_params p = pgd_budget_default_params((pgd_budget_method)m, budget);
+            /* Vary sinks and window within the rule (sinks + window <= budget). */
+            if (iter % 3 == 1) {
+                p.sinks = (uint32_t)(t_rand(&rng) % (budget / 2 + 1));
+                if (m != PGD_BUDGET_STREAMING)
+                    p.window = (uint32_t)(t_rand(&rng) % (budget - p.sinks + 1));
+                else
+                    p.window = budget - p.sinks;
+            }
+            if (m >= PGD_BUDGET_SNAPKV) {
+                p.pool_kernel = kernels[iter % 4];
+                if (m != PGD_BUDGET_ADAKV && p.sinks + p.window >= budget) p.window = 0;
+            }
+            if (m == PGD_BUDGET_PYRAMIDKV) {
+                p.pyramid_min = 0.2f + 0.8f * (float)(iter % 5) / 4.0f;
+                p.sinks = p.sinks > 2 ? 2 : p.sinks;
+                p.window = p.window > budget / 5 ? budget / 5 : p.window;
+            }
+            if (m == PGD_BUDGET_ADAKV) {
+                static const float floors[] = {0.0f, 0.2f, 0.5f, 1.0f};
+                static const float caps[] = {1.0f, 2.0f, 3.5f, 1.5f};
+                p.adakv_floor = floors[iter % 4];
+                p.adakv_cap = caps[(iter / 4) % 4];
+            }
+            char why[160];
+            uint32_t n_layers = m == PGD_BUDGET_PYRAMIDKV ? 1 + iter % 6 : 1;
+            if (pgd_budget_params_check(&p, n_layers, why, sizeof why) != PGD_OK)
+                T_FAIL("%s budget %u sinks %u window %u: %s", pgd_budget_method_name(p.method),
+                       budget, p.sinks, p.window, why);
+            uint32_t ns[] = {1,          budget - 1, budget,
+                             budget + 1, 3 * budget, 1 + (uint32_t)(t_rand(&rng) % 400)};
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+                if (!ns[i]) continue;
+                T_OK(check_shape(&p, n_layers, heads[iter % 4], ns[i], iter % 2, &rng));
+                shapes++;
+            }
+        }
+    }
+    T_ASSERT(shapes > 1000);
+    return 0;
+}
+
+/* The selection on a large shape runs in O(n log k): a smoke check that it finishes and
+ * that the h2o heavy hitters are the planted ones. */
+static int test_select_planted(void)
+{
+    const uint32_t n = 20000, H = 2;
+    pgd_budget_params p = pgd_budget_default_params(PGD_BUDGET_H2O, 256);
+    float *sc = calloc((size_t)H * n, sizeof *sc);
+    uint32_t *keep = malloc(H * 256 * sizeof *keep), nk[2];
+    for (uint32_t h = 0; h < H; h++)
+        for (uint32_t j = 0; j < 128; j++)
+            sc[h * n + 7 + j * 97 + h] = 1.0f;
+    T_EQ(pgd_budget_select(&p, 0, 1, H, n, sc, n, keep, 256, nk), 256);
+    for (uint32_t h = 0; h < H; h++) {
+        T_EQ(nk[h], 256);
+        for (uint32_t j = 0; j < 128; j++)
+            T_EQ(keep[h * 256 + j], 7 + j * 97 + h);
+        T_EQ(keep[h * 256 + 128], n - 128);
+    }
+    free(sc);
+    free(keep);
+    return 0;
+}
+
+static int test_select_rejects(void)
+{
+    pgd_budget_params p = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 64);
+    float sc[200] = {0};
+    uint32_t keep[2 * 64], nk[2];
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, NULL, 100, keep, 64, nk), PGD_EINVAL);
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, sc, 99, keep, 64, nk), PGD_EINVAL);
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, sc, 100, keep, 63, nk), PGD_EINVAL);
+    T_EQ(pgd_budget_select(&p, 1, 1, 2, 100, sc, 100, keep, 64, nk), PGD_EINVAL);
+    T_EQ(pgd_budget_select(&p, 0, 1, 0, 100, sc, 100, keep, 64, nk), PGD_EINVAL);
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, sc, 100, keep, 64, nk), 64);
+    /* A shape shorter than the budget needs only n_keys of room. */
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 10, sc, 100, keep, 10, nk), 10);
+    p = pgd_budget_default_params(PGD_BUDGET_STREAMING, 64);
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, NULL, 0, keep, 64, nk), 64);
+    T_EQ(keep[3], 3);
+    T_EQ(keep[4], 40);
+    p.method = PGD_BUDGET_NONE;
+    T_EQ(pgd_budget_select(&p, 0, 1, 2, 100, sc, 100, keep, 64, nk), PGD_EINVAL);
+    return 0;
+}
+
+/* A compacted sequence's dead slots [n_live[h], mask_len) are never kept: the selection on
+ * the live tokens alone (numbered in slot order) is the reference's on those tokens. */
+static int test_select_dead_slots(void)
+{
+    uint64_t rng = 77;
+    pgd__alloc al;
+    pgd__alloc_init(&al, NULL);
+    for (int m = PGD_BUDGET_STREAMING; m < PGD_BUDGET_COUNT; m++)
+        for (int iter = 0; iter < 80; iter++) {
+            uint32_t budget = 2 + (uint32_t)(t_rand(&rng) % 40);
+            pgd_budget_params p = pgd_budget_default_params((pgd_budget_method)m, budget);
+            if (m == PGD_BUDGET_ADAKV) p.adakv_floor = (float)(iter % 3) * 0.3f;
+            const uint32_t H = 1 + iter % 6, n = 1 + (uint32_t)(t_rand(&rng) % 200);
+            const uint32_t mask_len = (uint32_t)(t_rand(&rng) % (n + 1)), ld = n + 1;
+            uint32_t n_live[8], nh[8];
+            float *sc = malloc((size_t)H * ld * sizeof *sc),
+                  *dense = malloc(H * ld * sizeof *dense);
+            unsigned char *kept = malloc((size_t)H * ld), *kh[8];
+            const float *dh[8];
+            uint32_t *slots = malloc((size_t)H * ld * sizeof *slots);
+            for (uint32_t h = 0; h < H; h++) {
+                n_live[h] = mask_len ? 1 + (uint32_t)(t_rand(&rng) % mask_len) : 0;
+                nh[h] = 0;
+                for (uint32_t j = 0; j < n; j++) {
+                    int dead = mask_len && j >= n_live[h] && j < mask_len;
+                    sc[h * ld + j] = dead ? 100.0f : rand_score(&rng, iter % 2);
+                    if (!dead) {
+                        slots[h * ld + nh[h]] = j;
+                        dense[h * ld + nh[h]++] = sc[h * ld + j];
+                    }
+                }
+                dh[h] = dense + h * ld;
+                kh[h] = kept + h * ld;
+            }
+            uint32_t B = budget, mk = pgd__budget_head_max(&p, B);
+            uint32_t *keep = malloc((size_t)H * mk * sizeof *keep), nk[8];
+            pgd__budget_scratch scr = {.al = &al};
+            pgd__budget_sel sel = {.p = &p,
+                                   .budget = B,
+                                   .n_kv_heads = H,
+                                   .n_keys = n,
+                                   .scores = sc,
+                                   .ld = ld,
+                                   .mask_len = mask_len,
+                                   .n_live = mask_len ? n_live : NULL,
+                                   .keep = keep,
+                                   .max_keep = mk,
+                                   .n_keep = nk,
+                                   .scr = &scr};
+            T_OK(pgd__budget_ops_get((pgd_budget_method)m)->select(&sel));
+            pgd__budget_scratch_deinit(&scr);
+            ref_select_heads(&p, B, H, nh, dh, kh);
+            for (uint32_t h = 0; h < H; h++) {
+                uint32_t cnt = 0, at = 0;
+                for (uint32_t j = 0; j < nh[h]; j++)
+                    if (kh[h][j]) {
+                        if (at >= nk[h] || keep[h * mk + at] != slots[h * ld + j])
+                            T_FAIL("%s H %u n %u mask %u head %u: kept slot %u differs",
+                                   pgd_budget_method_name(p.method), H, n, mask_len, h, j);
+                        at++;
+                        cnt++;
+                    }
+                T_EQ(nk[h], cnt);
+            }
+            free(sc);
+            free(dense);
+            free(kept);
+            free(slots);
+            free(keep);
+        }
+    return 0;
+}
+
+/* ---- names and checks ---- */
+
+static int test_names_round_trip(void)
+{
+    for (int m = 0; m < PGD_BUDGET_COUNT; m++) {
+        const char *name = pgd_budget_method_name((pgd_budget_method)m);
+        pgd_budget_method back;
+        T_ASSERT(name != NULL);
+        T_OK(pgd_budget_method_parse(name, &back));
+        T_EQ(back, m);
+    }
+    pgd_budget_method back;
+    T_ASSERT(pgd_budget_method_name(PGD_BUDGET_COUNT) == NULL);
+    T_EQ(pgd_budget_method_parse("SnapKV", &back), PGD_EINVAL);
+    T_EQ(pgd_budget_method_parse("", &back), PGD_EINVAL);
+    T_EQ(pgd_budget_method_parse(NULL, &back), PGD_EINVAL);
+    return 0;
+}
+
+static int check_fails(const pgd_budget_params *p, uint32_t n_layers, const char *field)
+{
+    char why[200] = "";
+    T_EQ(pgd_budget_params_check(p, n_layers, why, sizeof why), PGD_EINVAL);
+    if (!strstr(why, field)) T_FAIL("\"%s\" does not name %s", why, field);
+    return 0;
+}
+
+static int test_params_check(void)
+{
+    /* Every method's defaults pass, at small and usual budgets. */
+    static const uint32_t budgets[] = {1, 2, 5, 32, 33, 64, 4096};
+    for (int m = 0; m < PGD_BUDGET_COUNT; m++)
+        for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+            pgd_budget_params p = pgd_budget_default_params((pgd_budget_method)m, budgets[i]);
+            char why[200] = "";
+            if (pgd_budget_params_check(&p, 8, why, sizeof why) != PGD_OK)
+                T_FAIL("%s %u: %s", pgd_budget_method_name(p.method), budgets[i], why);
+        }
+    pgd_budget_params p = pgd_budget_default_params(PGD_BUDGET_H2O, 0);
+    T_OK(check_fails(&p, 4, "kv_budget"));
+    p = pgd_budget_default_params(PGD_BUDGET_H2O, 64);
+    p.window = 61;
+    p.sinks = 4;
+    T_OK(check_fails(&p, 4, "kv_budget"));
+    p = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 64);
+    p.pool_kernel = 4;
+    T_OK(check_fails(&p, 4, "pool_kernel"));
+    p.pool_kernel = 0;
+    T_OK(check_fails(&p, 4, "pool_kernel"));
+    p = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 64);
+    p.obs_window = 0;
+    T_OK(check_fails(&p, 4, "obs_window"));
+    p = pgd_budget_default_params(PGD_BUDGET_PYRAMIDKV, 64);
+    p.pyramid_min = 0.0f;
+    T_OK(check_fails(&p, 4, "pyramid_min"));
+    p.pyramid_min = 1.5f;
+    T_OK(check_fails(&p, 4, "pyramid_min"));
+    p = pgd_budget_default_params(PGD_BUDGET_ADAKV, 64);
+    p.adakv_floor = -0.1f;
+    T_OK(check_fails(&p, 4, "adakv_floor"));
+    p = pgd_budget_default_params(PGD_BUDGET_ADAKV, 64);
+    p.adakv_cap = 0.5f;
+    T_OK(check_fails(&p, 4, "adakv_cap"));
+    p = pgd_budget_default_params(PGD_BUDGET_TOVA, 64);
+    p.online = 2;
+    T_OK(check_fails(&p, 4, "online"));
+    p = pgd_budget_default_params(PGD_BUDGET_TOVA, 64);
+    p.method = (pgd_budget_method)99;
+    T_OK(check_fails(&p, 4, "kv_budget_method"));
+    return 0;
+}
+
+static int test_layer_budget(void)
+{
+    pgd_budget_params p = pgd_budget_default_params(PGD_BUDGET_PYRAMIDKV, 100);
+    T_EQ(pgd_budget_layer_budget(&p, 0, 5), 150);
+    T_EQ(pgd_budget_layer_budget(&p, 2, 5), 100);
+    T_EQ(pgd_budget_layer_budget(&p, 4, 5), 50);
+    p = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 100);
+    T_EQ(pgd_budget_layer_budget(&p, 4, 5), 100);
+    return 0;
+}
+
+/* ---- the per-sequence state ---- */
+
+static pgd_cache *make_cache(uint32_t n_layers, uint32_t n_kv, uint32_t hd, uint32_t n_pages)
+{
+    pgd_cache_params cp = pgd_cache_default_params();
+    cp.pool.n_layers = n_layers;
+    cp.pool.n_kv_heads = n_kv;
+    cp.pool.head_dim = hd;
+    cp.pool.page_tokens = 16;
+    cp.pool.kv_type = PGD_KV_F16;
+    cp.pool.capacity_pages = n_pages;
+    pgd_cache *c = NULL;
+    return pgd_cache_create(&cp, &c) == PGD_OK ? c : NULL;
+}
+
+static int test_state_rows(void)
+{
+    pgd_cache *c = make_cache(2, 2, 8, 64);
+    T_ASSERT(c != NULL);
+    pgd_seq *s;
+    T_OK(pgd_seq_create(c, NULL, 0, &s));
+    pgd_budget *b;
+    pgd_budget_params p = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 64);
+    p.budget = 0;
+    T_EQ(pgd_budget_create(c, &p, &b), PGD_EINVAL);
+    T_ASSERT(b == NULL);
+    /* snapkv: only the prompt's last obs_window rows score. */
+    p = pgd_budget_default_params(PGD_BUDGET_SNAPKV, 64);
+    T_OK(pgd_budget_create(c, &p, &b));
+    T_EQ(pgd_budget_get_params(b)->method, PGD_BUDGET_SNAPKV);
+    T_EQ(pgd_budget_begin(b, s, 40, 100), 0);
+    T_ASSERT(pgd_budget_score_ld(b) >= 40);
+    T_OK(pgd_seq_grow(c, s, 40));
+    T_EQ(pgd_budget_end(b, s), 0);
+    T_EQ(pgd_budget_begin(b, s, 40, 60), 12);
+    T_ASSERT(pgd_budget_score_ld(b) >= 80);
+    T_OK(pgd_seq_grow(c, s, 40));
+    T_EQ(pgd_budget_end(b, s), 0);
+    T_EQ(pgd_budget_begin(b, s, 1, 0), 0);
+    T_ASSERT(pgd_budget_scores(b, 1) == pgd_budget_scores(b, 0) + 2 * pgd_budget_score_ld(b));
+    T_ASSERT(pgd_budget_scores(b, 2) == NULL);
+    pgd_budget_destroy(b);
+    /* h2o: every row; tova: the last; streaming: none, and no buffers. */
+    p = pgd_budget_default_params(PGD_BUDGET_H2O, 64);
+    T_OK(pgd_budget_create(c, &p, &b));
+    T_EQ(pgd_budget_begin(b, s, 7, 7), 7);
+    T_EQ(pgd_budget_begin(b, s, 1, 0), 1);
+    pgd_budget_destroy(b);
+    p = pgd_budget_default_params(PGD_BUDGET_TOVA, 64);
+    T_OK(pgd_budget_create(c, &p, &b));
+    T_EQ(pgd_budget_begin(b, s, 7, 9), 1);
+    T_EQ(pgd_budget_begin(b, s, 1, 0), 1);
+    pgd_budget_destroy(b);
+    p = pgd_budget_default_params(PGD_BUDGET_STREAMING, 80);
+    T_OK(pgd_budget_create(c, &p, &b));
+    T_EQ(pgd_budget_begin(b, s, 7, 9), 0);
+    T_ASSERT(pgd_budget_scores(b, 0) == NULL);
+    /* No longer than the budget (80 slots): nothing to do. */
+    T_EQ(pgd_budget_apply(b, s), 0);
+    pgd_budget_destroy(b);
+    pgd_budget_destroy(NULL);
+    pgd_seq_destroy(c, s);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
+/* The buffers grow geometrically and keep their data; tova zeroes at begin, h2o does not. */
+static int test_state_growth(void)
+{
+    pgd_cache *c = make_cache(3, 2, 8, 256);
+    T_ASSERT(c != NULL);
+    pgd_seq *s;
+    T_OK(pgd_seq_create(c, NULL, 0, &s));
+    pgd_budget *b;
+    pgd_budget_params p = pgd_budget_default_params(PGD_BUDGET_H2O, 4000);
+    T_OK(pgd_budget_create(c, &p, &b));
+    uint32_t len = 0, grows = 0;
+    size_t ld0 = 0;
+    for (int step = 0; step < 40; step++) {
+        uint32_t n = 1 + (uint32_t)(step * 7 % 50);
+        T_EQ(pgd_budget_begin(b, s, n, n), n);
+        size_t ld = pgd_budget_score_ld(b);
+        T_ASSERT(ld >= (size_t)len + n);
+        grows += ld != ld0;
+        ld0 = ld;
+        /* Everything written so far is still there; past the length is 0. */
+        for (uint32_t l = 0; l < 3; l++)
+            for (uint32_t h = 0; h < 2; h++) {
+                float *sc = pgd_budget_scores(b, l) + h * ld;
+                for (uint32_t j = 0; j < len + n; j++)
+                    T_ASSERT(sc[j] == (j < len ? (float)(j * 6 + l * 2 + h) : 0.0f));
+                for (uint32_t j = len; j < len + n; j++)
+                    sc[j] = (float)(j * 6 + l * 2 + h);
+            }
+        T_OK(pgd_seq_grow(c, s, n));
+        len += n;
+        T_EQ(pgd_budget_end(b, s), 0);
+    }
+    T_ASSERT(grows <= 8);
+    pgd_budget_reset(b);
+    T_EQ(pgd_budget_begin(b, s, 1, 0), 1);
+    T_ASSERT(pgd_budget_scores(b, 2)[len - 1] == 0.0f);
+    pgd_budget_destroy(b);
+
+    p = pgd_budget_default_params(PGD_BUDGET_TOVA, 4000);
+    T_OK(pgd_budget_create(c, &p, &b));
+    T_EQ(pgd_budget_begin(b, s, 1, 0), 1);
+    pgd_budget_scores(b, 1)[5] = 1.0f;
+    T_EQ(pgd_budget_begin(b, s, 1, 0), 1);
+    T_ASSERT(pgd_budget_scores(b, 1)[5] == 0.0f);
+    pgd_budget_stats st;
+    pgd_budget_get_stats(b, &st);
+    T_EQ(st.compactions, 0);
+    pgd_budget_destroy(b);
+    pgd_seq_destroy(c, s);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
+int main(void)
+{
+    T_RUN(test_names_round_trip);
+    T_RUN(test_params_check);
+    T_RUN(test_layer_budget);
+    T_RUN(test_select_rejects);
+    T_RUN(test_select_planted);
+    T_RUN(test_select_matches_reference);
+    T_RUN(test_select_dead_slots);
+    T_RUN(test_state_rows);
+    T_RUN(test_state_growth);
+    T_DONE();
+}
