@@ -131,13 +131,16 @@ PGD_API uint32_t pgd_budget_layer_budget(const pgd_budget_params *p, uint32_t la
  *   streaming  [0, S) and [n - (B - S), n)
  *   h2o, tova  [0, S), [n - W, n), and the top B - S - W of [S, n - W) by the raw scores
  *   snapkv     the same, ranked by the scores max-pooled over keys [0, n - W) with a
- *              centered kernel of pool_kernel, clipped at the ends of that range
+ *              centered kernel of pool_kernel, clipped at the ends of that range; equal
+ *              pooled scores rank by the raw score first (the peak of a pooled plateau
+ *              before its neighbours), then the older token
  *   pyramidkv  snapkv with B = pgd_budget_layer_budget(p, layer, n_layers)
  *   adakv      the layer keeps B x n_kv_heads in all (when every head has n > B): each head
  *              its S and W and the top min(floor(adakv_floor x B), B - S - W) pooled
  *              scores of [S, n - W); the rest of the total to the best pooled scores left
- *              over all heads (ties: older token, then lower head), a head holding at most
- *              max(B, floor(adakv_cap x B)) tokens (max_keep must cover that).
+ *              over all heads (ties: raw score, older token, then lower head), a head
+ *              holding at most max(B, floor(adakv_cap x B)) tokens (max_keep must cover
+ *              that).
  * Cost: O(n log k) per head (a bounded heap; pooling O(n)); scratch through libc. Pure and
  * thread-safe. */
 PGD_API int pgd_budget_select(const pgd_budget_params *p, uint32_t layer, uint32_t n_layers,

@@ -8,8 +8,8 @@
  *      min(floor(adakv_floor x budget), budget - sinks - window) pooled scores of
  *      [sinks, m - window) (a head of m <= sinks + window live tokens keeps them all);
  *   2. the rest of the layer's total goes to the highest pooled scores left across all
- *      heads (ranked by score, then the older token, then the lower head), no head beyond
- *      max(budget, floor(adakv_cap x budget)) tokens.
+ *      heads (ranked by pooled score, raw score, then the older token, then the lower head), no
+ * head beyond max(budget, floor(adakv_cap x budget)) tokens.
  *
  * Each head's candidates past its floor share are at most its cap, so step 2 ranks at most
  * n_kv_heads x cap entries: O(m log cap) per head plus one sort of those. When every head
@@ -49,7 +49,7 @@ static int adakv_select(const pgd__budget_sel *sel)
         pgd__budget_ent *e = lists + (size_t)h * per_head;
         pgd__budget_gather(scr, &v);
         pgd__budget_pool(scr->dense, v.m - W, p->pool_kernel, scr->dq, scr->pooled);
-        pgd__budget_top(scr->pooled, S, v.m - W, n, h, e);
+        pgd__budget_top(scr->pooled, scr->dense, S, v.m - W, n, h, e);
         for (uint32_t j = base; j < n; j++)
             pool[n_pool++] = e[j];
         sel->n_keep[h] = base;

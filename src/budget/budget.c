@@ -262,10 +262,11 @@ void pgd__budget_pool(const float *in, uint32_t n, uint32_t kernel, uint32_t *dq
     }
 }
 
-/* a ranks below b: lower score, then the newer token, then the higher head. */
+/* a ranks below b: lower score, lower raw score, then the newer token, the higher head. */
 static int worse(const pgd__budget_ent *a, const pgd__budget_ent *b)
 {
     if (a->s != b->s) return a->s < b->s;
+    if (a->r != b->r) return a->r < b->r;
     if (a->i != b->i) return a->i > b->i;
     return a->h > b->h;
 }
@@ -285,13 +286,13 @@ static void sift_down(pgd__budget_ent *e, uint32_t n, uint32_t i)
     }
 }
 
-void pgd__budget_top(const float *s, uint32_t lo, uint32_t hi, uint32_t k, uint32_t head,
-                     pgd__budget_ent *ents)
+void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
+                     uint32_t head, pgd__budget_ent *ents)
 {
     if (!k) return;
     uint32_t n = 0;
     for (uint32_t i = lo; i < hi; i++) {
-        pgd__budget_ent e = {s[i], i, head};
+        pgd__budget_ent e = {s[i], raw ? raw[i] : s[i], i, head};
         if (n < k) {
             ents[n++] = e;
             if (n == k)
@@ -377,7 +378,7 @@ int pgd__budget_select_uniform(const pgd__budget_sel *sel, int pooled)
             pgd__budget_pool(scr->dense, v.m - W, p->pool_kernel, scr->dq, scr->pooled);
             s = scr->pooled;
         }
-        pgd__budget_top(s, S, v.m - W, k, h, scr->ents);
+        pgd__budget_top(s, pooled ? scr->dense : NULL, S, v.m - W, k, h, scr->ents);
         for (uint32_t j = 0; j < k; j++)
             scr->picks[j] = scr->ents[j].i;
         pgd__budget_sort_u32(scr->picks, k);

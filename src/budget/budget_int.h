@@ -14,8 +14,10 @@
  *   top      the k best of a dense array's range (a bounded heap: O(n log k))
  *   emit     sinks + picks + window of a view as ascending slots
  *
- * Ranking everywhere: the higher score first, then the older token (lower index), then
- * (adakv, across heads) the lower head.
+ * Ranking everywhere: the higher score first; for pooled scores (the snapkv family) the
+ * higher raw score among equal pooled ones (a max-pool makes plateaus around each peak:
+ * the peak itself goes first); then the older token (lower index), then (adakv, across
+ * heads) the lower head.
  */
 #ifndef PGD_BUDGET_INT_H
 #define PGD_BUDGET_INT_H
@@ -49,6 +51,7 @@ typedef struct pgd__budget_scratch {
 
 typedef struct pgd__budget_ent {
     float s;
+    float r;    /* the raw score (pooled methods), ranks ties of s */
     uint32_t i; /* token (view index) */
     uint32_t h; /* head (adakv) */
 } pgd__budget_ent;
@@ -112,11 +115,11 @@ void pgd__budget_gather(pgd__budget_scratch *scr, const pgd__budget_view *v);
 /* out[j] = max of in[i] over i in [j - kernel/2, j + kernel/2] clipped to [0, n): O(n). dq
  * holds n indices. */
 void pgd__budget_pool(const float *in, uint32_t n, uint32_t kernel, uint32_t *dq, float *out);
-/* The k best of s[lo, hi) (k <= hi - lo) into ents[0..k), best first (score desc, older
- * first). O((hi - lo) log k). */
-void pgd__budget_top(const float *s, uint32_t lo, uint32_t hi, uint32_t k, uint32_t head,
-                     pgd__budget_ent *ents);
-/* Sorts ents[0..n) best first (score desc, older token, lower head). */
+/* The k best of s[lo, hi) (k <= hi - lo) into ents[0..k), best first (score desc, then raw
+ * desc when raw != NULL, then older first). O((hi - lo) log k). */
+void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
+                     uint32_t head, pgd__budget_ent *ents);
+/* Sorts ents[0..n) best first (score desc, raw desc, older token, lower head). */
 void pgd__budget_rank(pgd__budget_ent *ents, size_t n);
 /* Sorts u[0..n) ascending. */
 void pgd__budget_sort_u32(uint32_t *u, size_t n);
