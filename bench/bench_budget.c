@@ -176,7 +176,8 @@ typedef struct bench {
 typedef struct run_result {
     int ok;                    /* 0: skipped (the budget could not be created) */
     double chunk_s;            /* the real prefill chunk (with scoring, online compaction) */
-    double tps;                /* decode tokens/s over the timed steps */
+    double tps;                /* decode tokens/s over the timed steps (wall) */
+    double tps_cpu;            /* decode tokens per CPU-second of the process */
     double step_med_s;         /* median decode step */
     uint64_t kv_bytes;         /* pages used x page bytes after the decode */
     uint32_t pages;            /* pages used */
@@ -310,6 +311,7 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         }
     }
     const int once = bp && !is_online(bp);
+    const uint64_t fail0 = pe_ctx_budget_failures(b->c, NULL);
     const uint32_t chunk = b->ctx - b->prefix;
     pe_batch_item it = {.seq = s,
                         .tokens = b->toks + b->prefix,
@@ -329,19 +331,24 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         int64_t d = pgd_budget_apply(bud, s);
         r->compact_ms = 1e3 * (bench_now_s() - t0);
         if (d < 0) {
-            fprintf(stderr, PROG ": pgd_budget_apply: %s\n", pgd_strerror((int)d));
+            fprintf(stderr, PROG ": %s budget %u: pgd_budget_apply: %s%s\n",
+                    pgd_budget_method_name(bp->method), bp->budget, pgd_strerror((int)d),
+                    d == PGD_ENOTSUP ? ", skipped" : "");
+            ret = d == PGD_ENOTSUP ? 0 : -1; /* ENOTSUP: a placeholder of the library */
             goto out;
         }
     }
     int32_t tok = (int32_t)argmax(b->logits, hp->n_vocab);
-    double total = 0;
+    double total = 0, total_cpu = 0;
     for (uint32_t i = 0; i <= b->steps; i++) { /* step 0: warm-up, untimed */
         pgd_budget_stats st0 = {0}, st1 = {0};
         if (bud) pgd_budget_get_stats(bud, &st0);
         it = (pe_batch_item){.seq = s, .tokens = &tok, .n = 1, .logits = b->logits, .budget = bud};
+        const double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         t0 = bench_now_s();
         rc = pe_forward_batch(b->c, &it, 1);
-        double dt = bench_now_s() - t0;
+        const double dt = bench_now_s() - t0;
+        const double dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (rc) {
             fprintf(stderr, PROG ": decode step %u: %s\n", i, pgd_strerror(rc));
             goto out;
@@ -353,8 +360,20 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         b->step_s[i - 1] = dt;
         b->step_compacted[i - 1] = st1.compactions > st0.compactions;
         total += dt;
+        total_cpu += dc;
+    }
+    /* The engine keeps a sequence whole when its compaction fails, and counts it. */
+    int fail_status = PGD_OK;
+    const uint64_t fails = pe_ctx_budget_failures(b->c, &fail_status) - fail0;
+    if (fails) {
+        fprintf(stderr, PROG ": %s budget %u: %" PRIu64 " compactions failed (%s)%s\n",
+                pgd_budget_method_name(bp->method), bp->budget, fails, pgd_strerror(fail_status),
+                fail_status == PGD_ENOTSUP ? ", skipped" : "");
+        ret = fail_status == PGD_ENOTSUP ? 0 : -1;
+        goto out;
     }
     r->tps = b->steps / total;
+    r->tps_cpu = b->steps / total_cpu;
     /* Online compaction: the compacting steps' excess over the median of the others. */
     double plain[MAX_STEPS];
     uint32_t n_plain = 0, n_comp = 0;
@@ -405,13 +424,15 @@ static void print_run(const bench *b, const char *method, uint32_t budget, const
     const double bound = (weight_bytes + dense->kv_bytes) / (weight_bytes + r->kv_bytes);
     if (json) {
         printf("{\"ctx\": %u, \"budget\": %u, \"method\": \"%s\", \"decode_tps\": %.3f, "
-               "\"decode_vs_dense\": %.3f, \"kv_bytes\": %" PRIu64 ", \"kv_vs_dense\": %.4f, "
+               "\"decode_vs_dense\": %.3f, \"decode_tps_cpu\": %.3f, "
+               "\"decode_cpu_vs_dense\": %.3f, \"kv_bytes\": %" PRIu64 ", \"kv_vs_dense\": %.4f, "
                "\"pages\": %u, \"slots\": %" PRIu64 ", \"dropped\": %" PRIu64 ", "
                "\"chunk_s\": %.3f, \"compact_ms\": %.3f, \"compact_ms_per_step\": %.3f, "
                "\"compactions\": %" PRIu64 ", \"attn_ms\": %.4f, \"attn_scored_ms\": %.4f, "
                "\"score_ratio\": %.4f, \"attn_share\": %.4f, \"traffic_bound\": %.3f}\n",
-               b->ctx, budget, method, r->tps, r->tps / dense->tps, r->kv_bytes,
-               (double)r->kv_bytes / dense->kv_bytes, r->pages, r->slots, r->dropped, r->chunk_s,
+               b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
+               r->tps_cpu / dense->tps_cpu, r->kv_bytes, (double)r->kv_bytes / dense->kv_bytes,
+               r->pages, r->slots, r->dropped, r->chunk_s,
                isnan(r->compact_ms) ? -1.0 : r->compact_ms,
                isnan(r->compact_step_ms) ? -1.0 : r->compact_step_ms, r->compactions, r->attn_ms,
                r->scored_ms, score_x, attn_share, bound);
@@ -420,11 +441,13 @@ static void print_run(const bench *b, const char *method, uint32_t budget, const
     char once[16] = "-", step[16] = "-";
     if (!isnan(r->compact_ms)) snprintf(once, sizeof once, "%.2f", r->compact_ms);
     if (!isnan(r->compact_step_ms)) snprintf(step, sizeof step, "%.3f", r->compact_step_ms);
-    printf("%-6u %-6u %-9s %8.3f %7.2fx %9.1f %7.3fx %7" PRIu64 " %8.2f %9s %9s %7.3f %7.3f "
+    printf("%-6u %-6u %-9s %8.3f %7.2fx %8.3f %7.2fx %9.1f %7.3fx %7" PRIu64
+           " %8.2f %9s %9s %7.3f %7.3f "
            "%7.3fx %5.1f%% %6.2fx\n",
-           b->ctx, budget, method, r->tps, r->tps / dense->tps, r->kv_bytes * mib,
-           (double)r->kv_bytes / dense->kv_bytes, r->slots, r->chunk_s, once, step, r->attn_ms,
-           r->scored_ms, score_x, 100.0 * attn_share, bound);
+           b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
+           r->tps_cpu / dense->tps_cpu, r->kv_bytes * mib, (double)r->kv_bytes / dense->kv_bytes,
+           r->slots, r->chunk_s, once, step, r->attn_ms, r->scored_ms, score_x, 100.0 * attn_share,
+           bound);
 }
 
 typedef struct config {
@@ -521,9 +544,10 @@ static int bench_ctx(const config *cf, pe_model *m, uint32_t ctx, uint64_t *chec
         printf("ctx %u: scoring %u rows (an observation window) over %u keys, layer 0: "
                "%.3f ms -> %.3f ms scored (%.3fx)\n",
                ctx, CHUNK, b.prefix, obs_plain, obs_scored, obs_scored / obs_plain);
-        printf("%-6s %-6s %-9s %8s %8s %9s %8s %7s %8s %9s %9s %7s %7s %8s %6s %7s\n", "ctx",
-               "budget", "method", "tok/s", "x dense", "KV MiB", "x dense", "slots", "chunk s",
-               "cmp ms", "cmp/step", "attn ms", "scored", "score x", "attn%", "bound");
+        printf("%-6s %-6s %-9s %8s %8s %8s %8s %9s %8s %7s %8s %9s %9s %7s %7s %8s %6s %7s\n",
+               "ctx", "budget", "method", "tok/s", "x dense", "t/cpu-s", "x dense", "KV MiB",
+               "x dense", "slots", "chunk s", "cmp ms", "cmp/step", "attn ms", "scored", "score x",
+               "attn%", "bound");
     } else {
         printf("{\"ctx\": %u, \"real_prefix\": %u, \"real_prefix_s\": %.3f, \"fill_s\": %.3f, "
                "\"obs_rows\": %u, \"obs_attn_ms\": %.4f, \"obs_scored_ms\": %.4f, "
