@@ -41,7 +41,9 @@
  *   pages_held(t) == #cached p with page_tenant[p] == t (pages_pinned(t): of those pinned)
  *   a sequence's registered pages form a chain in the index (parent = previous page), so
  *   any sequence holding a page holds all its ancestors; with leaf-only eviction a cached
- *   prefix never loses its middle.
+ *   prefix never loses its middle. A compacted sequence (pgd_seq_compact, the last section)
+ *   registers nothing more: its registered pages are the prefix it kept whole, every other
+ *   page it holds is its own (or its forks'), never registered.
  * Writes: pgd_seq_write_kv rotates (kv_rotate), encodes with the pool's codec and keeps
  * key bounds. Staged codecs (pgd__codec_staged: kivi2, and q8_0 / q4_0 with head_dim < 32,
  * whose blocks span several rows) never encode a page piecemeal: each sequence owns an f16
@@ -75,6 +77,7 @@
  *               the movers first.
  * Callers: engines, the server, tools. Every public call takes c->mu.
  */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -109,6 +112,12 @@ struct pgd_seq {
     int has_ret;       /* ret was set: else the default, merged on a fast path */
     int internal;      /* pgd_cache_warm's own sequence: releases without a merge */
     uint32_t pin_resv; /* pages reserved against the pin budget (c->pin_reserved) */
+    /* Compaction (pgd_seq_compact; see the section at the end). */
+    int compacted;      /* compacted once: registers nothing more, commit only counts */
+    uint64_t n_dropped; /* slots dropped so far: a slot's token position is slot + this */
+    uint32_t *n_live;   /* [n_layers * n_kv_heads] live slots of (l, h) below mask_len, or
+                           NULL: no dead slots */
+    uint32_t mask_len;  /* slots [n_live[i], mask_len) of (l, h) are dead; 0 without mask */
 };
 
 /* The retention of a pool page (cache.h "Retention"; reset when it is registered). A page
@@ -264,6 +273,7 @@ struct pgd_cache {
 static void lock(pgd_cache *c);
 static void unlock(pgd_cache *c);
 static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h);
+static void mask_clip(pgd_cache *c, pgd_seq *s, uint32_t n);
 static void wait_locked(pgd_cache *c, pgd_seq *s);
 static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_hash *hashes,
                     size_t n_hashes, size_t n_pages, uint32_t k);
@@ -591,6 +601,7 @@ static void seq_free(pgd_cache *c, pgd_seq *s)
         c->n_promos--;
     }
     pgd__free(&c->al, s->ring);
+    pgd__free(&c->al, s->n_live);
     pgd__free(&c->al, s->table);
     pgd__free(&c->al, s);
 }
@@ -1373,11 +1384,21 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     /* Only the last page may be shared uncommitted: then any page a sequence holds past
      * its own chain sits right after it, and a holder of a cached page holds all of the
      * page's ancestors (what makes every evictable page reachable leaf-first). */
-    int rc = src->n_full + 1 < src->n_pages ? PGD_ESTATE : PGD_OK;
+    /* A compacted sequence registers nothing more, and its registered pages are a prefix
+     * it kept whole (pgd_seq_compact): its other pages are its own, never registered. */
+    int rc = !src->compacted && src->n_full + 1 < src->n_pages ? PGD_ESTATE : PGD_OK;
     if (rc != PGD_OK) goto out;
     rc = seq_alloc(c, &s);
     if (rc != PGD_OK) goto out;
     rc = table_reserve(c, s, src->n_pages);
+    if (rc == PGD_OK && src->n_live) {
+        size_t bytes = (size_t)c->g.n_layers * c->g.n_kv_heads * sizeof *s->n_live;
+        s->n_live = pgd__malloc(&c->al, bytes);
+        if (s->n_live)
+            memcpy(s->n_live, src->n_live, bytes);
+        else
+            rc = PGD_ENOMEM;
+    }
     if (rc == PGD_OK && src->ring) {
         size_t bytes = c->row_elems * src->window * sizeof *s->ring;
         s->ring = pgd__malloc(&c->al, bytes);
@@ -1407,6 +1428,9 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->tenant = src->tenant;
     s->ret = src->ret; /* the retention, not the pin reservation (src keeps it) */
     s->has_ret = src->has_ret;
+    s->compacted = src->compacted;
+    s->n_dropped = src->n_dropped;
+    s->mask_len = src->mask_len; /* n_live: copied above */
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
     for (uint32_t i = 0; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
@@ -1505,7 +1529,7 @@ static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_t
 {
     int64_t rc;
     lock(c);
-    if (s->len || s->mode != MODE_NONE) {
+    if (s->len || s->mode != MODE_NONE || s->compacted) {
         rc = PGD_ESTATE;
         goto out;
     }
@@ -1623,6 +1647,7 @@ int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
         s->ring_lo = lo < n_tokens ? lo : n_tokens / pt * pt;
     }
     if (s->hi > n_tokens) s->hi = n_tokens;
+    if (s->n_live && n_tokens < s->mask_len) mask_clip(c, s, (uint32_t)n_tokens);
     uint32_t keep = (uint32_t)((n_tokens + c->page_tokens - 1) / c->page_tokens);
     while (s->n_pages > keep)
         page_unref(c, s->table[--s->n_pages]);
@@ -1714,6 +1739,12 @@ static int commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_toke
         goto out;
     }
     s->mode = MODE_TOKENS;
+    if (s->compacted) {
+        /* Its pages no longer hold what block hashes of its tokens name: count only. */
+        s->n_committed += n_tokens;
+        s->n_full = (uint32_t)(s->n_committed / pt);
+        goto out;
+    }
     size_t i = 0;
     while (i < n_tokens) {
         uint32_t off = (uint32_t)(s->n_committed % pt);
@@ -1759,8 +1790,19 @@ int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size
     if (n_hashes && !hashes) return PGD_EINVAL;
     lock(c);
     if (s->promo) wait_locked(c, s);
-    if (s->mode == MODE_TOKENS || s->n_committed % c->page_tokens) {
+    if (s->mode == MODE_TOKENS || (!s->compacted && s->n_committed % c->page_tokens)) {
         rc = PGD_ESTATE;
+        goto out;
+    }
+    if (s->compacted) {
+        /* Counts n_hashes pages of tokens (a compaction leaves n_committed anywhere). */
+        if (n_hashes > (s->len - s->n_committed) / c->page_tokens) {
+            rc = PGD_EINVAL;
+            goto out;
+        }
+        s->mode = MODE_HASHES;
+        s->n_committed += (uint64_t)n_hashes * c->page_tokens;
+        s->n_full = (uint32_t)(s->n_committed / c->page_tokens);
         goto out;
     }
     if ((uint64_t)(s->n_full + n_hashes) * c->page_tokens > s->len) {
@@ -2791,6 +2833,26 @@ static int check_retention(pgd_cache *c, uint32_t n_pinned)
     return PGD_OK;
 }
 
+/* The dead-slot mask of s: only a compacted sequence has one, within its length, every
+ * (l, h) with at least one live slot, and some (l, h) with a dead one. Lock held. */
+static int check_mask(pgd_cache *c, const pgd_seq *s)
+{
+    if (!s->n_live && !s->mask_len) return PGD_OK;
+    const uint32_t n_cols = c->g.n_layers * c->g.n_kv_heads;
+    int bad = !s->n_live || !s->compacted || s->mask_len == 0 || s->mask_len > s->len;
+    uint32_t n_dead = 0;
+    for (uint32_t i = 0; !bad && i < n_cols; i++) {
+        bad = s->n_live[i] == 0 || s->n_live[i] > s->mask_len;
+        n_dead += s->n_live[i] < s->mask_len;
+    }
+    if (!bad && n_dead) return PGD_OK;
+    pgd__logf(&c->log, PGD_LOG_ERROR,
+              "cache check: a sequence's dead-slot mask (length %u) disagrees with it (length "
+              "%llu)",
+              s->mask_len, (unsigned long long)s->len);
+    return PGD_ECORRUPT;
+}
+
 static int check_locked(pgd_cache *c)
 {
     int rc = pgd_pool_check(c->pool);
@@ -2842,6 +2904,7 @@ static int check_locked(pgd_cache *c)
             }
         }
         uint32_t prev = PGD__NONE;
+        int ended = 0; /* compacted: past its registered prefix */
         for (uint32_t i = 0; i < s->n_pages; i++) {
             uint32_t page = s->table[i];
             if (page >= c->n_pages || pgd_pool_refcount(c->pool, page) == 0) {
@@ -2849,7 +2912,21 @@ static int check_locked(pgd_cache *c)
                 goto out;
             }
             holders[page]++;
-            if (i < s->n_full && !s->unregistrable) {
+            int chained = i < s->n_full && !s->unregistrable;
+            if (s->compacted) {
+                /* Its registered pages are the prefix it kept whole; the rest its own. */
+                if (c->page_entry[page] == PGD__NONE) {
+                    ended = 1;
+                } else if (ended) {
+                    pgd__logf(&c->log, PGD_LOG_ERROR,
+                              "cache check: page %u of a compacted sequence is registered past "
+                              "its kept prefix",
+                              i);
+                    goto out;
+                }
+                chained = !ended;
+            }
+            if (chained) {
                 /* Registered pages form a chain in the index. */
                 uint32_t e = c->page_entry[page];
                 const pgd__entry *en = pgd__index_entry(c->ix, e);
@@ -2862,6 +2939,7 @@ static int check_locked(pgd_cache *c)
                 prev = e;
             }
         }
+        if (check_mask(c, s) != PGD_OK) goto out;
     }
     if (n_seqs != c->n_seqs || n_promos != c->n_promos) goto out;
     if (c->n_tiers) {
@@ -2969,24 +3047,392 @@ int pgd_cache_check(pgd_cache *c)
     return rc;
 }
 
-/* ---- compaction (placeholder until the compaction lands: no sequence is compacted) ---- */
+/* ---- compaction (pgd_seq_compact) ----
+ *
+ * A compaction rewrites the slots of one sequence from keep lists, one per (layer, KV head),
+ * into the P1 = ceil(n_out / page_tokens) pages it holds afterwards:
+ *
+ *   old table: [a0][a1][b2][b3][b4][b5]    a: kept whole (every list keeps their slots)
+ *   new table: [a0][a1][d2][d3]            d: written pages: the sequence's own private pages
+ *                                          (refcount 1, unregistered) in place first, then
+ *                                          its private pages past the new end, then fresh
+ *                                          pages from the pool
+ *
+ * Pages kept whole are the leading full pages whose every slot each list keeps in place
+ * (keep[j] == j; a list ascends from distinct slots, so keep[j] >= j, and a slot kept in
+ * place means every slot before it is): they are not touched, shared or registered, so such
+ * a prefix stays in the index and in the other sequences. Every other slot is gathered per
+ * column (layer, K|V, head) into a buffer first (row codecs: the row's bytes; staged codecs:
+ * f16 rows, from the ring where it holds them, else decoded from the pool), then written to
+ * the destination pages; so a destination may be any page the sequence holds privately,
+ * whatever rows it held. Staged codecs encode each new full page (encode_page of the f16
+ * rows, as the write path does) and put rows [ring_lo, n_out) in the ring, as if the kept
+ * rows had been written at their new slots. Dead slots are zeros. Key bounds of a written
+ * page: min / max over its live rows of the values stored (row codecs: decoded; staged: the
+ * f16 rows encoded). Old pages not reused are released last, deepest first. Everything that
+ * can fail (memory, pages) is reserved before anything changes.
+ */
+
+/* Clips the dead-slot mask of s to n slots (a truncation below mask_len): dead slots past
+ * the end are gone, and a mask with no dead slot left is dropped. Lock held. */
+static void mask_clip(pgd_cache *c, pgd_seq *s, uint32_t n)
+{
+    const uint32_t n_cols = c->g.n_layers * c->g.n_kv_heads;
+    uint32_t n_dead = 0;
+    for (uint32_t i = 0; i < n_cols; i++) {
+        if (s->n_live[i] > n) s->n_live[i] = n;
+        n_dead += s->n_live[i] < n;
+    }
+    s->mask_len = n;
+    if (n_dead) return;
+    pgd__free(&c->al, s->n_live);
+    s->n_live = NULL;
+    s->mask_len = 0;
+}
 
 void pgd__seq_mask(const pgd_seq *s, uint32_t *mask_len, const uint32_t **n_live)
 {
-    (void)s;
-    *mask_len = 0;
-    *n_live = NULL;
+    *mask_len = s->mask_len;
+    *n_live = s->n_live;
+}
+
+uint64_t pgd_seq_n_dropped(pgd_cache *c, const pgd_seq *s)
+{
+    lock(c);
+    uint64_t n = s->n_dropped;
+    unlock(c);
+    return n;
+}
+
+/* Checks a compaction's lists and counts against s (cache.h). Returns PGD_OK or PGD_EINVAL
+ * (logged). O(total list length). Lock held. */
+static int compact_check(pgd_cache *c, const pgd_seq *s, uint32_t n_out, const uint32_t *keep,
+                         size_t ld, const uint32_t *n_live)
+{
+    const uint32_t n_cols = c->g.n_layers * c->g.n_kv_heads;
+    const char *why = NULL;
+    if (n_out == 0 || n_out > s->len)
+        why = "n_out is 0 or above the length";
+    else if (c->g.arena_device)
+        why = "a device arena cannot be compacted on the host";
+    else if (ld > SIZE_MAX / n_cols)
+        why = "ld is too large";
+    for (uint32_t i = 0; !why && i < n_cols; i++) {
+        uint32_t n = n_live ? n_live[i] : n_out;
+        const uint32_t *k = keep + i * ld;
+        if (n == 0 || n > n_out)
+            why = "an n_live is 0 or above n_out";
+        else if (n > ld)
+            why = "ld is below a list's length";
+        for (uint32_t j = 0; !why && j < n; j++)
+            if (k[j] >= s->len || (j && k[j] <= k[j - 1]))
+                why = "a keep list is not ascending, distinct and below the length";
+            else if (s->n_live && k[j] >= s->n_live[i] && k[j] < s->mask_len)
+                why = "a keep list keeps a dead slot";
+    }
+    if (!why) return PGD_OK;
+    pgd__logf(&c->log, PGD_LOG_ERROR, "cache: compact to %u slots of %llu refused: %s", n_out,
+              (unsigned long long)s->len, why);
+    return PGD_EINVAL;
+}
+
+/* Leading slots that a list of n entries keeps in place (k[j] == j), by bisection: k[j] >= j,
+ * and k[j] == j holds exactly below the first slot that moves. */
+static uint32_t kept_in_place(const uint32_t *k, uint32_t n)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (k[mid] == mid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Whether s holds page alone: no other sequence, no index entry (so no pin either). */
+static int page_private(const pgd_cache *c, uint32_t page)
+{
+    return pgd_pool_refcount(c->pool, page) == 1 && c->page_entry[page] == PGD__NONE;
+}
+
+/* A compaction's plan: pages [0, m) stay, pages [m, p1) are written to dst[]. */
+typedef struct compact_plan {
+    const uint32_t *keep;    /* the caller's lists, [n_cols][ld] */
+    size_t ld;               /* list stride */
+    const uint32_t *n_live;  /* NULL: every list has n_out entries */
+    uint32_t n_out, m, p1;   /* slots after; pages kept whole; pages after */
+    uint32_t *dst;           /* [p1 - m] the page each written page goes to */
+    uint8_t *buf;            /* a column's gathered rows, from slot g0 */
+    uint64_t g0;             /* the first slot gathered */
+    uint64_t lo_old, hi_old; /* staged: old ring rows [lo_old, hi_old) are valid */
+    int ring_old;            /* staged: s had a ring before */
+    uint64_t lo_new;         /* staged: ring rows [lo_new, n_out) after */
+} compact_plan;
+
+static uint8_t *region_at(pgd_cache *c, uint32_t page, uint32_t layer, uint32_t kind, uint32_t h)
+{
+    return kind ? pgd_pool_v(c->pool, page, layer, h) : pgd_pool_k(c->pool, page, layer, h);
+}
+
+/* Sets the key bounds of (page, layer, head) to min / max over rows[n][head_dim] (n 0:
+ * empty bounds). No-op without bounds. Lock held. */
+static void bounds_set(pgd_cache *c, uint32_t page, uint32_t layer, uint32_t h, const float *rows,
+                       uint32_t n)
+{
+    const uint32_t hd = c->g.head_dim;
+    float *b = pgd__pool_key_bounds_mut(c->pool, page, layer, h);
+    if (!b) return;
+    for (uint32_t d = 0; d < hd; d++) {
+        b[d] = INFINITY;
+        b[hd + d] = -INFINITY;
+    }
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t d = 0; d < hd; d++) {
+            float x = rows[(size_t)r * hd + d];
+            b[d] = x < b[d] ? x : b[d];
+            b[hd + d] = x > b[hd + d] ? x : b[hd + d];
+        }
+}
+
+/* Where row `slot` of a region of a row codec lives: span 0 (elements, or block codes) and
+ * span 1 (the row's block scales; none for plain types), each at off + slot * len. */
+typedef struct row_spans {
+    size_t off[2], len[2];
+} row_spans;
+
+static row_spans row_spans_of(const pgd_cache *c, uint32_t kind)
+{
+    pgd_pool_layout lay;
+    pgd_pool_get_layout(c->pool, &lay);
+    row_spans r = {{0, 0}, {0, 0}};
+    if (lay.row_stride) {
+        r.len[0] = (size_t)lay.row_stride;
+    } else { /* q8_0 / q4_0 with head_dim a multiple of 32: blocks along the row */
+        r.len[0] = (size_t)(lay.codes_bytes / lay.page_tokens);
+        r.off[1] = (size_t)(kind ? lay.v_scales_offset : lay.k_scales_offset);
+        r.len[1] = lay.head_dim / 32 * sizeof(uint16_t);
+    }
+    return r;
+}
+
+/* Row codecs: moves column (layer, kind, head) i's kept rows as bytes. Lock held. */
+static void compact_rows(pgd_cache *c, pgd_seq *s, const compact_plan *pl, uint32_t layer,
+                         uint32_t kind, uint32_t h)
+{
+    const uint32_t pt = c->page_tokens, i = layer * c->g.n_kv_heads + h;
+    const uint32_t n_i = pl->n_live ? pl->n_live[i] : pl->n_out;
+    const uint32_t *keep = pl->keep + i * pl->ld;
+    const row_spans rs = row_spans_of(c, kind);
+    const size_t rb = rs.len[0] + rs.len[1];
+    for (uint64_t j = pl->g0; j < pl->n_out; j++) {
+        uint8_t *b = pl->buf + (size_t)(j - pl->g0) * rb;
+        if (j >= n_i) {
+            memset(b, 0, rb); /* a dead slot */
+            continue;
+        }
+        uint32_t src = keep[j], slot = src % pt;
+        const uint8_t *reg = region_at(c, s->table[src / pt], layer, kind, h);
+        memcpy(b, reg + rs.off[0] + slot * rs.len[0], rs.len[0]);
+        if (rs.len[1]) memcpy(b + rs.len[0], reg + rs.off[1] + slot * rs.len[1], rs.len[1]);
+    }
+    for (uint32_t k = pl->m; k < pl->p1; k++) {
+        uint8_t *reg = region_at(c, pl->dst[k - pl->m], layer, kind, h);
+        uint64_t j0 = (uint64_t)k * pt;
+        uint32_t n = pl->n_out - j0 < pt ? (uint32_t)(pl->n_out - j0) : pt;
+        for (uint32_t r = 0; r < n; r++) {
+            const uint8_t *b = pl->buf + (size_t)(j0 + r - pl->g0) * rb;
+            memcpy(reg + rs.off[0] + r * rs.len[0], b, rs.len[0]);
+            if (rs.len[1]) memcpy(reg + rs.off[1] + r * rs.len[1], b + rs.len[0], rs.len[1]);
+        }
+        if (kind == PGD__K && c->g.key_bounds) {
+            uint32_t live = n_i > j0 ? (n_i - j0 < n ? (uint32_t)(n_i - j0) : n) : 0;
+            if (live) c->codec->decode_rows(PGD__K, reg, pt, c->g.head_dim, 0, live, c->scratch);
+            bounds_set(c, pl->dst[k - pl->m], layer, h, c->scratch, live);
+        }
+    }
+}
+
+/* Staged codecs: gathers column (layer, kind, head) i's kept rows in f16, encodes the new
+ * full pages and puts rows [lo_new, n_out) in the ring. Lock held. */
+static void compact_staged(pgd_cache *c, pgd_seq *s, const compact_plan *pl, uint32_t layer,
+                           uint32_t kind, uint32_t h)
+{
+    const uint32_t pt = c->page_tokens, hd = c->g.head_dim, i = layer * c->g.n_kv_heads + h;
+    const uint32_t n_i = pl->n_live ? pl->n_live[i] : pl->n_out;
+    const uint32_t *keep = pl->keep + i * pl->ld;
+    uint16_t *col = (uint16_t *)(void *)pl->buf, *ring = ring_rows(c, s, layer, kind, h);
+    for (uint64_t j = pl->g0; j < pl->n_out; j++) {
+        uint16_t *row = col + (size_t)(j - pl->g0) * hd;
+        if (j >= n_i) {
+            memset(row, 0, (size_t)hd * sizeof *row); /* a dead slot */
+            continue;
+        }
+        uint32_t src = keep[j];
+        if (pl->ring_old && src >= pl->lo_old && src < pl->hi_old) {
+            memcpy(row, ring + (size_t)(src % s->window) * hd, (size_t)hd * sizeof *row);
+        } else {
+            const uint8_t *reg = region_at(c, s->table[src / pt], layer, kind, h);
+            c->codec->decode_rows(kind, reg, pt, hd, src % pt, 1, c->scratch);
+            pgd__f32_to_f16_n(c->scratch, row, hd);
+        }
+    }
+    for (uint32_t k = pl->m; k < pl->p1; k++) {
+        uint64_t j0 = (uint64_t)k * pt;
+        uint32_t n = pl->n_out - j0 < pt ? (uint32_t)(pl->n_out - j0) : pt;
+        pgd__f16_to_f32_n(col + (size_t)(j0 - pl->g0) * hd, c->scratch, (size_t)n * hd);
+        if (n == pt) /* a full page is encoded; a partial one lives in the ring */
+            c->codec->encode_page(kind, region_at(c, pl->dst[k - pl->m], layer, kind, h), pt, hd,
+                                  c->scratch, pt);
+        if (kind == PGD__K) {
+            uint32_t live = n_i > j0 ? (n_i - j0 < n ? (uint32_t)(n_i - j0) : n) : 0;
+            bounds_set(c, pl->dst[k - pl->m], layer, h, c->scratch, live);
+        }
+    }
+    for (uint64_t p = pl->lo_new; p < pl->n_out; p++)
+        memcpy(ring + (size_t)(p % s->window) * hd, col + (size_t)(p - pl->g0) * hd,
+               (size_t)hd * sizeof *col);
 }
 
 int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *keep, size_t ld,
                     const uint32_t *n_live)
 {
-    (void)c, (void)s, (void)n_out, (void)keep, (void)ld, (void)n_live;
-    return PGD_ENOTSUP;
-}
+    const uint32_t pt = c->page_tokens, nl = c->g.n_layers, nh = c->g.n_kv_heads;
+    const uint32_t n_cols = nl * nh;
+    compact_plan pl;
+    uint32_t *mask = NULL, *fresh = NULL, n_fresh = 0, n_dead = 0;
+    uint8_t *reused = NULL;
+    int rc;
+    if (!s || !keep) return PGD_EINVAL;
+    memset(&pl, 0, sizeof pl);
+    lock(c);
+    if (s->promo) settle(c, s); /* a finished promotion settles; a pending one refuses */
+    rc = s->promo ? PGD_ESTATE : compact_check(c, s, n_out, keep, ld, n_live);
+    if (rc != PGD_OK) goto out;
+    for (uint32_t i = 0; n_live && i < n_cols; i++)
+        n_dead += n_live[i] < n_out;
+    if (n_out == s->len && !n_dead) goto out; /* every slot stays: nothing changes */
 
-uint64_t pgd_seq_n_dropped(pgd_cache *c, const pgd_seq *s)
-{
-    (void)c, (void)s;
-    return 0;
+    /* The plan: pages kept whole, then where each written page goes. */
+    const uint32_t p0 = s->n_pages, p1 = (uint32_t)(((uint64_t)n_out + pt - 1) / pt);
+    uint32_t m = n_out / pt;
+    for (uint32_t i = 0; i < n_cols && m; i++) {
+        uint32_t t = kept_in_place(keep + i * ld, n_live ? n_live[i] : n_out) / pt;
+        m = t < m ? t : m;
+    }
+    pl.keep = keep;
+    pl.ld = ld;
+    pl.n_live = n_live;
+    pl.n_out = n_out;
+    pl.m = m;
+    pl.p1 = p1;
+    pl.g0 = (uint64_t)m * pt;
+    rc = PGD_ENOMEM;
+    pl.dst = pgd__malloc(&c->al, (size_t)(p1 - m + 1) * sizeof *pl.dst);
+    fresh = pgd__malloc(&c->al, (size_t)(p1 - m + 1) * sizeof *fresh);
+    reused = pgd__calloc(&c->al, (size_t)(p0 - m + 1), 1);
+    if (!pl.dst || !fresh || !reused) goto out;
+    if (n_dead) {
+        mask = pgd__malloc(&c->al, (size_t)n_cols * sizeof *mask);
+        if (!mask) goto out;
+        memcpy(mask, n_live, (size_t)n_cols * sizeof *mask);
+    }
+    const int bytes = c->scratch != NULL; /* metadata-only pools: the page tables only */
+    if (bytes && c->window) {
+        pl.ring_old = s->ring != NULL;
+        pl.hi_old = s->hi;
+        pl.lo_old = s->ring_lo;
+        if (s->hi > s->window) {
+            uint64_t w = (s->hi - s->window + pt - 1) / pt * pt;
+            pl.lo_old = pl.lo_old > w ? pl.lo_old : w;
+        }
+        rc = ring_reserve(c, s, c->window); /* keeps the rows it holds */
+        if (rc != PGD_OK) goto out;
+        pl.lo_new = n_out > s->window ? (n_out - s->window + pt - 1) / pt * pt : 0;
+        pl.g0 = pl.lo_new < pl.g0 ? pl.lo_new : pl.g0;
+        rc = PGD_ENOMEM;
+    }
+    if (bytes) {
+        /* A gathered row: f16 (staged), else its bytes (K and V rows alike for row codecs). */
+        row_spans rs = row_spans_of(c, PGD__K);
+        size_t rb = c->window ? (size_t)c->g.head_dim * sizeof(uint16_t) : rs.len[0] + rs.len[1];
+        pl.buf = pgd__malloc(&c->al, (size_t)(n_out - pl.g0 + 1) * rb);
+        if (!pl.buf) goto out;
+    }
+    uint32_t q = p1; /* the next old page past the new end that may be reused */
+    for (uint32_t k = m; k < p1; k++) {
+        uint32_t *d = &pl.dst[k - m];
+        if (k < p0 && page_private(c, s->table[k])) {
+            *d = s->table[k];
+            reused[k - m] = 1;
+            continue;
+        }
+        while (q < p0 && !page_private(c, s->table[q]))
+            q++;
+        if (q < p0) {
+            *d = s->table[q];
+            reused[q - m] = 1;
+            q++;
+        } else {
+            *d = PGD__NONE;
+            n_fresh++;
+        }
+    }
+    rc = n_fresh > n_available(c) ? PGD_ENOSPC : PGD_OK; /* checked first: no eviction in vain */
+    uint32_t got = 0;
+    while (rc == PGD_OK && got < n_fresh) {
+        rc = alloc_page(c, s->tenant, got, &fresh[got]);
+        got += rc == PGD_OK;
+    }
+    if (rc != PGD_OK) {
+        /* Only quotas or a policy that refuses its own pages get here (free + evictable
+         * covered the pages): give back what this call took. */
+        while (got)
+            pgd_pool_unref(c->pool, fresh[--got]);
+        goto out;
+    }
+    for (uint32_t k = m; k < p1; k++)
+        if (pl.dst[k - m] == PGD__NONE) pl.dst[k - m] = fresh[--got];
+
+    /* Nothing fails from here on. */
+    for (uint32_t l = 0; bytes && l < nl; l++)
+        for (uint32_t kind = 0; kind < 2; kind++)
+            for (uint32_t h = 0; h < nh; h++) {
+                if (c->window)
+                    compact_staged(c, s, &pl, l, kind, h);
+                else
+                    compact_rows(c, s, &pl, l, kind, h);
+            }
+    for (uint32_t k = p0; k-- > m;)
+        if (!reused[k - m]) page_unref(c, s->table[k]);
+    if (p1 > m) memcpy(s->table + m, pl.dst, (size_t)(p1 - m) * sizeof *s->table);
+    s->n_pages = p1;
+    uint64_t dropped = s->len - n_out;
+    s->len = n_out;
+    if (s->n_committed > n_out) s->n_committed = n_out;
+    s->n_full = (uint32_t)(s->n_committed / pt);
+    s->hi = n_out;
+    if (c->window && bytes)
+        s->ring_lo = pl.lo_new;
+    else if (s->ring_lo > (uint64_t)n_out / pt * pt)
+        s->ring_lo = (uint64_t)n_out / pt * pt;
+    s->compacted = 1;
+    s->n_dropped += dropped;
+    pgd__free(&c->al, s->n_live);
+    s->n_live = mask;
+    s->mask_len = mask ? n_out : 0;
+    mask = NULL;
+    c->st.n_compactions++;
+    c->st.n_compact_dropped += dropped;
+    c->st.n_compact_freed += p0 - p1;
+    rc = (int)(p0 - p1);
+out:
+    pgd__free(&c->al, mask);
+    pgd__free(&c->al, pl.buf);
+    pgd__free(&c->al, pl.dst);
+    pgd__free(&c->al, fresh);
+    pgd__free(&c->al, reused);
+    unlock(c);
+    return rc;
 }

@@ -245,8 +245,10 @@ int pgd__seq_residual(pgd_cache *c, pgd_seq *s, const uint16_t **ring, uint32_t 
 
 /* The dead slots of a compacted sequence (pgd_seq_compact): for layer l and KV head h,
  * slots [n_live[l * n_kv_heads + h], *mask_len) are dead (attention gives them weight 0);
- * every slot >= *mask_len is live. *n_live NULL (and *mask_len 0): no dead slots. The
- * array is the sequence's, valid while it is not compacted again or destroyed. Unlocked:
+ * every slot >= *mask_len is live. *n_live NULL (and *mask_len 0): no dead slots. When set,
+ * 1 <= n_live[i] <= *mask_len <= length and some n_live[i] < *mask_len. The array is the
+ * sequence's (a fork has its own copy), valid until s is compacted again, truncated below
+ * *mask_len (which clips it, or drops it when no dead slot is left) or destroyed. Unlocked:
  * the caller owns s (attention runs between the steps that change it). */
 void pgd__seq_mask(const pgd_seq *s, uint32_t *mask_len, const uint32_t **n_live);
 

@@ -350,23 +350,35 @@ PGD_API uint32_t pgd_seq_pages(pgd_cache *c, const pgd_seq *s, const uint32_t **
  * Quest too). n_live NULL: every (l, h) keeps n_out. n_out >= every n_live[i] >= 1.
  *
  * Shared and registered pages are never written (their bytes and refcounts stay as they
- * are): the sequence writes what it keeps into pages of its own (a private page it held
- * is rewritten in place, a shared or registered one is replaced by a fresh page) and drops
- * its references to the rest, which stay in the prefix index (evictable once no one holds
- * them). Afterwards the sequence registers nothing: its pages no longer hold what their
- * block hashes name; commit only counts tokens (it takes and ignores hashes), and a fork
- * inherits the compaction. The length becomes n_out and n_committed min(n_committed, n_out)
- * (so truncate back to any slot >= n_out works); pgd_seq_n_dropped grows by length - n_out.
+ * are): the sequence writes what it keeps into pages of its own (its private pages, held by
+ * it alone and unregistered, are rewritten; fresh pages are taken for the rest) and drops its
+ * references to the rest, which stay in the prefix index (evictable once no one holds them).
+ * A leading full page whose every slot each list keeps in place (keep[j] == j: a prefix
+ * kept whole, e.g. attention sinks) is not written at all and stays as it is, shared or
+ * registered. Afterwards the sequence registers nothing: its pages no longer hold what
+ * their block hashes name; commit only counts tokens (commit / commit_hashed take and
+ * ignore tokens' hashes, commit_hashes counts n_hashes pages of tokens), match refuses it
+ * (PGD_ESTATE), and a fork inherits the compaction and its dead slots. The length becomes
+ * n_out and n_committed min(n_committed, n_out) (truncate works back to any slot >=
+ * n_committed, and clips the dead slots to the new length); pgd_seq_n_dropped grows by
+ * length - n_out. Dead slots hold zeros. n_out == length with no dead slot changes nothing
+ * (returns 0, not counted: the sequence still registers).
  *
  * Codecs: rows of f32, f16, bf16, and q8_0 / q4_0 with head_dim >= 32 move as bytes
  * (exact: a row's codes and scales); staged pools (kivi2; q8_0 / q4_0 with head_dim < 32)
- * decode the kept rows and encode the new full pages again (encode_page), the last partial
- * page going to the residual window as the write path would put it. Key bounds (Quest) of
- * every written page are recomputed.
+ * take the kept rows in f16 (from the residual window where it still holds them, else
+ * decoded from the pool) and encode the new full pages again (encode_page), the last
+ * partial page going to the residual window as the write path would put it (a fresh
+ * sequence written with those f16 rows has the same bytes). Key bounds (Quest) of every
+ * written page are recomputed: min / max over its live rows of the values stored. A
+ * metadata-only pool changes the page tables only; a device arena is refused (PGD_EINVAL).
  * Returns the pages freed (the sequence's page count before minus after, >= 0), or
- * PGD_EINVAL (bad lists or counts), PGD_ESTATE (a promotion of s pending), PGD_ENOSPC /
- * PGD_ENOMEM (no page for a private copy): s unchanged on error. Counted in the stats
- * (n_compactions, n_compact_dropped, n_compact_freed). */
+ * PGD_EINVAL (bad lists or counts, a list keeping a dead slot of an earlier compaction),
+ * PGD_ESTATE (a promotion of s pending), PGD_ENOSPC / PGD_ENOMEM (no page for a private
+ * copy, no memory for the work buffers): s unchanged on error. Counted in the stats
+ * (n_compactions, n_compact_dropped, n_compact_freed). Takes the cache lock; not
+ * concurrently with attention on s. Cost: O(kept slots x n_layers x n_kv_heads x head_dim)
+ * plus a buffer of one (layer, K|V, head) column of kept rows. */
 PGD_API int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *keep,
                             size_t ld, const uint32_t *n_live);
 /* Slots dropped from s by compaction so far: a slot's token position is slot + this. */

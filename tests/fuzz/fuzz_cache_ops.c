@@ -32,7 +32,8 @@
  * Retention, admin operations and tenants (op 9's variants): a sequence's retention, pin /
  * unpin / evict_chain / warm of a live query's chain, a tenant's reservation of the pool and
  * tier 0, next-use hints, and the cache's clock (an injected one the ops move), so TTLs and
- * pin expiries run under the same checks. The policy: Belady with FLAG_BELADY, else one
+ * pin expiries run under the same checks. Op 9's variant 7 compacts a sequence (token
+ * budgets: compact_op) with valid or broken lists. The policy: Belady with FLAG_BELADY, else one
  * of the online policies picked by the input's length.
  *
  * Input layout: byte 0 is the flags (FLAG_*); with FLAG_TIER0 two configuration bytes
@@ -332,6 +333,67 @@ static void check_matched(pgd_cache *c, pgd_seq *s, const pgd_hash *qh, size_t n
         if (!page_tagged(ids[i], qh[i])) fail("a matched page holds another block's bytes");
 }
 
+/* ---- compaction ---- */
+
+/* Compacts s (pgd_seq_compact, one list: NL = NH = 1) to 1 + n % length slots drawn (from
+ * a seed byte of the input) from the slots that are not dead (its mask), with dead slots of its own
+ * (n_live below n_out) when a says, or a broken list when a says: a repeat, a slot past the length,
+ * a dead slot, n_live 0. A valid list must succeed (the pages it returns are the page count
+ * it took off) or find no page (ENOSPC) or a pending promotion (ESTATE); a broken one must
+ * be refused (EINVAL, or ESTATE first); on error the length stays. */
+static void compact_op(pgd_cache *c, pgd_seq *s, reader *r, uint8_t a, uint8_t n)
+{
+    uint32_t keep[64], cand[64], n_cand = 0, mask_len;
+    const uint32_t *dead_from, *ids;
+    uint64_t len = pgd_seq_length(c, s);
+    if (len == 0 || len > 64) return;
+    pgd__seq_mask(s, &mask_len, &dead_from); /* single caller: s is not changing */
+    for (uint32_t t = 0; t < len; t++)
+        if (!dead_from || t < dead_from[0] || t >= mask_len) cand[n_cand++] = t;
+    uint32_t n_out = 1 + n % (uint32_t)len;
+    uint32_t n_keep = a & 0x10 ? 1 + (uint32_t)(n >> 3) % n_out : n_out;
+    if (n_keep > n_cand) n_keep = n_cand;
+    if (!(a & 0x10)) n_out = n_keep;
+    uint8_t seed = 0;
+    take(r, &seed);
+    uint64_t x = (uint64_t)seed << 8 | n;
+    for (uint32_t i = 0, got = 0; i < n_cand && got < n_keep; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull; /* the slots: from the seed */
+        if ((x >> 33) % (n_cand - i) < n_keep - got) keep[got++] = cand[i];
+    }
+    int broken = 0;
+    switch (a >> 5) {
+    case 4: /* a repeat */
+        if (n_keep >= 2) keep[n_keep - 1] = keep[n_keep - 2], broken = 1;
+        break;
+    case 5: /* past the length */
+        keep[n_keep - 1] = (uint32_t)len, broken = 1;
+        break;
+    case 6: /* a dead slot of the mask */
+        if (dead_from && dead_from[0] < mask_len) {
+            keep[0] = dead_from[0];
+            broken = 1;
+        }
+        break;
+    case 7: /* n_live 0 */
+        n_keep = 0, broken = 1;
+        break;
+    }
+    uint32_t before = pgd_seq_pages(c, s, &ids);
+    int rc = pgd_seq_compact(c, s, n_out, keep, 64, a & 0x10 || n_keep == 0 ? &n_keep : NULL);
+    uint64_t after_len = pgd_seq_length(c, s);
+    uint32_t after = pgd_seq_pages(c, s, &ids);
+    if (rc >= 0) {
+        if (broken) fail("pgd_seq_compact accepted a broken list");
+        if (after_len != n_out || (uint32_t)rc != before - after)
+            fail("pgd_seq_compact: length or pages freed disagree");
+    } else {
+        if (after_len != len || after != before) fail("pgd_seq_compact changed s on error");
+        if (rc != PGD_ESTATE && rc != (broken ? PGD_EINVAL : PGD_ENOSPC))
+            fail("pgd_seq_compact: an unexpected status");
+    }
+}
+
 /* ---- the program ---- */
 
 typedef struct cfg {
@@ -587,6 +649,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (q->n_qh)
                     pgd_cache_hint(c, "salt", q->salt_len, q->qh, q->n_qh, g_now + n * 1000000ull);
                 pgd_cache_hints_run(c, (uint64_t)a * 1000000ull);
+                break;
+            case 7: /* compaction: valid lists, or broken ones */
+                if (*sp) compact_op(c, *sp, &r, a, n);
                 break;
             default: /* the clock moves: TTLs and pins expire */
                 g_now += (uint64_t)n * 50000000ull;
