@@ -544,7 +544,10 @@ int pgd_budget_begin(pgd_budget *b, pgd_seq *s, uint32_t n_rows, uint64_t prompt
     case PGD__FEED_ALL:
         return (int)n_rows;
     case PGD__FEED_LAST:
-        memset(b->scores, 0, (size_t)b->n_layers * b->n_kv * b->ld * sizeof(float));
+        /* Slots past the length are 0 already (the invariant): zero what the last step
+         * wrote, not the whole buffer (ld may be the prompt's length, the length a budget). */
+        for (size_t r = 0; r < (size_t)b->n_layers * b->n_kv; r++)
+            memset(b->scores + r * b->ld, 0, (size_t)(len + n_rows) * sizeof(float));
         return 1;
     case PGD__FEED_OBS: {
         if (!prompt_left) return 0;
