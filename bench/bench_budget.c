@@ -41,6 +41,10 @@
  * compacting steps over the median of the others, summed and divided by the steps, is the
  * amortized cost per decode step.
  *
+ * Timing: wall time, and CPU time of the process (the machine may be shared: tokens per
+ * CPU-second and CPU milliseconds are steadier under contention). "cmp ms/cpu" is the
+ * once-methods' compaction (wall / CPU ms), "/step ms/cpu" online compaction's cost per
+ * decode step (wall / CPU ms, each from the steps' own clock).
  * Columns: "attn%" is n_layer x one layer's decode-row attention (measured on the run's
  * sequence) over the median decode step: what a budget can shrink. "bound" is the decode
  * speed-up that memory traffic allows, (weights + dense KV) / (weights + this run's KV),
@@ -168,25 +172,28 @@ typedef struct bench {
     uint32_t steps;    /* timed decode steps */
     uint32_t reps;     /* attention timings */
     uint64_t page_bytes;
-    uint64_t checksum; /* greedy tokens of every run */
-    double step_s[MAX_STEPS];
+    uint64_t checksum;          /* greedy tokens of every run */
+    double step_s[MAX_STEPS];   /* wall seconds of each timed decode step */
+    double step_cpu[MAX_STEPS]; /* CPU seconds of the process in it */
     int step_compacted[MAX_STEPS];
 } bench;
 
 typedef struct run_result {
-    int ok;                    /* 0: skipped (the budget could not be created) */
-    double chunk_s;            /* the real prefill chunk (with scoring, online compaction) */
-    double tps;                /* decode tokens/s over the timed steps (wall) */
-    double tps_cpu;            /* decode tokens per CPU-second of the process */
-    double step_med_s;         /* median decode step */
-    uint64_t kv_bytes;         /* pages used x page bytes after the decode */
-    uint32_t pages;            /* pages used */
-    uint64_t slots;            /* the sequence's length (slots) after the decode */
-    uint64_t dropped;          /* pgd_seq_n_dropped after the decode */
-    double compact_ms;         /* once-methods: pgd_budget_apply; NAN otherwise */
-    double compact_step_ms;    /* online: amortized per decode step; NAN otherwise */
-    uint64_t compactions;      /* budget stats */
-    double attn_ms, scored_ms; /* one layer, a decode row, on the run's sequence */
+    int ok;                     /* 0: skipped (the budget could not be created) */
+    double chunk_s;             /* the real prefill chunk (with scoring, online compaction) */
+    double tps;                 /* decode tokens/s over the timed steps (wall) */
+    double tps_cpu;             /* decode tokens per CPU-second of the process */
+    double step_med_s;          /* median decode step */
+    uint64_t kv_bytes;          /* pages used x page bytes after the decode */
+    uint32_t pages;             /* pages used */
+    uint64_t slots;             /* the sequence's length (slots) after the decode */
+    uint64_t dropped;           /* pgd_seq_n_dropped after the decode */
+    double compact_ms;          /* once-methods: pgd_budget_apply, wall; NAN otherwise */
+    double compact_cpu_ms;      /* the same in CPU time (it runs on the calling thread) */
+    double compact_step_ms;     /* online: amortized per decode step, wall; NAN otherwise */
+    double compact_step_cpu_ms; /* the same from the steps' CPU times */
+    uint64_t compactions;       /* budget stats */
+    double attn_ms, scored_ms;  /* one layer, a decode row, on the run's sequence */
 } run_result;
 
 /* Median attention times of rows query rows of s, layer 0: pgd_attn_run and
@@ -210,6 +217,22 @@ static int time_attn(bench *b, pgd_seq *s, uint32_t rows, double *plain_ms, doub
     *plain_ms = 1e3 * bench_median(tp, b->reps);
     *scored_ms = 1e3 * bench_median(ts, b->reps);
     return 0;
+}
+
+/* Online compaction's cost per step: the excess of the steps that compacted
+ * (compacted[i]) over the median of the others, summed and divided by the n steps; NAN
+ * when every step compacted. */
+static double amortized_ms(const double *t, const int *compacted, uint32_t n)
+{
+    double plain[MAX_STEPS], excess = 0;
+    uint32_t n_plain = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!compacted[i]) plain[n_plain++] = t[i];
+    if (!n_plain) return NAN;
+    const double med = bench_median(plain, n_plain);
+    for (uint32_t i = 0; i < n; i++)
+        if (compacted[i]) excess += t[i] - med;
+    return 1e3 * excess / n;
 }
 
 /* Prepares the prompt's context [0, prefix) in the prefix cache (see the file comment).
@@ -293,7 +316,7 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
     pgd_budget *bud = NULL;
     int ret = -1, rc;
     memset(r, 0, sizeof *r);
-    r->compact_ms = r->compact_step_ms = NAN;
+    r->compact_ms = r->compact_cpu_ms = r->compact_step_ms = r->compact_step_cpu_ms = NAN;
     if (pgd_seq_create(b->cache, NULL, 0, &s) != PGD_OK) return -1;
     int64_t got = pgd_seq_match(b->cache, s, b->toks, b->prefix);
     if (got != (int64_t)b->prefix) {
@@ -327,9 +350,11 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         goto out;
     }
     if (once) {
+        const double c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
         t0 = bench_now_s();
         int64_t d = pgd_budget_apply(bud, s);
         r->compact_ms = 1e3 * (bench_now_s() - t0);
+        r->compact_cpu_ms = 1e3 * (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0);
         if (d < 0) {
             fprintf(stderr, PROG ": %s budget %u: pgd_budget_apply: %s%s\n",
                     pgd_budget_method_name(bp->method), bp->budget, pgd_strerror((int)d),
@@ -358,6 +383,7 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         b->checksum = b->checksum * 31 + (uint64_t)tok;
         if (i == 0) continue;
         b->step_s[i - 1] = dt;
+        b->step_cpu[i - 1] = dc;
         b->step_compacted[i - 1] = st1.compactions > st0.compactions;
         total += dt;
         total_cpu += dc;
@@ -374,21 +400,11 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
     }
     r->tps = b->steps / total;
     r->tps_cpu = b->steps / total_cpu;
-    /* Online compaction: the compacting steps' excess over the median of the others. */
-    double plain[MAX_STEPS];
-    uint32_t n_plain = 0, n_comp = 0;
-    for (uint32_t i = 0; i < b->steps; i++)
-        if (!b->step_compacted[i]) plain[n_plain++] = b->step_s[i];
-    double med_plain = n_plain ? bench_median(plain, n_plain) : NAN;
     if (bp && !once) {
-        double excess = 0;
-        for (uint32_t i = 0; i < b->steps; i++)
-            if (b->step_compacted[i]) {
-                excess += b->step_s[i] - med_plain;
-                n_comp++;
-            }
-        r->compact_step_ms = n_plain ? 1e3 * excess / b->steps : NAN;
+        r->compact_step_ms = amortized_ms(b->step_s, b->step_compacted, b->steps);
+        r->compact_step_cpu_ms = amortized_ms(b->step_cpu, b->step_compacted, b->steps);
     }
+    double plain[MAX_STEPS];
     memcpy(plain, b->step_s, b->steps * sizeof *plain);
     r->step_med_s = bench_median(plain, b->steps);
     if (bud) {
@@ -415,6 +431,12 @@ out:
     return ret;
 }
 
+/* JSON has no NaN: a figure that does not apply is -1. */
+static double nan_neg(double x)
+{
+    return isnan(x) ? -1.0 : x;
+}
+
 static void print_run(const bench *b, const char *method, uint32_t budget, const run_result *r,
                       const run_result *dense, int json, double weight_bytes)
 {
@@ -427,20 +449,23 @@ static void print_run(const bench *b, const char *method, uint32_t budget, const
                "\"decode_vs_dense\": %.3f, \"decode_tps_cpu\": %.3f, "
                "\"decode_cpu_vs_dense\": %.3f, \"kv_bytes\": %" PRIu64 ", \"kv_vs_dense\": %.4f, "
                "\"pages\": %u, \"slots\": %" PRIu64 ", \"dropped\": %" PRIu64 ", "
-               "\"chunk_s\": %.3f, \"compact_ms\": %.3f, \"compact_ms_per_step\": %.3f, "
+               "\"chunk_s\": %.3f, \"compact_ms\": %.3f, \"compact_cpu_ms\": %.3f, "
+               "\"compact_ms_per_step\": %.3f, \"compact_cpu_ms_per_step\": %.3f, "
                "\"compactions\": %" PRIu64 ", \"attn_ms\": %.4f, \"attn_scored_ms\": %.4f, "
                "\"score_ratio\": %.4f, \"attn_share\": %.4f, \"traffic_bound\": %.3f}\n",
                b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
                r->tps_cpu / dense->tps_cpu, r->kv_bytes, (double)r->kv_bytes / dense->kv_bytes,
-               r->pages, r->slots, r->dropped, r->chunk_s,
-               isnan(r->compact_ms) ? -1.0 : r->compact_ms,
-               isnan(r->compact_step_ms) ? -1.0 : r->compact_step_ms, r->compactions, r->attn_ms,
-               r->scored_ms, score_x, attn_share, bound);
+               r->pages, r->slots, r->dropped, r->chunk_s, nan_neg(r->compact_ms),
+               nan_neg(r->compact_cpu_ms), nan_neg(r->compact_step_ms),
+               nan_neg(r->compact_step_cpu_ms), r->compactions, r->attn_ms, r->scored_ms, score_x,
+               attn_share, bound);
         return;
     }
-    char once[16] = "-", step[16] = "-";
-    if (!isnan(r->compact_ms)) snprintf(once, sizeof once, "%.2f", r->compact_ms);
-    if (!isnan(r->compact_step_ms)) snprintf(step, sizeof step, "%.3f", r->compact_step_ms);
+    char once[32] = "-", step[32] = "-";
+    if (!isnan(r->compact_ms))
+        snprintf(once, sizeof once, "%.1f/%.1f", r->compact_ms, r->compact_cpu_ms);
+    if (!isnan(r->compact_step_ms))
+        snprintf(step, sizeof step, "%.2f/%.2f", r->compact_step_ms, r->compact_step_cpu_ms);
     printf("%-6u %-6u %-9s %8.3f %7.2fx %8.3f %7.2fx %9.1f %7.3fx %7" PRIu64
            " %8.2f %9s %9s %7.3f %7.3f "
            "%7.3fx %5.1f%% %6.2fx\n",
@@ -544,10 +569,10 @@ static int bench_ctx(const config *cf, pe_model *m, uint32_t ctx, uint64_t *chec
         printf("ctx %u: scoring %u rows (an observation window) over %u keys, layer 0: "
                "%.3f ms -> %.3f ms scored (%.3fx)\n",
                ctx, CHUNK, b.prefix, obs_plain, obs_scored, obs_scored / obs_plain);
-        printf("%-6s %-6s %-9s %8s %8s %8s %8s %9s %8s %7s %8s %9s %9s %7s %7s %8s %6s %7s\n",
+        printf("%-6s %-6s %-9s %8s %8s %8s %8s %9s %8s %7s %8s %13s %13s %7s %7s %8s %6s %7s\n",
                "ctx", "budget", "method", "tok/s", "x dense", "t/cpu-s", "x dense", "KV MiB",
-               "x dense", "slots", "chunk s", "cmp ms", "cmp/step", "attn ms", "scored", "score x",
-               "attn%", "bound");
+               "x dense", "slots", "chunk s", "cmp ms/cpu", "/step ms/cpu", "attn ms", "scored",
+               "score x", "attn%", "bound");
     } else {
         printf("{\"ctx\": %u, \"real_prefix\": %u, \"real_prefix_s\": %.3f, \"fill_s\": %.3f, "
                "\"obs_rows\": %u, \"obs_attn_ms\": %.4f, \"obs_scored_ms\": %.4f, "
