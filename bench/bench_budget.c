@@ -190,6 +190,8 @@ typedef struct run_result {
     uint64_t dropped;           /* pgd_seq_n_dropped after the decode */
     double compact_ms;          /* once-methods: pgd_budget_apply, wall; NAN otherwise */
     double compact_cpu_ms;      /* the same in CPU time (it runs on the calling thread) */
+    double select_cpu_ms;       /* of which the selection (pgd_budget_select, every layer, on
+                                   the same scores), timed apart before it; NAN otherwise */
     double compact_step_ms;     /* online: amortized per decode step, wall; NAN otherwise */
     double compact_step_cpu_ms; /* the same from the steps' CPU times */
     uint64_t compactions;       /* budget stats */
@@ -217,6 +219,35 @@ static int time_attn(bench *b, pgd_seq *s, uint32_t rows, double *plain_ms, doub
     *plain_ms = 1e3 * bench_median(tp, b->reps);
     *scored_ms = 1e3 * bench_median(ts, b->reps);
     return 0;
+}
+
+/* The CPU ms of what pgd_budget_apply selects first: pgd_budget_select of every layer on
+ * the scores bud gathered for s (the accumulators stay readable after the step). Returns 0
+ * or -1 with a message. */
+static int time_select(bench *b, const pgd_budget_params *bp, pgd_budget *bud, pgd_seq *s,
+                       double *cpu_ms)
+{
+    const uint32_t n_layer = b->hp->n_layer, n_kv = b->hp->n_head_kv;
+    const uint64_t len = pgd_seq_length(b->cache, s);
+    uint32_t max_keep = 0;
+    for (uint32_t l = 0; l < n_layer; l++) {
+        uint32_t lb = pgd_budget_layer_budget(bp, l, n_layer);
+        if (bp->method == PGD_BUDGET_ADAKV) lb = (uint32_t)ceil(bp->adakv_cap * lb);
+        if (lb > max_keep) max_keep = lb;
+    }
+    uint32_t *keep = malloc((size_t)n_kv * max_keep * sizeof *keep);
+    uint32_t *n_keep = malloc(n_kv * sizeof *n_keep);
+    int rc = keep && n_keep ? 0 : PGD_ENOMEM;
+    const double c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (uint32_t l = 0; l < n_layer && rc >= 0; l++)
+        rc = pgd_budget_select(bp, l, n_layer, n_kv, len, pgd_budget_scores(bud, l),
+                               pgd_budget_score_ld(bud), keep, max_keep, n_keep);
+    *cpu_ms = 1e3 * (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0);
+    free(keep);
+    free(n_keep);
+    if (rc >= 0) return 0;
+    fprintf(stderr, PROG ": pgd_budget_select: %s\n", pgd_strerror(rc));
+    return -1;
 }
 
 /* Online compaction's cost per step: the excess of the steps that compacted
@@ -317,6 +348,7 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
     int ret = -1, rc;
     memset(r, 0, sizeof *r);
     r->compact_ms = r->compact_cpu_ms = r->compact_step_ms = r->compact_step_cpu_ms = NAN;
+    r->select_cpu_ms = NAN;
     if (pgd_seq_create(b->cache, NULL, 0, &s) != PGD_OK) return -1;
     int64_t got = pgd_seq_match(b->cache, s, b->toks, b->prefix);
     if (got != (int64_t)b->prefix) {
@@ -350,6 +382,7 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         goto out;
     }
     if (once) {
+        if (time_select(b, bp, bud, s, &r->select_cpu_ms)) goto out;
         const double c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
         t0 = bench_now_s();
         int64_t d = pgd_budget_apply(bud, s);
@@ -450,29 +483,30 @@ static void print_run(const bench *b, const char *method, uint32_t budget, const
                "\"decode_cpu_vs_dense\": %.3f, \"kv_bytes\": %" PRIu64 ", \"kv_vs_dense\": %.4f, "
                "\"pages\": %u, \"slots\": %" PRIu64 ", \"dropped\": %" PRIu64 ", "
                "\"chunk_s\": %.3f, \"compact_ms\": %.3f, \"compact_cpu_ms\": %.3f, "
+               "\"select_cpu_ms\": %.3f, "
                "\"compact_ms_per_step\": %.3f, \"compact_cpu_ms_per_step\": %.3f, "
                "\"compactions\": %" PRIu64 ", \"attn_ms\": %.4f, \"attn_scored_ms\": %.4f, "
                "\"score_ratio\": %.4f, \"attn_share\": %.4f, \"traffic_bound\": %.3f}\n",
                b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
                r->tps_cpu / dense->tps_cpu, r->kv_bytes, (double)r->kv_bytes / dense->kv_bytes,
                r->pages, r->slots, r->dropped, r->chunk_s, nan_neg(r->compact_ms),
-               nan_neg(r->compact_cpu_ms), nan_neg(r->compact_step_ms),
+               nan_neg(r->compact_cpu_ms), nan_neg(r->select_cpu_ms), nan_neg(r->compact_step_ms),
                nan_neg(r->compact_step_cpu_ms), r->compactions, r->attn_ms, r->scored_ms, score_x,
                attn_share, bound);
         return;
     }
-    char once[32] = "-", step[32] = "-";
+    char once[32] = "-", step[32] = "-", sel[16] = "-";
     if (!isnan(r->compact_ms))
         snprintf(once, sizeof once, "%.1f/%.1f", r->compact_ms, r->compact_cpu_ms);
+    if (!isnan(r->select_cpu_ms)) snprintf(sel, sizeof sel, "%.1f", r->select_cpu_ms);
     if (!isnan(r->compact_step_ms))
         snprintf(step, sizeof step, "%.2f/%.2f", r->compact_step_ms, r->compact_step_cpu_ms);
-    printf("%-6u %-6u %-9s %8.3f %7.2fx %8.3f %7.2fx %9.1f %7.3fx %7" PRIu64
-           " %8.2f %9s %9s %7.3f %7.3f "
-           "%7.3fx %5.1f%% %6.2fx\n",
+    printf("%-6u %-6u %-9s %8.3f %7.2fx %8.3f %7.2fx %9.1f %7.3fx %7" PRIu64 " %8.2f %13s %7s "
+           "%13s %7.3f %7.3f %7.3fx %5.1f%% %6.2fx\n",
            b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
            r->tps_cpu / dense->tps_cpu, r->kv_bytes * mib, (double)r->kv_bytes / dense->kv_bytes,
-           r->slots, r->chunk_s, once, step, r->attn_ms, r->scored_ms, score_x, 100.0 * attn_share,
-           bound);
+           r->slots, r->chunk_s, once, sel, step, r->attn_ms, r->scored_ms, score_x,
+           100.0 * attn_share, bound);
 }
 
 typedef struct config {
@@ -517,6 +551,11 @@ static int bench_ctx(const config *cf, pe_model *m, uint32_t ctx, uint64_t *chec
     }
     b.cache = pe_ctx_cache(b.c);
     b.page_bytes = pgd_pool_page_bytes(pgd_cache_pool(b.cache));
+    /* Touch every page once (all are free now), as in a pool that has served a while:
+     * else a page's first use (the fill, compaction's fresh pages) pays the kernel's
+     * zeroing of its memory, 20% of a profile of a run at 8k. */
+    for (uint32_t i = 0; i < pgd_pool_n_pages(pgd_cache_pool(b.cache)); i++)
+        memset(pgd_pool_page_data(pgd_cache_pool(b.cache), i), 0, b.page_bytes);
     b.tp = pe_tp_create(cf->threads);
     pgd_attn_params ap = pgd_attn_default_params();
     ap.n_head = hp->n_head;
@@ -569,10 +608,10 @@ static int bench_ctx(const config *cf, pe_model *m, uint32_t ctx, uint64_t *chec
         printf("ctx %u: scoring %u rows (an observation window) over %u keys, layer 0: "
                "%.3f ms -> %.3f ms scored (%.3fx)\n",
                ctx, CHUNK, b.prefix, obs_plain, obs_scored, obs_scored / obs_plain);
-        printf("%-6s %-6s %-9s %8s %8s %8s %8s %9s %8s %7s %8s %13s %13s %7s %7s %8s %6s %7s\n",
+        printf("%-6s %-6s %-9s %8s %8s %8s %8s %9s %8s %7s %8s %13s %7s %13s %7s %7s %8s %6s %7s\n",
                "ctx", "budget", "method", "tok/s", "x dense", "t/cpu-s", "x dense", "KV MiB",
-               "x dense", "slots", "chunk s", "cmp ms/cpu", "/step ms/cpu", "attn ms", "scored",
-               "score x", "attn%", "bound");
+               "x dense", "slots", "chunk s", "cmp ms/cpu", "sel cpu", "/step ms/cpu", "attn ms",
+               "scored", "score x", "attn%", "bound");
     } else {
         printf("{\"ctx\": %u, \"real_prefix\": %u, \"real_prefix_s\": %.3f, \"fill_s\": %.3f, "
                "\"obs_rows\": %u, \"obs_attn_ms\": %.4f, \"obs_scored_ms\": %.4f, "
