@@ -20,6 +20,10 @@
  *   p/c         time contiguous / time paged (1.00 = paging costs nothing)
  *               (paged, contiguous and probe are timed in turn, repetition by repetition)
  *   prefill     a chunk of --prefill rows after a prefix of --prefill-depth tokens
+ *   --scores    instead of the table above: decode with and without scores (token budgets,
+ *               pgd_attn_run_scored: every decode row scored, score_keys = ctx) on the same
+ *               paged sequences, timed in turn repetition by repetition; scored/plain is
+ *               the cost of scoring (issue 14's target: below 1.05)
  *
  * Targets (issue 5): f16 at GQA 1 >= 85% of the probe; paged >= 0.97x contiguous; q8_0 and
  * q4_0 faster than f16 at long context (the summary lines). Each figure is the median of
@@ -60,6 +64,7 @@ typedef struct opts {
     int hugepages;   /* madvise the pool arenas MADV_HUGEPAGE before filling */
     int small_probe; /* leave the probe buffer on 4 KiB pages */
     int cpu_time;    /* time on the thread's CPU clock (--threads 1 only) */
+    int scores;      /* time decode with against without scores */
 } opts;
 
 static void usage(FILE *f)
@@ -91,6 +96,8 @@ static void usage(FILE *f)
                "                     the time the thread waits for a core, not its cache misses\n"
                "  --wide N           KV heads per decode task (default 0: the library's\n"
                "                     default, the most its scratch allows; 1: one per head)\n"
+               "  --scores           decode with scores (pgd_attn_run_scored) against without,\n"
+               "                     paged only, no prefill: the cost of scoring\n"
                "  --seed N           K/V and query seed (default 1)\n"
                "  --json             one JSON object per result line\n"
                "  --smoke            tiny and fast (ctest)\n"
@@ -468,6 +475,32 @@ static int time_decode(pgd_attn *a[2], pgd_attn_item *it[2], uint32_t n, bpool *
     return 0;
 }
 
+/* Times pgd_attn_run and pgd_attn_run_scored (scores sc) on the same items in turn,
+ * repetition by repetition. t[0] plain, t[1] scored: median seconds; returns < 0 on error. */
+static int time_scores(pgd_attn *a, pgd_attn_item *it, const pgd_attn_scores *sc, uint32_t n,
+                       const opts *o, double t[2])
+{
+    static double s[2][4096];
+    if (pgd_attn_run(a, 0, it, n) != PGD_OK || pgd_attn_run_scored(a, 0, it, sc, n) != PGD_OK)
+        return -1; /* warm-up */
+    int k = 0;
+    double t_start = now_s();
+    while (more_reps(k, t_start, o)) {
+        for (int l = 0; l < 2; l++) {
+            double t0 = now_s();
+            if (l == 0)
+                pgd_attn_run(a, 0, it, n);
+            else
+                pgd_attn_run_scored(a, 0, it, sc, n);
+            s[l][k] = now_s() - t0;
+        }
+        k++;
+    }
+    t[0] = bench_median(s[0], (size_t)k);
+    t[1] = bench_median(s[1], (size_t)k);
+    return 0;
+}
+
 /* Times pgd_attn_run on items; returns the median seconds, or < 0 on error. */
 static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *o)
 {
@@ -481,6 +514,12 @@ static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *
         t[k++] = now_s() - t0;
     }
     return bench_median(t, (size_t)k);
+}
+
+static void print_scores_header(void)
+{
+    printf("%-6s %4s %6s %5s %12s %12s %8s\n", "type", "gqa", "ctx", "batch", "plain us",
+           "scored us", "scored/plain");
 }
 
 static void print_header(void)
@@ -510,25 +549,16 @@ int main(int argc, char **argv)
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
 
-    static const struct option lo[] = {{"types", 1, 0, 't'},
-                                       {"ctx", 1, 0, 'c'},
-                                       {"batch", 1, 0, 'b'},
-                                       {"gqa", 1, 0, 'g'},
-                                       {"kv-heads", 1, 0, 'k'},
-                                       {"head-dim", 1, 0, 'd'},
-                                       {"page-tokens", 1, 0, 'p'},
-                                       {"max-tokens", 1, 0, 'm'},
-                                       {"threads", 1, 0, 'T'},
-                                       {"min-reps", 1, 0, 'r'},
-                                       {"min-ms", 1, 0, 'M'},
-                                       {"prefill", 1, 0, 'P'},
-                                       {"prefill-depth", 1, 0, 'D'},
-                                       {"paged-only", 0, 0, 'O'},
-                                       {"hugepages", 0, 0, 'H'},
-                                       {"small-probe", 0, 0, 'B'},
-                                       {"cpu-time", 0, 0, 'C'},
-                                       {"wide", 1, 0, 'W'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},
+                                       {"batch", 1, 0, 'b'},         {"gqa", 1, 0, 'g'},
+                                       {"kv-heads", 1, 0, 'k'},      {"head-dim", 1, 0, 'd'},
+                                       {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'},
+                                       {"threads", 1, 0, 'T'},       {"min-reps", 1, 0, 'r'},
+                                       {"min-ms", 1, 0, 'M'},        {"prefill", 1, 0, 'P'},
+                                       {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'},
+                                       {"hugepages", 0, 0, 'H'},     {"small-probe", 0, 0, 'B'},
+                                       {"cpu-time", 0, 0, 'C'},      {"wide", 1, 0, 'W'},
+                                       {"scores", 0, 0, 'S'},        {0, 0, 0, 0}};
     bench_cli cli = {.prog = "bench_attn",
                      .usage = usage,
                      .own = lo,
@@ -599,6 +629,9 @@ int main(int argc, char **argv)
         case 'C':
             o.cpu_time = 1;
             break;
+        case 'S':
+            o.scores = 1;
+            break;
         }
         if (bad) {
             fprintf(stderr, "bench_attn: bad option value '%s' (see --help)\n",
@@ -620,6 +653,10 @@ int main(int argc, char **argv)
         if (o.threads > 2) o.threads = 2;
     }
 
+    if (o.scores) {
+        o.layouts = 1;
+        o.prefill = 0;
+    }
     if (o.cpu_time && o.threads != 1) {
         fprintf(stderr, "bench_attn: --cpu-time needs --threads 1 (it reads one thread's clock)\n");
         return 2;
@@ -667,7 +704,10 @@ int main(int argc, char **argv)
                o.threads, o.n_kv, o.hd, o.pt, o.small_probe ? "4 KiB" : "huge",
                o.cpu_time ? "thread CPU" : "wall");
         printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
-        print_header();
+        if (o.scores)
+            print_scores_header();
+        else
+            print_header();
     } else {
         printf("{\"probe_dram_gbs\": %.2f, \"threads\": %u}\n", dram_gbs, o.threads);
     }
@@ -719,6 +759,7 @@ int main(int argc, char **argv)
                 ap.parallel = bpool_run;
                 ap.parallel_ud = &bp;
                 ap.max_rows = max_batch > o.prefill ? max_batch : o.prefill;
+                ap.score_keys = o.scores ? ctx : 0;
                 pgd_attn_item it[2][64];
                 float *q = malloc((size_t)max_batch * n_head * o.hd * sizeof *q);
                 float *out = malloc((size_t)max_batch * n_head * o.hd * sizeof *out);
@@ -746,6 +787,35 @@ int main(int argc, char **argv)
                     }
                     const uint64_t pages = (uint64_t)batch * ((ctx + o.pt - 1) / o.pt);
                     const double bytes = (double)pages * o.n_kv * 2 * (double)region;
+                    if (!rc && o.scores) {
+                        /* Scored against plain decode on the same sequences. */
+                        pgd_attn_scores sc[64];
+                        float *sbuf = calloc((size_t)batch * o.n_kv * ctx, sizeof *sbuf);
+                        for (uint32_t i = 0; sbuf && i < batch; i++)
+                            sc[i] = (pgd_attn_scores){sbuf + (size_t)i * o.n_kv * ctx, 1, ctx};
+                        double ts[2];
+                        if (!sbuf || time_scores(a[0], it[0], sc, batch, &o, ts) != 0) {
+                            fprintf(stderr, "bench_attn: scored run failed\n");
+                            rc = 1;
+                        } else {
+                            fold(out, (size_t)batch * n_head * o.hd);
+                            fold(sbuf, (size_t)batch * o.n_kv * ctx);
+                            if (o.b.json)
+                                printf("{\"type\": \"%s\", \"gqa\": %u, \"ctx\": %u, "
+                                       "\"batch\": %u, \"plain_us\": %.2f, \"scored_us\": %.2f, "
+                                       "\"scored_over_plain\": %.4f}\n",
+                                       pgd_kv_type_name(type), o.gqa[gi], ctx, batch, ts[0] * 1e6,
+                                       ts[1] * 1e6, ts[1] / ts[0]);
+                            else
+                                printf("%-6s %4u %6u %5u %12.1f %12.1f %8.3f\n",
+                                       pgd_kv_type_name(type), o.gqa[gi], ctx, batch, ts[0] * 1e6,
+                                       ts[1] * 1e6, ts[1] / ts[0]);
+                        }
+                        free(sbuf);
+                        pgd_attn_destroy(a[0]);
+                        if (rc) break;
+                        continue;
+                    }
                     if (!rc && time_decode(a, itl, batch, &bp, pr, (size_t)bytes, &o, t) != 0)
                         rc = 1;
                     if (!rc && pgd_attn_run(a[0], 0, it[0], batch) == PGD_OK) /* paged output */
@@ -834,7 +904,7 @@ int main(int argc, char **argv)
         }
     }
 
-    if (!rc && !o.b.json) {
+    if (!rc && !o.b.json && !o.scores) {
         printf("summary: f16 gqa 1 at ctx %u: %.0f%% of the read probe (target >= 85%%)\n",
                o.ctx[o.n_ctx - 1], 100.0 * f16_bw_gqa1);
         if (worst_pc < 10)

@@ -3347,11 +3347,9 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
             uint64_t w = (s->hi - s->window + pt - 1) / pt * pt;
             pl.lo_old = pl.lo_old > w ? pl.lo_old : w;
         }
-        rc = ring_reserve(c, s, c->window); /* keeps the rows it holds */
-        if (rc != PGD_OK) goto out;
-        pl.lo_new = n_out > s->window ? (n_out - s->window + pt - 1) / pt * pt : 0;
+        uint64_t w_new = s->ring ? s->window : c->window; /* the ring after ring_reserve */
+        pl.lo_new = n_out > w_new ? (n_out - w_new + pt - 1) / pt * pt : 0;
         pl.g0 = pl.lo_new < pl.g0 ? pl.lo_new : pl.g0;
-        rc = PGD_ENOMEM;
     }
     if (bytes) {
         /* A gathered row: f16 (staged), else its bytes (K and V rows alike for row codecs). */
@@ -3359,6 +3357,11 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
         size_t rb = c->window ? (size_t)c->g.head_dim * sizeof(uint16_t) : rs.len[0] + rs.len[1];
         pl.buf = pgd__malloc(&c->al, (size_t)(n_out - pl.g0 + 1) * rb);
         if (!pl.buf) goto out;
+    }
+    /* The last allocation: a ring for a staged sequence that had none (it keeps its rows). */
+    if (bytes && c->window) {
+        rc = ring_reserve(c, s, c->window);
+        if (rc != PGD_OK) goto out;
     }
     uint32_t q = p1; /* the next old page past the new end that may be reused */
     for (uint32_t k = m; k < p1; k++) {

@@ -193,6 +193,15 @@ static const char *tier_why(const pgd_cache_params *p, int rc)
     }
 }
 
+/* The most slots one (layer, KV head) of budget p keeps (budget.h "The budget"):
+ * pyramidkv's lowest layer, adakv's cap. */
+static uint64_t budget_max_keep(const pgd_budget_params *p, uint32_t n_layer)
+{
+    if (p->method == PGD_BUDGET_PYRAMIDKV) return pgd_budget_layer_budget(p, 0, n_layer);
+    if (p->method == PGD_BUDGET_ADAKV) return (uint64_t)ceil((double)p->adakv_cap * p->budget);
+    return p->budget;
+}
+
 int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err, size_t errlen)
 {
     const pe_hparams *hp = &m->hp;
@@ -205,7 +214,15 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     if (!c->p.n_batch) c->p.n_batch = 512;
     if (c->p.n_batch > c->p.n_ctx) c->p.n_batch = c->p.n_ctx;
     if (!c->p.page_tokens) c->p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
-    if (!c->p.kv_tokens) c->p.kv_tokens = c->p.n_ctx;
+    if (!c->p.kv_tokens) {
+        c->p.kv_tokens = c->p.n_ctx;
+        /* A compaction writes what it keeps into fresh pages where the sequence's own are
+         * registered (cache.h): room for the most one keeps, so a sequence that filled
+         * n_ctx can still be compacted (measured: snapkv 64 over a 482-token prompt in a
+         * 512-token pool failed with ENOSPC without it). */
+        if (c->p.budget.method != PGD_BUDGET_NONE)
+            c->p.kv_tokens += budget_max_keep(&c->p.budget, hp->n_layer) + c->p.page_tokens;
+    }
     if (c->p.n_ctx > (1u << 22)) {
         pe__errf(err, errlen, "context of %u tokens is too large", c->p.n_ctx);
         goto fail;

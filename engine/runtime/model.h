@@ -81,7 +81,8 @@ typedef struct pe_ctx_params {
     uint32_t n_threads;       /* 0: all cores */
     uint32_t page_tokens;     /* default 16 */
     pgd_kv_type kv_type;      /* KV codec, any pgd_kv_type; default f16 */
-    uint64_t kv_tokens;       /* pool capacity in tokens; 0: n_ctx */
+    uint64_t kv_tokens;       /* pool capacity in tokens; 0: n_ctx (with a budget, plus the
+                                 most one compaction keeps and a page: its private copies) */
     int contiguous_ref;       /* also keep K/V in plain f32 arrays (f16-rounded for an f16
                                  cache) and attend from them (the reference path for tests);
                                  one sequence per step only */

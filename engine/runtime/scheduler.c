@@ -76,6 +76,7 @@ typedef struct req {
     int has_budget;
     pgd_budget *bud;     /* created at the first admission, reset at preemption */
     int compacted;       /* this admission's sequence was compacted */
+    int apply_pending;   /* its once-only compaction failed: retried after each step */
     uint32_t reg_pages;  /* compacted: its leading pages the prefix index may hold (those
                             committed before the first compaction) */
     uint64_t kv_dropped; /* slots dropped by the sequences it released so far */
@@ -212,6 +213,22 @@ static uint64_t slots_needed(const pe_sched *s, const req *r, uint64_t slots_now
         if (need > cap) need = slots_now > cap ? slots_now : cap;
     }
     return need;
+}
+
+/* A budget that compresses once (the snapkv family) whose compaction at the prompt's end
+ * failed (no page for the private copies; pe_forward_batch kept the sequence whole) is not
+ * due again by itself: it is applied after each later step of r until it holds (online
+ * budgets are due again after every step anyway). it: r's item of the step that ran.
+ * Stepping thread. */
+static void budget_retry(pe_sched *s, req *r, const pe_batch_item *it)
+{
+    if (budget_online(&r->bp)) return;
+    if (r->apply_pending) {
+        if (pgd_budget_apply(r->bud, r->seq) >= 0) r->apply_pending = 0;
+    } else if (it->prompt_left == it->n && pgd_seq_n_dropped(s->cache, r->seq) == 0 &&
+               pgd_seq_length(s->cache, r->seq) > budget_max_keep(s, &r->bp)) {
+        r->apply_pending = 1; /* every head was due to drop tokens and none did */
+    }
 }
 
 /* The slots r's sequence holds (fewer than its tokens once a budget compacted it). */
@@ -660,6 +677,7 @@ static void admit(pe_sched *s)
         w->admit_seq = ++s->admit_counter;
         w->preempted = 0;
         w->compacted = 0;
+        w->apply_pending = 0;
         /* With tiers, part of the match may still be filling: settle() finds out. */
         w->promoting = s->n_tiers && cached > 0;
         w->first_match = w->promoting && !w->admitted;
@@ -714,6 +732,7 @@ static void preempt_newest(pe_sched *s)
     r->seq = NULL;
     r->n_done = 0;
     r->compacted = 0;
+    r->apply_pending = 0;
     if (r->bud) pgd_budget_reset(r->bud); /* the recompute scores afresh */
     r->preempted = 1;
     r->queued_at = s->n_rounds;
@@ -916,6 +935,7 @@ int pe_sched_step(pe_sched *s)
                 n_computed += end - r->n_done;
             }
             r->n_done += s->items[i].n;
+            if (r->bud) budget_retry(s, r, &s->items[i]);
             if (r->bud && !r->compacted && pgd_seq_n_dropped(s->cache, r->seq) > 0) {
                 /* Compacted after this step's commit: the full pages committed up to now
                  * were registered, and nothing after them will be. */

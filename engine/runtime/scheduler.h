@@ -66,7 +66,10 @@
  * checks count slots, not tokens: a compacted request needs pages for what its sequence
  * holds, and an online budget's prefill at most its largest keep plus a page and a chunk.
  * Preemption recomputes a compacted request (its pages are not what their hashes name, so
- * no swap) and resets its budget's scores. pe_usage reports the method, the budget, the
+ * no swap) and resets its budget's scores. A compaction that fails for want of pages keeps
+ * every token (the request goes on uncompacted); online budgets try again after the next
+ * step, and the snapkv family's once-only compaction is retried after each later step
+ * (pgd_budget_apply) until it holds. pe_usage reports the method, the budget, the
  * slots dropped over the request's life and those its sequence held at the end.
  *
  * Threads: submit, cancel and stats may be called from any thread while one thread calls

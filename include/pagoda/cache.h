@@ -16,6 +16,8 @@
  *                                        (copy-on-write; plain f32/f16 layouts only)
  *   pgd_seq_commit(tokens) / _hashes     tells which tokens were written; every page that
  *     / _hashed(tokens, hashes)          became full is registered in the prefix index
+ *   pgd_seq_compact(keep lists)          keeps a token budget's slots in fewer private
+ *                                        pages (budget.h); registers nothing after
  *   pgd_seq_fork                         a new sequence sharing every page
  *   pgd_seq_destroy                      drops the sequence's references; its registered
  *                                        pages stay cached until the policy evicts them
@@ -185,7 +187,8 @@ PGD_API int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_
 PGD_API void pgd_seq_destroy(pgd_cache *c, pgd_seq *s);
 /* Creates a new sequence sharing every page (and the hash chain) of src. Writes into a
  * shared partial page copy it first (copy-on-write). Every page of src but the last must
- * be committed (commit before forking), so that only the last page is shared unhashed.
+ * be committed (commit before forking), so that only the last page is shared unhashed; a
+ * compacted src (pgd_seq_compact) registers nothing, so any of its pages may be shared.
  * Returns PGD_OK, PGD_ENOMEM, PGD_EBUSY (max_seqs), PGD_ESTATE (uncommitted pages). */
 PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
 
@@ -194,7 +197,8 @@ PGD_API int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out);
  * The sequence must be empty. Counts n_tokens as queried and the pool prefix as hit.
  * With tiers, the length includes the run being promoted (see "Tiers").
  * Returns the cached length in tokens (a multiple of page_tokens, <= n_tokens),
- * PGD_ESTATE (the sequence was already matched, grown or committed) or PGD_ENOMEM. */
+ * PGD_ESTATE (the sequence was already matched, grown, committed or compacted) or
+ * PGD_ENOMEM. */
 PGD_API int64_t pgd_seq_match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens);
 /* Same as pgd_seq_match, with precomputed block hashes: hashes[k] is the hash of page k
  * (tokens[k*page_tokens ..]) as pgd_cache_hash_tokens computes it for this sequence's salt

@@ -133,10 +133,15 @@ enum { PGD__ATTN_SCALAR = 0, PGD__ATTN_AVX2 = 1, PGD__ATTN_AVX512 = 2 };
  * *sum = their sum; returns the factor 2^(m_old - m_new) for the running state. */
 typedef float (*pgd__softmax_step_fn)(float *s, uint32_t nv, uint32_t nb, float *m, float *sum);
 
+/* y[0..n) += c * x[0..n) (the sums of attention scores, attn.c). */
+typedef void (*pgd__attn_axpy_fn)(float *restrict y, const float *restrict x, float c, uint32_t n);
+
 /* The CPU's best level. */
 int pgd__attn_isa(void);
 /* The step kernel at an ISA level, NULL when this CPU lacks it. */
 pgd__softmax_step_fn pgd__attn_softmax_step(int isa);
+/* The axpy at an ISA level, NULL when this CPU lacks it. */
+pgd__attn_axpy_fn pgd__attn_axpy(int isa);
 
 /* Test hook: makes a pgd_attn use the scalar step and the reference codec kernels
  * (isa = PGD__ATTN_SCALAR) or a given step level with the fast codec kernels.

@@ -16,6 +16,9 @@
  * the 1 that the maximum contributes), x = n + f with n = round(x), |f| <= 1/2, 2^f by its
  * degree-7 Taylor polynomial (relative error < 1e-8, below float rounding), then 2^n added
  * to the exponent bits (AVX2) or applied by vscalefps (AVX-512).
+ *
+ * Also the axpy of the scores (attn.c, add_scores): y[0..n) += c * x[0..n), at the same
+ * levels (the AVX2 and AVX-512 ones fused, so levels differ in the last bit).
  */
 #include <math.h>
 #include <string.h>
@@ -40,6 +43,12 @@ static float step_scalar(float *s, uint32_t nv, uint32_t nb, float *m, float *su
     *m = m_new;
     *sum = acc;
     return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+}
+
+static void axpy_scalar(float *restrict y, const float *restrict x, float c, uint32_t n)
+{
+    for (uint32_t j = 0; j < n; j++)
+        y[j] += c * x[j];
 }
 
 /* ---- x86 ---- */
@@ -184,6 +193,34 @@ __attribute__((target("avx512f"))) static float step_avx512(float *s, uint32_t n
     return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
 }
 
+__attribute__((target("avx2,fma"))) static void
+axpy_avx2(float *restrict y, const float *restrict x, float c, uint32_t n)
+{
+    const __m256 vc = _mm256_set1_ps(c);
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j,
+                         _mm256_fmadd_ps(vc, _mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
+    for (; j < n; j++)
+        y[j] = fmaf(c, x[j], y[j]);
+}
+
+__attribute__((target("avx512f"))) static void
+axpy_avx512(float *restrict y, const float *restrict x, float c, uint32_t n)
+{
+    const __m512 vc = _mm512_set1_ps(c);
+    uint32_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(y + j,
+                         _mm512_fmadd_ps(vc, _mm512_loadu_ps(x + j), _mm512_loadu_ps(y + j)));
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        _mm512_mask_storeu_ps(
+            y + j, k,
+            _mm512_fmadd_ps(vc, _mm512_maskz_loadu_ps(k, x + j), _mm512_maskz_loadu_ps(k, y + j)));
+    }
+}
+
 static int cpu_level(void)
 {
     __builtin_cpu_init();
@@ -216,6 +253,22 @@ pgd__softmax_step_fn pgd__attn_softmax_step(int isa)
         return step_avx2;
     case PGD__ATTN_AVX512:
         return step_avx512;
+#endif
+    }
+    return NULL;
+}
+
+pgd__attn_axpy_fn pgd__attn_axpy(int isa)
+{
+    if (isa > cpu_level()) return NULL;
+    switch (isa) {
+    case PGD__ATTN_SCALAR:
+        return axpy_scalar;
+#if defined(__x86_64__) || defined(__i386__)
+    case PGD__ATTN_AVX2:
+        return axpy_avx2;
+    case PGD__ATTN_AVX512:
+        return axpy_avx512;
 #endif
     }
     return NULL;

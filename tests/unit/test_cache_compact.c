@@ -10,12 +10,16 @@
  * the sequence unchanged; the dead-slot mask (pgd__seq_mask) and pgd_seq_n_dropped.
  */
 #include <math.h>
+#include <pthread.h>
 
 #include <pagoda/attn.h>
 #include <pagoda/cache.h>
+#include <pagoda/tier.h>
 
 #include "pgd_int.h"
 #include "t.h"
+#include "t_alloc.h"
+#include "t_tier.h"
 
 enum { NL = 2, NH = 2, NCOL = NL * NH, PT = 16, NHEAD = 4, N = 75, NEW = 20, ROWS = 3 };
 
@@ -33,7 +37,10 @@ typedef struct geom {
     uint32_t hd;
     int rotate, bounds, metadata;
     uint32_t n_pages, kv_residual;
+    const pgd_allocator *alloc; /* NULL: libc */
 } geom;
+
+static const pgd_tier_use *g_tiers; /* the tiers of the next make_cache */
 
 static pgd_cache *make_cache(const geom *g)
 {
@@ -49,6 +56,9 @@ static pgd_cache *make_cache(const geom *g)
     p.pool.key_bounds = g->bounds;
     p.pool.metadata_only = g->metadata;
     p.kv_residual = g->kv_residual;
+    p.alloc = g->alloc;
+    p.tiers = g_tiers;
+    p.n_tiers = g_tiers ? 1 : 0;
     p.hash_key = test_key;
     p.hash_key_len = sizeof test_key;
     p.log = log_quiet;
@@ -275,7 +285,7 @@ static int run_case(const codec_case *cc, uint32_t n_out, uint32_t sink, uint32_
                     uint32_t chunk, uint64_t seed)
 {
     char what[96];
-    geom g = {cc->type, cc->hd, cc->rotate, 0, 0, 64, kv_residual};
+    geom g = {cc->type, cc->hd, cc->rotate, 0, 0, 64, kv_residual, NULL};
     pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
     T_ASSERT(c && cr);
     const int staged = pgd__codec_staged(pgd__pool_codec(pgd_cache_pool(c)), cc->hd);
@@ -382,7 +392,7 @@ static int test_codecs(void)
  * a page B kept whole; C still matches the whole prefix; commit after registers nothing. */
 static int shared_case(uint32_t sink)
 {
-    geom g = {PGD_KV_F16, 64, 0, 0, 0, 32, 0};
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 32, 0, NULL};
     pgd_cache *c = make_cache(&g);
     T_ASSERT(c);
     pgd_pool *pool = pgd_cache_pool(c);
@@ -488,7 +498,7 @@ static int same_seq(pgd_cache *c, pgd_seq *s, uint64_t len, uint32_t np, const u
 
 static int test_errors(void)
 {
-    geom g = {PGD_KV_F32, 16, 0, 0, 0, 6, 0};
+    geom g = {PGD_KV_F32, 16, 0, 0, 0, 6, 0, NULL};
     pgd_cache *c = make_cache(&g);
     T_ASSERT(c);
     kv d;
@@ -548,10 +558,556 @@ static int test_errors(void)
     return 0;
 }
 
+/* ---- dead slots ---- */
+
+/* Lists of n_live[i] slots of (l, h) i drawn from the slots below len that are not dead in
+ * s's mask (pgd__seq_mask). */
+static void make_lists_alive(uint64_t *st, const pgd_seq *s, uint32_t *keep, size_t ld,
+                             uint32_t len, const uint32_t *n_live)
+{
+    uint32_t mask_len, cand[N + NEW];
+    const uint32_t *dead;
+    pgd__seq_mask(s, &mask_len, &dead);
+    for (uint32_t i = 0; i < NCOL; i++) {
+        uint32_t n_cand = 0, got = 0;
+        for (uint32_t t = 0; t < len; t++)
+            if (!dead || t < dead[i] || t >= mask_len) cand[n_cand++] = t;
+        for (uint32_t t = 0; t < n_cand && got < n_live[i]; t++)
+            if (t_rand(st) % (n_cand - t) < n_live[i] - got) keep[i * ld + got++] = cand[t];
+    }
+}
+
+static int mask_is(const pgd_seq *s, uint32_t len, const uint32_t *want)
+{
+    uint32_t mask_len;
+    const uint32_t *live;
+    pgd__seq_mask(s, &mask_len, &live);
+    if (!want) {
+        T_EQ(mask_len, 0);
+        T_ASSERT(live == NULL);
+        return 0;
+    }
+    T_EQ(mask_len, len);
+    T_ASSERT(live != NULL && live != want);
+    for (uint32_t i = 0; i < NCOL; i++)
+        T_EQ(live[i], want[i]);
+    return 0;
+}
+
+/* n_live below n_out stores the mask; dead slots hold zeros; a later compaction may not keep
+ * a dead slot, replaces the mask, or drops it. */
+static int test_mask(void)
+{
+    geom g = {PGD_KV_F32, 16, 0, 0, 0, 64, 0, NULL};
+    pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
+    T_ASSERT(c && cr);
+    kv d, k1, k2, k3;
+    T_OK(kv_init(&d, 16, N));
+    T_OK(kv_init(&k1, 16, 37));
+    T_OK(kv_init(&k2, 16, 18));
+    T_OK(kv_init(&k3, 16, 10));
+    kv_fill(&d, 17);
+    pgd_seq *a, *r;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    enum { LD = 40 };
+    uint32_t keep[NCOL * LD], live1[NCOL] = {37, 20, 30, 37};
+    uint64_t st = 5;
+    T_OK(mask_is(a, 0, NULL));
+    make_lists_alive(&st, a, keep, LD, N, live1);
+    T_EQ(pgd_seq_compact(c, a, 37, keep, LD, live1), 2);
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(a, 37, live1));
+    kv_gather(&k1, &d, 37, keep, LD, live1);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &k1, 0, 37, 0, 0));
+    T_OK(same_rows(c, a, cr, r, 16, 0, "f32 with dead slots")); /* dead slots are zeros */
+    pgd_seq_destroy(cr, r);
+
+    /* A list of (0, 1) keeping its dead slot 25: refused, nothing changes. */
+    uint32_t live2[NCOL] = {18, 10, 18, 18};
+    make_lists_alive(&st, a, keep, LD, 37, live2);
+    uint32_t save = keep[1 * LD + 9];
+    keep[1 * LD + 9] = 25;
+    T_EQ(pgd_seq_compact(c, a, 18, keep, LD, live2), PGD_EINVAL);
+    T_EQ(pgd_seq_length(c, a), 37);
+    T_OK(mask_is(a, 37, live1));
+    keep[1 * LD + 9] = save;
+    T_EQ(pgd_seq_compact(c, a, 18, keep, LD, live2), 1);
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(a, 18, live2));
+    kv_gather(&k2, &k1, 18, keep, LD, live2);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &k2, 0, 18, 0, 0));
+    T_OK(same_rows(c, a, cr, r, 16, 0, "f32, compacted twice"));
+    pgd_seq_destroy(cr, r);
+
+    /* Every list as long as n_out: no mask. */
+    uint32_t live3[NCOL] = {10, 10, 10, 10};
+    make_lists_alive(&st, a, keep, LD, 18, live3);
+    T_EQ(pgd_seq_compact(c, a, 10, keep, LD, NULL), 1);
+    T_OK(mask_is(a, 0, NULL));
+    kv_gather(&k3, &k2, 10, keep, LD, NULL);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &k3, 0, 10, 0, 0));
+    T_OK(same_rows(c, a, cr, r, 16, 0, "f32, compacted three times"));
+    T_OK(same_attention(c, a, cr, r, 16, 0, 0, "f32, compacted three times"));
+    pgd_seq_destroy(cr, r);
+    T_EQ(pgd_seq_n_dropped(c, a), N - 10);
+    T_EQ(stats(c).n_compactions, 3);
+    T_EQ(stats(c).n_compact_dropped, N - 10);
+    T_EQ(stats(c).n_compact_freed, 4);
+
+    /* Nothing dropped, no dead slot: nothing changes, nothing counted. */
+    for (uint32_t i = 0; i < NCOL; i++)
+        for (uint32_t j = 0; j < 10; j++)
+            keep[i * LD + j] = j;
+    T_EQ(pgd_seq_compact(c, a, 10, keep, LD, NULL), 0);
+    T_EQ(stats(c).n_compactions, 3);
+    pgd_seq_destroy(c, a);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    kv_free(&k1);
+    kv_free(&k2);
+    kv_free(&k3);
+    pgd_cache_destroy(c);
+    pgd_cache_destroy(cr);
+    return 0;
+}
+
+/* ---- fork, truncate, commit, match of a compacted sequence ---- */
+
+static int test_fork_truncate(void)
+{
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 64, 0, NULL};
+    pgd_cache *c = make_cache(&g);
+    T_ASSERT(c);
+    pgd_pool *pool = pgd_cache_pool(c);
+    kv d;
+    T_OK(kv_init(&d, 64, N));
+    kv_fill(&d, 23);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = 3 * (int32_t)i;
+    pgd_seq *a, *f, *b;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    enum { LD = 37 };
+    uint32_t keep[NCOL * LD], live[NCOL] = {37, 20, 37, 37};
+    uint64_t st = 9;
+    make_lists(&st, keep, LD, N, 37, PT, live); /* page 0 kept whole */
+    T_EQ(pgd_seq_compact(c, a, 37, keep, LD, live), 2);
+    const uint32_t *ia, *iff;
+    uint32_t np = pgd_seq_pages(c, a, &ia), pa[3];
+    memcpy(pa, ia, sizeof pa);
+    T_EQ(np, 3);
+    T_EQ(pgd_pool_refcount(pool, pa[0]), 2); /* A and the index */
+    T_EQ(pgd_pool_refcount(pool, pa[1]), 1);
+
+    /* A fork shares every page, the mask (a copy) and the dropped count. */
+    T_OK(pgd_seq_fork(c, a, &f));
+    T_OK(pgd_cache_check(c));
+    T_EQ(pgd_seq_pages(c, f, &iff), 3);
+    for (uint32_t k = 0; k < 3; k++)
+        T_EQ(iff[k], pa[k]);
+    T_EQ(pgd_pool_refcount(pool, pa[0]), 3);
+    T_EQ(pgd_pool_refcount(pool, pa[1]), 2);
+    T_EQ(pgd_pool_refcount(pool, pa[2]), 2);
+    T_OK(mask_is(f, 37, live));
+    T_EQ(pgd_seq_n_dropped(c, f), N - 37);
+    T_EQ(pgd_seq_n_committed(c, f), 37);
+
+    /* The fork writes its next slot: copy-on-write of the shared last page. */
+    const uint64_t pb = pgd_pool_page_bytes(pool);
+    uint8_t *before = malloc(pb);
+    T_ASSERT(before);
+    memcpy(before, pgd_pool_page_data(pool, pa[2]), pb);
+    kv one;
+    T_OK(kv_init(&one, 64, 1));
+    kv_fill(&one, 24);
+    T_OK(write_rows(c, f, &one, 0, 1, 37, 0));
+    T_EQ(pgd_seq_commit(c, f, toks, 1), 0);
+    T_EQ(pgd_seq_pages(c, f, &iff), 3);
+    T_ASSERT(iff[2] != pa[2]);
+    T_ASSERT(memcmp(before, pgd_pool_page_data(pool, pa[2]), pb) == 0);
+    T_EQ(pgd_pool_refcount(pool, pa[2]), 1);
+    T_EQ(stats(c).n_pages_cached, 4);
+    T_OK(pgd_cache_check(c));
+    /* The fork compacts on its own: A's pages stay as they are. */
+    uint32_t k2[NCOL * 20];
+    make_lists_alive(&st, f, k2, 20, 38, (const uint32_t[]){20, 20, 20, 20});
+    T_EQ(pgd_seq_compact(c, f, 20, k2, 20, NULL), 1);
+    T_OK(mask_is(a, 37, live));
+    T_OK(mask_is(f, 0, NULL));
+    T_EQ(pgd_seq_n_dropped(c, f), N - 37 + 18);
+    T_ASSERT(memcmp(before, pgd_pool_page_data(pool, pa[2]), pb) == 0);
+    T_OK(pgd_cache_check(c));
+    pgd_seq_destroy(c, a);
+    T_OK(pgd_cache_check(c));
+    pgd_seq_destroy(c, f);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_used, 0);
+
+    /* Truncation clips the mask; below every dead slot it drops it. Truncate works down to
+     * n_committed (0 here); a compacted sequence cannot match. */
+    uint32_t live_b[NCOL] = {30, 20, 37, 37}, clip25[NCOL] = {25, 20, 25, 25};
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    T_OK(write_rows(c, b, &d, 0, N, 0, 0));
+    make_lists(&st, keep, LD, N, 37, 0, live_b);
+    T_EQ(pgd_seq_compact(c, b, 37, keep, LD, live_b), 2);
+    T_OK(pgd_seq_truncate(c, b, 25));
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(b, 25, clip25));
+    T_OK(pgd_seq_truncate(c, b, 18));
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(b, 0, NULL));
+    T_OK(pgd_seq_truncate(c, b, 0));
+    T_EQ(pgd_seq_match(c, b, toks, N), PGD_ESTATE);
+    T_OK(pgd_cache_check(c));
+    pgd_seq_destroy(c, b);
+
+    /* Hash mode: commit_hashes counts pages of tokens after a compaction. */
+    pgd_hash hs[4];
+    T_EQ(pgd_cache_hash_tokens(c, NULL, 0, toks, 64, hs, 4), 4);
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    T_EQ(pgd_seq_match_hashes(c, b, hs, 2), 2); /* A's pages 0, 1 are still cached */
+    T_OK(write_rows(c, b, &d, 32, 40, 32, 0));
+    T_EQ(pgd_seq_commit_hashes(c, b, hs + 2, 0), 0);
+    make_lists(&st, keep, LD, 40, 21, 0, NULL);
+    T_EQ(pgd_seq_compact(c, b, 21, keep, LD, NULL), 1);
+    T_EQ(pgd_seq_n_committed(c, b), 21);
+    T_EQ(pgd_seq_commit_hashes(c, b, hs + 2, 1), PGD_EINVAL); /* past the length */
+    T_OK(pgd_seq_grow(c, b, 20));
+    uint32_t cached = stats(c).n_pages_cached;
+    T_EQ(pgd_seq_commit_hashes(c, b, hs + 2, 1), 0);
+    T_EQ(pgd_seq_n_committed(c, b), 37);
+    T_EQ(stats(c).n_pages_cached, cached);
+    T_EQ(pgd_seq_commit(c, b, toks, 1), PGD_ESTATE);
+    T_OK(pgd_cache_check(c));
+    pgd_seq_destroy(c, b);
+    T_OK(pgd_cache_check(c));
+    free(before);
+    kv_free(&d);
+    kv_free(&one);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
+/* ---- Quest key bounds ---- */
+
+/* Every page's key bounds are min / max over its live rows as stored (decoded). */
+static int bounds_ok(pgd_cache *c, pgd_seq *s, uint32_t hd)
+{
+    pgd_pool *pool = pgd_cache_pool(c);
+    const pgd__codec *codec = pgd__pool_codec(pool);
+    uint32_t mask_len;
+    const uint32_t *live;
+    pgd__seq_mask(s, &mask_len, &live);
+    const uint32_t *ids;
+    uint32_t np = pgd_seq_pages(c, s, &ids);
+    uint64_t len = pgd_seq_length(c, s);
+    float *rows = malloc((size_t)PT * hd * sizeof *rows);
+    T_ASSERT(rows);
+    for (uint32_t k = 0; k < np; k++)
+        for (uint32_t l = 0; l < NL; l++)
+            for (uint32_t h = 0; h < NH; h++) {
+                const float *b = pgd_pool_key_bounds(pool, ids[k], l, h);
+                T_ASSERT(b);
+                codec->decode_rows(PGD__K, pgd_pool_k(pool, ids[k], l, h), PT, hd, 0, PT, rows);
+                for (uint32_t d = 0; d < hd; d++) {
+                    float lo = INFINITY, hi = -INFINITY;
+                    for (uint32_t r = 0; r < PT; r++) {
+                        uint64_t j = (uint64_t)k * PT + r;
+                        if (j >= len || (live && j >= live[l * NH + h] && j < mask_len)) continue;
+                        float x = rows[(size_t)r * hd + d];
+                        lo = x < lo ? x : lo;
+                        hi = x > hi ? x : hi;
+                    }
+                    if (b[d] != lo || b[hd + d] != hi)
+                        T_FAIL("page %u layer %u head %u: bounds [%g, %g], rows [%g, %g]", k, l, h,
+                               b[d], b[hd + d], lo, hi);
+                }
+            }
+    free(rows);
+    return 0;
+}
+
+static int test_quest(void)
+{
+    geom g = {PGD_KV_F32, 64, 0, 1, 0, 64, 0, NULL};
+    pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
+    T_ASSERT(c && cr);
+    kv d, kept, more;
+    T_OK(kv_init(&d, 64, N));
+    T_OK(kv_init(&kept, 64, 40));
+    T_OK(kv_init(&more, 64, NEW));
+    kv_fill(&d, 31);
+    kv_fill(&more, 32);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = (int32_t)i;
+    pgd_seq *a, *r;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    enum { LD = 40 };
+    uint32_t keep[NCOL * LD];
+    uint64_t st = 3;
+    make_lists(&st, keep, LD, N, 40, PT + 1, NULL);
+    T_EQ(pgd_seq_compact(c, a, 40, keep, LD, NULL), 2);
+    T_OK(pgd_cache_check(c));
+    T_OK(bounds_ok(c, a, 64));
+    kv_gather(&kept, &d, 40, keep, LD, NULL);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &kept, 0, 40, 0, 0));
+    T_OK(same_attention(c, a, cr, r, 64, 2, 0, "f32 Quest"));
+    T_OK(write_rows(c, a, &more, 0, NEW, 40, 3));
+    T_OK(write_rows(cr, r, &more, 0, NEW, 40, 3));
+    T_OK(bounds_ok(c, a, 64));
+    T_OK(same_attention(c, a, cr, r, 64, 2, 0, "f32 Quest, written after"));
+    pgd_seq_destroy(cr, r);
+    /* With dead slots: their rows are out of the bounds. */
+    uint32_t live[NCOL] = {30, 12, 30, 25};
+    make_lists_alive(&st, a, keep, LD, 60, live);
+    T_EQ(pgd_seq_compact(c, a, 30, keep, LD, live), 2);
+    T_OK(pgd_cache_check(c));
+    T_OK(bounds_ok(c, a, 64));
+    pgd_seq_destroy(c, a);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    kv_free(&kept);
+    kv_free(&more);
+    pgd_cache_destroy(c);
+    pgd_cache_destroy(cr);
+    return 0;
+}
+
+/* ---- a metadata-only pool: the page tables only ---- */
+
+static int test_metadata_only(void)
+{
+    geom g = {PGD_KV_F16, 64, 0, 0, 1, 16, 0, NULL};
+    pgd_cache *c = make_cache(&g);
+    T_ASSERT(c);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = (int32_t)i;
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(pgd_seq_grow(c, a, N));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    T_EQ(pgd_seq_match(c, b, toks, N), 64);
+    enum { LD = 30 };
+    uint32_t keep[NCOL * LD];
+    uint64_t st = 4;
+    make_lists(&st, keep, LD, 64, 30, 0, NULL);
+    T_EQ(pgd_seq_compact(c, b, 30, keep, LD, NULL), 2);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_used, 5 + 2);
+    T_OK(pgd_seq_grow(c, b, 40));
+    T_EQ(pgd_seq_commit(c, b, toks, 40), 0);
+    T_OK(pgd_cache_check(c));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(c, b);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_used, 0);
+    pgd_cache_destroy(c);
+    return 0;
+}
+
+/* ---- allocation failures ---- */
+
+static t_counting A;
+static const pgd_allocator counting = T_COUNTING_ALLOCATOR(&A);
+
+/* The N-th allocation of a compaction fails, for N = 1, 2, ... until it succeeds: each
+ * failure returns PGD_ENOMEM and leaves the sequence, the cache and the allocations as they
+ * were. B matched A's committed prefix and has no ring yet (staged pools allocate it). */
+static int enomem_case(pgd_kv_type type, uint32_t n_live_1)
+{
+    geom g = {type, 64, 0, 1, 0, 32, 0, &counting};
+    pgd_cache *c = make_cache(&g);
+    T_ASSERT(c);
+    kv d;
+    T_OK(kv_init(&d, 64, N));
+    kv_fill(&d, 41);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = (int32_t)i;
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    T_EQ(pgd_seq_match(c, b, toks, N), 64);
+    enum { LD = 40 };
+    uint32_t keep[NCOL * LD], live[NCOL] = {40, n_live_1, 40, 40};
+    uint64_t st = 6;
+    make_lists(&st, keep, LD, 64, 40, 0, live);
+    long n_failed = 0;
+    for (long n = 1;; n++) {
+        long live0 = A.n_live;
+        size_t bytes0 = A.n_bytes;
+        t_counting_arm(&A, n);
+        int rc = pgd_seq_compact(c, b, 40, keep, LD, live);
+        A.fail_at = 0;
+        if (!A.fired) {
+            T_EQ(rc, 1);
+            T_ASSERT(n_failed >= 3 + (type == PGD_KV_KIVI2) + (n_live_1 < 40));
+            break;
+        }
+        if (rc != PGD_ENOMEM) T_FAIL("allocation %ld failed, compact returned %d", n, rc);
+        T_EQ(A.n_live, live0);
+        T_EQ(A.n_bytes, bytes0);
+        T_EQ(pgd_seq_length(c, b), 64);
+        T_EQ(stats(c).n_compactions, 0);
+        n_failed++;
+        T_OK(mask_is(b, 0, NULL));
+        T_OK(pgd_cache_check(c));
+    }
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(b, 40, n_live_1 < 40 ? live : NULL));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(c, b);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    pgd_cache_destroy(c);
+    T_EQ(A.n_live, 0);
+    return 0;
+}
+
+static int test_enomem(void)
+{
+    T_OK(enomem_case(PGD_KV_F16, 40));
+    T_OK(enomem_case(PGD_KV_F16, 12)); /* with a mask */
+    T_OK(enomem_case(PGD_KV_KIVI2, 30));
+    return 0;
+}
+
+/* ---- a pending promotion ---- */
+
+/* A RAM tier whose gets wait while hold is set (the state begins with the tier it wraps). */
+typedef struct gate {
+    pgd_tier *inner;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int hold, n_held;
+} gate;
+
+static int gate_get(void *st, pgd_hash b, void *page, void *bounds)
+{
+    gate *g = st;
+    pthread_mutex_lock(&g->mu);
+    g->n_held++;
+    pthread_cond_broadcast(&g->cv);
+    while (g->hold)
+        pthread_cond_wait(&g->cv, &g->mu);
+    g->n_held--;
+    pthread_mutex_unlock(&g->mu);
+    return pgd_tier_get(g->inner, b, page, bounds);
+}
+
+static void gate_close(void *st)
+{
+    gate *g = st;
+    pgd_tier_close(g->inner);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static const pgd_tier_ops gate_ops = {"gate",
+                                      t_tier_fwd_bind,
+                                      t_tier_fwd_put,
+                                      gate_get,
+                                      t_tier_fwd_lookup,
+                                      t_tier_fwd_del,
+                                      t_tier_fwd_stats,
+                                      t_tier_fwd_flush,
+                                      gate_close,
+                                      NULL,
+                                      NULL};
+
+static void gate_hold(gate *g, int on)
+{
+    pthread_mutex_lock(&g->mu);
+    g->hold = on;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* While B's match promotes A's demoted pages, a compaction of B is PGD_ESTATE (nothing
+ * changes); once the fills are done it settles them and compacts. */
+static int test_pending_promotion(void)
+{
+    gate *gt = calloc(1, sizeof *gt);
+    T_ASSERT(gt);
+    pgd_tier_ram_params rp = pgd_tier_ram_default_params();
+    rp.capacity_bytes = 64u << 20;
+    T_OK(pgd_tier_ram_create(&rp, &gt->inner));
+    pthread_mutex_init(&gt->mu, NULL);
+    pthread_cond_init(&gt->cv, NULL);
+    pgd_tier *t = NULL;
+    T_OK(pgd_tier_wrap(&gate_ops, gt, &t));
+    pgd_tier_use use = {t, 0, 0};
+    g_tiers = &use;
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 32, 0, NULL};
+    pgd_cache *c = make_cache(&g);
+    g_tiers = NULL;
+    T_ASSERT(c);
+    kv d;
+    T_OK(kv_init(&d, 64, N));
+    kv_fill(&d, 51);
+    int32_t toks[N];
+    for (uint32_t i = 0; i < N; i++)
+        toks[i] = 40 + (int32_t)i;
+    pgd_seq *a, *b;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    pgd_seq_destroy(c, a);
+    T_EQ(pgd_cache_clear(c), 4); /* demoted to the tier */
+    T_OK(pgd_cache_flush(c));
+    T_OK(pgd_seq_create(c, NULL, 0, &b));
+    gate_hold(gt, 1);
+    T_EQ(pgd_seq_match(c, b, toks, N), 64);
+    pthread_mutex_lock(&gt->mu);
+    while (gt->n_held == 0)
+        pthread_cond_wait(&gt->cv, &gt->mu);
+    pthread_mutex_unlock(&gt->mu);
+    enum { LD = 30 };
+    uint32_t keep[NCOL * LD];
+    uint64_t st = 8;
+    make_lists(&st, keep, LD, 64, 30, 0, NULL);
+    T_EQ(pgd_seq_compact(c, b, 30, keep, LD, NULL), PGD_ESTATE);
+    T_EQ(pgd_seq_length(c, b), 64);
+    T_EQ(stats(c).n_compactions, 0);
+    T_OK(pgd_cache_check(c));
+    gate_hold(gt, 0);
+    T_OK(pgd_seq_wait(c, b));
+    T_EQ(pgd_seq_compact(c, b, 30, keep, LD, NULL), 2);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_cached, 4); /* the promoted pages, registered, B's no more */
+    pgd_seq_destroy(c, b);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    pgd_cache_destroy(c);
+    pgd_tier_close(t);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_codecs);
     T_RUN(test_shared_prefix);
     T_RUN(test_errors);
+    T_RUN(test_mask);
+    T_RUN(test_fork_truncate);
+    T_RUN(test_quest);
+    T_RUN(test_metadata_only);
+    T_RUN(test_enomem);
+    T_RUN(test_pending_promotion);
     T_DONE();
 }
