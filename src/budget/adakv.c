@@ -49,7 +49,7 @@ static int adakv_select(const pgd__budget_sel *sel)
         pgd__budget_ent *e = lists + (size_t)h * per_head;
         pgd__budget_gather(scr, &v);
         pgd__budget_pool(scr->dense, v.m - W, p->pool_kernel, scr->dq, scr->pooled);
-        pgd__budget_top(scr->pooled, scr->dense, S, v.m - W, n, h, e);
+        pgd__budget_top(scr->pooled, scr->dense, S, v.m - W, n, h, 1, e);
         for (uint32_t j = base; j < n; j++)
             pool[n_pool++] = e[j];
         sel->n_keep[h] = base;

@@ -271,13 +271,20 @@ static int worse(const pgd__budget_ent *a, const pgd__budget_ent *b)
     return a->h > b->h;
 }
 
-/* Min-heap on rank (the root is the worst kept). */
-static void sift_down(pgd__budget_ent *e, uint32_t n, uint32_t i)
+/* Ranks a below b; inverted: a above b. */
+static int below(const pgd__budget_ent *a, const pgd__budget_ent *b, int inv)
+{
+    return inv ? worse(b, a) : worse(a, b);
+}
+
+/* Min-heap on rank (the root is the worst kept); inverted, a max-heap (the root is the best
+ * of the kept worst). */
+static void sift_down(pgd__budget_ent *e, uint32_t n, uint32_t i, int inv)
 {
     for (;;) {
         uint32_t l = 2 * i + 1, w = i;
-        if (l < n && worse(&e[l], &e[w])) w = l;
-        if (l + 1 < n && worse(&e[l + 1], &e[w])) w = l + 1;
+        if (l < n && below(&e[l], &e[w], inv)) w = l;
+        if (l + 1 < n && below(&e[l + 1], &e[w], inv)) w = l + 1;
         if (w == i) return;
         pgd__budget_ent t = e[i];
         e[i] = e[w];
@@ -286,10 +293,10 @@ static void sift_down(pgd__budget_ent *e, uint32_t n, uint32_t i)
     }
 }
 
-void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
-                     uint32_t head, pgd__budget_ent *ents)
+/* The k best (inv: worst) of s[lo, hi) into ents[0..k) in heap order. */
+static void heap_select(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
+                        uint32_t head, int inv, pgd__budget_ent *ents)
 {
-    if (!k) return;
     uint32_t n = 0;
     for (uint32_t i = lo; i < hi; i++) {
         pgd__budget_ent e = {s[i], raw ? raw[i] : s[i], i, head};
@@ -297,19 +304,52 @@ void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi,
             ents[n++] = e;
             if (n == k)
                 for (uint32_t j = k / 2; j-- > 0;)
-                    sift_down(ents, k, j);
-        } else if (worse(&ents[0], &e)) {
+                    sift_down(ents, k, j, inv);
+        } else if (below(&ents[0], &e, inv)) {
             ents[0] = e;
-            sift_down(ents, k, 0);
+            sift_down(ents, k, 0, inv);
         }
     }
+}
+
+void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
+                     uint32_t head, int ranked, pgd__budget_ent *ents)
+{
+    if (!k) return;
+    heap_select(s, raw, lo, hi, k, head, 0, ents);
     /* Heapsort: the worst goes last, so the array ends best first. */
-    for (uint32_t m = k; m > 1; m--) {
+    for (uint32_t m = ranked ? k : 0; m > 1; m--) {
         pgd__budget_ent t = ents[0];
         ents[0] = ents[m - 1];
         ents[m - 1] = t;
-        sift_down(ents, m - 1, 0);
+        sift_down(ents, m - 1, 0, 0);
     }
+}
+
+uint32_t pgd__budget_top_ascending(const float *s, const float *raw, uint32_t lo, uint32_t hi,
+                                   uint32_t k, uint32_t *mark, pgd__budget_ent *ents,
+                                   uint32_t *picks)
+{
+    const uint32_t c = hi - lo;
+    uint32_t n = 0;
+    if (!k) return 0;
+    if (k <= c / 2) {
+        heap_select(s, raw, lo, hi, k, 0, 0, ents);
+        for (uint32_t j = 0; j < k; j++)
+            picks[j] = ents[j].i;
+        pgd__budget_sort_u32(picks, k);
+        return k;
+    }
+    /* Most candidates stay (an online budget: a page more than the budget): find the
+     * c - k worst instead, and the rest come out in index order. */
+    const uint32_t d = c - k;
+    heap_select(s, raw, lo, hi, d, 0, 1, ents);
+    memset(mark + lo, 0, (size_t)c * sizeof *mark);
+    for (uint32_t j = 0; j < d; j++)
+        mark[ents[j].i] = 1;
+    for (uint32_t i = lo; i < hi; i++)
+        if (!mark[i]) picks[n++] = i;
+    return n;
 }
 
 static int ent_cmp(const void *a, const void *b)
@@ -378,11 +418,9 @@ int pgd__budget_select_uniform(const pgd__budget_sel *sel, int pooled)
             pgd__budget_pool(scr->dense, v.m - W, p->pool_kernel, scr->dq, scr->pooled);
             s = scr->pooled;
         }
-        pgd__budget_top(s, pooled ? scr->dense : NULL, S, v.m - W, k, h, scr->ents);
-        for (uint32_t j = 0; j < k; j++)
-            scr->picks[j] = scr->ents[j].i;
-        pgd__budget_sort_u32(scr->picks, k);
-        sel->n_keep[h] = pgd__budget_emit(&v, S, scr->picks, k, W, out);
+        uint32_t np = pgd__budget_top_ascending(s, pooled ? scr->dense : NULL, S, v.m - W, k,
+                                                scr->dq, scr->ents, scr->picks);
+        sel->n_keep[h] = pgd__budget_emit(&v, S, scr->picks, np, W, out);
     }
     return PGD_OK;
 }

@@ -115,10 +115,17 @@ void pgd__budget_gather(pgd__budget_scratch *scr, const pgd__budget_view *v);
 /* out[j] = max of in[i] over i in [j - kernel/2, j + kernel/2] clipped to [0, n): O(n). dq
  * holds n indices. */
 void pgd__budget_pool(const float *in, uint32_t n, uint32_t kernel, uint32_t *dq, float *out);
-/* The k best of s[lo, hi) (k <= hi - lo) into ents[0..k), best first (score desc, then raw
- * desc when raw != NULL, then older first). O((hi - lo) log k). */
+/* The k best of s[lo, hi) (k <= hi - lo) into ents[0..k) (score desc, then raw desc when
+ * raw != NULL, then older first): best first when ranked, else in heap order (callers that
+ * sort the picks by index skip the k log k heapsort). O((hi - lo) log k). */
 void pgd__budget_top(const float *s, const float *raw, uint32_t lo, uint32_t hi, uint32_t k,
-                     uint32_t head, pgd__budget_ent *ents);
+                     uint32_t head, int ranked, pgd__budget_ent *ents);
+/* The k best of s[lo, hi) as ascending indices in picks[0..k); returns k. When k is more
+ * than half the range, finds the worst hi - lo - k instead (O((hi - lo) log (hi - lo - k))
+ * and no sort), marking them in mark[lo, hi). ents holds min(k, hi - lo - k) entries. */
+uint32_t pgd__budget_top_ascending(const float *s, const float *raw, uint32_t lo, uint32_t hi,
+                                   uint32_t k, uint32_t *mark, pgd__budget_ent *ents,
+                                   uint32_t *picks);
 /* Sorts ents[0..n) best first (score desc, raw desc, older token, lower head). */
 void pgd__budget_rank(pgd__budget_ent *ents, size_t n);
 /* Sorts u[0..n) ascending. */
