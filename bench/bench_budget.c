@@ -5,11 +5,10 @@
  * first, then every budget x method) takes it from the prefix cache, prefills the prompt's
  * last 32 tokens for real with its budget (so snapkv's observation window is real),
  * compresses, and decodes --steps tokens greedily (pe_forward_batch with the budget item).
- * Per run it prints decode tokens/s and the ratio to dense, the KV bytes the pool holds
- * (pages used x page bytes, pgd_cache_get_stats: the run's sequence is the only one) and
- * their ratio, the compaction's cost, attention's share of a decode step, and the scoring
- * cost: pgd_attn_run_scored / pgd_attn_run on the run's sequence (one layer, a decode row).
- * Figures only: nothing is asserted on timing.
+ * Per run it prints decode tokens/s and the ratio to dense, the KV bytes the sequence
+ * holds (its pages x page bytes) and their ratio, the compaction's cost, attention's share of a
+ * decode step, and the scoring cost: pgd_attn_run_scored / pgd_attn_run on the run's sequence (one
+ * layer, a decode row). Figures only: nothing is asserted on timing.
  *
  *   bench_budget [--model M.gguf] [--ctx 8192,32768] [--budget 1024,2048]
  *                [--methods snapkv,streaming] [--steps 32] [--threads 2]
@@ -31,7 +30,12 @@
  * The replicated rows have the magnitudes and per-head structure of real K/V; only their
  * RoPE phases are those of their source positions, which changes nothing of the cost. The
  * preparing sequence is destroyed and its pages stay cached (the pool is sized so nothing
- * is evicted; a line says so otherwise), so a run's pages used are its own.
+ * is evicted; a line says so otherwise).
+ *
+ * Ratios to dense are paired: the dense run's sequence at the prompt's end is kept, and
+ * each budget run decodes a fork of it in turn with its own steps (dense first on even
+ * steps, second on odd ones), so both see the same load on a shared machine; "x dense" is
+ * the partner's time over the run's, in wall and in CPU time.
  *
  * Compaction. The snapkv family (once-methods) compresses at the prompt's end: the bench
  * runs the chunk with prompt_left one above its tokens (its rows score, all but the
@@ -174,6 +178,8 @@ typedef struct bench {
     uint32_t reps;     /* attention timings */
     uint64_t page_bytes;
     uint64_t checksum;          /* greedy tokens of every run */
+    pgd_seq *d0;                /* the dense run's sequence at the prompt's end (partners) */
+    int32_t d0_tok;             /* its next token */
     double step_s[MAX_STEPS];   /* wall seconds of each timed decode step */
     double step_cpu[MAX_STEPS]; /* CPU seconds of the process in it */
     int step_compacted[MAX_STEPS];
@@ -184,6 +190,8 @@ typedef struct run_result {
     double chunk_s;             /* the real prefill chunk (with scoring, online compaction) */
     double tps;                 /* decode tokens/s over the timed steps (wall) */
     double tps_cpu;             /* decode tokens per CPU-second of the process */
+    double pair_tps;            /* the same of the dense partner, stepped in turn with it */
+    double pair_tps_cpu;        /* (the dense run: its own figures) */
     double step_med_s;          /* median decode step */
     uint64_t kv_bytes;          /* pages used x page bytes after the decode */
     uint32_t pages;             /* pages used */
@@ -340,11 +348,26 @@ out:
     return ret;
 }
 
+/* One greedy decode step of s (budget bud, or NULL): *tok in, the next token out. Wall
+ * and CPU seconds of the step in *dt, *dc. Returns 0 or a negative status. */
+static int decode_step(bench *b, pgd_seq *s, pgd_budget *bud, int32_t *tok, double *dt, double *dc)
+{
+    const pe_batch_item it = {.seq = s, .tokens = tok, .n = 1, .logits = b->logits, .budget = bud};
+    const double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = bench_now_s();
+    const int rc = pe_forward_batch(b->c, &it, 1);
+    *dt = bench_now_s() - t0;
+    *dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    if (rc) return rc;
+    *tok = (int32_t)argmax(b->logits, b->hp->n_vocab);
+    b->checksum = b->checksum * 31 + (uint64_t)*tok;
+    return 0;
+}
+
 /* One run: bp NULL is dense. Returns 0 (r->ok 0: skipped, with a message) or -1. */
 static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
 {
     const pe_hparams *hp = b->hp;
-    pgd_seq *s = NULL;
+    pgd_seq *s = NULL, *d = NULL; /* d: the dense partner of a budget run */
     pgd_budget *bud = NULL;
     int ret = -1, rc;
     memset(r, 0, sizeof *r);
@@ -386,41 +409,45 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         if (time_select(b, bp, bud, s, &r->select_cpu_ms)) goto out;
         const double c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
         t0 = bench_now_s();
-        int64_t d = pgd_budget_apply(bud, s);
+        int64_t dropped = pgd_budget_apply(bud, s);
         r->compact_ms = 1e3 * (bench_now_s() - t0);
         r->compact_cpu_ms = 1e3 * (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0);
-        if (d < 0) {
+        if (dropped < 0) {
             fprintf(stderr, PROG ": %s budget %u: pgd_budget_apply: %s%s\n",
-                    pgd_budget_method_name(bp->method), bp->budget, pgd_strerror((int)d),
-                    d == PGD_ENOTSUP ? ", skipped" : "");
-            ret = d == PGD_ENOTSUP ? 0 : -1; /* ENOTSUP: a placeholder of the library */
+                    pgd_budget_method_name(bp->method), bp->budget, pgd_strerror((int)dropped),
+                    dropped == PGD_ENOTSUP ? ", skipped" : "");
+            ret = dropped == PGD_ENOTSUP ? 0 : -1; /* ENOTSUP: a placeholder of the library */
             goto out;
         }
     }
-    int32_t tok = (int32_t)argmax(b->logits, hp->n_vocab);
-    double total = 0, total_cpu = 0;
+    int32_t tok = (int32_t)argmax(b->logits, hp->n_vocab), dtok = b->d0_tok;
+    if (!bp) { /* the dense base of the partners: this sequence at the prompt's end */
+        if (pgd_seq_fork(b->cache, s, &b->d0) != PGD_OK) goto out;
+        b->d0_tok = tok;
+    } else if (pgd_seq_fork(b->cache, b->d0, &d) != PGD_OK) {
+        goto out;
+    }
+    double total = 0, total_cpu = 0, d_total = 0, d_cpu = 0;
     for (uint32_t i = 0; i <= b->steps; i++) { /* step 0: warm-up, untimed */
         pgd_budget_stats st0 = {0}, st1 = {0};
+        double dt = 0, dc = 0, pt = 0, pc = 0;
+        rc = d && i % 2 == 0 ? decode_step(b, d, NULL, &dtok, &pt, &pc) : 0;
         if (bud) pgd_budget_get_stats(bud, &st0);
-        it = (pe_batch_item){.seq = s, .tokens = &tok, .n = 1, .logits = b->logits, .budget = bud};
-        const double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
-        t0 = bench_now_s();
-        rc = pe_forward_batch(b->c, &it, 1);
-        const double dt = bench_now_s() - t0;
-        const double dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        if (rc == 0) rc = decode_step(b, s, bud, &tok, &dt, &dc);
+        if (bud) pgd_budget_get_stats(bud, &st1);
+        if (rc == 0 && d && i % 2 == 1) rc = decode_step(b, d, NULL, &dtok, &pt, &pc);
         if (rc) {
             fprintf(stderr, PROG ": decode step %u: %s\n", i, pgd_strerror(rc));
             goto out;
         }
-        if (bud) pgd_budget_get_stats(bud, &st1);
-        tok = (int32_t)argmax(b->logits, hp->n_vocab);
-        b->checksum = b->checksum * 31 + (uint64_t)tok;
         if (i == 0) continue;
         b->step_s[i - 1] = dt;
         b->step_cpu[i - 1] = dc;
         b->step_compacted[i - 1] = st1.compactions > st0.compactions;
         total += dt;
         total_cpu += dc;
+        d_total += pt;
+        d_cpu += pc;
     }
     /* The engine keeps a sequence whole when its compaction fails, and counts it. */
     int fail_status = PGD_OK;
@@ -434,6 +461,8 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
     }
     r->tps = b->steps / total;
     r->tps_cpu = b->steps / total_cpu;
+    r->pair_tps = d ? b->steps / d_total : r->tps;
+    r->pair_tps_cpu = d ? b->steps / d_cpu : r->tps_cpu;
     if (bp && !once) {
         r->compact_step_ms = amortized_ms(b->step_s, b->step_compacted, b->steps);
         r->compact_step_cpu_ms = amortized_ms(b->step_cpu, b->step_compacted, b->steps);
@@ -446,10 +475,9 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
         pgd_budget_get_stats(bud, &st);
         r->compactions = st.compactions;
     }
-    pgd_cache_stats cs;
-    pgd_cache_get_stats(b->cache, &cs);
-    r->pages = cs.n_pages_used;
-    r->kv_bytes = (uint64_t)cs.n_pages_used * b->page_bytes;
+    const uint32_t *ids;
+    r->pages = pgd_seq_pages(b->cache, s, &ids);
+    r->kv_bytes = (uint64_t)r->pages * b->page_bytes;
     r->slots = pgd_seq_length(b->cache, s);
     r->dropped = pgd_seq_n_dropped(b->cache, s);
     rc = time_attn(b, s, 1, &r->attn_ms, &r->scored_ms);
@@ -461,6 +489,7 @@ static int run_one(bench *b, const pgd_budget_params *bp, run_result *r)
     ret = 0;
 out:
     pgd_budget_destroy(bud);
+    pgd_seq_destroy(b->cache, d);
     pgd_seq_destroy(b->cache, s);
     return ret;
 }
@@ -487,8 +516,8 @@ static void print_run(const bench *b, const char *method, uint32_t budget, const
                "\"compact_ms_per_step\": %.3f, \"compact_cpu_ms_per_step\": %.3f, "
                "\"compactions\": %" PRIu64 ", \"attn_ms\": %.4f, \"attn_scored_ms\": %.4f, "
                "\"score_ratio\": %.4f, \"attn_share\": %.4f}\n",
-               b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
-               r->tps_cpu / dense->tps_cpu, r->kv_bytes, (double)r->kv_bytes / dense->kv_bytes,
+               b->ctx, budget, method, r->tps, r->tps / r->pair_tps, r->tps_cpu,
+               r->tps_cpu / r->pair_tps_cpu, r->kv_bytes, (double)r->kv_bytes / dense->kv_bytes,
                r->pages, r->slots, r->dropped, r->chunk_s, nan_neg(r->compact_ms),
                nan_neg(r->compact_cpu_ms), nan_neg(r->select_cpu_ms), nan_neg(r->compact_step_ms),
                nan_neg(r->compact_step_cpu_ms), r->compactions, r->attn_ms, r->scored_ms, score_x,
@@ -503,8 +532,8 @@ static void print_run(const bench *b, const char *method, uint32_t budget, const
         snprintf(step, sizeof step, "%.2f/%.2f", r->compact_step_ms, r->compact_step_cpu_ms);
     printf("%-6u %-6u %-9s %8.3f %7.2fx %8.3f %7.2fx %9.1f %7.3fx %7" PRIu64 " %8.2f %13s %7s "
            "%13s %7.3f %7.3f %7.3fx %5.1f%%\n",
-           b->ctx, budget, method, r->tps, r->tps / dense->tps, r->tps_cpu,
-           r->tps_cpu / dense->tps_cpu, r->kv_bytes * mib, (double)r->kv_bytes / dense->kv_bytes,
+           b->ctx, budget, method, r->tps, r->tps / r->pair_tps, r->tps_cpu,
+           r->tps_cpu / r->pair_tps_cpu, r->kv_bytes * mib, (double)r->kv_bytes / dense->kv_bytes,
            r->slots, r->chunk_s, once, sel, step, r->attn_ms, r->scored_ms, score_x,
            100.0 * attn_share);
 }
@@ -664,6 +693,7 @@ out:
     free(b.out);
     free(b.scores);
     pgd_attn_destroy(b.attn);
+    pgd_seq_destroy(b.cache, b.d0);
     pe_tp_destroy(b.tp);
     pe_ctx_destroy(b.c);
     return ret;
