@@ -3052,25 +3052,30 @@ int pgd_cache_check(pgd_cache *c)
  * A compaction rewrites the slots of one sequence from keep lists, one per (layer, KV head),
  * into the P1 = ceil(n_out / page_tokens) pages it holds afterwards:
  *
- *   old table: [a0][a1][b2][b3][b4][b5]    a: kept whole (every list keeps their slots)
- *   new table: [a0][a1][d2][d3]            d: written pages: the sequence's own private pages
- *                                          (refcount 1, unregistered) in place first, then
- *                                          its private pages past the new end, then fresh
- *                                          pages from the pool
+ *   old table: [a0][a1][b2][b3][c4][c5]    a: kept whole (every list keeps their slots)
+ *   new table: [a0][a1][d2][c5]            c: moved: a private page whose rows, in order,
+ *                                             are a written page's rows in every list
+ *                                          d: written: the sequence's own private pages
+ *                                             (refcount 1, unregistered) in place first,
+ *                                             then its other private pages it no longer
+ *                                             needs, then fresh pages from the pool
  *
  * Pages kept whole are the leading full pages whose every slot each list keeps in place
  * (keep[j] == j; a list ascends from distinct slots, so keep[j] >= j, and a slot kept in
  * place means every slot before it is): they are not touched, shared or registered, so such
- * a prefix stays in the index and in the other sequences. Every other slot is gathered per
- * column (layer, K|V, head) into a buffer first (row codecs: the row's bytes; staged codecs:
- * f16 rows, from the ring where it holds them, else decoded from the pool), then written to
- * the destination pages; so a destination may be any page the sequence holds privately,
- * whatever rows it held. Staged codecs encode each new full page (encode_page of the f16
- * rows, as the write path does) and put rows [ring_lo, n_out) in the ring, as if the kept
- * rows had been written at their new slots. Dead slots are zeros. Key bounds of a written
- * page: min / max over its live rows of the values stored (row codecs: decoded; staged: the
- * f16 rows encoded). Old pages not reused are released last, deepest first. Everything that
- * can fail (memory, pages) is reserved before anything changes.
+ * a prefix stays in the index and in the other sequences. A full page that every list
+ * takes whole from one private page (a window moving by whole pages: StreamingLLM) moves by
+ * id: no copy, its key bounds with it. Every other slot is gathered per column (layer, K|V,
+ * head) into a buffer first (row codecs: the row's bytes; staged codecs: f16 rows, from the
+ * ring where it holds them, else decoded from the pool), then written to the destination
+ * pages; so a destination may be any page the sequence holds privately, whatever rows it
+ * held. Staged codecs encode each written full page (encode_page of the f16 rows, as the
+ * write path does) and put rows [ring_lo, n_out) in the ring, as if the kept rows had been
+ * written at their new slots; ring_lo is past the pages kept whole or moved (they are
+ * encoded already), and at least n_out - window. Dead slots are zeros. Key bounds of a
+ * written page: min / max over its live rows of the values stored (row codecs: decoded;
+ * staged: the f16 rows encoded). Old pages not reused are released last, deepest first.
+ * Everything that can fail (memory, pages) is reserved before anything changes.
  */
 
 /* Clips the dead-slot mask of s to n slots (a truncation below mask_len): dead slots past
@@ -3164,6 +3169,8 @@ typedef struct compact_plan {
     const uint32_t *n_live;  /* NULL: every list has n_out entries */
     uint32_t n_out, m, p1;   /* slots after; pages kept whole; pages after */
     uint32_t *dst;           /* [p1 - m] the page each written page goes to */
+    uint8_t *moved;          /* [p1 - m] 1: dst is an old private page of the same rows, in
+                                order, for every column: moved by id, not written */
     uint8_t *buf;            /* a column's gathered rows, from slot g0 */
     uint64_t g0;             /* the first slot gathered */
     uint64_t lo_old, hi_old; /* staged: old ring rows [lo_old, hi_old) are valid */
@@ -3217,7 +3224,9 @@ static row_spans row_spans_of(const pgd_cache *c, uint32_t kind)
     return r;
 }
 
-/* Row codecs: moves column (layer, kind, head) i's kept rows as bytes. Lock held. */
+/* Row codecs: moves column (layer, kind, head) i's kept rows as bytes: gathered into two
+ * planes (span 0, span 1 of each row), runs of consecutive slots of one page at a time,
+ * then each written page takes its rows with one copy per span. Lock held. */
 static void compact_rows(pgd_cache *c, pgd_seq *s, const compact_plan *pl, uint32_t layer,
                          uint32_t kind, uint32_t h)
 {
@@ -3225,27 +3234,35 @@ static void compact_rows(pgd_cache *c, pgd_seq *s, const compact_plan *pl, uint3
     const uint32_t n_i = pl->n_live ? pl->n_live[i] : pl->n_out;
     const uint32_t *keep = pl->keep + i * pl->ld;
     const row_spans rs = row_spans_of(c, kind);
-    const size_t rb = rs.len[0] + rs.len[1];
-    for (uint64_t j = pl->g0; j < pl->n_out; j++) {
-        uint8_t *b = pl->buf + (size_t)(j - pl->g0) * rb;
-        if (j >= n_i) {
-            memset(b, 0, rb); /* a dead slot */
+    const size_t l0 = rs.len[0], l1 = rs.len[1];
+    uint8_t *b0 = pl->buf, *b1 = pl->buf + (size_t)(pl->n_out - pl->g0) * l0;
+    for (uint64_t j = pl->g0; j < pl->n_out;) {
+        uint64_t page_end = (j / pt + 1) * pt;
+        if (pl->moved[j / pt - pl->m]) {
+            j = page_end;
             continue;
         }
-        uint32_t src = keep[j], slot = src % pt;
+        if (j >= n_i) { /* dead slots: the rest of the list (a moved page has none) */
+            memset(b0 + (size_t)(j - pl->g0) * l0, 0, (size_t)(pl->n_out - j) * l0);
+            memset(b1 + (size_t)(j - pl->g0) * l1, 0, (size_t)(pl->n_out - j) * l1);
+            break;
+        }
+        uint32_t src = keep[j], slot = src % pt, run = 1;
+        while (j + run < pl->n_out && j + run < n_i && j + run < page_end &&
+               keep[j + run] == src + run && slot + run < pt)
+            run++;
         const uint8_t *reg = region_at(c, s->table[src / pt], layer, kind, h);
-        memcpy(b, reg + rs.off[0] + slot * rs.len[0], rs.len[0]);
-        if (rs.len[1]) memcpy(b + rs.len[0], reg + rs.off[1] + slot * rs.len[1], rs.len[1]);
+        memcpy(b0 + (size_t)(j - pl->g0) * l0, reg + rs.off[0] + slot * l0, run * l0);
+        if (l1) memcpy(b1 + (size_t)(j - pl->g0) * l1, reg + rs.off[1] + slot * l1, run * l1);
+        j += run;
     }
     for (uint32_t k = pl->m; k < pl->p1; k++) {
+        if (pl->moved[k - pl->m]) continue;
         uint8_t *reg = region_at(c, pl->dst[k - pl->m], layer, kind, h);
         uint64_t j0 = (uint64_t)k * pt;
         uint32_t n = pl->n_out - j0 < pt ? (uint32_t)(pl->n_out - j0) : pt;
-        for (uint32_t r = 0; r < n; r++) {
-            const uint8_t *b = pl->buf + (size_t)(j0 + r - pl->g0) * rb;
-            memcpy(reg + rs.off[0] + r * rs.len[0], b, rs.len[0]);
-            if (rs.len[1]) memcpy(reg + rs.off[1] + r * rs.len[1], b + rs.len[0], rs.len[1]);
-        }
+        memcpy(reg + rs.off[0], b0 + (size_t)(j0 - pl->g0) * l0, n * l0);
+        if (l1) memcpy(reg + rs.off[1], b1 + (size_t)(j0 - pl->g0) * l1, n * l1);
         if (kind == PGD__K && c->g.key_bounds) {
             uint32_t live = n_i > j0 ? (n_i - j0 < n ? (uint32_t)(n_i - j0) : n) : 0;
             if (live) c->codec->decode_rows(PGD__K, reg, pt, c->g.head_dim, 0, live, c->scratch);
@@ -3265,6 +3282,8 @@ static void compact_staged(pgd_cache *c, pgd_seq *s, const compact_plan *pl, uin
     uint16_t *col = (uint16_t *)(void *)pl->buf, *ring = ring_rows(c, s, layer, kind, h);
     for (uint64_t j = pl->g0; j < pl->n_out; j++) {
         uint16_t *row = col + (size_t)(j - pl->g0) * hd;
+        if (j < pl->lo_new && pl->moved[j / pt - pl->m])
+            continue; /* a moved page's rows: needed for the ring only */
         if (j >= n_i) {
             memset(row, 0, (size_t)hd * sizeof *row); /* a dead slot */
             continue;
@@ -3279,6 +3298,7 @@ static void compact_staged(pgd_cache *c, pgd_seq *s, const compact_plan *pl, uin
         }
     }
     for (uint32_t k = pl->m; k < pl->p1; k++) {
+        if (pl->moved[k - pl->m]) continue;
         uint64_t j0 = (uint64_t)k * pt;
         uint32_t n = pl->n_out - j0 < pt ? (uint32_t)(pl->n_out - j0) : pt;
         pgd__f16_to_f32_n(col + (size_t)(j0 - pl->g0) * hd, c->scratch, (size_t)n * hd);
@@ -3330,9 +3350,10 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
     pl.g0 = (uint64_t)m * pt;
     rc = PGD_ENOMEM;
     pl.dst = pgd__malloc(&c->al, (size_t)(p1 - m + 1) * sizeof *pl.dst);
+    pl.moved = pgd__calloc(&c->al, (size_t)(p1 - m + 1), 1);
     fresh = pgd__malloc(&c->al, (size_t)(p1 - m + 1) * sizeof *fresh);
     reused = pgd__calloc(&c->al, (size_t)(p0 - m + 1), 1);
-    if (!pl.dst || !fresh || !reused) goto out;
+    if (!pl.dst || !pl.moved || !fresh || !reused) goto out;
     if (n_dead) {
         mask = pgd__malloc(&c->al, (size_t)n_cols * sizeof *mask);
         if (!mask) goto out;
@@ -3349,7 +3370,7 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
         }
         uint64_t w_new = s->ring ? s->window : c->window; /* the ring after ring_reserve */
         pl.lo_new = n_out > w_new ? (n_out - w_new + pt - 1) / pt * pt : 0;
-        pl.g0 = pl.lo_new < pl.g0 ? pl.lo_new : pl.g0;
+        pl.lo_new = pl.lo_new > pl.g0 ? pl.lo_new : pl.g0; /* and past the pages moved below */
     }
     if (bytes) {
         /* A gathered row: f16 (staged), else its bytes (K and V rows alike for row codecs). */
@@ -3363,22 +3384,42 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
         rc = ring_reserve(c, s, c->window);
         if (rc != PGD_OK) goto out;
     }
-    uint32_t q = p1; /* the next old page past the new end that may be reused */
-    for (uint32_t k = m; k < p1; k++) {
-        uint32_t *d = &pl.dst[k - m];
-        if (k < p0 && page_private(c, s->table[k])) {
-            *d = s->table[k];
-            reused[k - m] = 1;
-            continue;
+    /* Whole pages first: a full written page whose rows are, for every list, all the rows of
+     * one old private page in order (a staged pool's page encoded: below hi) takes that page
+     * by id, unwritten (a window that moves by whole pages costs no copy). It is a later
+     * page (k >= m: keep[j] > j somewhere in it), so q > k. */
+    for (uint32_t k = m; k < p1; k++)
+        pl.dst[k - m] = PGD__NONE;
+    for (uint32_t k = m; k < n_out / pt; k++) {
+        uint32_t q0 = keep[(size_t)k * pt], q = q0 / pt;
+        int whole = q0 % pt == 0 && !reused[q - m] && page_private(c, s->table[q]) &&
+                    (!c->window || (uint64_t)(q + 1) * pt <= s->hi);
+        for (uint32_t i = 0; whole && i < n_cols; i++) {
+            const uint32_t *ki = keep + i * ld + (size_t)k * pt;
+            whole = (n_live ? n_live[i] : n_out) >= (k + 1) * pt && ki[0] == q0 &&
+                    ki[pt - 1] == q0 + pt - 1; /* ascending and distinct: the pt in between */
         }
-        while (q < p0 && !page_private(c, s->table[q]))
+        if (!whole) continue;
+        pl.dst[k - m] = s->table[q];
+        pl.moved[k - m] = 1;
+        reused[q - m] = 1;
+        if (pl.lo_new < (uint64_t)(k + 1) * pt && c->window) pl.lo_new = (uint64_t)(k + 1) * pt;
+    }
+    /* Then each written page in place where the sequence holds the old one alone, then its
+     * other private pages it no longer needs, then fresh pages. */
+    for (uint32_t k = m; k < p1 && k < p0; k++)
+        if (pl.dst[k - m] == PGD__NONE && !reused[k - m] && page_private(c, s->table[k])) {
+            pl.dst[k - m] = s->table[k];
+            reused[k - m] = 1;
+        }
+    for (uint32_t k = m, q = m; k < p1; k++) {
+        if (pl.dst[k - m] != PGD__NONE) continue;
+        while (q < p0 && (reused[q - m] || !page_private(c, s->table[q])))
             q++;
         if (q < p0) {
-            *d = s->table[q];
+            pl.dst[k - m] = s->table[q];
             reused[q - m] = 1;
-            q++;
         } else {
-            *d = PGD__NONE;
             n_fresh++;
         }
     }
@@ -3434,6 +3475,7 @@ out:
     pgd__free(&c->al, mask);
     pgd__free(&c->al, pl.buf);
     pgd__free(&c->al, pl.dst);
+    pgd__free(&c->al, pl.moved);
     pgd__free(&c->al, fresh);
     pgd__free(&c->al, reused);
     unlock(c);

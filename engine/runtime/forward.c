@@ -214,6 +214,23 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     if (!c->p.n_batch) c->p.n_batch = 512;
     if (c->p.n_batch > c->p.n_ctx) c->p.n_batch = c->p.n_ctx;
     if (!c->p.page_tokens) c->p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
+    /* The budget first: the pool's default size reads it. */
+    if (c->p.budget.method != PGD_BUDGET_NONE) {
+        char bwhy[160];
+        const char *mname = pgd_budget_method_name(c->p.budget.method);
+        if (pgd_budget_params_check(&c->p.budget, hp->n_layer, bwhy, sizeof bwhy) != PGD_OK) {
+            pe__errf(err, errlen, "token budget (%s, %u tokens): %s", mname ? mname : "?",
+                     c->p.budget.budget, bwhy);
+            goto fail;
+        }
+        if (c->p.contiguous_ref) {
+            pe__errf(err, errlen,
+                     "token budget (%s): the contiguous reference keeps every "
+                     "token; it takes no budget",
+                     mname);
+            goto fail;
+        }
+    }
     if (!c->p.kv_tokens) {
         c->p.kv_tokens = c->p.n_ctx;
         /* A compaction writes what it keeps into fresh pages where the sequence's own are
@@ -230,22 +247,6 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     if (c->p.kv_select_pages == 1) {
         pe__errf(err, errlen, "--kv-select-pages must be 0 (dense) or at least 2");
         goto fail;
-    }
-    if (c->p.budget.method != PGD_BUDGET_NONE) {
-        char bwhy[160];
-        const char *mname = pgd_budget_method_name(c->p.budget.method);
-        if (pgd_budget_params_check(&c->p.budget, hp->n_layer, bwhy, sizeof bwhy) != PGD_OK) {
-            pe__errf(err, errlen, "token budget (%s, %u tokens): %s", mname ? mname : "?",
-                     c->p.budget.budget, bwhy);
-            goto fail;
-        }
-        if (c->p.contiguous_ref) {
-            pe__errf(err, errlen,
-                     "token budget (%s): the contiguous reference keeps every "
-                     "token; it takes no budget",
-                     mname);
-            goto fail;
-        }
     }
     pgd_cache_params cp = pgd_cache_default_params();
     cp.pool.n_layers = hp->n_layer;

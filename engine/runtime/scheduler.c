@@ -728,6 +728,7 @@ static void preempt_newest(pe_sched *s)
     r->promoting = 0;
     r->first_match = 0;
     note_release(s, r);
+    r->kv_slots = 0; /* it holds none while it waits */
     pgd_seq_destroy(s->cache, r->seq);
     r->seq = NULL;
     r->n_done = 0;

@@ -385,6 +385,90 @@ static int test_codecs(void)
     return 0;
 }
 
+/* ---- whole pages move by id ---- */
+
+/* A window that moves by whole pages (StreamingLLM: sinks, then the newest slots): the
+ * written pages whose rows are all of one old private page, in order, are that page, moved
+ * in the table without a copy; the rest is written; rows and attention equal a fresh
+ * sequence's bit for bit. Registered pages are never moved (they are copied). */
+static int moves_case(const codec_case *cc, uint32_t sinks, int shared)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s hd %u: sinks %u%s", pgd_kv_type_name(cc->type), cc->hd, sinks,
+             shared ? ", registered" : "");
+    geom g = {cc->type, cc->hd, cc->rotate, 0, 0, 64, 0, NULL};
+    pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
+    T_ASSERT(c && cr);
+    kv d, kept;
+    const uint32_t drop = 2 * PT, n_out = N - drop; /* slots >= sinks move back 2 pages */
+    T_OK(kv_init(&d, cc->hd, N));
+    T_OK(kv_init(&kept, cc->hd, n_out));
+    kv_fill(&d, 61 + sinks);
+    pgd_seq *a, *r;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    if (shared) { /* registered: no page of A is private but its last */
+        int32_t toks[N];
+        for (uint32_t i = 0; i < N; i++)
+            toks[i] = (int32_t)i;
+        T_EQ(pgd_seq_commit(c, a, toks, N), 4);
+    }
+    const uint32_t *ids;
+    uint32_t old[8];
+    T_EQ(pgd_seq_pages(c, a, &ids), 5);
+    memcpy(old, ids, 5 * sizeof *ids);
+    enum { LD = N };
+    uint32_t keep[NCOL * LD];
+    for (uint32_t i = 0; i < NCOL; i++)
+        for (uint32_t j = 0; j < n_out; j++)
+            keep[i * LD + j] = j < sinks ? j : j + drop;
+    T_EQ(pgd_seq_compact(c, a, n_out, keep, LD, NULL), 5 - (n_out + PT - 1) / PT);
+    T_OK(pgd_cache_check(c));
+    uint32_t np = pgd_seq_pages(c, a, &ids);
+    /* Full page k >= 1 is old page k + 2 (page 0: the sinks, kept whole or written), the
+     * last partial page is written. */
+    for (uint32_t k = 1; k + 1 < np || (k < np && n_out % PT == 0); k++) {
+        uint32_t q = k + drop / PT;
+        if (shared)
+            for (uint32_t u = 0; u < 5; u++)
+                T_ASSERT(ids[k] != old[u]);
+        else if (ids[k] != old[q])
+            T_FAIL("%s: page %u is not old page %u moved", what, k, q);
+    }
+    kv_gather(&kept, &d, n_out, keep, LD, NULL);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &kept, 0, n_out, 0, 0));
+    T_OK(same_rows(c, a, cr, r, cc->hd, 0, what));
+    T_OK(same_attention(c, a, cr, r, cc->hd, 0, 0, what));
+    kv more;
+    T_OK(kv_init(&more, cc->hd, NEW));
+    kv_fill(&more, 62);
+    T_OK(write_rows(c, a, &more, 0, NEW, n_out, 5));
+    T_OK(write_rows(cr, r, &more, 0, NEW, n_out, 5));
+    T_OK(same_rows(c, a, cr, r, cc->hd, 0, what));
+    T_OK(same_attention(c, a, cr, r, cc->hd, 0, 0, what));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(cr, r);
+    T_OK(pgd_cache_check(c));
+    T_EQ(stats(c).n_pages_used, 0);
+    kv_free(&d);
+    kv_free(&kept);
+    kv_free(&more);
+    pgd_cache_destroy(c);
+    pgd_cache_destroy(cr);
+    return 0;
+}
+
+static int test_moves(void)
+{
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_OK(moves_case(&cases[i], 4, 0));
+        T_OK(moves_case(&cases[i], PT, 0));
+        T_OK(moves_case(&cases[i], 4, 1));
+    }
+    return 0;
+}
+
 /* ---- shared prefix pages ---- */
 
 /* A writes and commits N rows; B matches its 4 full pages and writes its own partial page;
@@ -1101,6 +1185,7 @@ static int test_pending_promotion(void)
 int main(void)
 {
     T_RUN(test_codecs);
+    T_RUN(test_moves);
     T_RUN(test_shared_prefix);
     T_RUN(test_errors);
     T_RUN(test_mask);
