@@ -3391,7 +3391,8 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
     for (uint32_t k = m; k < p1; k++)
         pl.dst[k - m] = PGD__NONE;
     for (uint32_t k = m; k < n_out / pt; k++) {
-        uint32_t q0 = keep[(size_t)k * pt], q = q0 / pt;
+        if ((n_live ? n_live[0] : n_out) < (k + 1) * pt) continue; /* list 0 ends before */
+        uint32_t q0 = keep[(size_t)k * pt], q = q0 / pt;           /* validated: q < p0 */
         int whole = q0 % pt == 0 && !reused[q - m] && page_private(c, s->table[q]) &&
                     (!c->window || (uint64_t)(q + 1) * pt <= s->hi);
         for (uint32_t i = 0; whole && i < n_cols; i++) {

@@ -1001,6 +1001,43 @@ static int test_metadata_only(void)
     return 0;
 }
 
+/* A list shorter than a page that the others move whole: no move (its slots there are
+ * dead), and its entries past n_live are never read (garbage there). */
+static int test_moves_short_list(void)
+{
+    geom g = {PGD_KV_F16, 64, 0, 0, 0, 64, 0, NULL};
+    pgd_cache *c = make_cache(&g), *cr = make_cache(&g);
+    T_ASSERT(c && cr);
+    kv d, kept;
+    const uint32_t n_out = N - 2 * PT;
+    T_OK(kv_init(&d, 64, N));
+    T_OK(kv_init(&kept, 64, n_out));
+    kv_fill(&d, 71);
+    pgd_seq *a, *r;
+    T_OK(pgd_seq_create(c, NULL, 0, &a));
+    T_OK(write_rows(c, a, &d, 0, N, 0, 0));
+    enum { LD = N };
+    uint32_t keep[NCOL * LD], live[NCOL] = {4, n_out, n_out, n_out};
+    for (uint32_t i = 0; i < NCOL; i++)
+        for (uint32_t j = 0; j < LD; j++)
+            keep[i * LD + j] = j >= live[i] ? 0xfffffff0u : j < 4 ? j : j + 2 * PT;
+    T_EQ(pgd_seq_compact(c, a, n_out, keep, LD, live), 2);
+    T_OK(pgd_cache_check(c));
+    T_OK(mask_is(a, n_out, live));
+    kv_gather(&kept, &d, n_out, keep, LD, live);
+    T_OK(pgd_seq_create(cr, NULL, 0, &r));
+    T_OK(write_rows(cr, r, &kept, 0, n_out, 0, 0));
+    T_OK(same_rows(c, a, cr, r, 64, 0, "f16, a short list"));
+    pgd_seq_destroy(c, a);
+    pgd_seq_destroy(cr, r);
+    T_OK(pgd_cache_check(c));
+    kv_free(&d);
+    kv_free(&kept);
+    pgd_cache_destroy(c);
+    pgd_cache_destroy(cr);
+    return 0;
+}
+
 /* ---- allocation failures ---- */
 
 static t_counting A;
@@ -1186,6 +1223,7 @@ int main(void)
 {
     T_RUN(test_codecs);
     T_RUN(test_moves);
+    T_RUN(test_moves_short_list);
     T_RUN(test_shared_prefix);
     T_RUN(test_errors);
     T_RUN(test_mask);
