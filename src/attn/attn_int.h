@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * attn_int.h - what the files of src/attn/ share: the pool geometry as attention sees it,
- * one item's view of its sequence (page table, residual ring), the source of a
+ * one item's view of its sequence (page table, residual ring, dead slots), the source of a
  * page's K/V rows, Quest page selection, and the softmax step kernels. Internal to
  * libpagoda (tests include it to reach the ISA levels, bench_attn for its --wide hook).
  *
  *   ref.c      pgd_attn_run_ref: the scalar reference, the spec
  *   attn.c     pgd_attn_create/run: the planner, the work-item kernel, the merge
- *   softmax.c  the online-softmax step, scalar / AVX2 / AVX-512
+ *   softmax.c  the online-softmax step and the scores' axpy, scalar / AVX2 / AVX-512
  *   common.c   geometry, item views, page sources, Quest selection (shared by both paths,
  *              so that both select the very same pages)
  */
