@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * forward.c - the context (pe_ctx: cache manager, thread pool, activations) and the
- * Llama-family forward pass on the paged KV cache.
+ * Llama-family forward pass on the paged KV cache (llama, qwen2, qwen3, phi3: model.h).
  *
  * Per step (a batch of chunks, each of n tokens at positions pos0..pos0+n-1 of one sequence):
  *
@@ -9,7 +9,9 @@
  *   x = embed(tokens)                                          [n][n_embd]
  *   for each layer l:
  *     xb = rmsnorm(x);  q,k,v = xb*Wq, xb*Wk, xb*Wv              (matrix-matrix over n)
- *     rope(q, k);  pgd_seq_write_kv(k, v)    (copy-on-write, rotation, the pool's codec)
+ *     q,k,v += biases (qwen2);  q,k = rmsnorm of each head (qwen3)
+ *     rope(q, k)  (NORM: adjacent pairs, llama; NEOX: pairs (i, i + n_rot/2), the others)
+ *     pgd_seq_write_kv(k, v)                 (copy-on-write, rotation, the pool's codec)
  *     att = pgd_attn_run(q)                  softmax(q . K / sqrt(hd)) . V over each
  *           sequence's pages, all sequences of the step at once, on the thread pool
  *     x += att*Wo;  x += W_down(silu(xb*W_gate) * (xb*W_up))   with xb = rmsnorm(x)
@@ -387,6 +389,41 @@ static void rope_apply(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
     }
 }
 
+/* NEOX rope (qwen2, qwen3, phi3): rotates the pairs (i, i + n_rot/2) of each head, pair i
+ * with pair i's angle (the same table as rope_apply). */
+static void rope_apply_neox(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
+                            uint32_t n_rot)
+{
+    const uint32_t half = n_rot / 2;
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * hd;
+        for (uint32_t i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * c - x1 * s;
+            x[i + half] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* Adds bias b[0..d) to each of n rows of y (qwen2's Q/K/V biases). */
+static void add_bias(float *y, const float *b, uint32_t n, size_t d)
+{
+    for (uint32_t t = 0; t < n; t++)
+        for (size_t i = 0; i < d; i++)
+            y[(size_t)t * d + i] += b[i];
+}
+
+/* RMSNorm of each hd-wide head of n rows of n_heads heads, in place (qwen3's Q/K norms). */
+static void head_norm(float *y, const float *w, uint32_t n, uint32_t n_heads, uint32_t hd,
+                      float eps, float *tmp)
+{
+    for (size_t h = 0; h < (size_t)n * n_heads; h++) {
+        memcpy(tmp, y + h * hd, hd * sizeof *tmp);
+        pe_rmsnorm(y + h * hd, tmp, w, hd, eps);
+    }
+}
+
 /* ---- the contiguous reference ---- */
 
 typedef struct attn_job {
@@ -541,10 +578,24 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         pe_matmul_ex(c->tp, &L->wq, c->xb, n, c->q, c->scratch, c->mm_flags);
         pe_matmul_ex(c->tp, &L->wk, c->xb, n, c->k, c->scratch, c->mm_flags);
         pe_matmul_ex(c->tp, &L->wv, c->xb, n, c->v, c->scratch, c->mm_flags);
+        if (L->bq) { /* qwen2: biases after the products, before RoPE */
+            add_bias(c->q, L->bq, n, Q);
+            add_bias(c->k, L->bk, n, KV);
+            add_bias(c->v, L->bv, n, KV);
+        }
+        if (L->q_norm) { /* qwen3: per-head RMSNorm of Q and K, before RoPE */
+            head_norm(c->q, L->q_norm, n, hp->n_head, hd, hp->rms_eps, c->xb);
+            head_norm(c->k, L->k_norm, n, hp->n_head_kv, hd, hp->rms_eps, c->xb);
+        }
         for (uint32_t t = 0; t < n; t++) {
             const float *cs = c->rope + (size_t)t * hp->n_rot;
-            rope_apply(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
-            rope_apply(c->k + t * KV, cs, hp->n_head_kv, hd, hp->n_rot);
+            if (hp->rope_neox) {
+                rope_apply_neox(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
+                rope_apply_neox(c->k + t * KV, cs, hp->n_head_kv, hd, hp->n_rot);
+            } else {
+                rope_apply(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
+                rope_apply(c->k + t * KV, cs, hp->n_head_kv, hd, hp->n_rot);
+            }
         }
         /* K/V of every item; a failure can only come at layer 0 (copy-on-write of a
          * shared page, the kivi2 window), before anything was committed. */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * model.h - Llama-family models (architecture "llama": Llama 1/2/3, Mistral, TinyLlama,
- * SmolLM) loaded from GGUF, and the forward pass whose attention reads and writes K/V
- * through libpagoda pages and page tables.
+ * model.h - Llama-family models (architectures llama: Llama 1/2/3, Mistral, TinyLlama,
+ * SmolLM; qwen2; qwen3; phi3: see pe_arch) loaded from GGUF, and the forward pass whose attention
+ * reads and writes K/V through libpagoda pages and page tables.
  *
- *   pe_model_load(path)            mmap the GGUF, read llama.* hyper-parameters, check every
+ *   pe_model_load(path)            mmap the GGUF, read <arch>.* hyper-parameters, check every
  *                                  tensor's type and shape, load the vocabulary
  *   pe_ctx_create(model, params)   a cache manager (pool sized in tokens), a thread pool,
  *                                  scratch buffers for chunks of up to n_batch tokens
@@ -30,6 +30,24 @@
 #include "threadpool.h"
 #include "tokenizer.h"
 
+/* The architectures the engine runs (general.architecture); every other one is refused
+ * at load, naming it. Each reads its hyper-parameters under its own "<arch>." keys.
+ *   llama  Llama 1/2/3, Mistral, TinyLlama, SmolLM: NORM rope, SwiGLU
+ *   qwen2  Qwen2 / Qwen2.5: llama plus Q/K/V biases (attn_{q,k,v}.bias); NEOX rope
+ *   qwen3  Qwen3 (dense): llama plus per-head RMSNorm of Q and K (attn_{q,k}_norm) before
+ *          RoPE; NEOX rope; head_dim from attention.key_length
+ *   phi3   Phi-3 / Phi-3.5 mini: fused attn_qkv (rows Q | K | V) and ffn_up (rows gate | up);
+ *          NEOX rope */
+typedef enum pe_arch {
+    PE_ARCH_LLAMA = 0,
+    PE_ARCH_QWEN2,
+    PE_ARCH_QWEN3,
+    PE_ARCH_PHI3,
+} pe_arch;
+
+/* The architecture's general.architecture string ("llama", ...); "?" when out of range. */
+const char *pe_arch_name(pe_arch a);
+
 typedef struct pe_hparams {
     uint32_t n_vocab;
     uint32_t n_ctx_train;
@@ -43,6 +61,9 @@ typedef struct pe_hparams {
     float rope_theta;  /* rope.freq_base, default 10000 */
     float rope_scale;  /* 1 / rope.scaling.factor for linear scaling, else 1 */
     float rms_eps;     /* attention.layer_norm_rms_epsilon */
+    pe_arch arch;      /* general.architecture */
+    int rope_neox;     /* 1: NEOX rope, pairs (i, i + n_rot/2) (qwen2, qwen3, phi3); 0: NORM
+                          rope, adjacent pairs (2i, 2i+1) (llama) */
 } pe_hparams;
 
 /* A loaded model: immutable after pe_model_load, so any number of threads may read it.

@@ -16,6 +16,15 @@ typedef struct pe_layer {
     pe_mat wq, wk, wv, wo;  /* q: n_embd -> n_head*hd; k,v: n_embd -> n_head_kv*hd */
     pe_mat w_gate, w_up;    /* n_embd -> n_ff */
     pe_mat w_down;          /* n_ff -> n_embd */
+    /* qwen2: biases added after the Q, K, V products ([n_head*hd], [n_head_kv*hd] x 2);
+     * NULL for the other architectures. */
+    const float *bq, *bk, *bv;
+    /* qwen3: RMSNorm weights applied to each head of Q and K before RoPE ([hd]); NULL for
+     * the other architectures. */
+    const float *q_norm, *k_norm;
+    /* phi3 stores Q, K, V in one tensor (attn_qkv) and gate, up in one (ffn_up): wq, wk,
+     * wv and w_gate, w_up are then row ranges of those tensors (no copy), so the forward
+     * pass is the same. */
 } pe_layer;
 
 struct pe_model {

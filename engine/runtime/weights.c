@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * weights.c - loading a Llama-family model from GGUF: hyper-parameters, every weight
- * tensor checked for type and shape, the vocabulary, and the model fingerprint.
+ * weights.c - loading a Llama-family model (architectures llama, qwen2, qwen3, phi3:
+ * model.h pe_arch) from GGUF: hyper-parameters, every weight tensor checked for type and
+ * shape, the vocabulary, and the model fingerprint.
  *
- *   pe_model_load(path)   mmap the file (pe_gguf_open), read llama.* hyper-parameters
+ *   pe_model_load(path)   mmap the file (pe_gguf_open), read <arch>.* hyper-parameters
  *                         (refused unless floats are finite and in range, integers sane),
  *                         point each pe_mat at its tensor in the mapping (no copy; norms
  *                         stored as f16/bf16 are converted to f32 into one owned array),
@@ -143,6 +144,80 @@ static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float *
     return 0;
 }
 
+/* ---- architectures ---- */
+
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "phi3"};
+
+const char *pe_arch_name(pe_arch a)
+{
+    return (unsigned)a < sizeof arch_names / sizeof arch_names[0] ? arch_names[a] : "?";
+}
+
+/* general.architecture -> pe_arch; -1 when the engine does not run it. */
+static int parse_arch(pe_gguf_str s, pe_arch *out)
+{
+    for (size_t i = 0; i < sizeof arch_names / sizeof arch_names[0]; i++)
+        if (s.len == strlen(arch_names[i]) && memcmp(s.ptr, arch_names[i], s.len) == 0) {
+            *out = (pe_arch)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* Rows [first, first + n) of a loaded matrix as a matrix of their own (no copy): phi3's
+ * fused attn_qkv and ffn_up. */
+static pe_mat mat_rows(const pe_mat *all, uint32_t first, uint32_t n)
+{
+    pe_mat r = *all;
+    r.data = (const uint8_t *)all->data + (size_t)first * all->row_bytes;
+    r.n_out = n;
+    return r;
+}
+
+/* Loads layer l's tensors for hp->arch, each checked by name, type and shape (the error
+ * names the first missing or mis-shaped one). */
+static int load_layer(const pe_gguf_file *f, const pe_hparams *hp, uint32_t l, pe_layer *L,
+                      float **cursor, char *err, size_t errlen)
+{
+    const uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim;
+    const uint32_t KV = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%u." s, l), nm)
+    if (load_vec(f, NAME("attn_norm.weight"), E, cursor, &L->attn_norm, err, errlen) ||
+        load_vec(f, NAME("ffn_norm.weight"), E, cursor, &L->ffn_norm, err, errlen) ||
+        load_mat(f, NAME("attn_output.weight"), Q, E, 1, &L->wo, err, errlen) ||
+        load_mat(f, NAME("ffn_down.weight"), F, E, 1, &L->w_down, err, errlen))
+        return -1;
+    if (hp->arch == PE_ARCH_PHI3) {
+        pe_mat qkv, gu;
+        if (load_mat(f, NAME("attn_qkv.weight"), E, Q + 2 * KV, 1, &qkv, err, errlen) ||
+            load_mat(f, NAME("ffn_up.weight"), E, 2 * F, 1, &gu, err, errlen))
+            return -1;
+        L->wq = mat_rows(&qkv, 0, Q);
+        L->wk = mat_rows(&qkv, Q, KV);
+        L->wv = mat_rows(&qkv, Q + KV, KV);
+        L->w_gate = mat_rows(&gu, 0, F);
+        L->w_up = mat_rows(&gu, F, F);
+    } else if (load_mat(f, NAME("attn_q.weight"), E, Q, 1, &L->wq, err, errlen) ||
+               load_mat(f, NAME("attn_k.weight"), E, KV, 1, &L->wk, err, errlen) ||
+               load_mat(f, NAME("attn_v.weight"), E, KV, 1, &L->wv, err, errlen) ||
+               load_mat(f, NAME("ffn_gate.weight"), E, F, 1, &L->w_gate, err, errlen) ||
+               load_mat(f, NAME("ffn_up.weight"), E, F, 1, &L->w_up, err, errlen)) {
+        return -1;
+    }
+    if (hp->arch == PE_ARCH_QWEN2 &&
+        (load_vec(f, NAME("attn_q.bias"), Q, cursor, &L->bq, err, errlen) ||
+         load_vec(f, NAME("attn_k.bias"), KV, cursor, &L->bk, err, errlen) ||
+         load_vec(f, NAME("attn_v.bias"), KV, cursor, &L->bv, err, errlen)))
+        return -1;
+    if (hp->arch == PE_ARCH_QWEN3 &&
+        (load_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, cursor, &L->q_norm, err, errlen) ||
+         load_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, cursor, &L->k_norm, err, errlen)))
+        return -1;
+#undef NAME
+    return 0;
+}
+
 const pe_hparams *pe_model_hparams(const pe_model *m)
 {
     return &m->hp;
@@ -252,11 +327,13 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         pe__errf(err, errlen, "%s: missing general.architecture", path);
         goto fail;
     }
-    if (arch.len != 5 || memcmp(arch.ptr, "llama", 5) != 0) {
-        pe__errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama)", path,
-                 (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    if (parse_arch(arch, &m->hp.arch) != 0) {
+        pe__errf(err, errlen,
+                 "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3)",
+                 path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
+    const char *an = pe_arch_name(m->hp.arch);
     pe_gguf_str name;
     if (pe_gguf_get_str(f, "general.name", &name) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 100 ? 100 : name.len), name.ptr);
@@ -265,21 +342,21 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     hp->rope_theta = 10000.0f;
     hp->rms_eps = 1e-5f;
     hp->rope_scale = 1.0f;
-    if (get_u32(f, "llama", "context_length", &hp->n_ctx_train, 1, err, errlen) ||
-        get_u32(f, "llama", "embedding_length", &hp->n_embd, 1, err, errlen) ||
-        get_u32(f, "llama", "block_count", &hp->n_layer, 1, err, errlen) ||
-        get_u32(f, "llama", "feed_forward_length", &hp->n_ff, 1, err, errlen) ||
-        get_u32(f, "llama", "attention.head_count", &hp->n_head, 1, err, errlen) ||
-        get_f32(f, "llama", "rope.freq_base", &hp->rope_theta, 0, INFINITY, err, errlen) ||
-        get_f32(f, "llama", "attention.layer_norm_rms_epsilon", &hp->rms_eps, 0, 1, err, errlen))
+    if (get_u32(f, an, "context_length", &hp->n_ctx_train, 1, err, errlen) ||
+        get_u32(f, an, "embedding_length", &hp->n_embd, 1, err, errlen) ||
+        get_u32(f, an, "block_count", &hp->n_layer, 1, err, errlen) ||
+        get_u32(f, an, "feed_forward_length", &hp->n_ff, 1, err, errlen) ||
+        get_u32(f, an, "attention.head_count", &hp->n_head, 1, err, errlen) ||
+        get_f32(f, an, "rope.freq_base", &hp->rope_theta, 0, INFINITY, err, errlen) ||
+        get_f32(f, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 0, 1, err, errlen))
         goto fail;
     if (!hp->n_ctx_train || hp->n_ctx_train > PE_MAX_CTX_TRAIN) {
-        pe__errf(err, errlen, "hyper-parameter llama.context_length %u is out of range [1, %u]",
+        pe__errf(err, errlen, "hyper-parameter %s.context_length %u is out of range [1, %u]", an,
                  hp->n_ctx_train, PE_MAX_CTX_TRAIN);
         goto fail;
     }
     hp->n_head_kv = hp->n_head;
-    if (get_u32(f, "llama", "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) goto fail;
+    if (get_u32(f, an, "attention.head_count_kv", &hp->n_head_kv, 0, err, errlen)) goto fail;
     if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_head_kv || !hp->n_ff ||
         hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv || hp->n_layer > 4096 ||
         hp->n_embd > (1u << 20) || hp->n_ff > (1u << 22)) {
@@ -290,20 +367,31 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         goto fail;
     }
     hp->head_dim = hp->n_embd / hp->n_head;
-    if (get_u32(f, "llama", "attention.key_length", &hp->head_dim, 0, err, errlen)) goto fail;
+    if (get_u32(f, an, "attention.key_length", &hp->head_dim, 0, err, errlen)) goto fail;
     hp->n_rot = hp->head_dim;
-    if (get_u32(f, "llama", "rope.dimension_count", &hp->n_rot, 0, err, errlen)) goto fail;
+    if (get_u32(f, an, "rope.dimension_count", &hp->n_rot, 0, err, errlen)) goto fail;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim > 1024 || !hp->head_dim) {
         pe__errf(err, errlen, "%s: rope.dimension_count %u does not fit head_dim %u", path,
                  hp->n_rot, hp->head_dim);
         goto fail;
     }
+    uint32_t v_len = hp->head_dim;
+    if (get_u32(f, an, "attention.value_length", &v_len, 0, err, errlen)) goto fail;
+    if (v_len != hp->head_dim) {
+        pe__errf(err, errlen,
+                 "%s: %s.attention.value_length %u differs from key_length %u, which the "
+                 "engine does not support",
+                 path, an, v_len, hp->head_dim);
+        goto fail;
+    }
+    hp->rope_neox = hp->arch != PE_ARCH_LLAMA;
     pe_gguf_str stype;
-    if (pe_gguf_get_str(f, "llama.rope.scaling.type", &stype) == 0 && stype.len == 6 &&
+    char skey[64];
+    snprintf(skey, sizeof skey, "%s.rope.scaling.type", an);
+    if (pe_gguf_get_str(f, skey, &stype) == 0 && stype.len == 6 &&
         memcmp(stype.ptr, "linear", 6) == 0) {
         float factor = 1.0f;
-        if (get_f32(f, "llama", "rope.scaling.factor", &factor, 1e-6f, 1e6f, err, errlen))
-            goto fail;
+        if (get_f32(f, an, "rope.scaling.factor", &factor, 1e-6f, 1e6f, err, errlen)) goto fail;
         hp->rope_scale = 1.0f / factor;
     }
 
@@ -316,7 +404,10 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     const uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim;
     const uint32_t KV = hp->n_head_kv * hp->head_dim;
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    m->owned = malloc(((size_t)2 * hp->n_layer + 1) * E * sizeof(float));
+    /* Room for every vector converted to f32: per layer two norms, and the biases and Q/K
+     * norms of the architectures that have them; plus output_norm. */
+    m->owned =
+        malloc(((size_t)hp->n_layer * (2 * E + Q + 2 * KV + 2 * hp->head_dim) + E) * sizeof(float));
     if (!m->layers || !m->owned) {
         pe__errf(err, errlen, "out of memory");
         goto fail;
@@ -335,22 +426,15 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         }
         m->rope_freqs = rf->data;
     }
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        pe_layer *L = &m->layers[l];
-        char nm[96];
-#define NAME(s) (snprintf(nm, sizeof nm, "blk.%u." s ".weight", l), nm)
-        if (load_vec(f, NAME("attn_norm"), E, &cursor, &L->attn_norm, err, errlen) ||
-            load_vec(f, NAME("ffn_norm"), E, &cursor, &L->ffn_norm, err, errlen) ||
-            load_mat(f, NAME("attn_q"), E, Q, 1, &L->wq, err, errlen) ||
-            load_mat(f, NAME("attn_k"), E, KV, 1, &L->wk, err, errlen) ||
-            load_mat(f, NAME("attn_v"), E, KV, 1, &L->wv, err, errlen) ||
-            load_mat(f, NAME("attn_output"), Q, E, 1, &L->wo, err, errlen) ||
-            load_mat(f, NAME("ffn_gate"), E, hp->n_ff, 1, &L->w_gate, err, errlen) ||
-            load_mat(f, NAME("ffn_up"), E, hp->n_ff, 1, &L->w_up, err, errlen) ||
-            load_mat(f, NAME("ffn_down"), hp->n_ff, E, 1, &L->w_down, err, errlen))
-            goto fail;
-#undef NAME
+    if (hp->arch == PE_ARCH_PHI3 && (pe_gguf_find_tensor(f, "rope_factors_long.weight") ||
+                                     pe_gguf_find_tensor(f, "rope_factors_short.weight"))) {
+        pe__errf(err, errlen,
+                 "%s: phi3 LongRoPE (tensors rope_factors_long/short.weight) is not supported",
+                 path);
+        goto fail;
     }
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (load_layer(f, hp, l, &m->layers[l], &cursor, err, errlen)) goto fail;
     for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++)
         m->weight_bytes += pe_gguf_tensor_at(f, i)->n_bytes;
     /* Touch the weights once, so that the first token does not pay for page faults, and
