@@ -15,6 +15,7 @@
  *     att = pgd_attn_run(q)                  softmax(q . K / sqrt(hd)) . V over each
  *           sequence's pages, all sequences of the step at once, on the thread pool
  *     x += att*Wo;  x += W_down(silu(xb*W_gate) * (xb*W_up))   with xb = rmsnorm(x)
+ *   (a product with f16 / bf16 weights reads its input rounded to that type: act_for)
  *   logits = rmsnorm(x_last) * W_out;  commit tokens (full pages join the prefix index)
  *
  * Token budgets (pe_batch_item.budget, budget.h): an item with a budget sizes its score
@@ -69,13 +70,18 @@ struct pe_ctx {
     uint32_t n_threads;
     uint32_t mm_flags;                         /* PE_MM_INVARIANT when p.deterministic */
     float *x, *xb, *q, *k, *v, *ao, *hb, *hb2; /* [n_batch][...] activations */
-    pgd_attn *attn;                            /* the fast paged attention */
-    pgd_attn_item items[PE_MAX_BATCH_SEQS];    /* this step's attention items */
-    float *rope;                               /* [n_batch][n_rot/2][2] cos, sin */
-    float *inv_freq;                           /* [n_rot/2] */
-    uint64_t *row_pos;                         /* [n_batch] position of each row: slot +
-                                                  pgd_seq_n_dropped (RoPE) */
-    float *logits_tmp;                         /* [cap][n_vocab], batches of several seqs */
+    /* [n_batch][max(E, Q, F)]: a product's input rounded to its f16 / bf16 weights' type
+     * (act_for), the rounding of xr_src to type xr_type; NULL when no matrix is f16 / bf16 */
+    float *xr;
+    const float *xr_src;
+    uint32_t xr_type;
+    pgd_attn *attn;                         /* the fast paged attention */
+    pgd_attn_item items[PE_MAX_BATCH_SEQS]; /* this step's attention items */
+    float *rope;                            /* [n_batch][n_rot/2][2] cos, sin */
+    float *inv_freq;                        /* [n_rot/2] */
+    uint64_t *row_pos;                      /* [n_batch] position of each row: slot +
+                                               pgd_seq_n_dropped (RoPE) */
+    float *logits_tmp;                      /* [cap][n_vocab], batches of several seqs */
     uint32_t logits_cap;
     void *scratch;
     float *kc, *vc;      /* contiguous reference [layer][n_ctx][kv] */
@@ -131,6 +137,7 @@ void pe_ctx_destroy(pe_ctx *ctx)
     free(ctx->ao);
     free(ctx->hb);
     free(ctx->hb2);
+    free(ctx->xr);
     free(ctx->att);
     free(ctx->rope);
     free(ctx->inv_freq);
@@ -140,6 +147,24 @@ void pe_ctx_destroy(pe_ctx *ctx)
     free(ctx->kc);
     free(ctx->vc);
     free(ctx);
+}
+
+static int is_half(const pe_mat *w)
+{
+    return w->type == PE_GGML_TYPE_F16 || w->type == PE_GGML_TYPE_BF16;
+}
+
+/* Whether any of the model's products has f16 or bf16 weights (act_for's buffer). */
+static int has_half(const pe_model *m)
+{
+    if (is_half(&m->output)) return 1;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const pe_layer *L = &m->layers[l];
+        const pe_mat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            if (is_half(ms[i])) return 1;
+    }
+    return 0;
 }
 
 static size_t max_scratch(const pe_model *m, uint32_t n)
@@ -344,6 +369,14 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->ao = malloc(n * Q * sizeof(float));
     c->hb = malloc(n * hp->n_ff * sizeof(float));
     c->hb2 = malloc(n * hp->n_ff * sizeof(float));
+    if (has_half(m)) {
+        size_t w = E > Q ? E : Q;
+        c->xr = malloc(n * (w > hp->n_ff ? w : hp->n_ff) * sizeof(float));
+        if (!c->xr) {
+            pe__errf(err, errlen, "out of memory for activations of %zu tokens", n);
+            goto fail;
+        }
+    }
     c->rope = malloc(n * hp->n_rot * sizeof(float));
     c->inv_freq = malloc(hp->n_rot / 2 * sizeof(float) + sizeof(float));
     c->row_pos = malloc(n * sizeof(uint64_t));
@@ -387,6 +420,62 @@ static void rope_apply(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
             x[2 * i + 1] = x0 * s + x1 * c;
         }
     }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+/* x[0..n) rounded to f16 and back with F16C (round to nearest even, as pe_f32_to_f16 and
+ * ggml's conversion); returns the first index not done (the tail is the caller's). */
+__attribute__((target("avx,f16c"))) static size_t round_f16_f16c(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    return i;
+}
+#endif
+
+static void round_f16(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (pe_isa_detect() != PE_ISA_SCALAR) i = round_f16_f16c(y, x, n); /* AVX2 implies F16C */
+#endif
+    for (; i < n; i++)
+        y[i] = pe_f16_to_f32(pe_f32_to_f16(x[i]));
+}
+
+/* The input a product with w reads: x[0..n) rounded to f16 (bf16) in c->xr when w is f16
+ * (bf16), else x itself. llama.cpp's CPU backend converts the activations of an f16 / bf16
+ * product to the weights' type first (ggml's vec_dot_type), and that rounding decides
+ * greedy near ties: on the qwen3 reference model, prompt "Once upon a time", step 3 has
+ * ',' and '.' 0.002 nats apart in llama.cpp, and f32 activations picked the other one.
+ * Per element, so batch-invariant. same: x is unchanged since the previous call (K and V
+ * after Q, up after gate), so a rounding of it to w's type is reused. Cost: n conversions
+ * per product (F16C: ~0.1 ns each), against n x n_out multiply-adds. Other types: their
+ * kernels' own (f32: none). */
+static const float *act_for(pe_ctx *c, const pe_mat *w, const float *x, size_t n, int same)
+{
+    if (w->type != PE_GGML_TYPE_F16 && w->type != PE_GGML_TYPE_BF16) return x;
+    if (same && c->xr_src == x && c->xr_type == w->type) return c->xr;
+    if (w->type == PE_GGML_TYPE_F16) {
+        round_f16(c->xr, x, n);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            c->xr[i] = pe_bf16_to_f32(pe_f32_to_bf16(x[i]));
+    }
+    c->xr_src = x;
+    c->xr_type = w->type;
+    return c->xr;
+}
+
+/* pe_matmul_ex of n rows of x (d values each) through w, on act_for's input. */
+static void mm(pe_ctx *c, const pe_mat *w, const float *x, uint32_t n, size_t d, float *y, int same)
+{
+    pe_matmul_ex(c->tp, w, act_for(c, w, x, (size_t)n * d, same), n, y, c->scratch, c->mm_flags);
 }
 
 /* NEOX rope (qwen2, qwen3, phi3): rotates the pairs (i, i + n_rot/2) of each head, pair i
@@ -575,9 +664,9 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         const pe_layer *L = &m->layers[l];
         for (uint32_t t = 0; t < n; t++)
             pe_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
-        pe_matmul_ex(c->tp, &L->wq, c->xb, n, c->q, c->scratch, c->mm_flags);
-        pe_matmul_ex(c->tp, &L->wk, c->xb, n, c->k, c->scratch, c->mm_flags);
-        pe_matmul_ex(c->tp, &L->wv, c->xb, n, c->v, c->scratch, c->mm_flags);
+        mm(c, &L->wq, c->xb, n, E, c->q, 0);
+        mm(c, &L->wk, c->xb, n, E, c->k, 1);
+        mm(c, &L->wv, c->xb, n, E, c->v, 1);
         if (L->bq) { /* qwen2: biases after the products, before RoPE */
             add_bias(c->q, L->bq, n, Q);
             add_bias(c->k, L->bk, n, KV);
@@ -635,19 +724,19 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
                 return rc;
             }
         }
-        pe_matmul_ex(c->tp, &L->wo, c->ao, n, c->xb, c->scratch, c->mm_flags);
+        mm(c, &L->wo, c->ao, n, Q, c->xb, 0);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
 
         for (uint32_t t = 0; t < n; t++)
             pe_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
-        pe_matmul_ex(c->tp, &L->w_gate, c->xb, n, c->hb, c->scratch, c->mm_flags);
-        pe_matmul_ex(c->tp, &L->w_up, c->xb, n, c->hb2, c->scratch, c->mm_flags);
+        mm(c, &L->w_gate, c->xb, n, E, c->hb, 0);
+        mm(c, &L->w_up, c->xb, n, E, c->hb2, 1);
         /* row by row: a vector kernel's tail (the last n % 8 values on AVX2) then falls on
          * the same columns whatever the number of rows */
         for (uint32_t t = 0; t < n; t++)
             pe_swiglu_f32(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
-        pe_matmul_ex(c->tp, &L->w_down, c->hb, n, c->xb, c->scratch, c->mm_flags);
+        mm(c, &L->w_down, c->hb, n, F, c->xb, 0);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
     }
@@ -665,7 +754,7 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             r += it->n;
         }
         float *dst = n_items == 1 ? items[0].logits : c->logits_tmp;
-        pe_matmul_ex(c->tp, &m->output, c->xb, n_out, dst, c->scratch, c->mm_flags);
+        mm(c, &m->output, c->xb, n_out, E, dst, 0);
         if (n_items > 1) {
             o = 0;
             for (uint32_t i = 0; i < n_items; i++) {
