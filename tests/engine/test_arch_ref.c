@@ -9,7 +9,10 @@
  *     from both prompts' token ids gives llama-server's first 16 generated ids
  *     (server-completion.json); where a later id differs, the step and both candidates'
  *     logits are printed (a near tie decided by rounding order, not a bug: see below);
- *   - gemma2 and gemma3 files are refused at load with an error naming the architecture.
+ *   - copies missing a tensor of an architecture (qwen2's biases, qwen3's Q/K norms, phi3's
+ *     fused attn_qkv) or with one mis-shaped, or with a value_length other than key_length,
+ *     are refused with an error naming it; gemma2 and gemma3 files are refused at load
+ *     with an error naming the architecture.
  * The greedy ids depend on rounding near ties: qwen3, prompt 1, step 3 has ',' and '.'
  * 0.002 nats apart in llama.cpp; the engine gets llama.cpp's pick since it rounds the input
  * of f16 products to f16 as ggml does (forward.c act_for); measured: all 32 ids equal for
@@ -172,6 +175,111 @@ static int test_refused(const char *stem, const char *arch)
     return 0;
 }
 
+/* ---- load errors ---- */
+
+typedef struct variant {
+    const pe_gguf_file *src;
+    uint64_t map[256]; /* the written tensor i is the source's map[i] */
+} variant;
+
+static int fill_tensor(void *ud, uint64_t i, void *dst, uint64_t n_bytes)
+{
+    const variant *v = ud;
+    const pe_gguf_tensor *t = pe_gguf_tensor_at(v->src, v->map[i]);
+    if (n_bytes > t->n_bytes) return -1;
+    memcpy(dst, t->data, n_bytes); /* a shrunk tensor: its first bytes */
+    return 0;
+}
+
+/* Writes the reference model stem to out, less tensor drop (NULL: none), with tensor
+ * resize's ne1 (ne0 for a vector) set to n, and the u32 key set to kval (key NULL: none). */
+static int write_variant(const char *stem, const char *out_path, const char *drop,
+                         const char *resize, uint64_t n, const char *key, uint32_t kval)
+{
+    char path[1200], e[256], name[256];
+    model_file(path, sizeof path, stem, "");
+    snprintf(path + strlen(path), sizeof path - strlen(path), "%s.gguf", stem);
+    variant v;
+    pe_gguf_file *f;
+    if (pe_gguf_open(path, &f, e, sizeof e)) T_FAIL("%s: %s", path, e);
+    v.src = f;
+    pe_gguf_writer *w = pe_gguf_writer_create(3, 0);
+    T_ASSERT(w);
+    for (uint64_t i = 0; i < pe_gguf_n_kv(f); i++) {
+        const pe_gguf_kv *kv = pe_gguf_kv_at(f, i);
+        if (pe_gguf_str_eq(kv->key, "general.alignment")) continue;
+        T_EQ(pe_gguf_writer_copy_kv(w, kv), 0);
+    }
+    if (key) T_EQ(pe_gguf_writer_set_u32(w, key, kval), 0);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < pe_gguf_n_tensors(f) && k < 256; i++) {
+        const pe_gguf_tensor *t = pe_gguf_tensor_at(f, i);
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (drop && strcmp(name, drop) == 0) continue;
+        uint64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (resize && strcmp(name, resize) == 0) ne[t->n_dims >= 2 ? 1 : 0] = n;
+        T_EQ(pe_gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne), 0);
+        v.map[k++] = i;
+    }
+    int rc = pe_gguf_writer_write(w, out_path, fill_tensor, &v, e, sizeof e);
+    pe_gguf_writer_destroy(w);
+    pe_gguf_close(f);
+    if (rc) T_FAIL("write %s: %s", out_path, e);
+    return 0;
+}
+
+/* Each architecture's tensors are checked: a missing or mis-shaped one, or a value_length
+ * the engine does not support, is refused with an error naming it. */
+static int test_load_errors(void)
+{
+    static const struct {
+        const char *stem, *drop, *resize;
+        uint64_t n;
+        const char *key;
+        uint32_t kval;
+        const char *want;
+    } cases[] = {
+        {"tiny-qwen2-f16", "blk.1.attn_v.bias", NULL, 0, NULL, 0,
+         "missing tensor 'blk.1.attn_v.bias'"},
+        {"tiny-qwen2-f16", NULL, "blk.0.attn_q.bias", 128, NULL, 0,
+         "tensor 'blk.0.attn_q.bias' has shape [128, 1] (1-d), expected [256]"},
+        {"tiny-qwen3-f16", "blk.0.attn_q_norm.weight", NULL, 0, NULL, 0,
+         "missing tensor 'blk.0.attn_q_norm.weight'"},
+        {"tiny-qwen3-f16", NULL, "blk.1.attn_k_norm.weight", 32, NULL, 0,
+         "tensor 'blk.1.attn_k_norm.weight' has shape [32, 1] (1-d), expected [64]"},
+        {"tiny-qwen3-f16", NULL, NULL, 0, "qwen3.attention.value_length", 32,
+         "qwen3.attention.value_length 32 differs from key_length 64"},
+        {"tiny-phi3-f16", "blk.0.attn_qkv.weight", NULL, 0, NULL, 0,
+         "missing tensor 'blk.0.attn_qkv.weight'"},
+        {"tiny-phi3-f16", NULL, "blk.1.attn_qkv.weight", 384, NULL, 0,
+         "tensor 'blk.1.attn_qkv.weight' has shape [256, 384] (2-d), expected [256, 512]"},
+        {"tiny-phi3-f16", NULL, "blk.0.ffn_up.weight", 512, NULL, 0,
+         "tensor 'blk.0.ffn_up.weight' has shape [256, 512] (2-d), expected [256, 1024]"},
+    };
+    char path[1200], e[512];
+    snprintf(path, sizeof path, "%s/variant.gguf", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_OK(write_variant(cases[i].stem, path, cases[i].drop, cases[i].resize, cases[i].n,
+                           cases[i].key, cases[i].kval));
+        pe_model *m = NULL;
+        e[0] = '\0';
+        if (pe_model_load(path, NULL, NULL, &m, e, sizeof e) == 0) {
+            pe_model_destroy(m);
+            T_FAIL("case %zu (%s): loaded, expected \"%s\"", i, cases[i].stem, cases[i].want);
+        }
+        if (!strstr(e, cases[i].want))
+            T_FAIL("case %zu (%s): error '%s' does not say \"%s\"", i, cases[i].stem, e,
+                   cases[i].want);
+        printf("     refused: %s\n", e);
+    }
+    /* the unchanged copy loads: the writer, not the check, is what the cases vary */
+    T_OK(write_variant("tiny-phi3-f16", path, NULL, NULL, 0, NULL, 0));
+    pe_model *m = NULL;
+    if (pe_model_load(path, NULL, NULL, &m, e, sizeof e)) T_FAIL("plain copy: %s", e);
+    pe_model_destroy(m);
+    return 0;
+}
+
 static int test_refused_gemma(void)
 {
     T_OK(test_refused("tiny-gemma2-f16", "gemma2"));
@@ -205,6 +313,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "FAIL test_greedy %s\n", stem);
         }
     }
+    T_RUN(test_load_errors);
     T_RUN(test_refused_gemma);
     T_DONE();
 }
