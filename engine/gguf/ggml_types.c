@@ -8,6 +8,14 @@
 
 #include "ggml_types.h"
 
+_Static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24,
+               "32-value block sizes");
+_Static_assert(sizeof(block_iq4_nl) == 18 && sizeof(block_q8_1) == 36, "32-value block sizes");
+_Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144,
+               "K-quant block sizes");
+_Static_assert(sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292,
+               "K-quant block sizes");
+
 static const pe_ggml_type_traits traits[PE_GGML_TYPE_COUNT] = {
     [PE_GGML_TYPE_F32] = {"f32", 1, 4, 1},
     [PE_GGML_TYPE_F16] = {"f16", 1, 2, 1},
