@@ -152,7 +152,8 @@ typedef struct pe_ggml_type_traits {
     const char *name;
     uint32_t blck_size; /* values per block */
     uint32_t type_size; /* bytes per block */
-    int supported;      /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0) */
+    int supported;      /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1
+                          IQ4_NL Q2_K..Q6_K) */
 } pe_ggml_type_traits;
 
 /* Returns the traits of t, or NULL for an unknown type number. */
