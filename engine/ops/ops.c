@@ -180,7 +180,8 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
 /* ---- the types of issue 15: scalar reference kernels on every ISA ----
  * The activations of each token are quantized (pe__quant_act_ref, ggml's vec_dot_type) into
  * the scratch, then the threads claim chunks of rows and run pe__vec_dot_ext_ref for every
- * token. Each element depends on its weight row and token only (batch-invariant). */
+ * token (Q4_K and Q6_K on AVX2/AVX-512 CPUs: their AVX2 versions, bit-identical to it). Each
+ * element depends on its weight row and token only (batch-invariant). */
 
 typedef struct ext_plan {
     const pe_mat *w;
@@ -189,6 +190,7 @@ typedef struct ext_plan {
     uint32_t n_tok;
     uint8_t *xq;
     size_t xq_stride;
+    float (*dot)(const void *w, const void *xq, size_t n); /* NULL: pe__vec_dot_ext_ref */
     atomic_uint next_row;
 } ext_plan;
 
@@ -211,9 +213,12 @@ static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
         uint32_t r1 = r0 + GEMV_MIN_ROWS < w->n_out ? r0 + GEMV_MIN_ROWS : w->n_out;
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-            for (uint32_t t = 0; t < p->n_tok; t++)
+            for (uint32_t t = 0; t < p->n_tok; t++) {
+                const uint8_t *xq = p->xq + t * p->xq_stride;
                 p->y[(size_t)t * w->n_out + r] =
-                    pe__vec_dot_ext_ref(w->type, row, p->xq + t * p->xq_stride, w->n_in);
+                    p->dot ? p->dot(row, xq, w->n_in)
+                           : pe__vec_dot_ext_ref(w->type, row, xq, w->n_in);
+            }
         }
     }
 }
@@ -229,6 +234,12 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
     p.n_tok = n_tok;
     p.xq = (uint8_t *)round_up((uintptr_t)scratch, 64);
     p.xq_stride = round_up(pe__act_row_bytes(w->type, w->n_in), 64);
+#if defined(__x86_64__) || defined(__i386__)
+    if (kernels() != &pe__kernels_scalar) { /* AVX2 or AVX-512 (which includes AVX2) */
+        if (w->type == PE_GGML_TYPE_Q4_K) p.dot = pe__vec_dot_q4_k_avx2;
+        if (w->type == PE_GGML_TYPE_Q6_K) p.dot = pe__vec_dot_q6_k_avx2;
+    }
+#endif
     atomic_init(&p.next_row, 0);
     pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
     pe_tp_run(tp, ext_rows_task, &p, pe_tp_n_threads(tp));
