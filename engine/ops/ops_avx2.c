@@ -412,7 +412,7 @@ TGT static void swiglu(float *g, const float *u, size_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* ---- Q4_K and Q6_K x Q8_K (issue 15) ----
+/* ---- Q4_K, Q5_K and Q6_K x Q8_K (issue 15) ----
  * The integer part of each super-block on AVX2 (maddubs of the unsigned values with the
  * Q8_K activations, madd with the sub-block scales), then the same f32 statements as
  * pe__vec_dot_ext_ref: the result is bit-identical to it (test_quant_ref). Q6_K values are
@@ -446,6 +446,46 @@ TGT float pe__vec_dot_q4_k_avx2(const void *w, const void *xq, size_t n)
             const __m256i v = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(v, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j + 32));
+            const __m256i p0 = _mm256_maddubs_epi16(lo, q0);
+            const __m256i p1 = _mm256_maddubs_epi16(hi, q1);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        int summ = 0;
+        for (int k = 0; k < 8; k++)
+            summ += mn[k] * (x[ib].bsums[2 * k] + x[ib].bsums[2 * k + 1]);
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = pe_f16_to_f32(b[ib].dmin);
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q5_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q5_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        uint8_t sc[8], mn[8];
+        for (int k = 0; k < 8; k++)
+            scale_min_k4(k, b[ib].scales, &sc[k], &mn[k]);
+        const __m256i h = _mm256_loadu_si256((const __m256i *)b[ib].qh);
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * j));
+            const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j)));
+            const __m256i bh = _mm256_set1_epi8((char)(1 << (2 * j + 1)));
+            const __m256i hl =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b16);
+            const __m256i hh =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b16);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hh);
             const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j));
             const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j + 32));
             const __m256i p0 = _mm256_maddubs_epi16(lo, q0);
