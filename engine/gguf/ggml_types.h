@@ -8,6 +8,14 @@
  *   Q8_0: { f16 d; int8 qs[32]; }            34 bytes per 32 values,  x = d * q
  *   Q4_0: { f16 d; uint8 qs[16]; }           18 bytes per 32 values,  x = d * (q - 8);
  *         value j < 16 is the low nibble of qs[j], value j + 16 the high nibble of qs[j]
+ *   Q4_1: { f16 d, m; uint8 qs[16]; }        20 bytes per 32 values,  x = d * q + m
+ *   Q5_0: { f16 d; uint8 qh[4]; uint8 qs[16]; }  22 bytes,  x = d * (q - 16), bit 4 of value
+ *         j in bit j of the little-endian u32 qh (value j + 16: bit j + 16)
+ *   Q5_1: { f16 d, m; uint8 qh[4]; uint8 qs[16]; }  24 bytes,  x = d * q + m
+ *   IQ4_NL: { f16 d; uint8 qs[16]; }         18 bytes,  x = d * kvalues_iq4nl[q] (nibbles as Q4_0)
+ *   K-quants: 256 values per super-block, sub-blocks of 16 or 32 with their own scales; the
+ *   exact unpacking is in ops_ref.c (pe_dequant_row), following ggml-quants.c.
+ *   Q2_K 84 bytes, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210.
  */
 #ifndef PE_GGML_TYPES_H
 #define PE_GGML_TYPES_H
@@ -65,12 +73,87 @@ typedef struct block_q4_0 {
     uint8_t qs[QK4_0 / 2];
 } block_q4_0;
 
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK4_NL 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct block_q4_1 {
+    uint16_t d, m;
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+
+typedef struct block_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+
+typedef struct block_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+
+typedef struct block_iq4_nl {
+    uint16_t d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+
+typedef struct block_q2_K {
+    uint8_t scales[QK_K / 16]; /* low nibble scale, high nibble min, per 16 values */
+    uint8_t qs[QK_K / 4];      /* 2-bit values */
+    uint16_t d, dmin;
+} block_q2_K;
+
+typedef struct block_q3_K {
+    uint8_t hmask[QK_K / 8]; /* high bit (set: +0, clear: -4) */
+    uint8_t qs[QK_K / 4];    /* low 2 bits */
+    uint8_t scales[12];      /* 16 6-bit scales, offset 32 */
+    uint16_t d;
+} block_q3_K;
+
+typedef struct block_q4_K {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE]; /* 8 6-bit scales and 8 6-bit mins */
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+
+typedef struct block_q5_K {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+
+typedef struct block_q6_K {
+    uint8_t ql[QK_K / 2];     /* low 4 bits */
+    uint8_t qh[QK_K / 4];     /* high 2 bits */
+    int8_t scales[QK_K / 16]; /* per 16 values */
+    uint16_t d;
+} block_q6_K;
+
+/* Activation blocks of llama.cpp's quantized products (never stored in files). */
+typedef struct block_q8_1 {
+    uint16_t d, s; /* f16 scale and f16 of d * sum(qs) */
+    int8_t qs[32];
+} block_q8_1;
+
+typedef struct block_q8_K {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16]; /* sums of each 16 values */
+} block_q8_K;
+
 /* Type traits. name is NULL for numbers no ggml type uses. */
 typedef struct pe_ggml_type_traits {
     const char *name;
     uint32_t blck_size; /* values per block */
     uint32_t type_size; /* bytes per block */
-    int supported;      /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0) */
+    int supported;      /* the engine computes with it (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1
+                          IQ4_NL Q2_K..Q6_K) */
 } pe_ggml_type_traits;
 
 /* Returns the traits of t, or NULL for an unknown type number. */

@@ -114,6 +114,8 @@ static size_t round_up(size_t v, size_t a)
 
 size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok)
 {
+    if (pe__type_is_ext(w->type))
+        return 64 + (size_t)n_tok * round_up(pe__act_row_bytes(w->type, w->n_in), 64);
     if (!pe__type_is_quant(w->type)) return 64;
     size_t nb = w->n_in / QK8_0;
     return 64 + (size_t)n_tok * (round_up(w->n_in, 64) + nb * (sizeof(float) + sizeof(int32_t)));
@@ -175,6 +177,75 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
     }
 }
 
+/* ---- the types of issue 15: scalar reference kernels on every ISA ----
+ * The activations of each token are quantized (pe__quant_act_ref, ggml's vec_dot_type) into
+ * the scratch, then the threads claim chunks of rows and run pe__vec_dot_ext_ref for every
+ * token (Q4_K, Q5_K, Q6_K on AVX2/AVX-512 CPUs: AVX2 versions, bit-identical to it). Each
+ * element depends on its weight row and token only (batch-invariant). */
+
+typedef struct ext_plan {
+    const pe_mat *w;
+    const float *x;
+    float *y;
+    uint32_t n_tok;
+    uint8_t *xq;
+    size_t xq_stride;
+    float (*dot)(const void *w, const void *xq, size_t n); /* NULL: pe__vec_dot_ext_ref */
+    atomic_uint next_row;
+} ext_plan;
+
+static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    ext_plan *p = ctx;
+    uint32_t t1 = (task + 1) * QUANT_TASK_TOK < p->n_tok ? (task + 1) * QUANT_TASK_TOK : p->n_tok;
+    for (uint32_t t = task * QUANT_TASK_TOK; t < t1; t++)
+        pe__quant_act_ref(p->w->type, p->x + (size_t)t * p->w->n_in, p->xq + t * p->xq_stride,
+                          p->w->n_in);
+}
+
+static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    ext_plan *p = ctx;
+    const pe_mat *w = p->w;
+    for (;;) {
+        uint32_t r0 = atomic_fetch_add_explicit(&p->next_row, GEMV_MIN_ROWS, memory_order_relaxed);
+        if (r0 >= w->n_out) return;
+        uint32_t r1 = r0 + GEMV_MIN_ROWS < w->n_out ? r0 + GEMV_MIN_ROWS : w->n_out;
+        for (uint32_t r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            for (uint32_t t = 0; t < p->n_tok; t++) {
+                const uint8_t *xq = p->xq + t * p->xq_stride;
+                p->y[(size_t)t * w->n_out + r] =
+                    p->dot ? p->dot(row, xq, w->n_in)
+                           : pe__vec_dot_ext_ref(w->type, row, xq, w->n_in);
+            }
+        }
+    }
+}
+
+static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
+                       void *scratch)
+{
+    ext_plan p;
+    memset(&p, 0, sizeof p);
+    p.w = w;
+    p.x = x;
+    p.y = y;
+    p.n_tok = n_tok;
+    p.xq = (uint8_t *)round_up((uintptr_t)scratch, 64);
+    p.xq_stride = round_up(pe__act_row_bytes(w->type, w->n_in), 64);
+#if defined(__x86_64__) || defined(__i386__)
+    if (kernels() != &pe__kernels_scalar) { /* AVX2 or AVX-512 (which includes AVX2) */
+        if (w->type == PE_GGML_TYPE_Q4_K) p.dot = pe__vec_dot_q4_k_avx2;
+        if (w->type == PE_GGML_TYPE_Q5_K) p.dot = pe__vec_dot_q5_k_avx2;
+        if (w->type == PE_GGML_TYPE_Q6_K) p.dot = pe__vec_dot_q6_k_avx2;
+    }
+#endif
+    atomic_init(&p.next_row, 0);
+    pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
+    pe_tp_run(tp, ext_rows_task, &p, pe_tp_n_threads(tp));
+}
+
 /* Invariance (PE_MM_INVARIANT) needs nothing of the task split below: every task computes
  * whole output elements with rows_invariant, whose bits do not depend on the task's
  * bounds, so the split may follow n_tok and the thread count. */
@@ -190,6 +261,10 @@ void pe_matmul_ex(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n
     p.m.y = y;
     p.m.n_tok = n_tok;
     if (n_tok == 0 || w->n_out == 0) return;
+    if (pe__type_is_ext(w->type)) {
+        matmul_ext(tp, w, x, n_tok, y, scratch);
+        return;
+    }
     if (pe__type_is_quant(w->type)) {
         uint8_t *s = (uint8_t *)round_up((uintptr_t)scratch, 64);
         p.m.nb = w->n_in / QK8_0;

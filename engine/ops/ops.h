@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ops.h - compute kernels of the engine: row conversion (dequantize/quantize) and
- * matrix products over weights of type F32, F16, BF16, Q8_0 and Q4_0.
+ * matrix products over weights of type F32, F16, BF16, Q8_0 and Q4_0 (SIMD), and Q4_1, Q5_0,
+ * Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (scalar, ggml's activation quantization).
  *
  * Every kernel has a scalar reference (the spec, in ops_ref.c) and SIMD versions
  * (AVX2/FMA/F16C and AVX-512, chosen once at run time from the CPU's features); tests
@@ -23,7 +24,7 @@
 
 /* A weight matrix: n_out rows of n_in values of type. */
 typedef struct pe_mat {
-    uint32_t type; /* pe_ggml_type: F32 F16 BF16 Q8_0 Q4_0 */
+    uint32_t type; /* pe_ggml_type: F32 F16 BF16 Q8_0 Q4_0, or one of the types above */
     uint32_t n_in, n_out;
     const void *data;
     uint64_t row_bytes;

@@ -412,6 +412,144 @@ TGT static void swiglu(float *g, const float *u, size_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* ---- Q4_K, Q5_K and Q6_K x Q8_K (issue 15) ----
+ * The integer part of each super-block on AVX2 (maddubs of the unsigned values with the
+ * Q8_K activations, madd with the sub-block scales), then the same f32 statements as
+ * pe__vec_dot_ext_ref: the result is bit-identical to it (test_quant_ref). Q6_K values are
+ * used as q + 32 (unsigned), corrected by -32 * scale * bsum per 16-value sub-block. Bounds:
+ * a maddubs pair is at most 2 * 63 * 127 = 16002 (no saturation); the int32 sums stay below
+ * 2^31 (Q4_K: 8 * 63 * 32 * 15 * 127, Q6_K: 16 * 128 * 16 * 63 * 127). */
+
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+    }
+}
+
+TGT float pe__vec_dot_q4_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q4_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        uint8_t sc[8], mn[8];
+        for (int k = 0; k < 8; k++)
+            scale_min_k4(k, b[ib].scales, &sc[k], &mn[k]);
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(v, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j + 32));
+            const __m256i p0 = _mm256_maddubs_epi16(lo, q0);
+            const __m256i p1 = _mm256_maddubs_epi16(hi, q1);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        int summ = 0;
+        for (int k = 0; k < 8; k++)
+            summ += mn[k] * (x[ib].bsums[2 * k] + x[ib].bsums[2 * k + 1]);
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = pe_f16_to_f32(b[ib].dmin);
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q5_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q5_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        uint8_t sc[8], mn[8];
+        for (int k = 0; k < 8; k++)
+            scale_min_k4(k, b[ib].scales, &sc[k], &mn[k]);
+        const __m256i h = _mm256_loadu_si256((const __m256i *)b[ib].qh);
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * j));
+            const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j)));
+            const __m256i bh = _mm256_set1_epi8((char)(1 << (2 * j + 1)));
+            const __m256i hl =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b16);
+            const __m256i hh =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b16);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hh);
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 64 * j + 32));
+            const __m256i p0 = _mm256_maddubs_epi16(lo, q0);
+            const __m256i p1 = _mm256_maddubs_epi16(hi, q1);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        int summ = 0;
+        for (int k = 0; k < 8; k++)
+            summ += mn[k] * (x[ib].bsums[2 * k] + x[ib].bsums[2 * k + 1]);
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = pe_f16_to_f32(b[ib].dmin);
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q6_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        const int8_t *sc = b[ib].scales;
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b[ib].ql + 64 * c));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b[ib].ql + 64 * c + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(b[ib].qh + 32 * c));
+            __m256i u[4];
+            u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+            u[1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+            u[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+            u[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+            for (int i = 0; i < 4; i++) {
+                const int k = 8 * c + 2 * i; /* first 16-value sub-block of u[i] */
+                const __m256i q8 =
+                    _mm256_loadu_si256((const __m256i *)(x[ib].qs + 128 * c + 32 * i));
+                const __m256i s =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[k + 1]), _mm_set1_epi16(sc[k]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], q8), s));
+            }
+        }
+        int corr = 0;
+        for (int k = 0; k < 16; k++)
+            corr += sc[k] * x[ib].bsums[k];
+        const int sumi = hsum8i(acc) - 32 * corr;
+        const float d = pe_f16_to_f32(b[ib].d), dmin = 0.0f;
+        const int summ = 0;
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
 /* gemv is batch-invariant as it is (the only product path of this ISA): every (row, token)
  * of a tile has its own accumulator and the same instruction sequence whatever the tile's
  * shape (R, T) and bounds. */

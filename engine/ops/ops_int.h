@@ -62,6 +62,26 @@ void pe__quant_q4_0_ref(const float *x, block_q4_0 *y, size_t n);
 float pe__dot_q8_0_q8_0_ref(const block_q8_0 *w, const block_q8_0 *x, size_t nb);
 float pe__dot_q4_0_q8_0_ref(const block_q4_0 *w, const block_q8_0 *x, size_t nb);
 
+/* The types of issue 15 (ops_ref.c): Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K. Their
+ * products run the scalar pe__vec_dot_ext_ref on activations quantized by
+ * pe__quant_act_ref to the type's ggml vec_dot_type. */
+int pe__type_is_ext(uint32_t type);
+/* PE_GGML_TYPE_Q8_K, Q8_0 or Q8_1: the activation type of an ext weight type. */
+uint32_t pe__vec_dot_type(uint32_t type);
+void pe__quant_q8_1_ref(const float *x, block_q8_1 *y, size_t n);
+void pe__quant_q8_k_ref(const float *x, block_q8_K *y, size_t n);
+/* Bytes of n activations quantized for weights of an ext type. */
+size_t pe__act_row_bytes(uint32_t type, size_t n);
+void pe__quant_act_ref(uint32_t type, const float *x, void *y, size_t n);
+/* One weight row of n values of an ext type times a row quantized by pe__quant_act_ref. */
+float pe__vec_dot_ext_ref(uint32_t type, const void *w, const void *xq, size_t n);
+
+/* AVX2 versions of pe__vec_dot_ext_ref for Q4_K, Q5_K and Q6_K, bit-identical to it
+ * (ops_avx2.c; x86 CPUs with AVX2 only). */
+float pe__vec_dot_q4_k_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q5_k_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n);
+
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)
 {

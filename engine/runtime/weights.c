@@ -101,7 +101,8 @@ static const pe_gguf_tensor *find_checked(const pe_gguf_file *f, const char *nam
     if (!tr || !tr->supported) {
         pe__errf(err, errlen,
                  "tensor '%s' has type %s, which the engine does not support "
-                 "(supported: f32, f16, bf16, q8_0, q4_0)",
+                 "(supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
+                 "q2_K, q3_K, q4_K, q5_K, q6_K)",
                  name, pe_ggml_type_name(t->type));
         return NULL;
     }
@@ -135,7 +136,7 @@ static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float *
         *out = t->data;
         return 0;
     }
-    if (pe_ggml_get_traits(t->type)->blck_size != 1 && n % 32)
+    if (n % pe_ggml_get_traits(t->type)->blck_size)
         return pe__errf(err, errlen, "tensor '%s': length %u does not fit type %s", name, n,
                         pe_ggml_type_name(t->type));
     pe_dequant_row(t->type, t->data, *owned_cursor, n);

@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_quant_ref.c - the weight types of issue 15 (Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K
+ * Q5_K Q6_K) in engine/ops: dequantization, activation quantization and products.
+ *
+ *   dequant == ggml, bit for bit: ../shared/models/reference/dequant/dequant-ref.gguf holds
+ *     one 256x512 tensor per type and dequant-ref-<type>.f32 ggml's f32 values of it (the
+ *     reference set's README, "Dequantization reference"); $PGD_REFERENCE_DIR overrides the
+ *     folder. Without it that part is skipped and the program exits 77 after the others.
+ *   vec_dot: pe__vec_dot_ext_ref of random blocks equals sum_i w_i * a_i over the dequantized
+ *     weights w and dequantized quantized activations a within 1e-4 * sum |w_i a_i| (Q4_1 and
+ *     Q5_1: plus 2^-10 * |m * s| per block, s being d * sum(q) stored as f16).
+ *   Q8_K: the activation quantizer gives |x - d q| <= |d| / 2 and bsums equal the sums.
+ *   pe_matmul == pe_matmul_ref bit for bit for every type, ISA, thread count and n_tok.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "ops.h"
+#include "ops_int.h"
+#include "t.h"
+#include "threadpool.h"
+
+static uint64_t seed = 0x243f6a8885a308d3ULL;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    return (float)((double)(t_rand(&seed) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static const uint32_t ext_types[] = {
+    PE_GGML_TYPE_Q2_K, PE_GGML_TYPE_Q3_K, PE_GGML_TYPE_Q4_K, PE_GGML_TYPE_Q5_K,   PE_GGML_TYPE_Q6_K,
+    PE_GGML_TYPE_Q4_1, PE_GGML_TYPE_Q5_0, PE_GGML_TYPE_Q5_1, PE_GGML_TYPE_IQ4_NL,
+};
+enum { N_EXT = sizeof ext_types / sizeof ext_types[0] };
+
+static const char *ref_dir(char *buf, size_t len)
+{
+    const char *env = getenv("PGD_REFERENCE_DIR");
+    if (env && env[0]) return env;
+    snprintf(buf, len, "%s/../shared/models/reference", PGD_SOURCE_DIR);
+    return buf;
+}
+
+static int read_file(const char *path, void *dst, size_t n)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return -1;
+    size_t got = fread(dst, 1, n, fp);
+    int extra = fgetc(fp) != EOF;
+    fclose(fp);
+    return got == n && !extra ? 0 : -1;
+}
+
+static int have_reference;
+
+static int test_dequant_matches_ggml(void)
+{
+    char buf[4096], path[4200], err[256];
+    const char *dir = ref_dir(buf, sizeof buf);
+    snprintf(path, sizeof path, "%s/dequant/dequant-ref.gguf", dir);
+    pe_gguf_file *f = NULL;
+    if (pe_gguf_open(path, &f, err, sizeof err) != 0) {
+        fprintf(stderr, "skipped: %s: %s (set PGD_REFERENCE_DIR)\n", path, err);
+        return 0;
+    }
+    have_reference = 1;
+    const size_t n = 256 * 512;
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    T_ASSERT(want && got);
+    for (int i = 0; i < N_EXT; i++) {
+        const char *name = pe_ggml_type_name(ext_types[i]);
+        char lower[16], tname[32];
+        size_t k = 0;
+        for (; name[k] && k + 1 < sizeof lower; k++)
+            lower[k] = (char)(name[k] >= 'A' && name[k] <= 'Z' ? name[k] + 32 : name[k]);
+        lower[k] = 0;
+        snprintf(tname, sizeof tname, "ref.%s", lower);
+        const pe_gguf_tensor *t = pe_gguf_find_tensor(f, tname);
+        T_ASSERT(t != NULL);
+        T_EQ(t->type, ext_types[i]);
+        T_EQ(t->ne[0], 256);
+        T_EQ(t->ne[1], 512);
+        snprintf(path, sizeof path, "%s/dequant/dequant-ref-%s.f32", dir, lower);
+        T_OK(read_file(path, want, n * sizeof *want));
+        const uint64_t rb = pe_ggml_row_size(t->type, 256);
+        for (size_t r = 0; r < 512; r++)
+            pe_dequant_row(t->type, (const uint8_t *)t->data + r * rb, got + r * 256, 256);
+        size_t bad = 0, first = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (memcmp(&want[j], &got[j], sizeof(float)) != 0 && bad++ == 0) first = j;
+        }
+        if (bad)
+            T_FAIL("%s: %zu of %zu values differ, first at %zu: %.9g vs ggml %.9g", lower, bad, n,
+                   first, got[first], want[first]);
+        printf("     %-6s %zu values bit-identical to ggml\n", lower, n);
+    }
+    free(want);
+    free(got);
+    pe_gguf_close(f);
+    return 0;
+}
+
+/* n values of random blocks of type: random bytes, with every f16 scale (and min) field set
+ * to a finite value of either sign. */
+static void random_row(uint32_t type, uint8_t *row, size_t n)
+{
+    const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
+    const size_t nb = n / tr->blck_size, bs = tr->type_size;
+    for (size_t i = 0; i < nb * bs; i++)
+        row[i] = (uint8_t)t_rand(&seed);
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = row + b * bs;
+        size_t off[2] = {0, 0}, n_f16 = 1;
+        switch (type) {
+        case PE_GGML_TYPE_Q2_K:
+            off[0] = offsetof(block_q2_K, d), off[1] = offsetof(block_q2_K, dmin), n_f16 = 2;
+            break;
+        case PE_GGML_TYPE_Q3_K:
+            off[0] = offsetof(block_q3_K, d);
+            break;
+        case PE_GGML_TYPE_Q6_K:
+            off[0] = offsetof(block_q6_K, d);
+            break;
+        case PE_GGML_TYPE_Q4_K: /* d, dmin lead Q4_K, Q5_K, and d, m Q4_1, Q5_1 */
+        case PE_GGML_TYPE_Q5_K:
+        case PE_GGML_TYPE_Q4_1:
+        case PE_GGML_TYPE_Q5_1:
+            off[1] = 2, n_f16 = 2;
+            break;
+        default: /* Q5_0, IQ4_NL: d leads */
+            break;
+        }
+        for (size_t k = 0; k < n_f16; k++) {
+            uint16_t h = pe_f32_to_f16(frand() * 0.05f);
+            memcpy(blk + off[k], &h, 2);
+        }
+    }
+}
+
+/* The activations as the products see them, dequantized. */
+static void dequant_act(uint32_t type, const void *xq, float *a, size_t n, float *mterm_bound,
+                        const uint8_t *w)
+{
+    *mterm_bound = 0.0f;
+    switch (pe__vec_dot_type(type)) {
+    case PE_GGML_TYPE_Q8_K: {
+        const block_q8_K *x = xq;
+        for (size_t i = 0; i < n; i++)
+            a[i] = x[i / QK_K].d * (float)x[i / QK_K].qs[i % QK_K];
+        break;
+    }
+    case PE_GGML_TYPE_Q8_0:
+        pe_dequant_row(PE_GGML_TYPE_Q8_0, xq, a, n);
+        break;
+    default: {
+        const block_q8_1 *x = xq;
+        const size_t bs = pe_ggml_get_traits(type)->type_size;
+        for (size_t i = 0; i < n; i++)
+            a[i] = pe_f16_to_f32(x[i / 32].d) * (float)x[i / 32].qs[i % 32];
+        for (size_t b = 0; b < n / 32; b++) {
+            uint16_t m;
+            memcpy(&m, w + b * bs + 2, 2);
+            *mterm_bound += fabsf(pe_f16_to_f32(m) * pe_f16_to_f32(x[b].s)) / 1024.0f;
+        }
+    }
+    }
+}
+
+static int test_vec_dot_matches_dequantized(void)
+{
+    enum { N = 1024 };
+    uint8_t row[N * 2];
+    uint8_t xq[N * 2];
+    float x[N], w[N], a[N];
+    for (int i = 0; i < N_EXT; i++) {
+        const uint32_t type = ext_types[i];
+        for (int rep = 0; rep < 50; rep++) {
+            random_row(type, row, N);
+            const float scale = powf(10.0f, 3.0f * frand());
+            for (int j = 0; j < N; j++)
+                x[j] = frand() * scale * (rep % 5 == 0 && j % 97 == 0 ? 30.0f : 1.0f);
+            if (rep == 1) memset(x, 0, sizeof x);
+            pe__quant_act_ref(type, x, xq, N);
+            pe_dequant_row(type, row, w, N);
+            float mb;
+            dequant_act(type, xq, a, N, &mb, row);
+            double want = 0.0, mag = 0.0;
+            for (int j = 0; j < N; j++) {
+                want += (double)w[j] * a[j];
+                mag += fabs((double)w[j] * a[j]);
+            }
+            const float got = pe__vec_dot_ext_ref(type, row, xq, N);
+            if (fabs(got - want) > 1e-4 * mag + mb + 1e-30)
+                T_FAIL("%s rep %d: vec_dot %.9g, dequantized %.9g (sum |w a| %.3g)",
+                       pe_ggml_type_name(type), rep, got, want, mag);
+        }
+    }
+    return 0;
+}
+
+static int test_q8_k_quantizer(void)
+{
+    float x[2 * QK_K];
+    block_q8_K y[2];
+    for (int rep = 0; rep < 100; rep++) {
+        const float scale = powf(10.0f, 4.0f * frand());
+        for (int j = 0; j < 2 * QK_K; j++)
+            x[j] = frand() * scale;
+        if (rep == 0) memset(x, 0, QK_K * sizeof(float));
+        pe__quant_q8_k_ref(x, y, 2 * QK_K);
+        for (int b = 0; b < 2; b++) {
+            for (int j = 0; j < QK_K; j++) {
+                const float v = x[b * QK_K + j], r = y[b].d * (float)y[b].qs[j];
+                T_ASSERT(fabsf(v - r) <= fabsf(y[b].d) * 0.5001f + 1e-30f);
+            }
+            for (int k = 0; k < 16; k++) {
+                int s = 0;
+                for (int j = 0; j < 16; j++)
+                    s += y[b].qs[k * 16 + j];
+                T_EQ(y[b].bsums[k], s);
+            }
+        }
+    }
+    /* Ties round to even, as ggml's nearest_int: max 127 gives iscale -1, 2.5 -> -2. */
+    for (int j = 0; j < QK_K; j++)
+        x[j] = 0.0f;
+    x[0] = 127.0f, x[1] = 2.5f, x[2] = 3.5f, x[3] = -127.0f;
+    pe__quant_q8_k_ref(x, y, QK_K);
+    T_EQ(y[0].qs[0], -127);
+    T_EQ(y[0].qs[1], -2);
+    T_EQ(y[0].qs[2], -4);
+    T_EQ(y[0].qs[3], 127);
+    T_ASSERT(y[0].d == -1.0f);
+    return 0;
+}
+
+static int test_matmul_matches_reference(void)
+{
+    const uint32_t n_in = 512, n_out = 70;
+    const uint32_t toks[] = {1, 3, 17};
+    const uint32_t threads[] = {1, 3};
+    uint8_t *wdata = malloc((size_t)n_out * 512 * 2);
+    float *x = malloc((size_t)17 * n_in * sizeof *x);
+    float *y = malloc((size_t)17 * n_out * sizeof *y),
+          *yr = malloc((size_t)17 * n_out * sizeof *yr);
+    T_ASSERT(wdata && x && y && yr);
+    for (size_t j = 0; j < (size_t)17 * n_in; j++)
+        x[j] = frand() * (j % 61 == 0 ? 8.0f : 1.0f);
+    for (int i = 0; i < N_EXT; i++) {
+        pe_mat w = {ext_types[i], n_in, n_out, wdata, pe_ggml_row_size(ext_types[i], n_in)};
+        for (uint32_t r = 0; r < n_out; r++)
+            random_row(w.type, wdata + r * w.row_bytes, n_in);
+        for (int isa = PE_ISA_SCALAR; isa <= (int)pe_isa_detect(); isa++) {
+            pe_isa_force((pe_isa)isa);
+            for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+                pe_threadpool *tp = pe_tp_create(threads[ti]);
+                T_ASSERT(tp != NULL);
+                for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+                    void *scratch = malloc(pe_matmul_scratch_bytes(&w, toks[k]));
+                    T_ASSERT(scratch != NULL);
+                    pe_matmul_ref(&w, x, toks[k], yr);
+                    pe_matmul_ex(tp, &w, x, toks[k], y, scratch, k == 2 ? PE_MM_INVARIANT : 0);
+                    if (memcmp(y, yr, (size_t)toks[k] * n_out * sizeof *y) != 0)
+                        T_FAIL("%s isa %s threads %u n_tok %u: pe_matmul != pe_matmul_ref",
+                               pe_ggml_type_name(w.type), pe_isa_name((pe_isa)isa), threads[ti],
+                               toks[k]);
+                    free(scratch);
+                }
+                pe_tp_destroy(tp);
+            }
+        }
+        pe_isa_force(pe_isa_detect());
+    }
+    free(wdata);
+    free(x);
+    free(y);
+    free(yr);
+    return 0;
+}
+
+int main(void)
+{
+    T_RUN(test_dequant_matches_ggml);
+    T_RUN(test_vec_dot_matches_dequantized);
+    T_RUN(test_q8_k_quantizer);
+    T_RUN(test_matmul_matches_reference);
+    if (!t_failed && !have_reference) {
+        printf("%d passed; the ggml dequantization reference was not found\n", t_run);
+        return 77;
+    }
+    T_DONE();
+}
