@@ -70,7 +70,7 @@ static void usage(FILE *out)
           "same chunks too, and the mean KL divergence KL(p_f32 || p_codec) and the top-1\n"
           "agreement over the scored tokens are reported.\n"
           "\n"
-          "  -m, --model FILE          GGUF model (architecture llama)\n"
+          "  -m, --model FILE          GGUF model (llama, qwen2, qwen3, phi3)\n"
           "  -f, --file FILE           the text to score\n"
           "  -c, --ctx-size N          tokens per chunk (default 512; at least 4)\n"
           "  -b, --batch-size N        tokens per forward call (default 512)\n"

@@ -33,7 +33,7 @@ static void usage(FILE *out)
           "\n"
           "Generates text with a Llama-family GGUF model on the paged KV cache.\n"
           "\n"
-          "  -m, --model FILE        GGUF model (architecture llama)\n"
+          "  -m, --model FILE        GGUF model (llama, qwen2, qwen3, phi3)\n"
           "  -p, --prompt TEXT       the prompt (BOS is added when the model asks for it)\n"
           "  -f, --file FILE         read the prompt from a file instead\n"
           "  -n, --n-predict N       tokens to generate (default 128; -1: until EOS or the\n"

@@ -54,7 +54,7 @@ static void usage(FILE *out)
           "GET /v1/models, GET /health, GET /metrics (Prometheus), and the cache admin\n"
           "API: POST /v1/cache/pin, /unpin, /prefetch, /evict, GET /v1/cache/stats.\n"
           "\n"
-          "  -m, --model FILE         GGUF model (architecture llama)\n"
+          "  -m, --model FILE         GGUF model (llama, qwen2, qwen3, phi3)\n"
           "      --model-id NAME      the id /v1/models reports (default: the file name\n"
           "                           without .gguf)\n"
           "      --host ADDR          address to listen on (default 127.0.0.1)\n"

@@ -17,7 +17,6 @@
  *                     (test_quant_ref); the cause is not established: candidates are the
  *                     order of the f32 block sums, llama.cpp's F16 rounding of Q in flash
  *                     attention, and its repacked (REPACK=1) kernels' activation layout.
- *   tiny-qwen2-q4_k_m needs the qwen2 architecture (branch i15/arch).
  * argv[1] the pagoda binary, argv[2] a scratch directory. Exits 77 without the folder.
  */
 #include <jansson.h>
@@ -36,7 +35,7 @@ static char out[1 << 16], err[1 << 14];
 static const char *const stems[] = {
     "tiny-llama-q8_0", "tiny-llama-q6_k",   "tiny-llama-q5_k_m", "tiny-llama-q5_1",
     "tiny-llama-q5_0", "tiny-llama-q4_k_m", "tiny-llama-q4_k_s", "tiny-llama-q4_1",
-    "tiny-llama-q4_0", "tiny-llama-iq4_nl", "tiny-llama-q3_k_m",
+    "tiny-llama-q4_0", "tiny-llama-iq4_nl", "tiny-llama-q3_k_m", "tiny-qwen2-q4_k_m",
 };
 
 /* llama.cpp's final PPL from perplexity.stderr.txt, or -1. */
