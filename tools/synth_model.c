@@ -1,14 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * synth_model.c - `pagoda synth-model`: writes a valid llama-architecture GGUF with
- * random weights of a realistic shape, for tests and benchmarks (nothing is downloaded).
+ * synth_model.c - `pagoda synth-model`: writes a valid GGUF of the llama (default), qwen2,
+ * qwen3 or phi3 architecture (--arch) with random weights of a realistic shape, for tests
+ * and benchmarks (nothing is downloaded).
  *
  * Tensor names, shapes (ne[0] is the input dimension) and metadata keys are the ones
- * llama.cpp writes. Weights are deterministic from --seed and independent of the thread
- * count: each row has its own generator, seeded from (seed, tensor, row). Values are
- * normal-ish (a sum of four uniforms) with std 1/sqrt(n_in), so activations keep their
- * scale through the layers (the two projections back into the residual stream are scaled
- * down by a further 1/sqrt(2 * n_layers)); norm weights are 1 +- 0.02.
+ * llama.cpp's converters write, as in ../shared/models/reference/models/tiny-<arch>-f16:
+ *   llama  separate output.weight; <arch>.vocab_size and rope.dimension_count
+ *   qwen2  Q/K/V biases (f32), tied output (no output.weight), eps 1e-6, rope base 1e6
+ *   qwen3  per-head attn_q_norm / attn_k_norm, attention.key_length / value_length, tied
+ *          output, eps 1e-6, rope base 1e6
+ *   phi3   fused attn_qkv (Q rows, then K, then V) and fused ffn_up (gate rows, then up),
+ *          no ffn_gate, separate output.weight, rope.dimension_count and
+ *          rope.scaling.original_context_length (= the context), rope base 10000
+ * The llama file is what synth-model wrote before --arch existed, byte for byte. Weights are
+ * deterministic from --seed and independent of the thread count: each row has its own generator,
+ * seeded from (seed, tensor, row). Values are normal-ish (a sum of four uniforms) with std
+ * 1/sqrt(n_in), so activations keep their scale through the layers (the two projections back into
+ * the residual stream are scaled down by a further 1/sqrt(2 * n_layers)); norm weights are 1 +-
+ * 0.02.
  *
  * The 2-D weights take --type (f32 f16 bf16 q8_0 q4_0), converted by the engine's own
  * pe_quant_row (ggml's reference quantizers); a matrix whose rows are not a multiple of
@@ -43,6 +53,25 @@ enum {
 
 #define MAX_THREADS 64
 
+/* An architecture: general.architecture, what its layers and keys hold. */
+typedef struct arch_desc {
+    const char *name;
+    int qkv_bias; /* attn_q/k/v.bias */
+    int qk_norm;  /* attn_q_norm / attn_k_norm and key_length / value_length */
+    int fused;    /* attn_qkv and gate+up ffn_up */
+    int tied;     /* no output.weight */
+    int llama_kv; /* vocab_size and rope.dimension_count keys */
+    float eps;    /* attention.layer_norm_rms_epsilon */
+    float rope;   /* rope.freq_base; 0: the shape's */
+} arch_desc;
+
+static const arch_desc archs[] = {
+    {"llama", 0, 0, 0, 0, 1, 1e-5f, 0.0f},
+    {"qwen2", 1, 0, 0, 1, 0, 1e-6f, 1e6f},
+    {"qwen3", 0, 1, 0, 1, 0, 1e-6f, 1e6f},
+    {"phi3", 0, 0, 1, 0, 0, 1e-5f, 10000.0f},
+};
+
 typedef struct shape {
     const char *name;
     uint64_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
@@ -58,10 +87,10 @@ static const shape shapes[] = {
 static void usage(FILE *f, const char *cmd)
 {
     fprintf(f,
-            "usage: %s [--shape tiny|small|1b] [--type T] -o FILE [options]\n"
+            "usage: %s [--arch A] [--shape tiny|small|1b] [--type T] -o FILE [options]\n"
             "\n"
-            "Writes a llama-architecture GGUF model with random weights (deterministic from\n"
-            "--seed) of a realistic shape, for tests and benchmarks.\n"
+            "Writes a GGUF model with random weights (deterministic from --seed) of a\n"
+            "realistic shape, for tests and benchmarks.\n"
             "\n"
             "shapes:  tiny   dim 64, 2 layers, 4 heads, 2 KV heads, ffn 172, vocab 512, ctx 512\n"
             "         small  dim 512, 8 layers, 8 heads, 4 KV heads, ffn 1536, vocab 32000,\n"
@@ -70,6 +99,9 @@ static void usage(FILE *f, const char *cmd)
             "                ctx 4096, rope base 500000\n"
             "\n"
             "options:\n"
+            "  --arch A            llama (default), qwen2 (Q/K/V biases, tied output),\n"
+            "                      qwen3 (Q/K norms, tied output) or phi3 (fused QKV and\n"
+            "                      gate+up), with the tensors and keys llama.cpp writes\n"
             "  --shape NAME        tiny (default), small or 1b\n"
             "  --type T            type of the 2-D weights: f32, f16 (default), bf16, q8_0,\n"
             "                      q4_0; a matrix whose rows are not a multiple of 32 values\n"
@@ -320,7 +352,7 @@ static int copy_vocab(const char *cmd, pe_gguf_writer *w, const char *path, uint
 /* ---- the command ---- */
 
 enum { N_SEED, N_DIM, N_LAYERS, N_HEADS, N_KV_HEADS, N_FFN, N_VOCAB, N_CTX, N_THREADS, N_COUNT };
-enum { OPT_NUM = 256, OPT_SHAPE = OPT_NUM + N_COUNT, OPT_TYPE, OPT_VOCAB };
+enum { OPT_NUM = 256, OPT_SHAPE = OPT_NUM + N_COUNT, OPT_TYPE, OPT_VOCAB, OPT_ARCH };
 
 static void add_tensor(tdesc *t, uint64_t *n, const char *name, uint32_t type, uint32_t n_dims,
                        uint64_t ne0, uint64_t ne1, float mean, float std)
@@ -334,6 +366,21 @@ static void add_tensor(tdesc *t, uint64_t *n, const char *name, uint32_t type, u
     d->mean = mean;
     d->std = std;
     (*n)++;
+}
+
+/* <arch>.suffix = v (u32) or f32. */
+static int set_arch_u32(pe_gguf_writer *w, const arch_desc *a, const char *suffix, uint64_t v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", a->name, suffix);
+    return pe_gguf_writer_set_u32(w, key, (uint32_t)v);
+}
+
+static int set_arch_f32(pe_gguf_writer *w, const arch_desc *a, const char *suffix, float v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", a->name, suffix);
+    return pe_gguf_writer_set_f32(w, key, v);
 }
 
 /* The type of a matrix with rows of n_in values: wtype, or f16 when n_in does not fit
@@ -356,6 +403,7 @@ static uint32_t matrix_type(const char *cmd, uint32_t wtype, uint64_t n_in, cons
 int cmd_synth_model(int argc, char **argv)
 {
     static const struct option opts[] = {
+        {"arch", required_argument, NULL, OPT_ARCH},
         {"shape", required_argument, NULL, OPT_SHAPE},
         {"type", required_argument, NULL, OPT_TYPE},
         {"output", required_argument, NULL, 'o'},
@@ -383,7 +431,8 @@ int cmd_synth_model(int argc, char **argv)
         [N_THREADS] = {"--threads", 1, MAX_THREADS},
     };
     const char *cmd = argv[0], *out_path = NULL, *vocab_path = NULL, *shape_name = "tiny";
-    const char *type_name = "f16";
+    const char *type_name = "f16", *arch_name = "llama";
+    const arch_desc *ar = NULL;
     uint64_t val[N_COUNT] = {0};
     int given[N_COUNT] = {0};
     const shape *sh = NULL;
@@ -412,6 +461,9 @@ int cmd_synth_model(int argc, char **argv)
             continue;
         }
         switch (opt) {
+        case OPT_ARCH:
+            arch_name = optarg;
+            break;
         case OPT_SHAPE:
             shape_name = optarg;
             break;
@@ -441,6 +493,14 @@ int cmd_synth_model(int argc, char **argv)
     }
     if (!sh) {
         fprintf(stderr, "%s: --shape: '%s' is not one of tiny, small, 1b\n", cmd, shape_name);
+        return cli_usage_error(cmd);
+    }
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        if (strcmp(archs[i].name, arch_name) == 0) ar = &archs[i];
+    }
+    if (!ar) {
+        fprintf(stderr, "%s: --arch: '%s' is not one of llama, qwen2, qwen3, phi3\n", cmd,
+                arch_name);
         return cli_usage_error(cmd);
     }
     if (pe_ggml_type_from_name(type_name, &wtype) != 0 ||
@@ -505,29 +565,35 @@ int cmd_synth_model(int argc, char **argv)
         int custom = 0;
         for (int k = N_DIM; k <= N_CTX; k++)
             custom |= given[k];
-        snprintf(name, sizeof name, "pagoda synthetic %s%s (random weights)", s.name,
+        snprintf(name, sizeof name, "pagoda synthetic %s%s%s%s (random weights)",
+                 ar == &archs[0] ? "" : ar->name, ar == &archs[0] ? "" : " ", s.name,
                  custom ? " custom" : "");
     }
-    if (pe_gguf_writer_set_str(w, "general.architecture", "llama") != 0 ||
+    if (ar->rope > 0) s.rope_base = ar->rope;
+    if (pe_gguf_writer_set_str(w, "general.architecture", ar->name) != 0 ||
         pe_gguf_writer_set_str(w, "general.name", name) != 0 ||
         pe_gguf_writer_set_u32(w, "general.file_type", ftype) != 0 ||
         pe_gguf_writer_set_u32(w, "general.quantization_version", 2) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s.ctx) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s.dim) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s.layers) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)s.ffn) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s.heads) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s.kv_heads) != 0 ||
-        pe_gguf_writer_set_f32(w, "llama.rope.freq_base", s.rope_base) != 0 ||
-        pe_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.rope.dimension_count", hd) != 0 ||
-        pe_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)s.vocab) != 0) {
+        set_arch_u32(w, ar, "context_length", s.ctx) != 0 ||
+        set_arch_u32(w, ar, "embedding_length", s.dim) != 0 ||
+        set_arch_u32(w, ar, "block_count", s.layers) != 0 ||
+        set_arch_u32(w, ar, "feed_forward_length", s.ffn) != 0 ||
+        set_arch_u32(w, ar, "attention.head_count", s.heads) != 0 ||
+        set_arch_u32(w, ar, "attention.head_count_kv", s.kv_heads) != 0 ||
+        set_arch_f32(w, ar, "rope.freq_base", s.rope_base) != 0 ||
+        set_arch_f32(w, ar, "attention.layer_norm_rms_epsilon", ar->eps) != 0 ||
+        (ar->llama_kv && (set_arch_u32(w, ar, "rope.dimension_count", hd) != 0 ||
+                          set_arch_u32(w, ar, "vocab_size", s.vocab) != 0)) ||
+        (ar->qk_norm && (set_arch_u32(w, ar, "attention.key_length", hd) != 0 ||
+                         set_arch_u32(w, ar, "attention.value_length", hd) != 0)) ||
+        (ar->fused && (set_arch_u32(w, ar, "rope.dimension_count", hd) != 0 ||
+                       set_arch_u32(w, ar, "rope.scaling.original_context_length", s.ctx) != 0))) {
         goto oom;
     }
     if (!vocab_path && gen_vocab(w, s.vocab) != 0) goto oom;
 
     /* Tensors, in the order llama.cpp's converters write them. */
-    t = calloc(3 + 9 * s.layers, sizeof *t);
+    t = calloc(3 + 12 * s.layers, sizeof *t);
     if (!t) goto oom;
     {
         const float sd = 1.0f / sqrtf((float)s.dim), sf = 1.0f / sqrtf((float)s.ffn);
@@ -537,26 +603,37 @@ int cmd_synth_model(int argc, char **argv)
         uint32_t mt_down = matrix_type(cmd, wtype, s.ffn, "ffn_down.weight", &noted_ffn_down);
         add_tensor(t, &n_t, "token_embd.weight", mt, 2, s.dim, s.vocab, 0.0f, 1.0f);
         add_tensor(t, &n_t, "output_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
-        add_tensor(t, &n_t, "output.weight", mt, 2, s.dim, s.vocab, 0.0f, sd);
+        if (!ar->tied) add_tensor(t, &n_t, "output.weight", mt, 2, s.dim, s.vocab, 0.0f, sd);
         for (uint64_t l = 0; l < s.layers; l++) {
-            static const char *const parts[9] = {
-                "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-                "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
-            };
-            char tn[9][64];
-            for (int k = 0; k < 9; k++) {
-                snprintf(tn[k], sizeof tn[k], "blk.%llu.%s.weight", (unsigned long long)l,
-                         parts[k]);
+            char tn[64];
+#define LAYER_TENSOR(part, type, n_dims, ne0, ne1, mean, std)                                      \
+    do {                                                                                           \
+        snprintf(tn, sizeof tn, "blk.%llu.%s", (unsigned long long)l, part);                       \
+        add_tensor(t, &n_t, tn, type, n_dims, ne0, ne1, mean, std);                                \
+    } while (0)
+            LAYER_TENSOR("attn_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+            if (ar->fused) {
+                LAYER_TENSOR("attn_qkv.weight", mt, 2, s.dim, s.dim + 2 * kv_dim, 0.0f, sd);
+            } else {
+                LAYER_TENSOR("attn_q.weight", mt, 2, s.dim, s.dim, 0.0f, sd);
+                LAYER_TENSOR("attn_k.weight", mt, 2, s.dim, kv_dim, 0.0f, sd);
+                LAYER_TENSOR("attn_v.weight", mt, 2, s.dim, kv_dim, 0.0f, sd);
             }
-            add_tensor(t, &n_t, tn[0], PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
-            add_tensor(t, &n_t, tn[1], mt, 2, s.dim, s.dim, 0.0f, sd);
-            add_tensor(t, &n_t, tn[2], mt, 2, s.dim, kv_dim, 0.0f, sd);
-            add_tensor(t, &n_t, tn[3], mt, 2, s.dim, kv_dim, 0.0f, sd);
-            add_tensor(t, &n_t, tn[4], mt, 2, s.dim, s.dim, 0.0f, sd * res);
-            add_tensor(t, &n_t, tn[5], PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
-            add_tensor(t, &n_t, tn[6], mt, 2, s.dim, s.ffn, 0.0f, sd);
-            add_tensor(t, &n_t, tn[7], mt_down, 2, s.ffn, s.dim, 0.0f, sf * res);
-            add_tensor(t, &n_t, tn[8], mt, 2, s.dim, s.ffn, 0.0f, sd);
+            if (ar->qkv_bias) {
+                LAYER_TENSOR("attn_q.bias", PE_GGML_TYPE_F32, 1, s.dim, 1, 0.0f, 0.02f);
+                LAYER_TENSOR("attn_k.bias", PE_GGML_TYPE_F32, 1, kv_dim, 1, 0.0f, 0.02f);
+                LAYER_TENSOR("attn_v.bias", PE_GGML_TYPE_F32, 1, kv_dim, 1, 0.0f, 0.02f);
+            }
+            if (ar->qk_norm) {
+                LAYER_TENSOR("attn_q_norm.weight", PE_GGML_TYPE_F32, 1, hd, 1, 1.0f, 0.02f);
+                LAYER_TENSOR("attn_k_norm.weight", PE_GGML_TYPE_F32, 1, hd, 1, 1.0f, 0.02f);
+            }
+            LAYER_TENSOR("attn_output.weight", mt, 2, s.dim, s.dim, 0.0f, sd * res);
+            LAYER_TENSOR("ffn_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
+            if (!ar->fused) LAYER_TENSOR("ffn_gate.weight", mt, 2, s.dim, s.ffn, 0.0f, sd);
+            LAYER_TENSOR("ffn_down.weight", mt_down, 2, s.ffn, s.dim, 0.0f, sf * res);
+            LAYER_TENSOR("ffn_up.weight", mt, 2, s.dim, ar->fused ? 2 * s.ffn : s.ffn, 0.0f, sd);
+#undef LAYER_TENSOR
         }
     }
     for (uint64_t i = 0; i < n_t; i++) {
@@ -592,9 +669,9 @@ int cmd_synth_model(int argc, char **argv)
             n_params += t[i].ne[0] * t[i].ne[1];
             n_bytes += pe_ggml_row_size(t[i].type, t[i].ne[0]) * t[i].ne[1];
         }
-        printf("wrote %s: llama %s, %s weights, dim %llu, %llu layers, %llu/%llu heads, ffn %llu, "
+        printf("wrote %s: %s %s, %s weights, dim %llu, %llu layers, %llu/%llu heads, ffn %llu, "
                "vocab %llu, ctx %llu: %llu params, %llu tensor bytes in %.2f s\n",
-               out_path, s.name, pe_ggml_type_name(wtype), (unsigned long long)s.dim,
+               out_path, ar->name, s.name, pe_ggml_type_name(wtype), (unsigned long long)s.dim,
                (unsigned long long)s.layers, (unsigned long long)s.heads,
                (unsigned long long)s.kv_heads, (unsigned long long)s.ffn,
                (unsigned long long)s.vocab, (unsigned long long)s.ctx, (unsigned long long)n_params,
