@@ -13,6 +13,12 @@
  * V share one head_dim and every layer the same KV head count, it also lists the bytes per
  * token of every KV codec libpagoda has (pgd_kv_bytes_per_token, 16-token pages: block
  * scales and padding included), marking the codecs that refuse the head_dim.
+ * gemma2 / gemma3 files with attention.sliding_window W (and a uniform KV head count) also
+ * get their window layers counted by their window: layer l is local when l % P < P - 1,
+ * P = attention.sliding_window_pattern, else llama.cpp's default (2 gemma2, 6 gemma3); a
+ * local layer holds at most W tokens, so at context C the cache holds
+ *     (n_global * C + n_local * min(W, C)) * n_kv_heads * (K + V) * element size
+ * and beyond W tokens only the global layers grow.
  * A file the reader refuses prints its message and exits 1.
  */
 #include <getopt.h>
@@ -57,8 +63,9 @@ static void usage(FILE *f, const char *cmd)
             "metadata key, summarised; the tensor table (name, type, shape, bytes) with\n"
             "totals per type; and the KV cache bytes per token for f32 and f16 elements,\n"
             "per 1k tokens and at the model's context length, and for every KV codec\n"
-            "(f32 f16 bf16 q8_0 q4_0 kivi2, 16-token pages). A bad file prints the\n"
-            "reader's message and exits 1.\n"
+            "(f32 f16 bf16 q8_0 q4_0 kivi2, 16-token pages); gemma2/gemma3 window\n"
+            "layers counted by their window. A bad file prints the reader's message and\n"
+            "exits 1.\n"
             "\n"
             "options:\n"
             "  --json       print one JSON object instead of text\n"
@@ -141,7 +148,19 @@ typedef struct kv_size {
     uint64_t k_len, v_len;
     uint64_t head_units; /* sum over layers of n_kv_heads * (k_len + v_len) */
     uint64_t ctx;        /* context_length, 0 if absent */
+    uint64_t window;     /* sliding window (gemma2/gemma3), 0 if none */
+    uint64_t period;     /* sliding_window_pattern: layer l is local when l % period < period-1 */
+    uint64_t n_local;    /* layers that keep only their window */
 } kv_size;
+
+/* Bytes of K and V for t tokens with elements of elem bytes, window layers counted by their
+ * window (k->window > 0, uniform head count). */
+static uint64_t window_bytes(const kv_size *k, uint64_t t, uint64_t elem)
+{
+    uint64_t per_layer_tok = k->kv_heads * (k->k_len + k->v_len) * elem;
+    uint64_t local_t = t < k->window ? t : k->window;
+    return per_layer_tok * ((k->n_layers - k->n_local) * t + k->n_local * local_t);
+}
 
 static kv_size kv_cache_size(const pe_gguf_file *f, const char *p)
 {
@@ -184,6 +203,15 @@ static kv_size kv_cache_size(const pe_gguf_file *f, const char *p)
         k.head_units = k.n_layers * k.kv_heads * (k.k_len + k.v_len);
     }
     if (get_u64_2(f, p, "context_length", &k.ctx) != 0) k.ctx = 0;
+    if (!k.per_layer && (strcmp(p, "gemma2.") == 0 || strcmp(p, "gemma3.") == 0) &&
+        get_u64_2(f, p, "attention.sliding_window", &k.window) == 0 && k.window > 0) {
+        if (get_u64_2(f, p, "attention.sliding_window_pattern", &k.period) != 0)
+            k.period = strcmp(p, "gemma2.") == 0 ? 2 : 6;
+        for (uint64_t l = 0; l < k.n_layers; l++)
+            k.n_local += k.period == 0 || l % k.period < k.period - 1;
+    } else {
+        k.window = 0;
+    }
     k.ok = k.head_units > 0;
     if (!k.ok) k.missing = "attention.key_length";
     return k;
@@ -339,6 +367,26 @@ static void print_kv_cache(const kv_size *k)
             printf(", at context %llu %s", (unsigned long long)k->ctx, b2);
         }
         printf("\n");
+    }
+    if (k->window) {
+        printf("sliding window %llu tokens on %llu of %llu layers (period %llu): a window layer "
+               "keeps at most %llu tokens; beyond them only the %llu global layer(s) grow\n",
+               (unsigned long long)k->window, (unsigned long long)k->n_local,
+               (unsigned long long)k->n_layers, (unsigned long long)k->period,
+               (unsigned long long)k->window, (unsigned long long)(k->n_layers - k->n_local));
+        for (size_t i = 0; i < 2; i++) {
+            uint64_t t = k->ctx ? k->ctx : 1000;
+            uint64_t b = window_bytes(k, t, types[i].size), full = k->head_units * types[i].size;
+            char b1[32];
+            human_bytes((double)b, b1, sizeof b1);
+            printf(
+                "  %-4s window layers counted by their window: at %llu tokens%s %s (%.1f%% of %llu "
+                "bytes), %llu bytes per token beyond the window\n",
+                types[i].name, (unsigned long long)t, k->ctx ? " (the context)" : "", b1,
+                100.0 * (double)b / ((double)full * (double)t), (unsigned long long)(full * t),
+                (unsigned long long)(window_bytes(k, k->window + 1, types[i].size) -
+                                     window_bytes(k, k->window, types[i].size)));
+        }
     }
     double f16 = codec_bytes(k, PGD_KV_F16);
     if (f16 <= 0) return;
@@ -629,6 +677,30 @@ static int print_json(const char *path, const pe_gguf_file *f)
         json_object_set_new(kvc, "bytes_per_token", pt);
         json_object_set_new(kvc, "bytes_per_1k_tokens", p1k);
         json_object_set_new(kvc, "bytes_at_context", pctx);
+        if (k.window) {
+            json_t *sw = json_object(), *ll = json_array(), *at = json_object(),
+                   *beyond = json_object();
+            uint64_t t = k.ctx ? k.ctx : 1000;
+            for (uint64_t l = 0; l < k.n_layers; l++) {
+                if (k.period == 0 || l % k.period < k.period - 1)
+                    json_array_append_new(ll, json_integer((json_int_t)l));
+            }
+            json_object_set_new(sw, "window", json_integer((json_int_t)k.window));
+            json_object_set_new(sw, "period", json_integer((json_int_t)k.period));
+            json_object_set_new(sw, "local_layers", ll);
+            json_object_set_new(sw, "tokens", json_integer((json_int_t)t));
+            json_object_set_new(at, "f32", json_integer((json_int_t)window_bytes(&k, t, 4)));
+            json_object_set_new(at, "f16", json_integer((json_int_t)window_bytes(&k, t, 2)));
+            json_object_set_new(beyond, "f32",
+                                json_integer((json_int_t)(window_bytes(&k, k.window + 1, 4) -
+                                                          window_bytes(&k, k.window, 4))));
+            json_object_set_new(beyond, "f16",
+                                json_integer((json_int_t)(window_bytes(&k, k.window + 1, 2) -
+                                                          window_bytes(&k, k.window, 2))));
+            json_object_set_new(sw, "bytes_at_tokens", at);
+            json_object_set_new(sw, "bytes_per_token_beyond_window", beyond);
+            json_object_set_new(kvc, "sliding_window", sw);
+        }
         if (codec_bytes(&k, PGD_KV_F16) > 0) {
             json_t *bc = json_object();
             for (size_t i = 0; i < N_CODECS; i++) {

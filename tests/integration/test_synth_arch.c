@@ -11,8 +11,8 @@
  * of each architecture written with the reference models' dimensions has exactly the tensor
  * names and shapes and the <arch>.* keys of models/tiny-<arch>-f16, and `pagoda inspect`
  * shows, for every reference model, the architecture and each tensor's type as its
- * tensor-types.md lists them. Without the folder those parts are left out and the program
- * exits 77 (skipped) once the rest has passed.
+ * tensor-types.md lists them, and for gemma2/gemma3 the window layer counted by its window. Without
+ * the folder those parts are left out and the program exits 77 (skipped) once the rest has passed.
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -277,8 +277,7 @@ static int test_inspect_reference_models(void)
     snprintf(mdir, sizeof mdir, "%s/models", refdir);
     DIR *d = opendir(mdir);
     if (!d) T_FAIL("cannot open %s", mdir);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
+    for (struct dirent *de = readdir(d); de; de = readdir(d)) {
         char stem[256], path[2048], md[2048], arch[64];
         static char table[1 << 15];
         if (strncmp(de->d_name, "tiny-", 5) != 0) continue;
@@ -322,6 +321,25 @@ static int test_inspect_reference_models(void)
             (size_t)n_by_type != n_rows) {
             fprintf(stderr, "%s: %zu rows in tensor-types.md, %zu tensors, %lld by type\n", stem,
                     n_rows, json_array_size(json_object_get(o, "tensors")), (long long)n_by_type);
+            bad++;
+        }
+        /* gemma2/gemma3: layer 0 of 2 is a 32-token window layer (README "Sliding window");
+         * 2 KV heads x (64 + 64) x 2 bytes = 512 f16 bytes per layer and token: at 512
+         * tokens 512 * (512 + 32) bytes, beyond the window only layer 1 grows */
+        json_t *sw = json_object_get(json_object_get(o, "kv_cache"), "sliding_window");
+        if (strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0) {
+            json_t *ll = json_object_get(sw, "local_layers");
+            if (!sw || json_integer_value(json_object_get(sw, "window")) != 32 ||
+                json_array_size(ll) != 1 || json_integer_value(json_array_get(ll, 0)) != 0 ||
+                json_integer_value(json_object_get(json_object_get(sw, "bytes_at_tokens"),
+                                                   "f16")) != 512 * (512 + 32) ||
+                json_integer_value(json_object_get(
+                    json_object_get(sw, "bytes_per_token_beyond_window"), "f16")) != 512) {
+                fprintf(stderr, "%s: window layers not counted by their window\n", stem);
+                bad++;
+            }
+        } else if (sw) {
+            fprintf(stderr, "%s: a sliding window where there is none\n", stem);
             bad++;
         }
         json_decref(o);
