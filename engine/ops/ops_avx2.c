@@ -20,6 +20,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "ops_int.h"
@@ -548,6 +549,136 @@ TGT float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n)
         sumf -= (x[ib].d * dmin) * (float)summ;
     }
     return sumf;
+}
+
+/* ---- Q4_1, Q5_0, Q5_1 and IQ4_NL x Q8_0/Q8_1 (issue 15) ----
+ * The integer dot of each 32-value block on AVX2, 8 blocks at a time (reduced together by
+ * hadd), then per block in order the same f32 statements as pe__vec_dot_ext_ref, so that
+ * the result is bit-identical to it (test_quant_ref). Q4_1 (0..15) and Q5_1 (0..31) values
+ * are unsigned and go to maddubs as they are; Q5_0 (-16..15) and IQ4_NL (the table, -127..113)
+ * are signed and go as maddubs(|w|, sign(x, w)). Bounds: a maddubs pair is at most
+ * 2 * 127 * 127 = 32258 (no saturation). */
+
+static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                         1,    13,   25,  38,  53,  69,  89,  113};
+
+/* Byte k = 0xff where bit k of the 32 bits at p is set, else 0. */
+INL __m256i bits_to_bytes(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                            0x0202020202020202, 0x0303030303030303);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi8(-1));
+}
+
+/* 8 int32 partial sums of the integer dot of one block of type with the 32 values q8. */
+INL __m256i dot32(const int type, const uint8_t *blk, const int8_t *q8)
+{
+    const __m256i x = _mm256_loadu_si256((const __m256i *)q8);
+    const __m256i ones = _mm256_set1_epi16(1), b16 = _mm256_set1_epi8(16);
+    __m256i u, s;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_1:
+        u = q4_nibbles(blk + offsetof(block_q4_1, qs));
+        s = x;
+        break;
+    case PE_GGML_TYPE_Q5_1:
+        u = _mm256_or_si256(q4_nibbles(blk + offsetof(block_q5_1, qs)),
+                            _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_1, qh)), b16));
+        s = x;
+        break;
+    case PE_GGML_TYPE_Q5_0: {
+        const __m256i h = _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)), b16);
+        const __m256i w =
+            _mm256_sub_epi8(_mm256_or_si256(q4_nibbles(blk + offsetof(block_q5_0, qs)), h), b16);
+        u = _mm256_sign_epi8(w, w);
+        s = _mm256_sign_epi8(x, w);
+        break;
+    }
+    default: { /* IQ4_NL */
+        const __m256i tbl =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+        const __m256i w = _mm256_shuffle_epi8(tbl, q4_nibbles(blk + offsetof(block_iq4_nl, qs)));
+        u = _mm256_sign_epi8(w, w);
+        s = _mm256_sign_epi8(x, w);
+        break;
+    }
+    }
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+}
+
+/* Lane i = the sum of the 8 lanes of v[i]. */
+INL __m256i hsum8x8i(const __m256i v[8])
+{
+    const __m256i a =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i b =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+INL float vec_dot_32(const int type, const void *w, const void *xq, size_t n)
+{
+    const size_t bs = type == PE_GGML_TYPE_Q4_1   ? sizeof(block_q4_1)
+                      : type == PE_GGML_TYPE_Q5_1 ? sizeof(block_q5_1)
+                      : type == PE_GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                                  : sizeof(block_iq4_nl);
+    const int q8_1 = type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1;
+    const size_t xs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const size_t nb = n / 32;
+    float sumf = 0.0f;
+    for (size_t b8 = 0; b8 < nb; b8 += 8) {
+        const size_t nj = nb - b8 < 8 ? nb - b8 : 8;
+        __m256i v[8];
+        for (size_t j = 0; j < 8; j++)
+            v[j] = j < nj ? dot32(type, (const uint8_t *)w + (b8 + j) * bs,
+                                  (const int8_t *)xq + (b8 + j) * xs + xo)
+                          : _mm256_setzero_si256();
+        _Alignas(32) int32_t sums[8];
+        _mm256_store_si256((__m256i *)sums, hsum8x8i(v));
+        for (size_t j = 0; j < nj; j++) {
+            const uint8_t *blk = (const uint8_t *)w + (b8 + j) * bs;
+            const int sumi = sums[j];
+            if (q8_1) {
+                const block_q8_1 *x = (const block_q8_1 *)xq + b8 + j;
+                uint16_t dm[2];
+                memcpy(dm, blk, sizeof dm);
+                sumf += (pe_f16_to_f32(dm[0]) * pe_f16_to_f32(x->d)) * (float)sumi +
+                        pe_f16_to_f32(dm[1]) * pe_f16_to_f32(x->s);
+            } else {
+                const block_q8_0 *x = (const block_q8_0 *)xq + b8 + j;
+                uint16_t d;
+                memcpy(&d, blk, sizeof d);
+                sumf += (pe_f16_to_f32(d) * pe_f16_to_f32(x->d)) * (float)sumi;
+            }
+        }
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q4_1_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_Q4_1, w, xq, n);
+}
+
+TGT float pe__vec_dot_q5_0_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_Q5_0, w, xq, n);
+}
+
+TGT float pe__vec_dot_q5_1_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_Q5_1, w, xq, n);
+}
+
+TGT float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_IQ4_NL, w, xq, n);
 }
 
 /* gemv is batch-invariant as it is (the only product path of this ISA): every (row, token)
