@@ -551,6 +551,66 @@ TGT float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n)
     return sumf;
 }
 
+/* ---- Q3_K x Q8_K (issue 15) ----
+ * As Q6_K above: 32 values of 2 bits (minus 4 where the hmask bit is clear) per step,
+ * maddubs with the Q8_K activations (signed, as maddubs(|w|, sign(x, w))), madd with
+ * the two 16-value sub-block scales of the step, then the reference's f32 statements.
+ * Bounds: a maddubs pair is at most 2 * 4 * 127 = 1016; the int32 sums at most
+ * 256 * 4 * 127 * 32. */
+
+/* The 16 6-bit scales of a Q3_K super-block, offset 32 removed (as ops_ref.c). */
+static void q3_k_scales(const uint8_t *src, int8_t sc[16])
+{
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    memcpy(aux, src, 12);
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    memcpy(sc, aux, 16);
+    for (int i = 0; i < 16; i++)
+        sc[i] = (int8_t)(sc[i] - 32);
+}
+
+TGT float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q3_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        int8_t sc[16];
+        q3_k_scales(b[ib].scales, sc);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b[ib].hmask);
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * c));
+            for (int j = 0; j < 4; j++) {
+                const int k = 8 * c + 2 * j; /* first 16-value sub-block of the step */
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
+                const __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                const __m256i v = _mm256_sub_epi8(u, _mm256_andnot_si256(hb, four));
+                const __m256i q8 =
+                    _mm256_loadu_si256((const __m256i *)(x[ib].qs + 128 * c + 32 * j));
+                const __m256i p =
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q8, v));
+                const __m256i s =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[k + 1]), _mm_set1_epi16(sc[k]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+            }
+        }
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = 0.0f;
+        const int summ = 0;
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
 /* ---- Q4_1, Q5_0, Q5_1 and IQ4_NL x Q8_0/Q8_1 (issue 15) ----
  * The integer dot of each 32-value block on AVX2, 8 blocks at a time (reduced together by
  * hadd), then per block in order the same f32 statements as pe__vec_dot_ext_ref, so that
