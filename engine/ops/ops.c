@@ -245,6 +245,7 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
         if (w->type == PE_GGML_TYPE_Q5_1) p.dot = pe__vec_dot_q5_1_avx2;
         if (w->type == PE_GGML_TYPE_IQ4_NL) p.dot = pe__vec_dot_iq4_nl_avx2;
         if (w->type == PE_GGML_TYPE_Q3_K) p.dot = pe__vec_dot_q3_k_avx2;
+        if (w->type == PE_GGML_TYPE_Q2_K) p.dot = pe__vec_dot_q2_k_avx2;
     }
 #endif
     atomic_init(&p.next_row, 0);

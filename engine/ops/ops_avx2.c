@@ -551,9 +551,9 @@ TGT float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n)
     return sumf;
 }
 
-/* ---- Q3_K x Q8_K (issue 15) ----
- * As Q6_K above: 32 values of 2 bits (minus 4 where the hmask bit is clear) per step,
- * maddubs with the Q8_K activations (signed, as maddubs(|w|, sign(x, w))), madd with
+/* ---- Q3_K and Q2_K x Q8_K (issue 15) ----
+ * As Q6_K above: 32 values of 2 bits (Q3_K: minus 4 where the hmask bit is clear) per step,
+ * maddubs with the Q8_K activations (Q3_K signed, as maddubs(|w|, sign(x, w))), madd with
  * the two 16-value sub-block scales of the step, then the reference's f32 statements.
  * Bounds: a maddubs pair is at most 2 * 4 * 127 = 1016; the int32 sums at most
  * 256 * 4 * 127 * 32. */
@@ -605,6 +605,38 @@ TGT float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n)
         const int sumi = hsum8i(acc);
         const float d = pe_f16_to_f32(b[ib].d), dmin = 0.0f;
         const int summ = 0;
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q2_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        const uint8_t *scales = b[ib].scales;
+        int summ = 0;
+        for (int k = 0; k < 16; k++)
+            summ += (scales[k] >> 4) * x[ib].bsums[k];
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * c));
+            for (int j = 0; j < 4; j++) {
+                const int k = 8 * c + 2 * j; /* first 16-value sub-block of the step */
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                const __m256i q8 =
+                    _mm256_loadu_si256((const __m256i *)(x[ib].qs + 128 * c + 32 * j));
+                const __m256i s = _mm256_set_m128i(_mm_set1_epi16(scales[k + 1] & 0xF),
+                                                   _mm_set1_epi16(scales[k] & 0xF));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q8), s));
+            }
+        }
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = pe_f16_to_f32(b[ib].dmin);
         sumf += (x[ib].d * d) * (float)sumi;
         sumf -= (x[ib].d * dmin) * (float)summ;
     }

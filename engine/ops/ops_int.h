@@ -86,6 +86,7 @@ float pe__vec_dot_q5_0_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q5_1_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
 
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)

@@ -305,6 +305,7 @@ static int test_avx2_dots_match_reference(void)
         {PE_GGML_TYPE_Q6_K, pe__vec_dot_q6_k_avx2},     {PE_GGML_TYPE_Q4_1, pe__vec_dot_q4_1_avx2},
         {PE_GGML_TYPE_Q5_0, pe__vec_dot_q5_0_avx2},     {PE_GGML_TYPE_Q5_1, pe__vec_dot_q5_1_avx2},
         {PE_GGML_TYPE_IQ4_NL, pe__vec_dot_iq4_nl_avx2}, {PE_GGML_TYPE_Q3_K, pe__vec_dot_q3_k_avx2},
+        {PE_GGML_TYPE_Q2_K, pe__vec_dot_q2_k_avx2},
     };
     if (pe_isa_detect() < PE_ISA_AVX2) {
         printf("     no AVX2 on this CPU: its kernels not run\n");
