@@ -645,11 +645,12 @@ TGT float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n)
 
 /* ---- Q4_1, Q5_0, Q5_1 and IQ4_NL x Q8_0/Q8_1 (issue 15) ----
  * The integer dot of each 32-value block on AVX2, 8 blocks at a time (reduced together by
- * hadd), then per block in order the same f32 statements as pe__vec_dot_ext_ref, so that
- * the result is bit-identical to it (test_quant_ref). Q4_1 (0..15) and Q5_1 (0..31) values
- * are unsigned and go to maddubs as they are; Q5_0 (-16..15) and IQ4_NL (the table, -127..113)
- * are signed and go as maddubs(|w|, sign(x, w)). Bounds: a maddubs pair is at most
- * 2 * 127 * 127 = 32258 (no saturation). */
+ * hadd), and the f32 terms of the 8 blocks by vector (the reference's products, each
+ * rounded once), added to the sum per block in order as pe__vec_dot_ext_ref does, so that
+ * the result is bit-identical to it (test_quant_ref; a NaN scale gives NaN in both). Q4_1 (0..15)
+ * and Q5_1 (0..31) values are unsigned and go to maddubs as they are; Q5_0 (-16..15) and IQ4_NL
+ * (the table, -127..113) are signed and go as maddubs(|w|, sign(x, w)). Bounds: a maddubs pair is
+ * at most 2 * 127 * 127 = 32258 (no saturation). */
 
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                          1,    13,   25,  38,  53,  69,  89,  113};
@@ -731,24 +732,19 @@ INL float vec_dot_32(const int type, const void *w, const void *xq, size_t n)
             v[j] = j < nj ? dot32(type, (const uint8_t *)w + (b8 + j) * bs,
                                   (const int8_t *)xq + (b8 + j) * xs + xo)
                           : _mm256_setzero_si256();
-        _Alignas(32) int32_t sums[8];
-        _mm256_store_si256((__m256i *)sums, hsum8x8i(v));
-        for (size_t j = 0; j < nj; j++) {
-            const uint8_t *blk = (const uint8_t *)w + (b8 + j) * bs;
-            const int sumi = sums[j];
-            if (q8_1) {
-                const block_q8_1 *x = (const block_q8_1 *)xq + b8 + j;
-                uint16_t dm[2];
-                memcpy(dm, blk, sizeof dm);
-                sumf += (pe_f16_to_f32(dm[0]) * pe_f16_to_f32(x->d)) * (float)sumi +
-                        pe_f16_to_f32(dm[1]) * pe_f16_to_f32(x->s);
-            } else {
-                const block_q8_0 *x = (const block_q8_0 *)xq + b8 + j;
-                uint16_t d;
-                memcpy(&d, blk, sizeof d);
-                sumf += (pe_f16_to_f32(d) * pe_f16_to_f32(x->d)) * (float)sumi;
-            }
-        }
+        const uint8_t *wb = (const uint8_t *)w + b8 * bs, *xb = (const uint8_t *)xq + b8 * xs;
+        /* (d_w * d_x) * (float)sumi [+ m_w * s_x] of each block, as the reference's
+         * statements (no contraction in C11 mode); F16C converts f16 exactly. */
+        __m256 t = _mm256_mul_ps(
+            _mm256_mul_ps(q_scales8(wb, bs, (uint32_t)nj), q_scales8(xb, xs, (uint32_t)nj)),
+            _mm256_cvtepi32_ps(hsum8x8i(v)));
+        if (q8_1)
+            t = _mm256_add_ps(t, _mm256_mul_ps(q_scales8(wb + 2, bs, (uint32_t)nj),
+                                               q_scales8(xb + 2, xs, (uint32_t)nj)));
+        _Alignas(32) float tb[8];
+        _mm256_store_ps(tb, t);
+        for (size_t j = 0; j < nj; j++)
+            sumf += tb[j];
     }
     return sumf;
 }
