@@ -180,7 +180,8 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
 /* ---- the types of issue 15: scalar reference kernels on every ISA ----
  * The activations of each token are quantized (pe__quant_act_ref, ggml's vec_dot_type) into
  * the scratch, then the threads claim chunks of rows and run pe__vec_dot_ext_ref for every
- * token (Q4_K, Q5_K, Q6_K on AVX2/AVX-512 CPUs: AVX2 versions, bit-identical to it). Each
+ * token (on AVX2/AVX-512 CPUs: the AVX2 versions where ops_int.h declares one, bit-identical
+ * to it). Each
  * element depends on its weight row and token only (batch-invariant). */
 
 typedef struct ext_plan {
@@ -239,6 +240,12 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
         if (w->type == PE_GGML_TYPE_Q4_K) p.dot = pe__vec_dot_q4_k_avx2;
         if (w->type == PE_GGML_TYPE_Q5_K) p.dot = pe__vec_dot_q5_k_avx2;
         if (w->type == PE_GGML_TYPE_Q6_K) p.dot = pe__vec_dot_q6_k_avx2;
+        if (w->type == PE_GGML_TYPE_Q4_1) p.dot = pe__vec_dot_q4_1_avx2;
+        if (w->type == PE_GGML_TYPE_Q5_0) p.dot = pe__vec_dot_q5_0_avx2;
+        if (w->type == PE_GGML_TYPE_Q5_1) p.dot = pe__vec_dot_q5_1_avx2;
+        if (w->type == PE_GGML_TYPE_IQ4_NL) p.dot = pe__vec_dot_iq4_nl_avx2;
+        if (w->type == PE_GGML_TYPE_Q3_K) p.dot = pe__vec_dot_q3_k_avx2;
+        if (w->type == PE_GGML_TYPE_Q2_K) p.dot = pe__vec_dot_q2_k_avx2;
     }
 #endif
     atomic_init(&p.next_row, 0);

@@ -20,6 +20,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "ops_int.h"
@@ -548,6 +549,224 @@ TGT float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n)
         sumf -= (x[ib].d * dmin) * (float)summ;
     }
     return sumf;
+}
+
+/* ---- Q3_K and Q2_K x Q8_K (issue 15) ----
+ * As Q6_K above: 32 values of 2 bits (Q3_K: minus 4 where the hmask bit is clear) per step,
+ * maddubs with the Q8_K activations (Q3_K signed, as maddubs(|w|, sign(x, w))), madd with
+ * the two 16-value sub-block scales of the step, then the reference's f32 statements.
+ * Bounds: a maddubs pair is at most 2 * 4 * 127 = 1016; the int32 sums at most
+ * 256 * 4 * 127 * 32. */
+
+/* The 16 6-bit scales of a Q3_K super-block, offset 32 removed (as ops_ref.c). */
+static void q3_k_scales(const uint8_t *src, int8_t sc[16])
+{
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    memcpy(aux, src, 12);
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    memcpy(sc, aux, 16);
+    for (int i = 0; i < 16; i++)
+        sc[i] = (int8_t)(sc[i] - 32);
+}
+
+TGT float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q3_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        int8_t sc[16];
+        q3_k_scales(b[ib].scales, sc);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b[ib].hmask);
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * c));
+            for (int j = 0; j < 4; j++) {
+                const int k = 8 * c + 2 * j; /* first 16-value sub-block of the step */
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
+                const __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                const __m256i v = _mm256_sub_epi8(u, _mm256_andnot_si256(hb, four));
+                const __m256i q8 =
+                    _mm256_loadu_si256((const __m256i *)(x[ib].qs + 128 * c + 32 * j));
+                const __m256i p =
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q8, v));
+                const __m256i s =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[k + 1]), _mm_set1_epi16(sc[k]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+            }
+        }
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = 0.0f;
+        const int summ = 0;
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n)
+{
+    const block_q2_K *b = w;
+    const block_q8_K *x = xq;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (size_t ib = 0; ib < n / QK_K; ib++) {
+        const uint8_t *scales = b[ib].scales;
+        int summ = 0;
+        for (int k = 0; k < 16; k++)
+            summ += (scales[k] >> 4) * x[ib].bsums[k];
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b[ib].qs + 32 * c));
+            for (int j = 0; j < 4; j++) {
+                const int k = 8 * c + 2 * j; /* first 16-value sub-block of the step */
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                const __m256i q8 =
+                    _mm256_loadu_si256((const __m256i *)(x[ib].qs + 128 * c + 32 * j));
+                const __m256i s = _mm256_set_m128i(_mm_set1_epi16(scales[k + 1] & 0xF),
+                                                   _mm_set1_epi16(scales[k] & 0xF));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q8), s));
+            }
+        }
+        const int sumi = hsum8i(acc);
+        const float d = pe_f16_to_f32(b[ib].d), dmin = pe_f16_to_f32(b[ib].dmin);
+        sumf += (x[ib].d * d) * (float)sumi;
+        sumf -= (x[ib].d * dmin) * (float)summ;
+    }
+    return sumf;
+}
+
+/* ---- Q4_1, Q5_0, Q5_1 and IQ4_NL x Q8_0/Q8_1 (issue 15) ----
+ * The integer dot of each 32-value block on AVX2, 8 blocks at a time (reduced together by
+ * hadd), and the f32 terms of the 8 blocks by vector (the reference's products, each
+ * rounded once), added to the sum per block in order as pe__vec_dot_ext_ref does, so that
+ * the result is bit-identical to it (test_quant_ref; a NaN scale gives NaN in both). Q4_1 (0..15)
+ * and Q5_1 (0..31) values are unsigned and go to maddubs as they are; Q5_0 (-16..15) and IQ4_NL
+ * (the table, -127..113) are signed and go as maddubs(|w|, sign(x, w)). Bounds: a maddubs pair is
+ * at most 2 * 127 * 127 = 32258 (no saturation). */
+
+static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                         1,    13,   25,  38,  53,  69,  89,  113};
+
+/* Byte k = 0xff where bit k of the 32 bits at p is set, else 0. */
+INL __m256i bits_to_bytes(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                            0x0202020202020202, 0x0303030303030303);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi8(-1));
+}
+
+/* 8 int32 partial sums of the integer dot of one block of type with the 32 values q8. */
+INL __m256i dot32(const int type, const uint8_t *blk, const int8_t *q8)
+{
+    const __m256i x = _mm256_loadu_si256((const __m256i *)q8);
+    const __m256i ones = _mm256_set1_epi16(1), b16 = _mm256_set1_epi8(16);
+    __m256i u, s;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_1:
+        u = q4_nibbles(blk + offsetof(block_q4_1, qs));
+        s = x;
+        break;
+    case PE_GGML_TYPE_Q5_1:
+        u = _mm256_or_si256(q4_nibbles(blk + offsetof(block_q5_1, qs)),
+                            _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_1, qh)), b16));
+        s = x;
+        break;
+    case PE_GGML_TYPE_Q5_0: {
+        const __m256i h = _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)), b16);
+        const __m256i w =
+            _mm256_sub_epi8(_mm256_or_si256(q4_nibbles(blk + offsetof(block_q5_0, qs)), h), b16);
+        u = _mm256_sign_epi8(w, w);
+        s = _mm256_sign_epi8(x, w);
+        break;
+    }
+    default: { /* IQ4_NL */
+        const __m256i tbl =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+        const __m256i w = _mm256_shuffle_epi8(tbl, q4_nibbles(blk + offsetof(block_iq4_nl, qs)));
+        u = _mm256_sign_epi8(w, w);
+        s = _mm256_sign_epi8(x, w);
+        break;
+    }
+    }
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+}
+
+/* Lane i = the sum of the 8 lanes of v[i]. */
+INL __m256i hsum8x8i(const __m256i v[8])
+{
+    const __m256i a =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i b =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+INL float vec_dot_32(const int type, const void *w, const void *xq, size_t n)
+{
+    const size_t bs = type == PE_GGML_TYPE_Q4_1   ? sizeof(block_q4_1)
+                      : type == PE_GGML_TYPE_Q5_1 ? sizeof(block_q5_1)
+                      : type == PE_GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                                  : sizeof(block_iq4_nl);
+    const int q8_1 = type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1;
+    const size_t xs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const size_t nb = n / 32;
+    float sumf = 0.0f;
+    for (size_t b8 = 0; b8 < nb; b8 += 8) {
+        const size_t nj = nb - b8 < 8 ? nb - b8 : 8;
+        __m256i v[8];
+        for (size_t j = 0; j < 8; j++)
+            v[j] = j < nj ? dot32(type, (const uint8_t *)w + (b8 + j) * bs,
+                                  (const int8_t *)xq + (b8 + j) * xs + xo)
+                          : _mm256_setzero_si256();
+        const uint8_t *wb = (const uint8_t *)w + b8 * bs, *xb = (const uint8_t *)xq + b8 * xs;
+        /* (d_w * d_x) * (float)sumi [+ m_w * s_x] of each block, as the reference's
+         * statements (no contraction in C11 mode); F16C converts f16 exactly. */
+        __m256 t = _mm256_mul_ps(
+            _mm256_mul_ps(q_scales8(wb, bs, (uint32_t)nj), q_scales8(xb, xs, (uint32_t)nj)),
+            _mm256_cvtepi32_ps(hsum8x8i(v)));
+        if (q8_1)
+            t = _mm256_add_ps(t, _mm256_mul_ps(q_scales8(wb + 2, bs, (uint32_t)nj),
+                                               q_scales8(xb + 2, xs, (uint32_t)nj)));
+        _Alignas(32) float tb[8];
+        _mm256_store_ps(tb, t);
+        for (size_t j = 0; j < nj; j++)
+            sumf += tb[j];
+    }
+    return sumf;
+}
+
+TGT float pe__vec_dot_q4_1_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_Q4_1, w, xq, n);
+}
+
+TGT float pe__vec_dot_q5_0_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_Q5_0, w, xq, n);
+}
+
+TGT float pe__vec_dot_q5_1_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_Q5_1, w, xq, n);
+}
+
+TGT float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n)
+{
+    return vec_dot_32(PE_GGML_TYPE_IQ4_NL, w, xq, n);
 }
 
 /* gemv is batch-invariant as it is (the only product path of this ISA): every (row, token)

@@ -76,11 +76,17 @@ void pe__quant_act_ref(uint32_t type, const float *x, void *y, size_t n);
 /* One weight row of n values of an ext type times a row quantized by pe__quant_act_ref. */
 float pe__vec_dot_ext_ref(uint32_t type, const void *w, const void *xq, size_t n);
 
-/* AVX2 versions of pe__vec_dot_ext_ref for Q4_K, Q5_K and Q6_K, bit-identical to it
- * (ops_avx2.c; x86 CPUs with AVX2 only). */
+/* AVX2 versions of pe__vec_dot_ext_ref, bit-identical to it (ops_avx2.c; x86 CPUs with AVX2
+ * only). */
 float pe__vec_dot_q4_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q5_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q4_1_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q5_0_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q5_1_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n);
+float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
 
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)

@@ -12,6 +12,8 @@
  *     Q5_1: plus 2^-10 * |m * s| per block, s being d * sum(q) stored as f16).
  *   Q8_K: the activation quantizer gives |x - d q| <= |d| / 2 and bsums equal the sums.
  *   pe_matmul == pe_matmul_ref bit for bit for every type, ISA, thread count and n_tok.
+ *   each AVX2 kernel == pe__vec_dot_ext_ref bit for bit, on random rows and on rows of
+ *     extreme values (every weight byte 0x00 or 0xff, activations at +-127), several lengths.
  */
 #include <math.h>
 #include <stddef.h>
@@ -105,14 +107,12 @@ static int test_dequant_matches_ggml(void)
     return 0;
 }
 
-/* n values of random blocks of type: random bytes, with every f16 scale (and min) field set
- * to a finite value of either sign. */
-static void random_row(uint32_t type, uint8_t *row, size_t n)
+/* Every f16 scale (and min) field of the blocks of row set to a finite value of either
+ * sign. */
+static void random_scales(uint32_t type, uint8_t *row, size_t n)
 {
     const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
     const size_t nb = n / tr->blck_size, bs = tr->type_size;
-    for (size_t i = 0; i < nb * bs; i++)
-        row[i] = (uint8_t)t_rand(&seed);
     for (size_t b = 0; b < nb; b++) {
         uint8_t *blk = row + b * bs;
         size_t off[2] = {0, 0}, n_f16 = 1;
@@ -140,6 +140,15 @@ static void random_row(uint32_t type, uint8_t *row, size_t n)
             memcpy(blk + off[k], &h, 2);
         }
     }
+}
+
+/* n values of random blocks of type: random bytes, and random_scales. */
+static void random_row(uint32_t type, uint8_t *row, size_t n)
+{
+    const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
+    for (size_t i = 0; i < n / tr->blck_size * tr->type_size; i++)
+        row[i] = (uint8_t)t_rand(&seed);
+    random_scales(type, row, n);
 }
 
 /* The activations as the products see them, dequantized. */
@@ -283,12 +292,72 @@ static int test_matmul_matches_reference(void)
     return 0;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+typedef float (*dot_fn)(const void *w, const void *xq, size_t n);
+
+static int test_avx2_dots_match_reference(void)
+{
+    static const struct {
+        uint32_t type;
+        dot_fn dot;
+    } k[] = {
+        {PE_GGML_TYPE_Q4_K, pe__vec_dot_q4_k_avx2},     {PE_GGML_TYPE_Q5_K, pe__vec_dot_q5_k_avx2},
+        {PE_GGML_TYPE_Q6_K, pe__vec_dot_q6_k_avx2},     {PE_GGML_TYPE_Q4_1, pe__vec_dot_q4_1_avx2},
+        {PE_GGML_TYPE_Q5_0, pe__vec_dot_q5_0_avx2},     {PE_GGML_TYPE_Q5_1, pe__vec_dot_q5_1_avx2},
+        {PE_GGML_TYPE_IQ4_NL, pe__vec_dot_iq4_nl_avx2}, {PE_GGML_TYPE_Q3_K, pe__vec_dot_q3_k_avx2},
+        {PE_GGML_TYPE_Q2_K, pe__vec_dot_q2_k_avx2},
+    };
+    if (pe_isa_detect() < PE_ISA_AVX2) {
+        printf("     no AVX2 on this CPU: its kernels not run\n");
+        return 0;
+    }
+    /* 32-value types: 1, 7, 65 blocks (tails of the 8-block groups); K-quants: 1 to 16 */
+    const size_t lens[] = {32, 224, 256, 512, 2080, 2304, 4096};
+    const size_t nmax = 4096;
+    uint8_t *w = malloc(pe_ggml_row_size(PE_GGML_TYPE_Q8_0, nmax) * 2);
+    float *x = malloc(nmax * sizeof *x);
+    void *xq = malloc(nmax * 2);
+    T_ASSERT(w && x && xq);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const pe_ggml_type_traits *tr = pe_ggml_get_traits(k[i].type);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const size_t n = lens[li];
+            if (n % tr->blck_size != 0) continue;
+            for (int pat = 0; pat < 6; pat++) {
+                random_row(k[i].type, w, n);
+                if (pat >= 2) { /* every byte 0x00 or 0xff but the f16 scales */
+                    memset(w, (pat & 1) ? 0xff : 0x00, n / tr->blck_size * tr->type_size);
+                    random_scales(k[i].type, w, n);
+                }
+                for (size_t j = 0; j < n; j++)
+                    x[j] = pat < 4 ? frand() * (j % 61 == 0 ? 8.0f : 1.0f)
+                                   : ((j * 7 + (size_t)pat) % 3 == 0 ? -1.0f : 1.0f);
+                pe__quant_act_ref(k[i].type, x, xq, n);
+                const float want = pe__vec_dot_ext_ref(k[i].type, w, xq, n);
+                const float got = k[i].dot(w, xq, n);
+                if (memcmp(&want, &got, sizeof want) != 0)
+                    T_FAIL("%s n %zu pattern %d: avx2 %.9g != reference %.9g",
+                           pe_ggml_type_name(k[i].type), n, pat, got, want);
+            }
+        }
+        printf("     %-6s avx2 bit-identical to the reference\n", pe_ggml_type_name(k[i].type));
+    }
+    free(w);
+    free(x);
+    free(xq);
+    return 0;
+}
+#endif
+
 int main(void)
 {
     T_RUN(test_dequant_matches_ggml);
     T_RUN(test_vec_dot_matches_dequantized);
     T_RUN(test_q8_k_quantizer);
     T_RUN(test_matmul_matches_reference);
+#if defined(__x86_64__) || defined(__i386__)
+    T_RUN(test_avx2_dots_match_reference);
+#endif
     if (!t_failed && !have_reference) {
         printf("%d passed; the ggml dequantization reference was not found\n", t_run);
         return 77;
