@@ -501,9 +501,9 @@ export async function chat(srv, content, extra = {}) {
 // Waits until srv's Redis tier wrote what it was given: the cache's write-back slots are
 // empty, the tier's put queue is empty and more pages were demoted to "redis" than in
 // `since` (a metrics snapshot taken before the request), stable over two reads 100 ms
-// apart (a mover may hold the last page it took).
+// apart (a mover may hold the last page it took). since null: only the queues empty.
 export async function written(srv, since, ms = 20000) {
-  const d0 = tierMetric(since, 'pagoda_tier_demoted_pages_total');
+  const d0 = since ? tierMetric(since, 'pagoda_tier_demoted_pages_total') : -1;
   const done = (m) => m.pagoda_tier_writeback_queue_pages === 0
     && tierMetric(m, 'pagoda_tier_put_queue_bytes') === 0
     && tierMetric(m, 'pagoda_tier_demoted_pages_total') > d0;

@@ -76,6 +76,9 @@ const dbsize = async () => Number(await command(redis.port, 'DBSIZE'));
 // returns { prompt, text, keys: the keys it added }.
 async function computedByA(seed, n = 100) {
   const prompt = tokens(seed, n);
+  // Every instance's writes done first: a value B rejected in an earlier test is DELed,
+  // then SET again by B, and a key SET after this snapshot would count as A's.
+  for (const s of [A, B]) await written(s, null);
   const before = new Set(await keys(redis.port));
   const m0 = await metrics(A);
   const a = await complete(A, prompt);
@@ -176,12 +179,14 @@ test('records overwritten with garbage: B computes, counts MAC failures, serves 
     assert.equal(out.trim(), 'OK');
   }
   const mac0 = await m(B, 'pagoda_tier_mac_failures_total');
+  const mb = await metrics(B);
   const r = await complete(B, g.prompt);
   assert.equal(r.t.redis, 0, `garbage is never served: ${JSON.stringify(r.usage)}`);
   assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
   assert.equal(r.text, g.text);
   const mac1 = await m(B, 'pagoda_tier_mac_failures_total');
   assert.ok(mac1 > mac0, `MAC failures counted: ${mac0} -> ${mac1}`);
+  await written(B, mb); // B writes what it computed
 
   // ... and a short string (KEYS 'pgd:*', then SET each that is new).
   const s = await computedByA(401);
@@ -190,12 +195,14 @@ test('records overwritten with garbage: B computes, counts MAC failures, serves 
     assert.ok(all.includes(k));
     assert.equal((await redisCli(redis.port, ['SET', k, 'garbage'])).trim(), 'OK');
   }
+  const mb2 = await metrics(B);
   const r2 = await complete(B, s.prompt);
   assert.equal(r2.t.redis, 0, JSON.stringify(r2.usage));
   assert.equal(r2.text, s.text);
   const mac2 = await m(B, 'pagoda_tier_mac_failures_total');
   console.log(`# B's MAC failures: ${mac0} -> ${mac1} (random) -> ${mac2} (short)`);
   assert.ok(mac2 > mac1, `a short value fails the MAC too: ${mac1} -> ${mac2}`);
+  await written(B, mb2);
 });
 
 // A Redis value as the tier writes it (tier_redis.h, "KEYS AND VALUES"), here in node so
