@@ -5,6 +5,8 @@
  * and Quest page selection.
  *
  *   out = softmax(q K^T / sqrt(head_dim)) V     for every query row, over keys [0, pos]
+ *   (optionally another scale, gemma2's logit soft-cap and per-layer sliding windows:
+ *    pgd_attn_params.scale / softcap / layer_window)
  *
  * Callers: the engine (one pgd_attn_run per layer of a forward step, after the step's K/V
  * for that layer were written with pgd_seq_write_kv), tests and benchmarks.
@@ -63,7 +65,20 @@ typedef struct pgd_attn_params {
     uint32_t score_keys;        /* most keys a scored row (pgd_attn_run_scored) may see:
                                    sizes the scoring scratch; 0: no scores
                                    (pgd_attn_run_scored returns PGD_EINVAL) */
-} pgd_attn_params;              /* append fields only */
+    /* Gemma-style attention (all three 0: the plain softmax(q K^T / sqrt(head_dim)) V). */
+    float scale;                  /* the logit scale: 0 = 1 / sqrt(head_dim); else > 0 (gemma:
+                                     1 / sqrt(query_pre_attn_scalar)) */
+    float softcap;                /* 0: none; else > 0: each scaled logit s becomes
+                                     softcap * tanh(s / softcap) before the softmax (gemma2's
+                                     attn_logit_softcapping) */
+    const uint32_t *layer_window; /* NULL: every layer sees all its keys. Else [the pool's
+                                     n_layers], copied at create: 0 = a global layer; W > 0 = a
+                                     sliding-window layer, where the query row of slot p sees
+                                     only the keys of slots p - W + 1 .. p (slots, not
+                                     positions: a compacted sequence counts its kept slots).
+                                     A window layer attends densely inside its window: no
+                                     Quest selection there */
+} pgd_attn_params;                /* append fields only */
 
 /* Returns the defaults: n_head 0 (must be set), 1 thread, serial, 512 rows, dense. */
 PGD_API pgd_attn_params pgd_attn_default_params(void);
@@ -128,6 +143,14 @@ PGD_API int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item
  * pgd_attn_create) or PGD_ENOMEM. */
 PGD_API int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer,
                              const pgd_attn_item *items, uint32_t n, uint32_t select_pages);
+
+/* The reference with a context's parameters: n_head, select_pages, scale, softcap and
+ * layer_window of p (its threading, scratch and allocator fields are ignored), scores as
+ * pgd_attn_run_scored (sc NULL: none). The spec of every field of pgd_attn_params. Returns
+ * as pgd_attn_run_ref, PGD_EINVAL also for a bad scale, softcap or layer_window (as
+ * pgd_attn_create). */
+PGD_API int pgd_attn_run_ref_ex(pgd_cache *c, const pgd_attn_params *p, uint32_t layer,
+                                const pgd_attn_item *items, const pgd_attn_scores *sc, uint32_t n);
 
 /* The reference with scores (the spec of pgd_attn_run_scored's scores). */
 PGD_API int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,

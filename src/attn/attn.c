@@ -250,6 +250,10 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     if (!a->p.max_rows) a->p.max_rows = 512;
     rc = pgd__attn_geom_init(&a->g, c, p->n_head, p->select_pages, 0);
     if (rc != PGD_OK) goto fail;
+    /* The fast path has no other scale, soft-cap or window yet: the reference has
+     * (pgd_attn_run_ref_ex). */
+    rc = PGD_EINVAL;
+    if (p->scale != 0 || p->softcap != 0 || p->layer_window) goto fail;
     rc = PGD_EINVAL;
     if (a->p.n_threads > 4096 || a->p.max_rows > (1u << 20) || a->p.score_keys > (1u << 30))
         goto fail;

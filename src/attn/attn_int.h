@@ -41,6 +41,9 @@ typedef struct pgd__attn_geom {
 int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32_t select_pages,
                         int ref);
 
+/* Whether p's scale and softcap are valid (finite, >= 0); layer_window takes any values. */
+int pgd__attn_gemma_ok(const pgd_attn_params *p);
+
 /* ---- one item's view of its sequence ---- */
 
 typedef struct pgd__attn_view {

@@ -169,3 +169,8 @@ uint32_t pgd__attn_select(const pgd__attn_geom *g, const pgd__attn_view *v, uint
         sel[m++] = pi;
     return m;
 }
+
+int pgd__attn_gemma_ok(const pgd_attn_params *p)
+{
+    return isfinite(p->scale) && p->scale >= 0 && isfinite(p->softcap) && p->softcap >= 0;
+}

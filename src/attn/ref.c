@@ -36,9 +36,8 @@ static int check_scores(const pgd_attn_item *it, const pgd_attn_scores *sc, uint
     return PGD_OK;
 }
 
-int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
-                            const pgd_attn_item *items, const pgd_attn_scores *scs, uint32_t n,
-                            uint32_t select_pages)
+int pgd_attn_run_ref_ex(pgd_cache *c, const pgd_attn_params *prm, uint32_t layer,
+                        const pgd_attn_item *items, const pgd_attn_scores *scs, uint32_t n)
 {
     pgd__attn_geom g;
     pgd__attn_view *views = NULL;
@@ -47,9 +46,15 @@ int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
     uint32_t *list = NULL, *heap_page = NULL;
     float *heap_score = NULL;
     uint64_t max_len = 0;
-    int rc = pgd__attn_geom_init(&g, c, n_head, select_pages, 1);
+    if (!prm || !pgd__attn_gemma_ok(prm)) return PGD_EINVAL;
+    const uint32_t n_head = prm->n_head;
+    int rc = pgd__attn_geom_init(&g, c, n_head, prm->select_pages, 1);
     if (rc != PGD_OK) return rc;
     if (layer >= g.n_layers || (n && !items)) return PGD_EINVAL;
+    /* A sliding-window layer attends densely inside its window: no Quest selection. */
+    const uint32_t window = prm->layer_window ? prm->layer_window[layer] : 0;
+    const uint32_t select_pages = window ? 0 : prm->select_pages;
+    const double softcap = prm->softcap;
     const pgd__alloc *al = pgd__cache_alloc(c);
 
     rc = PGD_ENOMEM;
@@ -82,7 +87,7 @@ int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
         (any_scores && !dsc))
         goto done;
 
-    const double scale = 1.0 / sqrt((double)hd);
+    const double scale = prm->scale > 0 ? (double)prm->scale : 1.0 / sqrt((double)hd);
     for (uint32_t i = 0; i < n; i++) {
         const pgd_attn_item *it = &items[i];
         const pgd__attn_view *v = &views[i];
@@ -122,8 +127,14 @@ int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
                             double d = 0;
                             for (uint32_t x = 0; x < hd; x++)
                                 d += (double)qr[(size_t)h * hd + x] * kv[(size_t)j * hd + x];
-                            sc[(size_t)h * max_len + nk] = d * scale;
+                            d *= scale;
+                            if (softcap > 0) d = softcap * tanh(d / softcap);
+                            sc[(size_t)h * max_len + nk] = d;
                         }
+                    for (uint32_t j = 0; window && j < rows; j++)
+                        if (start + j + window <= pos) /* before the row's window */
+                            for (uint32_t h = 0; h < G; h++)
+                                sc[(size_t)h * max_len + nk - rows + j] = -INFINITY;
                     for (uint32_t j = 0; dead && j < rows; j++)
                         if (start + j >= d0 && start + j < d1)
                             for (uint32_t h = 0; h < G; h++)
@@ -201,6 +212,16 @@ done:
     pgd__free(al, heap_score);
     pgd__free(al, dsc);
     return rc;
+}
+
+int pgd_attn_run_ref_scored(pgd_cache *c, uint32_t n_head, uint32_t layer,
+                            const pgd_attn_item *items, const pgd_attn_scores *scs, uint32_t n,
+                            uint32_t select_pages)
+{
+    pgd_attn_params p = pgd_attn_default_params();
+    p.n_head = n_head;
+    p.select_pages = select_pages;
+    return pgd_attn_run_ref_ex(c, &p, layer, items, scs, n);
 }
 
 int pgd_attn_run_ref(pgd_cache *c, uint32_t n_head, uint32_t layer, const pgd_attn_item *items,
