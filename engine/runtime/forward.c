@@ -38,6 +38,8 @@
  *   contiguous_ref  K/V also kept in plain per-layer f32 arrays (rounded to f16 when the
  *                   cache is f16) and attended by a scalar loop here: the reference that
  *                   the paged paths are tested against; one sequence per step only
+ *                   (with ref_ggml_fa: in the arithmetic of ggml-cpu's flash attention,
+ *                   ggml_fa_head, to compare with llama.cpp's greedy tokens)
  *
  * Storage tiers (pe_ctx_params.tiers) go to the cache as they are: a match may promote
  * pages from them, and a batch waits for its sequences' promotions (pgd_seq_wait) before
@@ -238,6 +240,13 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->m = m;
     c->p = pp ? *pp : pe_ctx_default_params();
     if (!c->p.n_ctx) c->p.n_ctx = hp->n_ctx_train;
+    if (c->p.ref_ggml_fa && (!c->p.contiguous_ref || hp->head_dim % 32 || hp->head_dim > 256)) {
+        pe__errf(err, errlen,
+                 "ref_ggml_fa needs contiguous_ref and a head_dim of 32..256 "
+                 "in steps of 32 (head_dim %u)",
+                 hp->head_dim);
+        goto fail;
+    }
     if (!c->p.n_batch) c->p.n_batch = 512;
     if (c->p.n_batch > c->p.n_ctx) c->p.n_batch = c->p.n_ctx;
     if (!c->p.page_tokens) c->p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
@@ -520,7 +529,69 @@ typedef struct attn_job {
     uint32_t layer;
 } attn_job;
 
-/* One task = (token t, kv head g), K/V from plain per-layer arrays, scalar loops. */
+/* x rounded to f16 and back when f16 (ggml's F16 stores round to nearest even), else x. */
+static float to_f16_if(float x, int f16)
+{
+    return f16 ? pe_f16_to_f32(pe_f32_to_f16(x)) : x;
+}
+
+/* One head of attention as ggml-cpu's flash attention computes it for a batch of fewer
+ * than 64 query rows and a KV view of fewer than 512 cells (ops.cpp,
+ * ggml_compute_forward_flash_attn_ext_f16_one_chunk, built for AVX2 + FMA + F16C: what
+ * llama.cpp runs for a prompt and each decoded token of a greedy continuation; 64 or more
+ * rows take its tiled kernel, in f32, which this does not model). With an f16 cache
+ * (f16: 1): q is rounded to f16 (the K type's vec_dot_type); each K.q is
+ * ggml_vec_dot_f16's sum: 4 accumulators of 8 lanes by FMA over steps of 32, reduced
+ * (0+2, 1+3), (0+1), lanes l+4, then pairs; the online softmax keeps the running maximum M
+ * and sum S (f32) and the output in an f16 vector, rounded after every rescale
+ * (ggml_vec_scale_f16) and every added key (ggml_vec_mad_f16); out = f32(acc) / S.
+ * f32 cache (f16: 0): the same with no rounding (ggml's f32 V path). hd <= 256, a
+ * multiple of 32. */
+static void ggml_fa_head(const float *q, const float *K, const float *V, size_t ld, uint64_t n_keys,
+                         uint32_t hd, float scale, int f16, float *out)
+{
+    float qh[256], acc[256];
+    for (uint32_t i = 0; i < hd; i++) {
+        qh[i] = to_f16_if(q[i], f16);
+        acc[i] = 0.0f;
+    }
+    float S = 0.0f, M = -INFINITY;
+    for (uint64_t p = 0; p < n_keys; p++) {
+        const float *k = K + p * ld, *v = V + p * ld;
+        float lane[4][8] = {{0}};
+        for (uint32_t i = 0; i < hd; i += 32)
+            for (int a = 0; a < 4; a++)
+                for (int l = 0; l < 8; l++)
+                    lane[a][l] = fmaf(k[i + a * 8 + l], qh[i + a * 8 + l], lane[a][l]);
+        float t[4];
+        for (int l = 0; l < 8; l++) {
+            lane[0][l] += lane[2][l];
+            lane[1][l] += lane[3][l];
+            lane[0][l] += lane[1][l];
+        }
+        for (int l = 0; l < 4; l++)
+            t[l] = lane[0][l] + lane[0][l + 4];
+        const float sc = ((t[0] + t[1]) + (t[2] + t[3])) * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (sc > M) {
+            ms = expf(M - sc);
+            M = sc;
+            for (uint32_t i = 0; i < hd; i++)
+                acc[i] = to_f16_if(acc[i] * ms, f16);
+        } else {
+            vs = expf(sc - M);
+        }
+        for (uint32_t i = 0; i < hd; i++)
+            acc[i] = to_f16_if(fmaf(v[i], vs, acc[i]), f16);
+        S = fmaf(S, ms, vs);
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (uint32_t i = 0; i < hd; i++)
+        out[i] = acc[i] * inv;
+}
+
+/* One task = (token t, kv head g), K/V from plain per-layer arrays, scalar loops
+ * (ref_ggml_fa: ggml_fa_head). */
 static void attn_task(void *ud, uint32_t task, uint32_t thread)
 {
     attn_job *j = ud;
@@ -536,6 +607,12 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     const size_t KV = (size_t)hp->n_head_kv * hd;
     const float *K = c->kc + (size_t)j->layer * c->p.n_ctx * KV + (size_t)g * hd;
     const float *V = c->vc + (size_t)j->layer * c->p.n_ctx * KV + (size_t)g * hd;
+    if (c->p.ref_ggml_fa) {
+        for (uint32_t h = 0; h < G; h++)
+            ggml_fa_head(q + (size_t)h * hd, K, V, KV, n_keys, hd, scale,
+                         c->p.kv_type == PGD_KV_F16, out + (size_t)h * hd);
+        return;
+    }
     for (uint32_t h = 0; h < G; h++) {
         float *s = sc + (size_t)h * n_keys, *o = out + (size_t)h * hd;
         for (uint64_t p = 0; p < n_keys; p++) {

@@ -107,6 +107,11 @@ typedef struct pe_ctx_params {
     int contiguous_ref;       /* also keep K/V in plain f32 arrays (f16-rounded for an f16
                                  cache) and attend from them (the reference path for tests);
                                  one sequence per step only */
+    int ref_ggml_fa;          /* with contiguous_ref: attend in the arithmetic of ggml-cpu's
+                                 flash attention for batches under 64 rows (llama.cpp's
+                                 prompt and decode steps on CPU; f16 cache: q rounded to
+                                 f16, the output accumulated in f16): the reference for
+                                 comparing with llama.cpp's greedy tokens (tests) */
     pgd_policy_kind policy;   /* the pool's eviction policy; default LRU. pe_ctx_create gives
                                  the cache the model's cost model (pgd_cache_params.cost,
                                  read by cost-aware policies: policy.h pgd_cost_model):
