@@ -14,9 +14,26 @@
  *   tiny-llama-q2_k   79.6581 vs 79.8594 (-0.252%; with the f32 cache 79.7540, -0.132%).
  *                     Its Q2_K..Q6_K dequantization is ggml's bit for bit and the products
  *                     are exact integer block dots on ggml's Q8_K activations
- *                     (test_quant_ref); the cause is not established: candidates are the
- *                     order of the f32 block sums, llama.cpp's F16 rounding of Q in flash
- *                     attention, and its repacked (REPACK=1) kernels' activation layout.
+ *                     (test_quant_ref). No bug found: the file is the most sensitive to
+ *                     rounding order (f16 vs f32 cache: top-1 differs at 3% of positions,
+ *                     mean KL 0.0017; the reference README's NumPy emulation is -0.67%), and
+ *                     each candidate measured (experiments, not kept) only moves it within
+ *                     that spread:
+ *                     - ggml's AVX2 K-quant dots (8 int32 lanes, FMA per lane, hsum) for
+ *                       Q2_K/Q3_K/Q6_K: 79.6882 (-0.214%); plus ggml's tiled flash attention
+ *                       (batches >= 64 rows: f32 q, 64-key tiles, sums in double): 79.7357
+ *                       (-0.155%; tiny-llama-q4_k_m 61.2652 vs 61.2566). Still not
+ *                       modelled then: ggml's vectorized exp (softmax, SiLU) and the order
+ *                       of its rms_norm and other sums;
+ *                     - the order of Q2_K block sums: every Q2_K matrix here has 256 inputs,
+ *                       one super-block per row; ggml's scalar `dall*isum - dmin*summs` gives
+ *                       the same PPL to the last digit;
+ *                     - REPACK: ggml repacks Q2_K only with AVX-512 (q2_K_8x8), and the
+ *                       reference build had none; Q8_K: on x86 ggml quantizes with
+ *                       quantize_row_q8_K_ref (nearest_int), which ours is;
+ *                     - F16 rounding of Q / the f16 output accumulator (one-chunk flash
+ *                       attention): llama-perplexity's 128-row batches take the tiled f32
+ *                       kernel instead; modelling the f16 one anyway: 79.4260 (-0.54%).
  * argv[1] the pagoda binary, argv[2] a scratch directory. Exits 77 without the folder.
  */
 #include <jansson.h>
