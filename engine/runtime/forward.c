@@ -535,8 +535,8 @@ static void mm(pe_ctx *c, const pe_mat *w, const float *x, uint32_t n, size_t d,
     pe_matmul_ex(c->tp, w, act_for(c, w, x, (size_t)n * d, same), n, y, c->scratch, c->mm_flags);
 }
 
-/* NEOX rope (qwen2, qwen3, phi3): rotates the pairs (i, i + n_rot/2) of each head, pair i
- * with pair i's angle (the same table as rope_apply). */
+/* NEOX rope (every architecture but llama): rotates the pairs (i, i + n_rot/2) of each
+ * head, pair i with pair i's angle (the same table as rope_apply). */
 static void rope_apply_neox(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
                             uint32_t n_rot)
 {
