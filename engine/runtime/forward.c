@@ -84,7 +84,7 @@ struct pe_ctx {
     float *xr;
     const float *xr_src;
     uint32_t xr_type;
-    pgd_attn *attn;                         /* the fast paged attention (NULL: reference) */
+    pgd_attn *attn;                         /* the fast paged attention */
     pgd_attn_params ap;                     /* its parameters, which the reference reads */
     uint32_t *layer_window;                 /* [n_layer] windows (ap.layer_window) or NULL */
     pgd_attn_item items[PE_MAX_BATCH_SEQS]; /* this step's attention items */
@@ -385,18 +385,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     }
     c->ap = ap;
     rc = pgd_attn_create(c->cache, &ap, &c->attn);
-    if (rc == PGD_EINVAL && (ap.scale != 0 || ap.softcap != 0 || ap.layer_window)) {
-        /* A libpagoda whose fast path does not take the scale, soft-cap or windows yet
-         * (attn.h): the reference implements every field, so the model still runs (one
-         * thread per layer's attention: slow), and says so. */
-        c->attn = NULL;
-        c->p.attn_ref = 1;
-        if (c->p.log)
-            c->p.log(c->p.log_ud, PGD_LOG_WARN,
-                     "paged attention: the fast path does not take this model's attention "
-                     "scale, soft-cap or sliding windows; attending with the scalar reference "
-                     "(slow)");
-    } else if (rc != PGD_OK) {
+    if (rc != PGD_OK) {
         pe__errf(err, errlen, "paged attention (%u heads, %s): %s", hp->n_head,
                  pgd_kv_type_name(c->p.kv_type), pgd_strerror(rc));
         goto fail;
