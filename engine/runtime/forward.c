@@ -43,7 +43,8 @@
  *
  * Attention has three implementations behind one switch (pe_ctx_params):
  *   default         pgd_attn_run, libpagoda's fast paged attention (every codec, Quest)
- *   attn_ref        pgd_attn_run_ref, its scalar reference (the spec; slow)
+ *   attn_ref        pgd_attn_run_ref_ex with the context's parameters, libpagoda's scalar
+ *                   reference (the spec; slow)
  *   contiguous_ref  K/V also kept in plain per-layer f32 arrays (rounded to f16 when the
  *                   cache is f16) and attended by a scalar loop here: the reference that
  *                   the paged paths are tested against; one sequence per step only

@@ -151,7 +151,7 @@ typedef struct pe_ctx_params {
     int kv_rotate;            /* Hadamard-rotate K/V before encoding (head_dim a power of 2) */
     uint32_t kv_residual;     /* kivi2: newest tokens kept in f16; 0: the cache's default */
     uint32_t kv_select_pages; /* Quest: at most this many pages per decode row; 0: dense */
-    int attn_ref;             /* attend with pgd_attn_run_ref, the scalar spec (tests) */
+    int attn_ref;             /* attend with pgd_attn_run_ref_ex, the scalar spec (tests) */
     pgd_log_fn log;           /* libpagoda's diagnostics (cache and pool); default
                                  pe_log_stderr; NULL: silent */
     void *log_ud;             /* passed to log */
