@@ -24,6 +24,11 @@
  *               pgd_attn_run_scored: every decode row scored, score_keys = ctx) on the same
  *               paged sequences, timed in turn repetition by repetition; scored/plain is
  *               the cost of scoring (issue 14's target: below 1.05)
+ *   --gemma     instead of the table above: decode on the same paged sequences plain, with
+ *               gemma2's soft-cap (pgd_attn_params.softcap 50) and as a sliding-window layer
+ *               (layer_window --window, default 1024), timed in turn repetition by repetition:
+ *               cap/plain is the soft-cap's cost, win/plain the window layer's against a
+ *               global one (ideally about (window + page) / ctx)
  *
  * Targets (issue 5): f16 at GQA 1 >= 85% of the probe; paged >= 0.97x contiguous; q8_0 and
  * q4_0 faster than f16 at long context (the summary lines). Each figure is the median of
@@ -65,6 +70,8 @@ typedef struct opts {
     int small_probe; /* leave the probe buffer on 4 KiB pages */
     int cpu_time;    /* time on the thread's CPU clock (--threads 1 only) */
     int scores;      /* time decode with against without scores */
+    int gemma;       /* time decode plain, soft-capped and windowed */
+    uint32_t window; /* --gemma: the window layer's window */
 } opts;
 
 static void usage(FILE *f)
@@ -98,6 +105,9 @@ static void usage(FILE *f)
                "                     default, the most its scratch allows; 1: one per head)\n"
                "  --scores           decode with scores (pgd_attn_run_scored) against without,\n"
                "                     paged only, no prefill: the cost of scoring\n"
+               "  --gemma            decode plain, with soft-cap 50 and as a window layer, in\n"
+               "                     turn on the same sequences (paged only, no prefill)\n"
+               "  --window N         --gemma's window (default 1024)\n"
                "  --seed N           K/V and query seed (default 1)\n"
                "  --json             one JSON object per result line\n"
                "  --smoke            tiny and fast (ctest)\n"
@@ -501,6 +511,29 @@ static int time_scores(pgd_attn *a, pgd_attn_item *it, const pgd_attn_scores *sc
     return 0;
 }
 
+/* Times pgd_attn_run of a[0..n_a) on the same items in turn, repetition by repetition:
+ * t[l] median seconds of a[l]; returns < 0 on error. */
+static int time_variants(pgd_attn *const *a, int n_a, pgd_attn_item *it, uint32_t n, const opts *o,
+                         double *t)
+{
+    static double s[4][4096];
+    for (int l = 0; l < n_a; l++) /* warm-up */
+        if (pgd_attn_run(a[l], 0, it, n) != PGD_OK) return -1;
+    int k = 0;
+    double t_start = now_s();
+    while (more_reps(k, t_start, o)) {
+        for (int l = 0; l < n_a; l++) {
+            double t0 = now_s();
+            pgd_attn_run(a[l], 0, it, n);
+            s[l][k] = now_s() - t0;
+        }
+        k++;
+    }
+    for (int l = 0; l < n_a; l++)
+        t[l] = bench_median(s[l], (size_t)k);
+    return 0;
+}
+
 /* Times pgd_attn_run on items; returns the median seconds, or < 0 on error. */
 static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *o)
 {
@@ -520,6 +553,14 @@ static void print_scores_header(void)
 {
     printf("%-6s %4s %6s %5s %12s %12s %8s\n", "type", "gqa", "ctx", "batch", "plain us",
            "scored us", "scored/plain");
+}
+
+static void print_gemma_header(uint32_t window)
+{
+    char w[32];
+    snprintf(w, sizeof w, "win%u us", window);
+    printf("%-6s %4s %6s %5s %10s %10s %9s %10s %9s\n", "type", "gqa", "ctx", "batch", "plain us",
+           "cap50 us", "cap/plain", w, "win/plain");
 }
 
 static void print_header(void)
@@ -546,6 +587,7 @@ int main(int argc, char **argv)
     o.prefill = 512;
     o.prefill_depth = 2048;
     o.layouts = 3;
+    o.window = 1024;
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
 
@@ -558,7 +600,8 @@ int main(int argc, char **argv)
                                        {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'},
                                        {"hugepages", 0, 0, 'H'},     {"small-probe", 0, 0, 'B'},
                                        {"cpu-time", 0, 0, 'C'},      {"wide", 1, 0, 'W'},
-                                       {"scores", 0, 0, 'S'},        {0, 0, 0, 0}};
+                                       {"scores", 0, 0, 'S'},        {"gemma", 0, 0, 'G'},
+                                       {"window", 1, 0, 'w'},        {0, 0, 0, 0}};
     bench_cli cli = {.prog = "bench_attn",
                      .usage = usage,
                      .own = lo,
@@ -600,6 +643,7 @@ int main(int argc, char **argv)
         case 'r':
         case 'D':
         case 'W':
+        case 'w':
             bad = parse_list(optarg, one, 1) != 1;
             if (c == 'k') o.n_kv = one[0];
             if (c == 'd') o.hd = one[0];
@@ -609,6 +653,7 @@ int main(int argc, char **argv)
             if (c == 'r') o.min_reps = one[0];
             if (c == 'D') o.prefill_depth = one[0];
             if (c == 'W') o.wide = one[0];
+            if (c == 'w') o.window = one[0];
             break;
         case 'P':
             o.prefill = (uint32_t)strtoul(optarg, NULL, 10);
@@ -632,6 +677,9 @@ int main(int argc, char **argv)
         case 'S':
             o.scores = 1;
             break;
+        case 'G':
+            o.gemma = 1;
+            break;
         }
         if (bad) {
             fprintf(stderr, "bench_attn: bad option value '%s' (see --help)\n",
@@ -653,9 +701,13 @@ int main(int argc, char **argv)
         if (o.threads > 2) o.threads = 2;
     }
 
-    if (o.scores) {
+    if (o.scores || o.gemma) {
         o.layouts = 1;
         o.prefill = 0;
+    }
+    if (o.scores && o.gemma) {
+        fprintf(stderr, "bench_attn: --scores and --gemma are two separate modes\n");
+        return 2;
     }
     if (o.cpu_time && o.threads != 1) {
         fprintf(stderr, "bench_attn: --cpu-time needs --threads 1 (it reads one thread's clock)\n");
@@ -706,6 +758,8 @@ int main(int argc, char **argv)
         printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
         if (o.scores)
             print_scores_header();
+        else if (o.gemma)
+            print_gemma_header(o.window);
         else
             print_header();
     } else {
@@ -816,6 +870,41 @@ int main(int argc, char **argv)
                         if (rc) break;
                         continue;
                     }
+                    if (!rc && o.gemma) {
+                        /* Plain, soft-capped and windowed decode on the same sequences. */
+                        pgd_attn *av[3] = {a[0], NULL, NULL};
+                        pgd_attn_params cp = ap, wp = ap;
+                        cp.softcap = 50.0f;
+                        wp.layer_window = &o.window; /* the pool has one layer */
+                        double tv[3];
+                        if (pgd_attn_create(f[0].c, &cp, &av[1]) != PGD_OK ||
+                            pgd_attn_create(f[0].c, &wp, &av[2]) != PGD_OK ||
+                            time_variants(av, 3, it[0], batch, &o, tv) != 0) {
+                            fprintf(stderr, "bench_attn: gemma runs failed\n");
+                            rc = 1;
+                        } else {
+                            for (int l = 0; l < 3; l++) {
+                                pgd_attn_run(av[l], 0, it[0], batch);
+                                fold(out, (size_t)batch * n_head * o.hd);
+                            }
+                            if (o.b.json)
+                                printf("{\"type\": \"%s\", \"gqa\": %u, \"ctx\": %u, "
+                                       "\"batch\": %u, \"window\": %u, \"plain_us\": %.2f, "
+                                       "\"softcap_us\": %.2f, \"softcap_over_plain\": %.4f, "
+                                       "\"window_us\": %.2f, \"window_over_plain\": %.4f}\n",
+                                       pgd_kv_type_name(type), o.gqa[gi], ctx, batch, o.window,
+                                       tv[0] * 1e6, tv[1] * 1e6, tv[1] / tv[0], tv[2] * 1e6,
+                                       tv[2] / tv[0]);
+                            else
+                                printf("%-6s %4u %6u %5u %10.1f %10.1f %9.3f %10.1f %9.3f\n",
+                                       pgd_kv_type_name(type), o.gqa[gi], ctx, batch, tv[0] * 1e6,
+                                       tv[1] * 1e6, tv[1] / tv[0], tv[2] * 1e6, tv[2] / tv[0]);
+                        }
+                        for (int l = 0; l < 3; l++)
+                            pgd_attn_destroy(av[l]);
+                        if (rc) break;
+                        continue;
+                    }
                     if (!rc && time_decode(a, itl, batch, &bp, pr, (size_t)bytes, &o, t) != 0)
                         rc = 1;
                     if (!rc && pgd_attn_run(a[0], 0, it[0], batch) == PGD_OK) /* paged output */
@@ -904,7 +993,7 @@ int main(int argc, char **argv)
         }
     }
 
-    if (!rc && !o.b.json && !o.scores) {
+    if (!rc && !o.b.json && !o.scores && !o.gemma) {
         printf("summary: f16 gqa 1 at ctx %u: %.0f%% of the read probe (target >= 85%%)\n",
                o.ctx[o.n_ctx - 1], 100.0 * f16_bw_gqa1);
         if (worst_pc < 10)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * synth_model.c - `pagoda synth-model`: writes a valid GGUF of the llama (default), qwen2,
- * qwen3 or phi3 architecture (--arch) with random weights of a realistic shape, for tests
- * and benchmarks (nothing is downloaded).
+ * qwen3, phi3, gemma2 or gemma3 architecture (--arch) with random weights of a realistic
+ * shape, for tests and benchmarks (nothing is downloaded).
  *
  * Tensor names, shapes (ne[0] is the input dimension) and metadata keys are the ones
  * llama.cpp's converters write, as in ../shared/models/reference/models/tiny-<arch>-f16:
@@ -13,6 +13,14 @@
  *   phi3   fused attn_qkv (Q rows, then K, then V) and fused ffn_up (gate rows, then up),
  *          no ffn_gate, separate output.weight, rope.dimension_count and
  *          rope.scaling.original_context_length (= the context), rope base 10000
+ *   gemma2 post_attention_norm / post_ffw_norm, tied output, attention.key_length /
+ *          value_length, attn_logit_softcapping 50 and final_logit_softcapping 30 (Gemma 2's),
+ *          attention.sliding_window = the context / 16 (so that a test's context reaches past
+ *          the window of the local layers), eps 1e-6, rope base 10000
+ *   gemma3 gemma2's tensors plus attn_q_norm / attn_k_norm, no soft-caps, rope base 1e6 with
+ *          rope.scaling.type linear, factor 8 and rope.freq_base_swa 10000 (Gemma 3's), the
+ *          same window, attention.sliding_window_pattern 6 (Gemma 3's 5 local : 1 global),
+ *          or 2 below 6 layers so that a small model has a global layer
  * The llama file is what synth-model wrote before --arch existed, byte for byte. Weights are
  * deterministic from --seed and independent of the thread count: each row has its own generator,
  * seeded from (seed, tensor, row). Values are normal-ish (a sum of four uniforms) with std
@@ -63,13 +71,14 @@ typedef struct arch_desc {
     int llama_kv; /* vocab_size and rope.dimension_count keys */
     float eps;    /* attention.layer_norm_rms_epsilon */
     float rope;   /* rope.freq_base; 0: the shape's */
+    int gemma;    /* 2 or 3: Gemma's post-norms, key_length / value_length, window keys;
+                     gemma2's soft-caps, gemma3's rope keys (see the header) */
 } arch_desc;
 
 static const arch_desc archs[] = {
-    {"llama", 0, 0, 0, 0, 1, 1e-5f, 0.0f},
-    {"qwen2", 1, 0, 0, 1, 0, 1e-6f, 1e6f},
-    {"qwen3", 0, 1, 0, 1, 0, 1e-6f, 1e6f},
-    {"phi3", 0, 0, 1, 0, 0, 1e-5f, 10000.0f},
+    {"llama", 0, 0, 0, 0, 1, 1e-5f, 0.0f, 0},      {"qwen2", 1, 0, 0, 1, 0, 1e-6f, 1e6f, 0},
+    {"qwen3", 0, 1, 0, 1, 0, 1e-6f, 1e6f, 0},      {"phi3", 0, 0, 1, 0, 0, 1e-5f, 10000.0f, 0},
+    {"gemma2", 0, 0, 0, 1, 0, 1e-6f, 10000.0f, 2}, {"gemma3", 0, 1, 0, 1, 0, 1e-6f, 1e6f, 3},
 };
 
 typedef struct shape {
@@ -100,8 +109,11 @@ static void usage(FILE *f, const char *cmd)
             "\n"
             "options:\n"
             "  --arch A            llama (default), qwen2 (Q/K/V biases, tied output),\n"
-            "                      qwen3 (Q/K norms, tied output) or phi3 (fused QKV and\n"
-            "                      gate+up), with the tensors and keys llama.cpp writes\n"
+            "                      qwen3 (Q/K norms, tied output), phi3 (fused QKV and\n"
+            "                      gate+up), gemma2 (post-norms, soft-caps, sliding window:\n"
+            "                      the context / 16, tied output) or gemma3 (gemma2's with\n"
+            "                      Q/K norms, local rope base, no soft-caps), with the\n"
+            "                      tensors and keys llama.cpp writes\n"
             "  --shape NAME        tiny (default), small or 1b\n"
             "  --type T            type of the 2-D weights: f32, f16 (default), bf16, q8_0,\n"
             "                      q4_0; a matrix whose rows are not a multiple of 32 values\n"
@@ -383,6 +395,13 @@ static int set_arch_f32(pe_gguf_writer *w, const arch_desc *a, const char *suffi
     return pe_gguf_writer_set_f32(w, key, v);
 }
 
+static int set_arch_str(pe_gguf_writer *w, const arch_desc *a, const char *suffix, const char *v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", a->name, suffix);
+    return pe_gguf_writer_set_str(w, key, v);
+}
+
 /* The type of a matrix with rows of n_in values: wtype, or f16 when n_in does not fit
  * wtype's blocks (noted once per tensor kind). */
 static uint32_t matrix_type(const char *cmd, uint32_t wtype, uint64_t n_in, const char *kind,
@@ -499,7 +518,8 @@ int cmd_synth_model(int argc, char **argv)
         if (strcmp(archs[i].name, arch_name) == 0) ar = &archs[i];
     }
     if (!ar) {
-        fprintf(stderr, "%s: --arch: '%s' is not one of llama, qwen2, qwen3, phi3\n", cmd,
+        fprintf(stderr,
+                "%s: --arch: '%s' is not one of llama, qwen2, qwen3, phi3, gemma2, gemma3\n", cmd,
                 arch_name);
         return cli_usage_error(cmd);
     }
@@ -584,8 +604,17 @@ int cmd_synth_model(int argc, char **argv)
         set_arch_f32(w, ar, "attention.layer_norm_rms_epsilon", ar->eps) != 0 ||
         (ar->llama_kv && (set_arch_u32(w, ar, "rope.dimension_count", hd) != 0 ||
                           set_arch_u32(w, ar, "vocab_size", s.vocab) != 0)) ||
-        (ar->qk_norm && (set_arch_u32(w, ar, "attention.key_length", hd) != 0 ||
-                         set_arch_u32(w, ar, "attention.value_length", hd) != 0)) ||
+        ((ar->qk_norm || ar->gemma) && (set_arch_u32(w, ar, "attention.key_length", hd) != 0 ||
+                                        set_arch_u32(w, ar, "attention.value_length", hd) != 0)) ||
+        (ar->gemma &&
+         set_arch_u32(w, ar, "attention.sliding_window", s.ctx >= 32 ? s.ctx / 16 : 2) != 0) ||
+        (ar->gemma == 2 && (set_arch_f32(w, ar, "attn_logit_softcapping", 50.0f) != 0 ||
+                            set_arch_f32(w, ar, "final_logit_softcapping", 30.0f) != 0)) ||
+        (ar->gemma == 3 &&
+         (set_arch_str(w, ar, "rope.scaling.type", "linear") != 0 ||
+          set_arch_f32(w, ar, "rope.scaling.factor", 8.0f) != 0 ||
+          set_arch_f32(w, ar, "rope.freq_base_swa", 10000.0f) != 0 ||
+          set_arch_u32(w, ar, "attention.sliding_window_pattern", s.layers >= 6 ? 6 : 2) != 0)) ||
         (ar->fused && (set_arch_u32(w, ar, "rope.dimension_count", hd) != 0 ||
                        set_arch_u32(w, ar, "rope.scaling.original_context_length", s.ctx) != 0))) {
         goto oom;
@@ -593,7 +622,7 @@ int cmd_synth_model(int argc, char **argv)
     if (!vocab_path && gen_vocab(w, s.vocab) != 0) goto oom;
 
     /* Tensors, in the order llama.cpp's converters write them. */
-    t = calloc(3 + 12 * s.layers, sizeof *t);
+    t = calloc(3 + 16 * s.layers, sizeof *t);
     if (!t) goto oom;
     {
         const float sd = 1.0f / sqrtf((float)s.dim), sf = 1.0f / sqrtf((float)s.ffn);
@@ -629,10 +658,15 @@ int cmd_synth_model(int argc, char **argv)
                 LAYER_TENSOR("attn_k_norm.weight", PE_GGML_TYPE_F32, 1, hd, 1, 1.0f, 0.02f);
             }
             LAYER_TENSOR("attn_output.weight", mt, 2, s.dim, s.dim, 0.0f, sd * res);
+            if (ar->gemma)
+                LAYER_TENSOR("post_attention_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f,
+                             0.02f);
             LAYER_TENSOR("ffn_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
             if (!ar->fused) LAYER_TENSOR("ffn_gate.weight", mt, 2, s.dim, s.ffn, 0.0f, sd);
             LAYER_TENSOR("ffn_down.weight", mt_down, 2, s.ffn, s.dim, 0.0f, sf * res);
             LAYER_TENSOR("ffn_up.weight", mt, 2, s.dim, ar->fused ? 2 * s.ffn : s.ffn, 0.0f, sd);
+            if (ar->gemma)
+                LAYER_TENSOR("post_ffw_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
 #undef LAYER_TENSOR
         }
     }

@@ -73,6 +73,7 @@ void pe_matmul_ex(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n
 void pe_matmul_ref(const pe_mat *w, const float *x, uint32_t n_tok, float *y);
 
 /* Small vector helpers used by the forward pass (SIMD where it pays). */
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; out may be x (in place). */
 void pe_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps);
 float pe_dot_f32(const float *a, const float *b, uint32_t n);
 /* y += a * x */
@@ -82,5 +83,10 @@ void pe_softmax(float *x, uint32_t n);
 /* SwiGLU in place: g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (vectorised exp,
  * relative error < 1e-6). */
 void pe_swiglu_f32(float *g, const float *u, size_t n);
+/* GeGLU in place, as llama.cpp's CPU backend computes it (ggml_vec_geglu_f32 with
+ * GGML_GELU_FP16): g[i] = gelu(g[i]) * u[i] with the tanh GELU, where gelu(x) is 0 for
+ * x <= -10, x for x >= 10, and otherwise ggml's table: x rounded to f16, its GELU rounded
+ * to f16. Element by element (batch-invariant); any thread (the table is built once). */
+void pe_geglu_f32(float *g, const float *u, size_t n);
 
 #endif /* PE_OPS_H */

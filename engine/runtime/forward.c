@@ -1,22 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * forward.c - the context (pe_ctx: cache manager, thread pool, activations) and the
- * Llama-family forward pass on the paged KV cache (llama, qwen2, qwen3, phi3: model.h).
+ * Llama-family forward pass on the paged KV cache (llama, qwen2, qwen3, phi3, gemma2,
+ * gemma3: model.h).
  *
  * Per step (a batch of chunks, each of n tokens at positions pos0..pos0+n-1 of one sequence):
  *
  *   grow every seq by its n (all pages reserved first: a full pool changes nothing)
- *   x = embed(tokens)                                          [n][n_embd]
+ *   x = embed(tokens)  (x sqrt(n_embd): gemma)                 [n][n_embd]
  *   for each layer l:
  *     xb = rmsnorm(x);  q,k,v = xb*Wq, xb*Wk, xb*Wv              (matrix-matrix over n)
- *     q,k,v += biases (qwen2);  q,k = rmsnorm of each head (qwen3)
- *     rope(q, k)  (NORM: adjacent pairs, llama; NEOX: pairs (i, i + n_rot/2), the others)
+ *     q,k,v += biases (qwen2);  q,k = rmsnorm of each head (qwen3, gemma3)
+ *     rope(q, k)  (NORM: adjacent pairs, llama; NEOX: pairs (i, i + n_rot/2), the others;
+ *                  gemma3's local layers with their own base and no scaling)
  *     pgd_seq_write_kv(k, v)                 (copy-on-write, rotation, the pool's codec)
- *     att = pgd_attn_run(q)                  softmax(q . K / sqrt(hd)) . V over each
+ *     att = pgd_attn_run(q)                  softmax(q . K * scale) . V over each
  *           sequence's pages, all sequences of the step at once, on the thread pool
+ *           (gemma: its scale, gemma2's soft-cap, the window of local layers: attn.h)
  *     x += att*Wo;  x += W_down(silu(xb*W_gate) * (xb*W_up))   with xb = rmsnorm(x)
+ *     (gemma: rmsnorm of att*Wo and of the FFN output before each add, gelu for silu)
  *   (a product with f16 / bf16 weights reads its input rounded to that type: act_for)
- *   logits = rmsnorm(x_last) * W_out;  commit tokens (full pages join the prefix index)
+ *   logits = rmsnorm(x_last) * W_out (gemma2: soft-capped);  commit tokens (full pages
+ *   join the prefix index)
+ *
+ * Sliding-window layers (gemma) keep every page of the sequence in this version: the
+ * window is a mask in attention (pgd_attn_params.layer_window), so the cache, prefix
+ * matching and budgets see the same pages as for any model.
  *
  * Token budgets (pe_batch_item.budget, budget.h): an item with a budget sizes its score
  * buffers first (pgd_budget_begin), its attention adds the softmax probabilities of its
@@ -34,7 +43,8 @@
  *
  * Attention has three implementations behind one switch (pe_ctx_params):
  *   default         pgd_attn_run, libpagoda's fast paged attention (every codec, Quest)
- *   attn_ref        pgd_attn_run_ref, its scalar reference (the spec; slow)
+ *   attn_ref        pgd_attn_run_ref_ex with the context's parameters, libpagoda's scalar
+ *                   reference (the spec; slow)
  *   contiguous_ref  K/V also kept in plain per-layer f32 arrays (rounded to f16 when the
  *                   cache is f16) and attended by a scalar loop here: the reference that
  *                   the paged paths are tested against; one sequence per step only
@@ -78,9 +88,12 @@ struct pe_ctx {
     const float *xr_src;
     uint32_t xr_type;
     pgd_attn *attn;                         /* the fast paged attention */
+    pgd_attn_params ap;                     /* its parameters, which the reference reads */
+    uint32_t *layer_window;                 /* [n_layer] windows (ap.layer_window) or NULL */
     pgd_attn_item items[PE_MAX_BATCH_SEQS]; /* this step's attention items */
     float *rope;                            /* [n_batch][n_rot/2][2] cos, sin */
     float *inv_freq;                        /* [n_rot/2] */
+    float *rope_swa, *inv_freq_swa;         /* local layers' own (gemma3); NULL: the same */
     uint64_t *row_pos;                      /* [n_batch] position of each row: slot +
                                                pgd_seq_n_dropped (RoPE) */
     float *logits_tmp;                      /* [cap][n_vocab], batches of several seqs */
@@ -143,6 +156,9 @@ void pe_ctx_destroy(pe_ctx *ctx)
     free(ctx->att);
     free(ctx->rope);
     free(ctx->inv_freq);
+    free(ctx->rope_swa);
+    free(ctx->inv_freq_swa);
+    free(ctx->layer_window);
     free(ctx->row_pos);
     free(ctx->logits_tmp);
     free(ctx->scratch);
@@ -361,6 +377,23 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         c->p.budget_scores = 1;
     }
     c->score_keys = ap.score_keys;
+    /* Gemma: the logit scale, gemma2's soft-cap and the local layers' windows. */
+    ap.scale = hp->attn_scale;
+    ap.softcap = hp->attn_softcap;
+    int any_window = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        any_window |= pe_hparams_layer_window(hp, l) != 0;
+    if (any_window) {
+        c->layer_window = malloc(hp->n_layer * sizeof *c->layer_window);
+        if (!c->layer_window) {
+            pe__errf(err, errlen, "out of memory");
+            goto fail;
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            c->layer_window[l] = pe_hparams_layer_window(hp, l);
+        ap.layer_window = c->layer_window;
+    }
+    c->ap = ap;
     rc = pgd_attn_create(c->cache, &ap, &c->attn);
     if (rc != PGD_OK) {
         pe__errf(err, errlen, "paged attention (%u heads, %s): %s", hp->n_head,
@@ -388,6 +421,15 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     }
     c->rope = malloc(n * hp->n_rot * sizeof(float));
     c->inv_freq = malloc(hp->n_rot / 2 * sizeof(float) + sizeof(float));
+    if (any_window &&
+        (hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale)) {
+        c->rope_swa = malloc(n * hp->n_rot * sizeof(float));
+        c->inv_freq_swa = malloc(hp->n_rot / 2 * sizeof(float) + sizeof(float));
+        if (!c->rope_swa || !c->inv_freq_swa) {
+            pe__errf(err, errlen, "out of memory for activations of %zu tokens", n);
+            goto fail;
+        }
+    }
     c->row_pos = malloc(n * sizeof(uint64_t));
     c->scratch = malloc(max_scratch(m, (uint32_t)n) + 64);
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->ao || !c->hb || !c->hb2 || !c->rope ||
@@ -408,6 +450,11 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         double f = pow((double)hp->rope_theta, -2.0 * i / hp->n_rot);
         if (m->rope_freqs) f /= m->rope_freqs[i];
         c->inv_freq[i] = (float)f;
+        if (c->inv_freq_swa) {
+            f = pow((double)hp->rope_theta_swa, -2.0 * i / hp->n_rot);
+            if (m->rope_freqs) f /= m->rope_freqs[i];
+            c->inv_freq_swa[i] = (float)f;
+        }
     }
     *out = c;
     return 0;
@@ -487,8 +534,8 @@ static void mm(pe_ctx *c, const pe_mat *w, const float *x, uint32_t n, size_t d,
     pe_matmul_ex(c->tp, w, act_for(c, w, x, (size_t)n * d, same), n, y, c->scratch, c->mm_flags);
 }
 
-/* NEOX rope (qwen2, qwen3, phi3): rotates the pairs (i, i + n_rot/2) of each head, pair i
- * with pair i's angle (the same table as rope_apply). */
+/* NEOX rope (every architecture but llama): rotates the pairs (i, i + n_rot/2) of each
+ * head, pair i with pair i's angle (the same table as rope_apply). */
 static void rope_apply_neox(float *v, const float *cs, uint32_t n_heads, uint32_t hd,
                             uint32_t n_rot)
 {
@@ -600,7 +647,11 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     const uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
     const uint32_t t = task / hp->n_head_kv, g = task % hp->n_head_kv;
     const uint64_t n_keys = c->row_pos[t] + 1;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
+    const float cap = hp->attn_softcap;
+    /* a local layer's row sees its window's keys only: [first, n_keys) */
+    const uint32_t win = c->layer_window ? c->layer_window[j->layer] : 0;
+    const uint64_t first = win && n_keys > win ? n_keys - win : 0, n_seen = n_keys - first;
     float *sc = c->att + (size_t)thread * G * c->p.n_ctx; /* [G][n_keys] */
     const float *q = c->q + (size_t)t * hp->n_head * hd + (size_t)g * G * hd;
     float *out = c->ao + (size_t)t * hp->n_head * hd + (size_t)g * G * hd;
@@ -615,17 +666,18 @@ static void attn_task(void *ud, uint32_t task, uint32_t thread)
     }
     for (uint32_t h = 0; h < G; h++) {
         float *s = sc + (size_t)h * n_keys, *o = out + (size_t)h * hd;
-        for (uint64_t p = 0; p < n_keys; p++) {
+        for (uint64_t p = first; p < n_keys; p++) {
             float d = 0;
             for (uint32_t i = 0; i < hd; i++)
                 d += q[h * hd + i] * K[p * KV + i];
-            s[p] = d * scale;
+            d *= scale;
+            s[p - first] = cap > 0 ? cap * tanhf(d / cap) : d;
         }
-        pe_softmax(s, (uint32_t)n_keys);
+        pe_softmax(s, (uint32_t)n_seen);
         memset(o, 0, hd * sizeof *o);
-        for (uint64_t p = 0; p < n_keys; p++)
+        for (uint64_t p = first; p < n_keys; p++)
             for (uint32_t i = 0; i < hd; i++)
-                o[i] += s[p] * V[p * KV + i];
+                o[i] += s[p - first] * V[p * KV + i];
     }
 }
 
@@ -662,6 +714,7 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
     const pe_hparams *hp = &m->hp;
     const uint32_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
     const size_t Q = (size_t)hp->n_head * hd, KV = (size_t)hp->n_head_kv * hd;
+    const int gelu = hp->arch == PE_ARCH_GEMMA2 || hp->arch == PE_ARCH_GEMMA3; /* GeGLU FFN */
     uint64_t pos0[PE_MAX_BATCH_SEQS], dropped[PE_MAX_BATCH_SEQS];
     uint32_t n = 0, n_out = 0, n_scored = 0;
     int rc;
@@ -725,14 +778,24 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
              * no sequence is compacted (dropped 0: slot == position). */
             c->row_pos[r] = dropped[i] + pos0[i] + t;
             int32_t tok = items[i].tokens[t];
+            float *xr = c->x + (size_t)r * E;
             pe_dequant_row(m->tok_embd.type,
                            (const uint8_t *)m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes,
-                           c->x + (size_t)r * E, E);
+                           xr, E);
+            if (hp->embd_scale != 1.0f)
+                for (uint32_t k = 0; k < E; k++)
+                    xr[k] *= hp->embd_scale;
             float pos = (float)c->row_pos[r] * hp->rope_scale;
             for (uint32_t k = 0; k < hp->n_rot / 2; k++) {
                 float th = pos * c->inv_freq[k];
                 c->rope[(size_t)r * hp->n_rot + 2 * k] = cosf(th);
                 c->rope[(size_t)r * hp->n_rot + 2 * k + 1] = sinf(th);
+            }
+            pos = (float)c->row_pos[r] * hp->rope_scale_swa;
+            for (uint32_t k = 0; c->rope_swa && k < hp->n_rot / 2; k++) {
+                float th = pos * c->inv_freq_swa[k];
+                c->rope_swa[(size_t)r * hp->n_rot + 2 * k] = cosf(th);
+                c->rope_swa[(size_t)r * hp->n_rot + 2 * k + 1] = sinf(th);
             }
         }
     }
@@ -749,12 +812,14 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             add_bias(c->k, L->bk, n, KV);
             add_bias(c->v, L->bv, n, KV);
         }
-        if (L->q_norm) { /* qwen3: per-head RMSNorm of Q and K, before RoPE */
+        if (L->q_norm) { /* qwen3, gemma3: per-head RMSNorm of Q and K, before RoPE */
             head_norm(c->q, L->q_norm, n, hp->n_head, hd, hp->rms_eps, c->xb);
             head_norm(c->k, L->k_norm, n, hp->n_head_kv, hd, hp->rms_eps, c->xb);
         }
+        const float *rope_l =
+            c->rope_swa && c->layer_window && c->layer_window[l] ? c->rope_swa : c->rope;
         for (uint32_t t = 0; t < n; t++) {
-            const float *cs = c->rope + (size_t)t * hp->n_rot;
+            const float *cs = rope_l + (size_t)t * hp->n_rot;
             if (hp->rope_neox) {
                 rope_apply_neox(c->q + t * Q, cs, hp->n_head, hd, hp->n_rot);
                 rope_apply_neox(c->k + t * KV, cs, hp->n_head_kv, hd, hp->n_rot);
@@ -785,16 +850,14 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
                                                              c->sc_rows[i],
                                                              pgd_budget_score_ld(items[i].budget)}
                                          : (pgd_attn_scores){NULL, 0, 0};
-            rc = c->p.attn_ref ? pgd_attn_run_ref_scored(c->cache, hp->n_head, l, c->items, c->sc,
-                                                         n_items, c->p.kv_select_pages)
+            rc = c->p.attn_ref ? pgd_attn_run_ref_ex(c->cache, &c->ap, l, c->items, c->sc, n_items)
                                : pgd_attn_run_scored(c->attn, l, c->items, c->sc, n_items);
             if (rc != PGD_OK) {
                 undo_grows(c, items, pos0, n_items);
                 return rc;
             }
         } else {
-            rc = c->p.attn_ref ? pgd_attn_run_ref(c->cache, hp->n_head, l, c->items, n_items,
-                                                  c->p.kv_select_pages)
+            rc = c->p.attn_ref ? pgd_attn_run_ref_ex(c->cache, &c->ap, l, c->items, NULL, n_items)
                                : pgd_attn_run(c->attn, l, c->items, n_items);
             if (rc != PGD_OK) {
                 undo_grows(c, items, pos0, n_items);
@@ -802,6 +865,10 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
             }
         }
         mm(c, &L->wo, c->ao, n, Q, c->xb, 0);
+        if (L->post_attn_norm) /* gemma: the attention output normed before the add */
+            for (uint32_t t = 0; t < n; t++)
+                pe_rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, L->post_attn_norm, E,
+                           hp->rms_eps);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
 
@@ -811,9 +878,17 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         mm(c, &L->w_up, c->xb, n, E, c->hb2, 1);
         /* row by row: a vector kernel's tail (the last n % 8 values on AVX2) then falls on
          * the same columns whatever the number of rows */
-        for (uint32_t t = 0; t < n; t++)
-            pe_swiglu_f32(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+        for (uint32_t t = 0; t < n; t++) {
+            if (gelu)
+                pe_geglu_f32(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+            else
+                pe_swiglu_f32(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+        }
         mm(c, &L->w_down, c->hb, n, F, c->xb, 0);
+        if (L->post_ffn_norm)
+            for (uint32_t t = 0; t < n; t++)
+                pe_rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, L->post_ffn_norm, E,
+                           hp->rms_eps);
         for (size_t i = 0; i < (size_t)n * E; i++)
             c->x[i] += c->xb[i];
     }
@@ -832,6 +907,11 @@ int pe_forward_batch(pe_ctx *c, const pe_batch_item *items, uint32_t n_items)
         }
         float *dst = n_items == 1 ? items[0].logits : c->logits_tmp;
         mm(c, &m->output, c->xb, n_out, E, dst, 0);
+        if (hp->final_softcap > 0) { /* gemma2: z -> cap tanh(z / cap), as ggml's three ops */
+            const float cap = hp->final_softcap, inv = 1.0f / cap;
+            for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++)
+                dst[i] = tanhf(dst[i] * inv) * cap;
+        }
         if (n_items > 1) {
             o = 0;
             for (uint32_t i = 0; i < n_items; i++) {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * model.h - Llama-family models (architectures llama: Llama 1/2/3, Mistral, TinyLlama,
- * SmolLM; qwen2; qwen3; phi3: see pe_arch) loaded from GGUF, and the forward pass whose attention
- * reads and writes K/V through libpagoda pages and page tables.
+ * SmolLM; qwen2; qwen3; phi3; gemma2; gemma3: see pe_arch) loaded from GGUF, and the forward
+ * pass whose attention reads and writes K/V through libpagoda pages and page tables.
  *
  *   pe_model_load(path)            mmap the GGUF, read <arch>.* hyper-parameters, check every
  *                                  tensor's type and shape, load the vocabulary
@@ -37,12 +37,21 @@
  *   qwen3  Qwen3 (dense): llama plus per-head RMSNorm of Q and K (attn_{q,k}_norm) before
  *          RoPE; NEOX rope; head_dim from attention.key_length
  *   phi3   Phi-3 / Phi-3.5 mini: fused attn_qkv (rows Q | K | V) and ffn_up (rows gate | up);
- *          NEOX rope */
+ *          NEOX rope
+ *   gemma2 Gemma 2: embedding x sqrt(n_embd), RMSNorm after attention and after the FFN
+ *          (post_attention_norm, post_ffw_norm), GeGLU FFN (tanh GELU, ggml's f16 table),
+ *          attention and final logit soft-caps, sliding-window layers (every other one),
+ *          tied output; NEOX rope
+ *   gemma3 Gemma 3 (text): gemma2 without soft-caps, plus per-head Q/K RMSNorm; local
+ *          (window) layers use rope.freq_base_swa unscaled, global ones rope.freq_base with
+ *          the file's linear scaling */
 typedef enum pe_arch {
     PE_ARCH_LLAMA = 0,
     PE_ARCH_QWEN2,
     PE_ARCH_QWEN3,
     PE_ARCH_PHI3,
+    PE_ARCH_GEMMA2,
+    PE_ARCH_GEMMA3,
 } pe_arch;
 
 /* The architecture's general.architecture string ("llama", ...); "?" when out of range. */
@@ -62,9 +71,30 @@ typedef struct pe_hparams {
     float rope_scale;  /* 1 / rope.scaling.factor for linear scaling, else 1 */
     float rms_eps;     /* attention.layer_norm_rms_epsilon */
     pe_arch arch;      /* general.architecture */
-    int rope_neox;     /* 1: NEOX rope, pairs (i, i + n_rot/2) (qwen2, qwen3, phi3); 0: NORM
-                          rope, adjacent pairs (2i, 2i+1) (llama) */
+    int rope_neox;     /* 1: NEOX rope, pairs (i, i + n_rot/2) (every architecture but
+                          llama); 0: NORM rope, adjacent pairs (2i, 2i+1) (llama) */
+    /* Gemma (gemma2, gemma3); the other architectures have the neutral values noted. */
+    float embd_scale;     /* the token embedding's multiplier: sqrt(n_embd); else 1 */
+    float attn_scale;     /* the attention logit scale (pgd_attn_params.scale): 0 =
+                             1/sqrt(head_dim); gemma: 1/sqrt(attention.query_pre_attn_scalar)
+                             when the key is there, else llama.cpp's rule (27B shapes:
+                             1/sqrt(n_embd/n_head), others 1/sqrt(head_dim)) */
+    float attn_softcap;   /* gemma2.attn_logit_softcapping (default 50); 0: none */
+    float final_softcap;  /* <arch>.final_logit_softcapping: logits z -> c tanh(z / c)
+                             (gemma2's default 30); 0: none */
+    uint32_t n_swa;       /* attention.sliding_window: a local layer's query at slot p sees
+                             the keys of slots p - n_swa + 1 .. p; 0: no local layers */
+    uint32_t swa_period;  /* layer il is local iff n_swa && il % swa_period < swa_period - 1
+                             (attention.sliding_window_pattern; llama.cpp's defaults: 2 for
+                             gemma2, 6 for gemma3); 1 elsewhere */
+    float rope_theta_swa; /* local layers' rope base: gemma3 rope.freq_base_swa (default
+                             10000); else rope_theta */
+    float rope_scale_swa; /* local layers' position scale: 1 for gemma3; else rope_scale */
 } pe_hparams;
+
+/* The sliding window of layer il (pe_hparams.n_swa when il is local, see swa_period), or
+ * 0 for a global layer (every layer of the architectures without windows). O(1). */
+uint32_t pe_hparams_layer_window(const pe_hparams *hp, uint32_t il);
 
 /* A loaded model: immutable after pe_model_load, so any number of threads may read it.
  * Opaque: read it through the accessors below. */
@@ -126,7 +156,7 @@ typedef struct pe_ctx_params {
     int kv_rotate;            /* Hadamard-rotate K/V before encoding (head_dim a power of 2) */
     uint32_t kv_residual;     /* kivi2: newest tokens kept in f16; 0: the cache's default */
     uint32_t kv_select_pages; /* Quest: at most this many pages per decode row; 0: dense */
-    int attn_ref;             /* attend with pgd_attn_run_ref, the scalar spec (tests) */
+    int attn_ref;             /* attend with pgd_attn_run_ref_ex, the scalar spec (tests) */
     pgd_log_fn log;           /* libpagoda's diagnostics (cache and pool); default
                                  pe_log_stderr; NULL: silent */
     void *log_ud;             /* passed to log */

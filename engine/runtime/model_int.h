@@ -19,9 +19,12 @@ typedef struct pe_layer {
     /* qwen2: biases added after the Q, K, V products ([n_head*hd], [n_head_kv*hd] x 2);
      * NULL for the other architectures. */
     const float *bq, *bk, *bv;
-    /* qwen3: RMSNorm weights applied to each head of Q and K before RoPE ([hd]); NULL for
-     * the other architectures. */
+    /* qwen3, gemma3: RMSNorm weights applied to each head of Q and K before RoPE ([hd]);
+     * NULL for the other architectures. */
     const float *q_norm, *k_norm;
+    /* gemma2, gemma3: RMSNorm of the attention output (post_attention_norm) and of the FFN
+     * output (post_ffw_norm) before each residual add ([n_embd]); NULL elsewhere. */
+    const float *post_attn_norm, *post_ffn_norm;
     /* phi3 stores Q, K, V in one tensor (attn_qkv) and gate, up in one (ffn_up): wq, wk,
      * wv and w_gate, w_up are then row ranges of those tensors (no copy), so the forward
      * pass is the same. */

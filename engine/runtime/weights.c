@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * weights.c - loading a Llama-family model (architectures llama, qwen2, qwen3, phi3:
- * model.h pe_arch) from GGUF: hyper-parameters, every weight tensor checked for type and
+ * weights.c - loading a Llama-family model (architectures llama, qwen2, qwen3, phi3, gemma2,
+ * gemma3: model.h pe_arch) from GGUF: hyper-parameters, every weight tensor checked for type and
  * shape, the vocabulary, and the model fingerprint.
  *
  *   pe_model_load(path)   mmap the file (pe_gguf_open), read <arch>.* hyper-parameters
@@ -147,7 +147,18 @@ static int load_vec(const pe_gguf_file *f, const char *name, uint32_t n, float *
 
 /* ---- architectures ---- */
 
-static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "phi3"};
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+
+static int is_gemma(pe_arch a)
+{
+    return a == PE_ARCH_GEMMA2 || a == PE_ARCH_GEMMA3;
+}
+
+uint32_t pe_hparams_layer_window(const pe_hparams *hp, uint32_t il)
+{
+    if (!hp->n_swa || hp->swa_period < 2) return 0;
+    return il % hp->swa_period < hp->swa_period - 1 ? hp->n_swa : 0;
+}
 
 const char *pe_arch_name(pe_arch a)
 {
@@ -211,9 +222,14 @@ static int load_layer(const pe_gguf_file *f, const pe_hparams *hp, uint32_t l, p
          load_vec(f, NAME("attn_k.bias"), KV, cursor, &L->bk, err, errlen) ||
          load_vec(f, NAME("attn_v.bias"), KV, cursor, &L->bv, err, errlen)))
         return -1;
-    if (hp->arch == PE_ARCH_QWEN3 &&
+    if ((hp->arch == PE_ARCH_QWEN3 || hp->arch == PE_ARCH_GEMMA3) &&
         (load_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, cursor, &L->q_norm, err, errlen) ||
          load_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, cursor, &L->k_norm, err, errlen)))
+        return -1;
+    if (is_gemma(hp->arch) &&
+        (load_vec(f, NAME("post_attention_norm.weight"), E, cursor, &L->post_attn_norm, err,
+                  errlen) ||
+         load_vec(f, NAME("post_ffw_norm.weight"), E, cursor, &L->post_ffn_norm, err, errlen)))
         return -1;
 #undef NAME
     return 0;
@@ -310,6 +326,55 @@ static pgd_hash fingerprint(const pe_gguf_file *f)
     return r;
 }
 
+/* The Gemma hyper-parameters (model.h pe_hparams, "Gemma"), with llama.cpp's defaults for
+ * absent keys (src/llama-model.cpp load_hparams): gemma2 window 4096, pattern 2, soft-caps
+ * 50 (attention) and 30 (final); gemma3 no window without the key, pattern 6, local rope
+ * base 10000 unscaled, no soft-cap unless final_logit_softcapping is there. The attention
+ * scale is llama.cpp's f_attention_scale: 1/sqrt(n_embd/n_head) for the 27B shapes (46
+ * gemma2 layers, 62 gemma3 layers), else 1/sqrt(head_dim); a file that says
+ * attention.query_pre_attn_scalar (HF's name, f32 or integer) gets 1/sqrt of it. */
+static int load_gemma(const pe_gguf_file *f, const char *an, const char *path, pe_hparams *hp,
+                      char *err, size_t errlen)
+{
+    const int g2 = hp->arch == PE_ARCH_GEMMA2;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->n_swa = g2 ? 4096 : 0;
+    hp->swa_period = g2 ? 2 : 6;
+    hp->attn_softcap = g2 ? 50.0f : 0.0f;
+    hp->final_softcap = g2 ? 30.0f : 0.0f;
+    if (get_u32(f, an, "attention.sliding_window", &hp->n_swa, 0, err, errlen) ||
+        get_u32(f, an, "attention.sliding_window_pattern", &hp->swa_period, 0, err, errlen))
+        return -1;
+    if (!hp->swa_period)
+        return pe__errf(err, errlen, "%s: %s.attention.sliding_window_pattern is 0", path, an);
+    if (g2 && get_f32(f, an, "attn_logit_softcapping", &hp->attn_softcap, 0, INFINITY, err, errlen))
+        return -1;
+    char key[128];
+    snprintf(key, sizeof key, "%s.final_logit_softcapping", an);
+    if (pe_gguf_find_kv(f, key) &&
+        get_f32(f, an, "final_logit_softcapping", &hp->final_softcap, 0, INFINITY, err, errlen))
+        return -1;
+    if (!g2) {
+        hp->rope_theta_swa = 10000.0f;
+        hp->rope_scale_swa = 1.0f;
+        if (get_f32(f, an, "rope.freq_base_swa", &hp->rope_theta_swa, 0, INFINITY, err, errlen))
+            return -1;
+    }
+    const int big = hp->n_layer == (g2 ? 46u : 62u); /* llama.cpp's LLM_TYPE_27B */
+    float qpas = big ? (float)(hp->n_embd / hp->n_head) : (float)hp->head_dim;
+    uint32_t qpas_u;
+    snprintf(key, sizeof key, "%s.attention.query_pre_attn_scalar", an);
+    if (pe_gguf_get_u32(f, key, &qpas_u) == 0)
+        qpas = (float)qpas_u;
+    else if (pe_gguf_find_kv(f, key) &&
+             get_f32(f, an, "attention.query_pre_attn_scalar", &qpas, 0, INFINITY, err, errlen))
+        return -1;
+    if (!(qpas > 0)) return pe__errf(err, errlen, "%s: %s is 0", path, key);
+    /* 0 where it is attention's default 1/sqrt(head_dim) */
+    hp->attn_scale = qpas == (float)hp->head_dim ? 0.0f : 1.0f / sqrtf(qpas);
+    return 0;
+}
+
 int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model **out, char *err,
                   size_t errlen)
 {
@@ -330,7 +395,8 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     }
     if (parse_arch(arch, &m->hp.arch) != 0) {
         pe__errf(err, errlen,
-                 "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3)",
+                 "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, "
+                 "gemma2, gemma3)",
                  path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
@@ -394,7 +460,24 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         float factor = 1.0f;
         if (get_f32(f, an, "rope.scaling.factor", &factor, 1e-6f, 1e6f, err, errlen)) goto fail;
         hp->rope_scale = 1.0f / factor;
+    } else if (is_gemma(hp->arch) && pe_gguf_find_kv(f, skey)) {
+        /* The Gemma files use linear scaling or none; another type would run with the
+         * wrong positions. (The other architectures keep their old reading.) */
+        if (pe_gguf_get_str(f, skey, &stype) != 0) {
+            pe__errf(err, errlen, "%s: hyper-parameter %s has the wrong type", path, skey);
+            goto fail;
+        }
+        if (!pe_gguf_str_eq(stype, "none")) {
+            pe__errf(err, errlen, "%s: %s '%.*s' is not supported (supported: linear, none)", path,
+                     skey, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+            goto fail;
+        }
     }
+    hp->embd_scale = 1.0f;
+    hp->swa_period = 1;
+    hp->rope_theta_swa = hp->rope_theta;
+    hp->rope_scale_swa = hp->rope_scale;
+    if (is_gemma(hp->arch) && load_gemma(f, an, path, hp, err, errlen)) goto fail;
 
     if (pe_vocab_load(f, &m->vocab, msg, sizeof msg) != 0) {
         pe__errf(err, errlen, "%s: tokenizer: %s", path, msg);
@@ -405,10 +488,10 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
     const uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim;
     const uint32_t KV = hp->n_head_kv * hp->head_dim;
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    /* Room for every vector converted to f32: per layer two norms, and the biases and Q/K
-     * norms of the architectures that have them; plus output_norm. */
+    /* Room for every vector converted to f32: per layer four norms (gemma's post-norms),
+     * and the biases and Q/K norms of the architectures that have them; plus output_norm. */
     m->owned =
-        malloc(((size_t)hp->n_layer * (2 * E + Q + 2 * KV + 2 * hp->head_dim) + E) * sizeof(float));
+        malloc(((size_t)hp->n_layer * (4 * E + Q + 2 * KV + 2 * hp->head_dim) + E) * sizeof(float));
     if (!m->layers || !m->owned) {
         pe__errf(err, errlen, "out of memory");
         goto fail;
@@ -433,6 +516,21 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
                  "%s: phi3 LongRoPE (tensors rope_factors_long/short.weight) is not supported",
                  path);
         goto fail;
+    }
+    if (hp->arch == PE_ARCH_GEMMA3) {
+        /* A Gemma 3 file with its vision tower (v.*) or projector (mm.*) in it: the engine
+         * runs the text model only (llama.cpp takes those from a separate mmproj file). */
+        for (uint64_t i = 0; i < pe_gguf_n_tensors(f); i++) {
+            pe_gguf_str tn = pe_gguf_tensor_at(f, i)->name;
+            if ((tn.len > 2 && memcmp(tn.ptr, "v.", 2) == 0) ||
+                (tn.len > 3 && memcmp(tn.ptr, "mm.", 3) == 0)) {
+                pe__errf(err, errlen,
+                         "%s: gemma3 vision tower tensors (tensor '%.*s') are not supported: "
+                         "the engine runs the text model only",
+                         path, (int)(tn.len > 64 ? 64 : tn.len), tn.ptr);
+                goto fail;
+            }
+        }
     }
     for (uint32_t l = 0; l < hp->n_layer; l++)
         if (load_layer(f, hp, l, &m->layers[l], &cursor, err, errlen)) goto fail;

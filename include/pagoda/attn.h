@@ -89,7 +89,8 @@ typedef struct pgd_attn pgd_attn; /* opaque; one caller at a time */
  * plan and per-thread scratch reserved up front, so pgd_attn_run never allocates.
  * Returns PGD_OK; PGD_EINVAL (n_head not a positive multiple of n_kv_heads, a pool without
  * host payload (metadata-only, or a device arena), select_pages == 1, select_pages without the
- * pool's key_bounds, an unknown codec); PGD_ENOMEM. *out is NULL on error. */
+ * pool's key_bounds, an unknown codec, a scale or softcap negative or not finite); PGD_ENOMEM.
+ * *out is NULL on error. */
 PGD_API int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out);
 /* Destroys the context. NULL: no-op. */
 PGD_API void pgd_attn_destroy(pgd_attn *a);

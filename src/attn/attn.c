@@ -83,6 +83,27 @@
  * Tried without gain: one KV head per scored decode task (W in L2; 1.2-1.27), non-temporal
  * copies of S into W (no RFO; 1.05-1.13), huge pages for the scratch.
  *
+ * Gemma (pgd_attn_params scale, softcap, layer_window):
+ *   scale    k_scores gets log2(e) * scale instead of log2(e) / sqrt(hd) (0: that constant,
+ *            the same bits as before)
+ *   softcap  after a block's K scores and before any masking, each score s (log2 domain)
+ *            becomes C tanh(s / C), C = log2(e) * softcap (softmax.c, vectorised tanh);
+ *            softcap 0 skips the pass
+ *   window   a layer of window W: row p sees slots p - W + 1 .. p. A tile's page list starts
+ *            at the page of its first row's window start (tile_pages), so pages wholly
+ *            before every row's window are never read: a decode row reads about W / pt + 1
+ *            pages. Ranges and blocks stay at fixed pages (multiples of range_pages from
+ *            page 0, blocks from a range's start), the list's first range and block being
+ *            partial; a row's valid keys in a block are the columns [c0, nv) (window start,
+ *            causal end), which the step gets alone (s + c0), the columns before c0 being
+ *            zeroed (weight 0 in V and in the scores). So a window row computes the very same
+ *            blocks and ranges as a decode row or as any row of a prefill tile: the earlier
+ *            rows' extra pages only add ranges the row has no key in (empty states, which
+ *            merge_one skips) and columns before its c0. No Quest on window layers (dense
+ *            inside the window, as the reference).
+ *   Cost (bench_attn, see the commit that added them): soft-cap on a 4k-key decode, and a
+ *   window-1024 layer against a global one at 32k keys.
+ *
  * Dead slots (compacted sequences, pgd__attn_dead): after the K scores of a block, the
  * columns of a head's dead slots are set to -inf (the step's maximum ignores them) and
  * zeroed again after the step (the vector exp2 clamps -inf to 2^-125), so they weigh 0 in
@@ -144,9 +165,10 @@ typedef struct tile {
 
 typedef struct task {
     uint32_t tile, kvh, nh, n_list, n_pieces; /* KV heads kvh .. kvh + nh - 1 */
+    uint32_t p0;         /* no selection: the list is pages p0 .. p0 + n_list - 1 */
     uint32_t n_tiles;    /* scored items: tiles tile .. tile + n_tiles - 1, run in order */
     int scored;          /* adds scores (then whole: n_pieces 1) */
-    const uint32_t *sel; /* page indices, or NULL: pages 0 .. n_list-1 */
+    const uint32_t *sel; /* page indices (then p0 = 0), or NULL: pages p0 .. */
     float *slots;        /* split tasks: n_pieces x [O nq*hd | m nq | l nq] */
 } task;
 
@@ -160,6 +182,9 @@ struct pgd_attn {
     pgd_attn_params p;
     pgd__softmax_step_fn step;
     pgd__attn_axpy_fn axpy;
+    pgd__attn_softcap_fn softcap;
+    float cap;        /* the soft-cap in the scores' log2 domain (log2(e) * softcap); 0: none */
+    uint32_t *window; /* [n_layers] copy of params.layer_window, or NULL */
     uint32_t tile_rows, nq_max, ld_s, block_pages, range_pages, max_tasks, max_pieces;
     int prefetch;
     uint32_t wide;     /* KV heads per decode task (1: one per task; see pgd__attn_set_wide) */
@@ -172,6 +197,7 @@ struct pgd_attn {
 
     /* the current run */
     uint32_t layer, n_views, n_tiles, n_tasks, n_pieces, n_select;
+    uint32_t win;       /* the layer's window (keys a row sees), 0: a global layer */
     iview *views;       /* [max_rows] */
     uint32_t *sel_view; /* [max_rows] views that need a selection */
     uint32_t *sel;      /* [max_rows][n_kv_heads][select_pages] */
@@ -230,6 +256,7 @@ void pgd_attn_destroy(pgd_attn *a)
     pgd__free(&a->al, a->done);
     pgd__free(&a->al, a->slots);
     pgd__free(&a->al, a->scratch);
+    pgd__free(&a->al, a->window);
     pgd__alloc al = a->al;
     pgd__free(&al, a);
 }
@@ -250,16 +277,23 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     if (!a->p.max_rows) a->p.max_rows = 512;
     rc = pgd__attn_geom_init(&a->g, c, p->n_head, p->select_pages, 0);
     if (rc != PGD_OK) goto fail;
-    /* The fast path has no other scale, soft-cap or window yet: the reference has
-     * (pgd_attn_run_ref_ex). */
     rc = PGD_EINVAL;
-    if (p->scale != 0 || p->softcap != 0 || p->layer_window) goto fail;
-    rc = PGD_EINVAL;
-    if (a->p.n_threads > 4096 || a->p.max_rows > (1u << 20) || a->p.score_keys > (1u << 30))
+    if (a->p.n_threads > 4096 || a->p.max_rows > (1u << 20) || a->p.score_keys > (1u << 30) ||
+        !pgd__attn_gemma_ok(p))
         goto fail;
     a->step = pgd__attn_softmax_step(pgd__attn_isa());
     a->axpy = pgd__attn_axpy(pgd__attn_isa());
-    if (!a->step || !a->axpy) goto fail;
+    a->softcap = pgd__attn_softcap(pgd__attn_isa());
+    if (!a->step || !a->axpy || !a->softcap) goto fail;
+    a->cap = p->softcap > 0 ? (float)(1.4426950408889634 * p->softcap) : 0.0f;
+    if (p->layer_window) {
+        rc = PGD_ENOMEM;
+        a->window = pgd__malloc(&al, (size_t)a->g.n_layers * sizeof *a->window);
+        if (!a->window) goto fail;
+        memcpy(a->window, p->layer_window, (size_t)a->g.n_layers * sizeof *a->window);
+        rc = PGD_EINVAL;
+    }
+    a->p.layer_window = a->window;
 
     const uint32_t G = a->g.group, hd = a->g.head_dim, pt = a->g.page_tokens;
     const uint32_t R = a->p.max_rows, T = a->p.n_threads, B = a->p.select_pages;
@@ -278,7 +312,9 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     if (!p->split_pages && a->range_pages % a->block_pages)
         a->range_pages = (a->range_pages / a->block_pages + 1) * a->block_pages;
     a->ld_s = (a->block_pages * pt + 15) & ~15u;
-    a->q_scale = (float)(1.4426950408889634 / sqrt((double)hd));
+    /* Scores in the log2 domain: log2(e) times the logit scale (0: 1 / sqrt(hd)). */
+    a->q_scale = p->scale > 0 ? (float)(1.4426950408889634 * p->scale)
+                              : (float)(1.4426950408889634 / sqrt((double)hd));
     a->region_bytes = (size_t)pgd_pool_region_bytes(a->g.pool);
     a->prefetch = 2;
     a->spread = a->g.type == PGD_KV_F32 || a->g.type == PGD_KV_F16 || a->g.type == PGD_KV_BF16;
@@ -307,7 +343,11 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     /* W's rows start 1 KiB past a multiple of 4 KiB, as S's do: the rows of a block then
      * spread over the L1 sets instead of aliasing to the same ones (a 4 KiB-multiple stride
      * cost f16 decode 3% more at 32k, bench_attn --scores). */
-    const uint32_t sk = a->p.score_keys, sp = (sk + pt - 1) / pt;
+    /* A window layer's scored tile lists the pages from its first row's window start to its
+     * last row: up to W + rows - 1 keys over whole pages, 2 + rows / pt pages more than the
+     * score_keys >= W that its rows may see. */
+    const uint32_t sk = a->p.score_keys,
+                   sp = (sk + pt - 1) / pt + (a->window ? 2 + (a->tile_rows + pt - 1) / pt : 0);
     a->ldw = (uint32_t)((((uint64_t)sp * pt + 1023) & ~(uint64_t)1023) + 256);
     a->mp_ld = sp;
     a->ws_pages = SCORE_CHUNK / pt ? SCORE_CHUNK / pt : 1;
@@ -345,6 +385,7 @@ int pgd__attn_force_isa(pgd_attn *a, int isa)
     if (!f) return PGD_EINVAL;
     a->step = f;
     a->axpy = pgd__attn_axpy(isa);
+    a->softcap = pgd__attn_softcap(isa);
     a->g.codec = isa == PGD__ATTN_SCALAR ? pgd__codec_ref(a->g.type) : pgd__codec_get(a->g.type);
     if (a->g.ring)
         a->g.ring =
@@ -536,6 +577,18 @@ static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview 
     }
 }
 
+/* The page list of a tile without a Quest selection: returns n and sets *p0, for pages
+ * p0 .. p0 + n - 1, from the page of its first row's window start (a window layer; page 0
+ * on a global one) to its last row's page. */
+static uint32_t tile_pages(const pgd_attn *a, const iview *iv, const tile *tl, uint32_t *p0)
+{
+    const uint32_t pt = a->g.page_tokens;
+    const uint64_t pos0 = iv->v.len - iv->it->n_rows + tl->row0, last = pos0 + tl->n_rows - 1;
+    const uint64_t lo = a->win && pos0 + 1 > a->win ? pos0 + 1 - a->win : 0;
+    *p0 = (uint32_t)(lo / pt);
+    return (uint32_t)(last / pt + 1) - *p0;
+}
+
 /* Dead columns of a block for a KV head whose dead slots are [d0, d1): the block's pages
  * bpage[0..nbp) start at columns boff[], with bn[] keys each. Sets the dead columns below
  * lim to v in the n rows s[0], s[ld], ... and returns their number. */
@@ -561,15 +614,15 @@ static uint32_t dead_cols(uint32_t pt, const uint32_t *bpage, const uint32_t *bo
     return count;
 }
 
-/* Adds a scored tile's probabilities to its item's scores: for KV head kvh + j, key slot k
- * of list entry i, the sum over the tile's scored rows t and the group's heads h (in that
- * order) of W[qi][i * pt + r] * 2^(MP[qi][i] - MA[qi]) / LA[qi]: W holds the weights
- * 2^(s - m) of the block's step, m the running max after it (MP), so the product is
- * 2^(s - MA) / LA, the probability under the row's final state. The per-page factors
- * overwrite MP; one exp2f per distinct m (a block's pages share theirs). The sums run a
- * chunk of SCORE_CHUNK list keys at a time, in ws. */
+/* Adds a scored tile's probabilities to its item's scores (its list: tk->sel, or pages
+ * p0 .. p0 + n_list - 1): for KV head kvh + j, key slot k of list entry i, the sum over the tile's
+ * scored rows t and the group's heads h (in that order) of W[qi][i * pt + r] * 2^(MP[qi][i] -
+ * MA[qi]) / LA[qi]: W holds the weights 2^(s - m) of the block's step, m the running max after it
+ * (MP), so the product is 2^(s - MA) / LA, the probability under the row's final state. The
+ * per-page factors overwrite MP; one exp2f per distinct m (a block's pages share theirs). The sums
+ * run a chunk of SCORE_CHUNK list keys at a time, in ws. */
 static void add_scores(const pgd_attn *a, const task *tk, const tile *tl, const iview *iv,
-                       uint32_t n_list, uint64_t last, unsigned char *sc)
+                       uint32_t p0, uint32_t n_list, uint64_t last, unsigned char *sc)
 {
     const pgd__attn_geom *g = &a->g;
     const uint32_t pt = g->page_tokens, G = g->group, nr = tl->n_rows, NH = tk->nh;
@@ -596,7 +649,7 @@ static void add_scores(const pgd_attn *a, const task *tk, const tile *tl, const 
         for (uint32_t i0 = 0; i0 < n_list; i0 += chunk) {
             const uint32_t i1 = n_list - i0 < chunk ? n_list : i0 + chunk;
             /* Keys of the chunk: whole pages but the list's last. */
-            const uint64_t lstart = (uint64_t)(tk->sel ? tk->sel[i1 - 1] : i1 - 1) * pt;
+            const uint64_t lstart = (uint64_t)(tk->sel ? tk->sel[i1 - 1] : p0 + i1 - 1) * pt;
             const uint32_t nlast = last + 1 - lstart < pt ? (uint32_t)(last + 1 - lstart) : pt;
             const uint32_t nk = (i1 - 1 - i0) * pt + nlast;
             memset(ws, 0, (size_t)nk * sizeof *ws);
@@ -616,7 +669,7 @@ static void add_scores(const pgd_attn *a, const task *tk, const tile *tl, const 
                     }
                 }
             if (!tk->sel) {
-                float *d = dst + (size_t)i0 * pt;
+                float *d = dst + ((size_t)p0 + i0) * pt;
                 for (uint32_t r = 0; r < nk; r++)
                     d[r] += ws[r];
                 continue;
@@ -632,7 +685,7 @@ static void add_scores(const pgd_attn *a, const task *tk, const tile *tl, const 
 }
 
 /* One piece: list entries [pa, pb) of task tk for its tile ti (a scored task runs each of
- * its tiles as one whole piece). */
+ * its tiles as one whole piece). Without a selection, entry i is page p0 + i (tile_pages). */
 static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uint32_t pb,
                       uint32_t pk, uint32_t thread)
 {
@@ -646,6 +699,9 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
      * the ring, every other page from the pool. */
     const uint32_t rpage = pgd__attn_ring_page(g, &iv->v, pos0);
     PGD_CHECK(NH <= WIDE_HEADS);
+    uint32_t p0 = 0;
+    if (!tk->sel) (void)tile_pages(a, iv, tl, &p0);
+    const uint32_t R = a->range_pages, BP = a->block_pages;
 
     unsigned char *sc = scratch_of(a, thread);
     float *Q = (float *)sc, *O = (float *)(sc + a->off_o), *M = (float *)(sc + a->off_m);
@@ -684,11 +740,14 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
 
     /* Page ranges of range_pages list entries, each from a fresh online-softmax state,
      * merged into (MA, LA, OA) in page order: where a task is cut into pieces (at range
-     * boundaries) and how many threads run it never changes the result. */
+     * boundaries) and how many threads run it never changes the result. Ranges and the
+     * blocks in them lie at fixed pages (multiples of R from page 0, blocks of BP pages from
+     * a range's start; list entries under Quest), whatever page the list starts at: a window
+     * row gets the same blocks, and so the same bits, as a decode row as in any prefill tile
+     * (where the earlier rows' pages only add ranges and columns that it does not see). */
     for (uint32_t i = pa; i < pb;) {
-        const uint32_t rend = (i / a->range_pages + 1) * a->range_pages < pb
-                                  ? (i / a->range_pages + 1) * a->range_pages
-                                  : pb;
+        const uint32_t rs = (p0 + i) / R * R; /* the range's first page (or entry) */
+        const uint32_t rend = rs + R - p0 < pb ? rs + R - p0 : pb;
         memset(O, 0, (size_t)nq * hd * sizeof *O);
         for (uint32_t qi = 0; qi < nq; qi++) {
             M[qi] = -INFINITY;
@@ -701,16 +760,18 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
              * last are full). */
             float *SB = scored ? W + (size_t)i * pt : S;
             const uint32_t i0 = i;
+            const uint32_t bend0 = rs + ((p0 + i - rs) / BP + 1) * BP - p0;
+            const uint32_t bend = bend0 < rend ? bend0 : rend;
             uint32_t nbp = 0, nb = 0;
-            while (i < rend && nbp < a->block_pages) {
-                const uint32_t pi = tk->sel ? tk->sel[i] : i;
+            while (i < bend) {
+                const uint32_t pi = tk->sel ? tk->sel[i] : p0 + i;
                 const uint64_t start = (uint64_t)pi * pt;
                 const uint32_t nk = last + 1 - start < pt ? (uint32_t)(last + 1 - start) : pt;
                 const int pool_src = pi != rpage;
                 int next_pool = 0;
                 uint32_t nx = 0;
                 if (i + 1 < pb) {
-                    nx = tk->sel ? tk->sel[i + 1] : i + 1;
+                    nx = tk->sel ? tk->sel[i + 1] : p0 + i + 1;
                     next_pool = nx != rpage;
                 }
                 for (uint32_t j = 0; j < NH; j++) {
@@ -758,33 +819,47 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
                 nb += nk;
                 i++;
             }
+            /* Gemma2's soft-cap, on every score of the block before any is masked (tanh would
+             * make -inf finite). */
+            for (uint32_t qi = 0; a->cap > 0 && qi < nq; qi++)
+                a->softcap(SB + (size_t)qi * ld, nb, a->cap);
             /* Dead slots score -inf: the step's maximum ignores them. */
             for (uint32_t j = 0; any_masked && j < NH; j++)
                 if (masked[j])
                     dead_cols(pt, bpage, boff, bn, nbp, dd0[j], dd1[j], nb,
                               SB + (size_t)j * gq * ld, ld, gq, -INFINITY);
-            /* Online softmax, row by row (a row's valid keys are a prefix of the block). */
+            /* Online softmax, row by row: a row's valid keys are the columns [c0, nv) of the
+             * block (causal end nv; a window row's start c0, its keys being contiguous), which
+             * the step gets alone, so that they give the same bits whatever precedes them in
+             * the block; the columns before c0 weigh 0. */
             for (uint32_t t = 0; t < nr; t++) {
                 const uint64_t pos = pos0 + t;
-                uint32_t nv = 0;
+                uint32_t nv = 0, c0 = 0;
                 for (uint32_t b = 0; b < nbp; b++) {
                     const uint64_t start = (uint64_t)bpage[b] * pt;
                     if (pos >= start)
                         nv += pos + 1 - start < bn[b] ? (uint32_t)(pos + 1 - start) : bn[b];
                 }
+                if (a->win && pos + 1 > a->win) {
+                    const uint64_t lo = pos + 1 - a->win, bs = (uint64_t)bpage[0] * pt;
+                    c0 = lo <= bs ? 0 : lo - bs < nv ? (uint32_t)(lo - bs) : nv;
+                }
                 for (uint32_t j = 0; j < NH; j++) {
                     /* A row whose valid keys of the block are all dead has none. */
                     const uint32_t nd = masked[j] ? dead_cols(pt, bpage, boff, bn, nbp, dd0[j],
-                                                              dd1[j], nv, NULL, 0, 0, 0.0f)
+                                                              dd1[j], nv, NULL, 0, 0, 0.0f) -
+                                                        dead_cols(pt, bpage, boff, bn, nbp, dd0[j],
+                                                                  dd1[j], c0, NULL, 0, 0, 0.0f)
                                                   : 0;
                     for (uint32_t h = 0; h < G; h++) {
                         const uint32_t qi = (j * nr + t) * G + h;
                         float *s = SB + (size_t)qi * ld, sum;
-                        if (nv == nd) {
+                        if (nv - c0 == nd) {
                             memset(s, 0, nb * sizeof *s);
                             continue;
                         }
-                        const float alpha = a->step(s, nv, nb, &M[qi], &sum);
+                        const float alpha = a->step(s + c0, nv - c0, nb - c0, &M[qi], &sum);
+                        if (c0) memset(s, 0, c0 * sizeof *s);
                         /* The vector steps give -inf 2^-125 (their clamp): dead weighs 0. */
                         if (nd)
                             dead_cols(pt, bpage, boff, bn, nbp, dd0[j], dd1[j], nv, s, 0, 1, 0.0f);
@@ -831,7 +906,7 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
     if (tk->n_pieces == 1) {
         for (uint32_t qi = 0; qi < nq; qi++)
             store_out(a, iv->it, tl->row0, nr, kvh, qi, OA + (size_t)qi * hd, 1.0f / LA[qi]);
-        if (scored) add_scores(a, tk, tl, iv, pb, last, sc);
+        if (scored) add_scores(a, tk, tl, iv, p0, pb, last, sc);
         return;
     }
     float *slot = tk->slots + (size_t)pk * nq * (hd + 2);
@@ -857,10 +932,9 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
     /* The tiles of a scored item, one whole piece each, in order: each adds to the same
      * scores, so one task runs them (deterministic sums, no race). */
     for (uint32_t k = 0; k < tk->n_tiles; k++) {
+        uint32_t p0;
         const tile *tl = &a->tiles[tk->tile + k];
-        const iview *iv = &a->views[tl->view];
-        const uint64_t last = iv->v.len - iv->it->n_rows + tl->row0 + tl->n_rows - 1;
-        run_piece(a, tk, tk->tile + k, 0, (uint32_t)(last / a->g.page_tokens + 1), 0, thread);
+        run_piece(a, tk, tk->tile + k, 0, tile_pages(a, &a->views[tl->view], tl, &p0), 0, thread);
     }
 }
 
@@ -908,8 +982,8 @@ static void plan(pgd_attn *a)
     for (uint32_t ti = 0; ti < a->n_tiles; ti++) {
         const tile *tl = &a->tiles[ti];
         const iview *iv = &a->views[tl->view];
-        const uint64_t last = iv->v.len - iv->it->n_rows + tl->row0 + tl->n_rows - 1;
-        const uint32_t np = (uint32_t)(last / pt + 1);
+        uint32_t p0;
+        const uint32_t np = tile_pages(a, iv, tl, &p0);
         /* A scored item's scored tiles: one task per KV head runs them all, in order. */
         const int scored = iv->sc && tl->row0 + tl->n_rows > iv->sc_row0;
         const uint32_t n_chain = scored ? iv->tile_end - ti : 1;
@@ -919,9 +993,9 @@ static void plan(pgd_attn *a)
         if (scored && a->p.n_threads > 1) wide = 1;
         uint64_t cost = 0;
         for (uint32_t k = 0; k < n_chain; k++) {
+            uint32_t p2;
             const tile *tk2 = &a->tiles[ti + k];
-            const uint64_t l2 = iv->v.len - iv->it->n_rows + tk2->row0 + tk2->n_rows - 1;
-            cost += (l2 / pt + 1) * tk2->n_rows;
+            cost += (uint64_t)tile_pages(a, iv, tk2, &p2) * tk2->n_rows;
         }
         for (uint32_t kvh = 0; kvh < nkv; kvh += wide) {
             task *tk = &a->tasks[a->n_tasks++];
@@ -933,6 +1007,7 @@ static void plan(pgd_attn *a)
             tk->scored = scored;
             tk->slots = NULL;
             tk->sel = iv->select ? iv->sel + (size_t)kvh * B : NULL;
+            tk->p0 = iv->select ? 0 : p0;
             tk->n_list = iv->select ? pgd__attn_n_selected(np, B) : np;
             total += iv->select ? (uint64_t)tk->n_list * tk->nh : cost * tk->nh;
         }
@@ -948,7 +1023,9 @@ static void plan(pgd_attn *a)
     for (uint32_t k = 0; k < a->n_tasks; k++) {
         task *tk = &a->tasks[k];
         const uint32_t nr = a->tiles[tk->tile].n_rows * tk->nh; /* cost per page */
-        const uint64_t n_ranges = (tk->n_list + a->range_pages - 1) / a->range_pages;
+        /* Ranges at fixed pages (run_piece): the list's first may be partial. */
+        const uint64_t R = a->range_pages;
+        const uint64_t n_ranges = (tk->p0 + tk->n_list + R - 1) / R - tk->p0 / R;
         uint64_t pieces = 1;
         if (!tk->scored &&
             (a->p.split_pages || (a->p.n_threads > 1 && (uint64_t)tk->n_list * nr > target)))
@@ -970,24 +1047,28 @@ static void plan(pgd_attn *a)
         for (uint32_t k = 0; k < a->n_tasks; k++) {
             const task *tk = &a->tasks[k];
             if ((tk->n_pieces > 1) != (pass == 0)) continue;
+            const uint32_t R = a->range_pages, r0 = tk->p0 / R * R;
             for (uint32_t j = 0; j < tk->n_pieces; j++) {
                 piece *pc = &a->pieces[a->n_pieces++];
                 pc->task = k;
                 pc->k = j;
-                pc->a = tk->n_pieces > 1 ? j * a->range_pages : 0;
-                pc->b = tk->n_pieces > 1 && pc->a + a->range_pages < tk->n_list
-                            ? pc->a + a->range_pages
-                            : tk->n_list;
+                pc->a = 0;
+                pc->b = tk->n_list;
+                if (tk->n_pieces == 1) continue;
+                /* Range j: pages [r0 + j R, r0 + (j + 1) R) of the list's pages. */
+                if (j) pc->a = r0 + j * R - tk->p0;
+                if (r0 + (j + 1) * R - tk->p0 < tk->n_list) pc->b = r0 + (j + 1) * R - tk->p0;
             }
         }
     }
 }
 
-/* Returns the keys the last row of a view sees (every key up to it, or the Quest
- * selection's). */
+/* Returns the keys the last row of a view sees (every key up to it, its window's, or the
+ * Quest selection's). */
 static uint64_t row_keys(const pgd_attn *a, const iview *iv)
 {
     const uint32_t pt = a->g.page_tokens, np = iv->v.n_pages;
+    if (a->win && iv->v.len > a->win) return a->win;
     if (!iv->select) return iv->v.len;
     return (uint64_t)(pgd__attn_n_selected(np, a->p.select_pages) - 1) * pt + iv->v.len -
            (uint64_t)(np - 1) * pt;
@@ -998,6 +1079,7 @@ int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
 {
     if (!a || layer >= a->g.n_layers || (n && !items)) return PGD_EINVAL;
     const uint32_t B = a->p.select_pages;
+    a->win = a->window ? a->window[layer] : 0;
     uint64_t rows = 0;
     a->n_views = 0;
     a->n_select = 0;
@@ -1011,7 +1093,8 @@ int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
         int rc = pgd__attn_view_init(&a->g, &items[i], &iv->v);
         if (rc != PGD_OK) return rc;
         iv->it = &items[i];
-        iv->select = B && items[i].n_rows == 1 && iv->v.n_pages > B;
+        /* A window layer attends densely inside its window: no Quest there. */
+        iv->select = B && !a->win && items[i].n_rows == 1 && iv->v.n_pages > B;
         iv->sc = si;
         iv->sc_row0 = si ? items[i].n_rows - si->rows : items[i].n_rows;
         if (si && (si->ld < iv->v.len || row_keys(a, iv) > a->p.score_keys)) return PGD_EINVAL;

@@ -7,7 +7,8 @@
  *
  *   ref.c      pgd_attn_run_ref: the scalar reference, the spec
  *   attn.c     pgd_attn_create/run: the planner, the work-item kernel, the merge
- *   softmax.c  the online-softmax step and the scores' axpy, scalar / AVX2 / AVX-512
+ *   softmax.c  the online-softmax step, the soft-cap and the scores' axpy, scalar / AVX2 /
+ *              AVX-512
  *   common.c   geometry, item views, page sources, Quest selection (shared by both paths,
  *              so that both select the very same pages)
  */
@@ -139,10 +140,16 @@ typedef float (*pgd__softmax_step_fn)(float *s, uint32_t nv, uint32_t nb, float 
 /* y[0..n) += c * x[0..n) (the sums of attention scores, attn.c). */
 typedef void (*pgd__attn_axpy_fn)(float *restrict y, const float *restrict x, float c, uint32_t n);
 
+/* s[0..n) <- cap * tanh(s[j] / cap) (gemma2's soft-cap, in the scores' log2 domain; cap > 0;
+ * attn.c). */
+typedef void (*pgd__attn_softcap_fn)(float *s, uint32_t n, float cap);
+
 /* The CPU's best level. */
 int pgd__attn_isa(void);
 /* The step kernel at an ISA level, NULL when this CPU lacks it. */
 pgd__softmax_step_fn pgd__attn_softmax_step(int isa);
+/* The soft-cap at an ISA level, NULL when this CPU lacks it. */
+pgd__attn_softcap_fn pgd__attn_softcap(int isa);
 /* The axpy at an ISA level, NULL when this CPU lacks it. */
 pgd__attn_axpy_fn pgd__attn_axpy(int isa);
 

@@ -11,6 +11,8 @@
  *   Q4_0 round trip:         |x - x'| <= |d|/2 + 8 |d - d16|, or |d| + ... where q clamps to 15
  *   F16 / BF16 round trip:   relative 2^-11 / 2^-8 (normal range)
  *   softmax, swiglu:         relative 2e-6 / 1e-6 against double precision
+ *   geglu:                   bit-identical to ggml's f16-table GELU (every f16 input, every
+ *                            ISA), and within f16 rounding of the double-precision GELU
  *   PE_MM_INVARIANT:         the same bound, and each row bit-identical alone or batched
  */
 #include <math.h>
@@ -702,6 +704,90 @@ static int test_vector_helpers(void)
     return 0;
 }
 
+/* ---- GeGLU ---- */
+
+/* ggml's ggml_gelu_f32, in f32 as ggml computes it. */
+static float gelu_ggml(float x)
+{
+    return 0.5f * x *
+           (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* ggml_vec_geglu_f32 with GGML_GELU_FP16 (the spec of pe_geglu_f32). */
+static float geglu_spec(float x, float u)
+{
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x * u;
+    float xh = pe_f16_to_f32(pe_f32_to_f16(x));
+    return pe_f16_to_f32(pe_f32_to_f16(gelu_ggml(xh))) * u;
+}
+
+static int same_bits(float a, float b)
+{
+    uint32_t x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    return x == y || (a != a && b != b);
+}
+
+static int test_geglu(void)
+{
+    enum { N = 1 << 16 };
+    float *g = malloc(N * 4), *u = malloc(N * 4), *x = malloc(N * 4);
+    T_ASSERT(g && u && x);
+    pe_isa best = pe_isa_detect();
+    for (int isa = PE_ISA_SCALAR; isa <= (int)best; isa++) {
+        pe_isa_force((pe_isa)isa);
+        /* every f16 value as the gate (the whole table), up = a random value */
+        for (uint32_t i = 0; i < N; i++) {
+            x[i] = pe_f16_to_f32((uint16_t)i);
+            u[i] = frand() * 3.0f;
+        }
+        memcpy(g, x, N * 4);
+        pe_geglu_f32(g, u, N);
+        for (uint32_t i = 0; i < N; i++) {
+            if (!same_bits(g[i], geglu_spec(x[i], u[i])))
+                T_FAIL("%s geglu: f16 %#x (%g) up %g -> %.9g, want %.9g", pe_isa_name((pe_isa)isa),
+                       i, (double)x[i], (double)u[i], (double)g[i], (double)geglu_spec(x[i], u[i]));
+            /* the table against the math: within f16 rounding of the f16 input's GELU, plus
+             * the f32 formula's cancellation in 1 + tanh for negative x (|x| ulp(1)) */
+            double xd = x[i];
+            if (!(fabs(xd) < 10.0)) continue;
+            double want =
+                0.5 * xd * (1.0 + tanh(0.7978845608028654 * xd * (1 + 0.044715 * xd * xd)));
+            if (!(fabs(g[i] - want * u[i]) <=
+                  (fabs(want) * 1.5e-3 + 2e-7 * fabs(xd) + 3e-8) * fabs(u[i])))
+                T_FAIL("%s geglu: gelu(%g) = %.9g, want %.9g", pe_isa_name((pe_isa)isa), xd,
+                       (double)(g[i] / u[i]), want);
+        }
+        /* f32 gates near the edges and between f16 values, odd lengths (the vector tail) */
+        static const uint32_t ns[] = {1, 7, 8, 9, 100, 1001};
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            uint32_t n = ns[k];
+            for (uint32_t i = 0; i < n; i++) {
+                x[i] = frand() * 12.0f;
+                u[i] = frand();
+            }
+            x[0] = -10.0f;
+            if (n > 1) x[1] = 10.0f;
+            if (n > 2) x[2] = 9.999f; /* f16 rounds it to 10: the table, not x */
+            if (n > 3) x[3] = -9.999f;
+            memcpy(g, x, n * 4);
+            pe_geglu_f32(g, u, n);
+            for (uint32_t i = 0; i < n; i++)
+                if (!same_bits(g[i], geglu_spec(x[i], u[i])))
+                    T_FAIL("%s geglu n %u: %.9g up %g -> %.9g, want %.9g", pe_isa_name((pe_isa)isa),
+                           n, (double)x[i], (double)u[i], (double)g[i],
+                           (double)geglu_spec(x[i], u[i]));
+        }
+    }
+    pe_isa_force(best);
+    free(g);
+    free(u);
+    free(x);
+    return 0;
+}
+
 int main(void)
 {
     printf("isa: %s\n", pe_isa_name(pe_isa_detect()));
@@ -718,5 +804,6 @@ int main(void)
     T_RUN(test_matmul_quantized_exact);
     T_RUN(test_batch_invariant);
     T_RUN(test_vector_helpers);
+    T_RUN(test_geglu);
     T_DONE();
 }
