@@ -125,7 +125,8 @@ typedef struct pgd_attn_scores {
      * gives key slot j, summed over the group's heads and those rows: the probabilities
      * the run computes anyway (normalized by the row's final softmax sum), never a second
      * pass over K. Keys a row does not see (causal, Quest pages not selected, dead slots
-     * of a compacted sequence) add 0. ld >= the sequence's length. */
+     * of a compacted sequence, keys before a window layer's window) add 0. ld >= the
+     * sequence's length. */
     float *scores;
     uint32_t rows;
     size_t ld;

@@ -576,7 +576,9 @@ static int test_scores_window_softcap(void)
     for (uint32_t ti = 0; ti < 4; ti++) {
         const uint32_t G = ti % 2 ? 4 : 2, nkv = 2, n_head = G * nkv, hd = 64, W = Ws[ti];
         fx f;
-        T_OK(fx_init(&f, types[ti], 1, nkv, hd, 16, 600, (int)(ti / 2), 0, 60 + ti));
+        /* Pages of 8 tokens with 16-row tiles (GQA 4): the longest scored lists per key. */
+        const uint32_t pt = ti % 2 ? 8 : 16;
+        T_OK(fx_init(&f, types[ti], 1, nkv, hd, pt, 1200, (int)(ti / 2), 0, 60 + ti));
         static const uint32_t len[4] = {500, 90, 260, 30}, rows[4] = {1, 40, 1, 5};
         static const uint32_t srows[4] = {1, 23, 1, 5};
         batch b = {.n_head = n_head};

@@ -460,10 +460,12 @@ static void afx_deinit(afx *f)
     pgd_cache_destroy(f->c);
 }
 
-/* pgd_attn_create under failures, dense (select_pages 0) or Quest; the context made by the
+/* pgd_attn_create under failures, dense (select_pages 0) or Quest, with Gemma's options or
+ * without (layer_window, copied at create, is one more allocation); the context made by the
  * successful call must run. */
-static int attn_create_loop(uint32_t select_pages)
+static int attn_create_loop(uint32_t select_pages, int gemma)
 {
+    static const uint32_t windows[2] = {0, 3};
     afx f;
     if (afx_init(&f, PGD_KV_F16)) T_FAIL("attention fixture failed");
     pgd_attn_params ap = pgd_attn_default_params();
@@ -472,6 +474,8 @@ static int attn_create_loop(uint32_t select_pages)
     ap.max_rows = 8;
     ap.select_pages = select_pages;
     ap.alloc = &alloc;
+    ap.layer_window = gemma ? windows : NULL;
+    ap.softcap = gemma ? 30.0f : 0.0f;
     const long live0 = A.n_live;
     const size_t bytes0 = A.n_bytes;
     for (long n = 1;; n++) {
@@ -491,7 +495,8 @@ static int attn_create_loop(uint32_t select_pages)
         T_EQ(pgd_attn_run(a, 1, &it, 1), PGD_OK);
         pgd_attn_destroy(a);
         T_EQ(A.n_live, live0);
-        printf("     attn_create (select_pages %u): %ld allocations\n", select_pages, n - 1);
+        printf("     attn_create (select_pages %u%s): %ld allocations\n", select_pages,
+               gemma ? ", window, soft-cap" : "", n - 1);
         break;
     }
     afx_deinit(&f);
@@ -501,7 +506,7 @@ static int attn_create_loop(uint32_t select_pages)
 
 static int test_attn_create(void)
 {
-    return attn_create_loop(0) || attn_create_loop(2);
+    return attn_create_loop(0, 0) || attn_create_loop(2, 0) || attn_create_loop(2, 1);
 }
 
 /* pgd_attn_run_ref allocates its scratch per call through the cache's allocator: each
