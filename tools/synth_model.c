@@ -28,9 +28,25 @@
  * the residual stream are scaled down by a further 1/sqrt(2 * n_layers)); norm weights are 1 +-
  * 0.02.
  *
- * The 2-D weights take --type (f32 f16 bf16 q8_0 q4_0), converted by the engine's own
- * pe_quant_row (ggml's reference quantizers); a matrix whose rows are not a multiple of
- * the quantization block falls back to f16 with a note; norms are f32.
+ * The 2-D weights take --type, converted by the engine's own pe_quant_row (ggml's reference
+ * quantizers without an importance matrix, so the bytes are llama-quantize's for the same
+ * values); norms and biases are f32. A plain type (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1
+ * iq4_nl q3_k q4_k q5_k q6_k) is every matrix's, as `llama-quantize --pure` writes it; q2_k,
+ * q3_k_m, q4_k_s, q4_k_m and q5_k_m are llama.cpp's mixes, with the per-tensor rules of its
+ * llama_tensor_get_type (src/llama-quant.cpp) for the tensors synth-model writes:
+ *   output.weight (token_embd.weight when tied): Q6_K (Q8_0 if its rows do not fit 256)
+ *   attn_v    q2_k: Q4_K if heads / kv_heads >= 4, else Q3_K; q3_k_m: Q5_K in layers 0-1,
+ *             else Q4_K; q4_k_m, q5_k_m: Q6_K in the "use_more_bits" layers (the first and
+ *             last eighth, and every third between); q4_k_s: Q5_K in layers 0-3
+ *   ffn_down  q2_k: Q3_K; q3_k_m: Q5_K in the first sixteenth, else Q4_K; q4_k_m, q5_k_m:
+ *             Q6_K in the use_more_bits layers; q4_k_s: Q5_K in the first eighth
+ *   attn_output  q2_k: Q3_K; q3_k_m: Q4_K
+ *   attn_qkv  q3_k_m: Q4_K; q4_k_m: Q5_K; q5_k_m: Q6_K
+ * general.file_type is llama.cpp's value for the type (the mix's, or for a plain K type the
+ * ftype `llama-quantize --pure` writes: q3_k 11 Q3_K_S, q4_k 14 Q4_K_S, q5_k 16 Q5_K_S).
+ * A matrix whose rows are not a multiple of its type's block falls back as llama-quantize
+ * does (Q2_K/Q3_K to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0), then to f16 (q8_0 and
+ * q4_0 straight to f16), with a note.
  * Data is produced in pieces of at most 64 MiB (pe_gguf_writer_write_chunks), the rows of a
  * piece spread over all cores, so multi-GB models never sit in memory.
  *
@@ -44,20 +60,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "gguf.h"
 #include "ops.h"
 
-/* llama.cpp's general.file_type values (enum llama_ftype). */
-enum {
-    FTYPE_ALL_F32 = 0,
-    FTYPE_MOSTLY_F16 = 1,
-    FTYPE_MOSTLY_Q4_0 = 2,
-    FTYPE_MOSTLY_Q8_0 = 7,
-    FTYPE_MOSTLY_BF16 = 32
+/* A --type: the type of the 2-D weights, or one of llama.cpp's mixes (MIX_*), and its
+ * general.file_type (llama.cpp's enum llama_ftype). */
+enum { MIX_NONE, MIX_Q2_K, MIX_Q3_K_M, MIX_Q4_K_S, MIX_Q4_K_M, MIX_Q5_K_M };
+
+typedef struct wtype_desc {
+    const char *name;
+    uint32_t type; /* the base type */
+    uint32_t ftype;
+    int mix;
+} wtype_desc;
+
+static const wtype_desc wtypes[] = {
+    {"f32", PE_GGML_TYPE_F32, 0, MIX_NONE},        {"f16", PE_GGML_TYPE_F16, 1, MIX_NONE},
+    {"bf16", PE_GGML_TYPE_BF16, 32, MIX_NONE},     {"q8_0", PE_GGML_TYPE_Q8_0, 7, MIX_NONE},
+    {"q4_0", PE_GGML_TYPE_Q4_0, 2, MIX_NONE},      {"q4_1", PE_GGML_TYPE_Q4_1, 3, MIX_NONE},
+    {"q5_0", PE_GGML_TYPE_Q5_0, 8, MIX_NONE},      {"q5_1", PE_GGML_TYPE_Q5_1, 9, MIX_NONE},
+    {"iq4_nl", PE_GGML_TYPE_IQ4_NL, 25, MIX_NONE}, {"q3_k", PE_GGML_TYPE_Q3_K, 11, MIX_NONE},
+    {"q4_k", PE_GGML_TYPE_Q4_K, 14, MIX_NONE},     {"q5_k", PE_GGML_TYPE_Q5_K, 16, MIX_NONE},
+    {"q6_k", PE_GGML_TYPE_Q6_K, 18, MIX_NONE},     {"q2_k", PE_GGML_TYPE_Q2_K, 10, MIX_Q2_K},
+    {"q3_k_m", PE_GGML_TYPE_Q3_K, 12, MIX_Q3_K_M}, {"q4_k_s", PE_GGML_TYPE_Q4_K, 14, MIX_Q4_K_S},
+    {"q4_k_m", PE_GGML_TYPE_Q4_K, 15, MIX_Q4_K_M}, {"q5_k_m", PE_GGML_TYPE_Q5_K, 17, MIX_Q5_K_M},
 };
+
+#define WTYPE_NAMES                                                                                \
+    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q4_k, q5_k, q6_k, q2_k, "         \
+    "q3_k_m, q4_k_s, q4_k_m, q5_k_m"
 
 #define MAX_THREADS 64
 
@@ -116,8 +151,11 @@ static void usage(FILE *f, const char *cmd)
             "                      tensors and keys llama.cpp writes\n"
             "  --shape NAME        tiny (default), small or 1b\n"
             "  --type T            type of the 2-D weights: f32, f16 (default), bf16, q8_0,\n"
-            "                      q4_0; a matrix whose rows are not a multiple of 32 values\n"
-            "                      falls back to f16 for the quantized types; norms are f32\n"
+            "                      q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q4_k, q5_k, q6_k\n"
+            "                      (every matrix), or llama.cpp's mixes q2_k, q3_k_m,\n"
+            "                      q4_k_s, q4_k_m, q5_k_m (its per-tensor rules); a matrix\n"
+            "                      whose rows do not fit the type's block falls back as\n"
+            "                      llama-quantize does, then to f16; norms are f32\n"
             "  -o, --output FILE   the GGUF file to write (via FILE.tmp, then renamed)\n"
             "  --vocab FILE        copy the tokenizer.* keys of this GGUF; its token count is\n"
             "                      the vocabulary size (default: a generated SentencePiece-\n"
@@ -402,21 +440,92 @@ static int set_arch_str(pe_gguf_writer *w, const arch_desc *a, const char *suffi
     return pe_gguf_writer_set_str(w, key, v);
 }
 
-/* The type of a matrix with rows of n_in values: wtype, or f16 when n_in does not fit
- * wtype's blocks (noted once per tensor kind). */
-static uint32_t matrix_type(const char *cmd, uint32_t wtype, uint64_t n_in, const char *kind,
-                            int *noted)
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */
+static int use_more_bits(uint64_t i, uint64_t n)
 {
-    const pe_ggml_type_traits *tr = pe_ggml_get_traits(wtype);
-    if (n_in % tr->blck_size == 0) return wtype;
-    if (!*noted) {
-        fprintf(stderr,
-                "%s: note: %s rows of %llu values are not a multiple of the %s block (%u): "
-                "written as f16\n",
-                cmd, kind, (unsigned long long)n_in, tr->name, tr->blck_size);
-        *noted = 1;
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+/* The type a mix gives tensor `name` (2-D), i its index among the tensors of its kind
+ * (attn_v, ffn_down) out of n (llama_tensor_get_type, for the tensors written here). */
+static uint32_t mix_type(const wtype_desc *wt, const char *name, int is_output, uint64_t i,
+                         uint64_t n, uint64_t n_gqa)
+{
+    const int mix = wt->mix;
+    if (is_output) return PE_GGML_TYPE_Q6_K;
+    if (strstr(name, "attn_v.weight")) {
+        if (mix == MIX_Q2_K) return n_gqa >= 4 ? PE_GGML_TYPE_Q4_K : PE_GGML_TYPE_Q3_K;
+        if (mix == MIX_Q3_K_M) return i < 2 ? PE_GGML_TYPE_Q5_K : PE_GGML_TYPE_Q4_K;
+        if ((mix == MIX_Q4_K_M || mix == MIX_Q5_K_M) && use_more_bits(i, n))
+            return PE_GGML_TYPE_Q6_K;
+        if (mix == MIX_Q4_K_S && i < 4) return PE_GGML_TYPE_Q5_K;
+    } else if (strstr(name, "ffn_down")) {
+        if (mix == MIX_Q2_K) return PE_GGML_TYPE_Q3_K;
+        if (mix == MIX_Q3_K_M) return i < n / 16 ? PE_GGML_TYPE_Q5_K : PE_GGML_TYPE_Q4_K;
+        if ((mix == MIX_Q4_K_M || mix == MIX_Q5_K_M) && use_more_bits(i, n))
+            return PE_GGML_TYPE_Q6_K;
+        if (mix == MIX_Q4_K_S && i < n / 8) return PE_GGML_TYPE_Q5_K;
+    } else if (strstr(name, "attn_output.weight")) {
+        if (mix == MIX_Q2_K) return PE_GGML_TYPE_Q3_K;
+        if (mix == MIX_Q3_K_M) return PE_GGML_TYPE_Q4_K;
+    } else if (strstr(name, "attn_qkv.weight")) {
+        if (mix == MIX_Q3_K_M) return PE_GGML_TYPE_Q4_K;
+        if (mix == MIX_Q4_K_M) return PE_GGML_TYPE_Q5_K;
+        if (mix == MIX_Q5_K_M) return PE_GGML_TYPE_Q6_K;
     }
-    return PE_GGML_TYPE_F16;
+    return wt->type;
+}
+
+/* The type of a tensor whose rows do not fit type's block: llama-quantize's fallback for the
+ * K-quants (convert_incompatible_tensor), f16 for the others and when that does not fit
+ * either. */
+static uint32_t fallback_type(uint32_t type, uint64_t n_in)
+{
+    uint32_t f = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K ? PE_GGML_TYPE_IQ4_NL
+                 : type == PE_GGML_TYPE_Q4_K                            ? PE_GGML_TYPE_Q5_0
+                 : type == PE_GGML_TYPE_Q5_K                            ? PE_GGML_TYPE_Q5_1
+                 : type == PE_GGML_TYPE_Q6_K                            ? PE_GGML_TYPE_Q8_0
+                                                                        : PE_GGML_TYPE_F16;
+    return n_in % pe_ggml_get_traits(f)->blck_size == 0 ? f : PE_GGML_TYPE_F16;
+}
+
+/* Sets the type of every 2-D tensor of t (added with the base type): the mix's rule, then the
+ * fallback where rows do not fit the block, noted once per tensor kind (ffn_down or other) and
+ * type. */
+static void assign_types(const char *cmd, const wtype_desc *wt, tdesc *t, uint64_t n_t, int tied,
+                         uint64_t n_layers, uint64_t n_gqa)
+{
+    uint64_t i_v = 0, i_down = 0;
+    uint8_t noted[2][PE_GGML_TYPE_COUNT] = {{0}};
+    for (uint64_t k = 0; k < n_t; k++) {
+        tdesc *d = &t[k];
+        if (d->n_dims != 2) continue;
+        const int is_down = strstr(d->name, "ffn_down") != NULL;
+        const int is_out = strcmp(d->name, "output.weight") == 0 ||
+                           (tied && strcmp(d->name, "token_embd.weight") == 0);
+        uint32_t type = wt->type;
+        if (wt->mix != MIX_NONE) {
+            const int is_v = strstr(d->name, "attn_v.weight") != NULL;
+            type = mix_type(wt, d->name, is_out, is_v ? i_v : i_down, n_layers, n_gqa);
+            if (is_out && d->ne[0] % QK_K != 0) type = PE_GGML_TYPE_Q8_0;
+            i_v += is_v;
+            i_down += is_down;
+        }
+        const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
+        if (d->ne[0] % tr->blck_size != 0) {
+            const uint32_t f = fallback_type(type, d->ne[0]);
+            if (!noted[is_down][type]) {
+                fprintf(stderr,
+                        "%s: note: %s rows of %llu values are not a multiple of the %s block "
+                        "(%u): written as %s\n",
+                        cmd, is_down ? "ffn_down.weight" : "matrix", (unsigned long long)d->ne[0],
+                        tr->name, tr->blck_size, pe_ggml_type_name(f));
+                noted[is_down][type] = 1;
+            }
+            type = f;
+        }
+        d->type = type;
+    }
 }
 
 int cmd_synth_model(int argc, char **argv)
@@ -456,14 +565,14 @@ int cmd_synth_model(int argc, char **argv)
     int given[N_COUNT] = {0};
     const shape *sh = NULL;
     shape s;
-    pe_ggml_type wtype;
-    uint32_t ftype, hd;
+    const wtype_desc *wt = NULL;
+    uint32_t hd;
     uint64_t n_vocab, n_t = 0;
     synth syn;
     tdesc *t = NULL;
     pe_gguf_writer *w = NULL;
     char err[512], name[160];
-    int opt, noted_ffn_down = 0, noted_other = 0, rc = CLI_EXIT_FAIL;
+    int opt, rc = CLI_EXIT_FAIL;
     long nproc;
     double t0;
 
@@ -523,11 +632,11 @@ int cmd_synth_model(int argc, char **argv)
                 arch_name);
         return cli_usage_error(cmd);
     }
-    if (pe_ggml_type_from_name(type_name, &wtype) != 0 ||
-        (wtype != PE_GGML_TYPE_F32 && wtype != PE_GGML_TYPE_F16 && wtype != PE_GGML_TYPE_BF16 &&
-         wtype != PE_GGML_TYPE_Q8_0 && wtype != PE_GGML_TYPE_Q4_0)) {
-        fprintf(stderr, "%s: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0\n", cmd,
-                type_name);
+    for (size_t i = 0; i < sizeof wtypes / sizeof wtypes[0]; i++) {
+        if (strcasecmp(wtypes[i].name, type_name) == 0) wt = &wtypes[i];
+    }
+    if (!wt) {
+        fprintf(stderr, "%s: --type: '%s' is not one of " WTYPE_NAMES "\n", cmd, type_name);
         return cli_usage_error(cmd);
     }
     s = *sh;
@@ -550,24 +659,6 @@ int cmd_synth_model(int argc, char **argv)
         return cli_usage_error(cmd);
     }
     hd = (uint32_t)(s.dim / s.heads);
-    switch (wtype) {
-    case PE_GGML_TYPE_F32:
-        ftype = FTYPE_ALL_F32;
-        break;
-    case PE_GGML_TYPE_BF16:
-        ftype = FTYPE_MOSTLY_BF16;
-        break;
-    case PE_GGML_TYPE_Q8_0:
-        ftype = FTYPE_MOSTLY_Q8_0;
-        break;
-    case PE_GGML_TYPE_Q4_0:
-        ftype = FTYPE_MOSTLY_Q4_0;
-        break;
-    default:
-        ftype = FTYPE_MOSTLY_F16;
-        break;
-    }
-
     w = pe_gguf_writer_create(3, 0);
     if (!w) goto oom;
     n_vocab = s.vocab;
@@ -592,7 +683,7 @@ int cmd_synth_model(int argc, char **argv)
     if (ar->rope > 0) s.rope_base = ar->rope;
     if (pe_gguf_writer_set_str(w, "general.architecture", ar->name) != 0 ||
         pe_gguf_writer_set_str(w, "general.name", name) != 0 ||
-        pe_gguf_writer_set_u32(w, "general.file_type", ftype) != 0 ||
+        pe_gguf_writer_set_u32(w, "general.file_type", wt->ftype) != 0 ||
         pe_gguf_writer_set_u32(w, "general.quantization_version", 2) != 0 ||
         set_arch_u32(w, ar, "context_length", s.ctx) != 0 ||
         set_arch_u32(w, ar, "embedding_length", s.dim) != 0 ||
@@ -628,8 +719,7 @@ int cmd_synth_model(int argc, char **argv)
         const float sd = 1.0f / sqrtf((float)s.dim), sf = 1.0f / sqrtf((float)s.ffn);
         const float res = 1.0f / sqrtf(2.0f * (float)s.layers); /* residual branches */
         const uint64_t kv_dim = s.kv_heads * hd;
-        uint32_t mt = matrix_type(cmd, wtype, s.dim, "matrix", &noted_other);
-        uint32_t mt_down = matrix_type(cmd, wtype, s.ffn, "ffn_down.weight", &noted_ffn_down);
+        const uint32_t mt = wt->type, mt_down = wt->type; /* assign_types() decides */
         add_tensor(t, &n_t, "token_embd.weight", mt, 2, s.dim, s.vocab, 0.0f, 1.0f);
         add_tensor(t, &n_t, "output_norm.weight", PE_GGML_TYPE_F32, 1, s.dim, 1, 1.0f, 0.02f);
         if (!ar->tied) add_tensor(t, &n_t, "output.weight", mt, 2, s.dim, s.vocab, 0.0f, sd);
@@ -670,6 +760,7 @@ int cmd_synth_model(int argc, char **argv)
 #undef LAYER_TENSOR
         }
     }
+    assign_types(cmd, wt, t, n_t, ar->tied, s.layers, s.heads / s.kv_heads);
     for (uint64_t i = 0; i < n_t; i++) {
         if (pe_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne) != 0) {
             fprintf(stderr, "%s: cannot add tensor '%s'\n", cmd, t[i].name);
@@ -705,7 +796,7 @@ int cmd_synth_model(int argc, char **argv)
         }
         printf("wrote %s: %s %s, %s weights, dim %llu, %llu layers, %llu/%llu heads, ffn %llu, "
                "vocab %llu, ctx %llu: %llu params, %llu tensor bytes in %.2f s\n",
-               out_path, ar->name, s.name, pe_ggml_type_name(wtype), (unsigned long long)s.dim,
+               out_path, ar->name, s.name, wt->name, (unsigned long long)s.dim,
                (unsigned long long)s.layers, (unsigned long long)s.heads,
                (unsigned long long)s.kv_heads, (unsigned long long)s.ffn,
                (unsigned long long)s.vocab, (unsigned long long)s.ctx, (unsigned long long)n_params,

@@ -41,8 +41,9 @@ pe_isa pe_isa_force(pe_isa isa);
 
 /* Converts n values of a row of type to f32 (n a multiple of the block size). */
 void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
-/* Converts n f32 values to a row of type (F32 F16 BF16 Q8_0 Q4_0), round-to-nearest as
- * ggml's reference quantizers do. */
+/* Converts n f32 values to a row of type (n a multiple of the block size; every type that
+ * pe_dequant_row decodes), as ggml's reference quantizers do without an importance matrix
+ * (the bytes llama-quantize writes; engine/ops/quantize.c for the issue-15 types). */
 void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 
 /* Y[n_tok][n_out] = X[n_tok][n_in] * W^T, multithreaded over tp (NULL: this thread).

@@ -75,6 +75,9 @@ size_t pe__act_row_bytes(uint32_t type, size_t n);
 void pe__quant_act_ref(uint32_t type, const float *x, void *y, size_t n);
 /* One weight row of n values of an ext type times a row quantized by pe__quant_act_ref. */
 float pe__vec_dot_ext_ref(uint32_t type, const void *w, const void *xq, size_t n);
+/* n f32 values (a multiple of the type's block) to a row of an ext type, as ggml's
+ * reference quantizers without an importance matrix (quantize.c). */
+void pe__quant_ext_row(uint32_t type, const float *x, void *y, size_t n);
 
 /* AVX2 versions of pe__vec_dot_ext_ref, bit-identical to it (ops_avx2.c; x86 CPUs with AVX2
  * only). */

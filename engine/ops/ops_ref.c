@@ -540,7 +540,8 @@ void pe_quant_row(uint32_t type, const float *src, void *dst, size_t n)
         pe__quant_q4_0_ref(src, dst, n);
         break;
     default:
-        PE_UNREACHABLE_TYPE(type);
+        if (!pe__type_is_ext(type)) PE_UNREACHABLE_TYPE(type);
+        pe__quant_ext_row(type, src, dst, n); /* quantize.c */
     }
 }
 

@@ -294,8 +294,8 @@ static int test_bad_flags(void)
     T_HAS(out, "KV cache");
     T_EQ(run("synth-model --help"), 0);
     T_HAS(out, "--vocab");
-    T_EQ(runf("synth-model --type q5_0 -o '%s'%s", path_of("x.gguf"), ""), 2);
-    T_HAS(err, "q5_0");
+    T_EQ(runf("synth-model --type q8_1 -o '%s'%s", path_of("x.gguf"), ""), 2);
+    T_HAS(err, "q8_1");
     T_EQ(runf("synth-model --shape huge -o '%s'%s", path_of("x.gguf"), ""), 2);
     T_EQ(run("synth-model --shape tiny"), 2);
     T_HAS(err, "-o FILE");
