@@ -460,9 +460,10 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
         float factor = 1.0f;
         if (get_f32(f, an, "rope.scaling.factor", &factor, 1e-6f, 1e6f, err, errlen)) goto fail;
         hp->rope_scale = 1.0f / factor;
-    } else if (is_gemma(hp->arch) && pe_gguf_find_kv(f, skey)) {
-        /* The Gemma files use linear scaling or none; another type would run with the
-         * wrong positions. (The other architectures keep their old reading.) */
+    } else if (pe_gguf_find_kv(f, skey)) {
+        /* Linear scaling or none; another type (yarn, longrope, ...) would run with the
+         * wrong positions and frequencies, so it is refused, naming it. (llama3's scaling
+         * is its rope_freqs tensor, not this key.) */
         if (pe_gguf_get_str(f, skey, &stype) != 0) {
             pe__errf(err, errlen, "%s: hyper-parameter %s has the wrong type", path, skey);
             goto fail;
@@ -472,6 +473,13 @@ int pe_model_load(const char *path, pe_progress_fn progress, void *ud, pe_model 
                      skey, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
             goto fail;
         }
+    }
+    uint32_t n_expert = 0;
+    if (get_u32(f, an, "expert_count", &n_expert, 0, err, errlen)) goto fail;
+    if (n_expert > 0) {
+        pe__errf(err, errlen, "%s: %s.expert_count %u: mixture-of-experts models are not supported",
+                 path, an, n_expert);
+        goto fail;
     }
     hp->embd_scale = 1.0f;
     hp->swa_period = 1;

@@ -856,7 +856,9 @@ static int copy_tensor(void *ud, uint64_t i, void *dst, uint64_t n_bytes)
 }
 
 /* Writes stories260K to path through the GGUF writer with key set to the scalar *v of
- * type (key NULL: an exact copy); linear nonzero adds llama.rope.scaling.type "linear". */
+ * type (key NULL: an exact copy); linear nonzero adds llama.rope.scaling.type "linear";
+ * g_variant_skey (when set) is written as the string g_variant_sval. */
+static const char *g_variant_skey, *g_variant_sval;
 static int write_variant(const char *path, const char *key, uint32_t type, const void *v,
                          int linear)
 {
@@ -871,6 +873,7 @@ static int write_variant(const char *path, const char *key, uint32_t type, const
     }
     if (key) T_EQ(pe_gguf_writer_set_val(w, key, type, v), 0);
     if (linear) T_EQ(pe_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear"), 0);
+    if (g_variant_skey) T_EQ(pe_gguf_writer_set_str(w, g_variant_skey, g_variant_sval), 0);
     for (uint64_t i = 0; i < pe_gguf_n_tensors(gf); i++) {
         const pe_gguf_tensor *t = pe_gguf_tensor_at(gf, i);
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
@@ -965,6 +968,42 @@ out:
     return rc;
 }
 
+/* What the engine cannot run is refused, naming it, instead of running wrong: a rope
+ * scaling other than linear / none (yarn would load and run with the wrong frequencies),
+ * and a mixture-of-experts file (llama.expert_count, as Mixtral's files have it). "none"
+ * still loads. */
+static int test_unsupported_features_refused(void)
+{
+    char path[512], err[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_model_feat.%ld.gguf", tmp && *tmp ? tmp : "/tmp",
+             (long)getpid());
+    pe_model *m = NULL;
+    const uint32_t experts = 8;
+    int rc = 1;
+    g_variant_skey = "llama.rope.scaling.type";
+    g_variant_sval = "yarn";
+    if (write_variant(path, NULL, 0, NULL, 0) ||
+        expect_refused(path, "llama.rope.scaling.type 'yarn' is not supported"))
+        goto out;
+    g_variant_sval = "none";
+    if (write_variant(path, NULL, 0, NULL, 0)) goto out;
+    if (pe_model_load(path, NULL, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "rope scaling 'none' refused: %s\n", err);
+        goto out;
+    }
+    pe_model_destroy(m);
+    g_variant_skey = NULL;
+    if (write_variant(path, "llama.expert_count", PE_GGUF_TYPE_UINT32, &experts, 0) ||
+        expect_refused(path, "llama.expert_count 8: mixture-of-experts"))
+        goto out;
+    rc = 0;
+out:
+    g_variant_skey = NULL;
+    remove(path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     char buf[1024], err[512];
@@ -986,6 +1025,7 @@ int main(int argc, char **argv)
     T_RUN(test_quest);
     T_RUN(test_greedy_golden);
     T_RUN(test_load_errors);
+    T_RUN(test_unsupported_features_refused);
     T_RUN(test_fingerprint_coverage);
     T_RUN(test_library_log);
     T_RUN(test_bad_hparams_refused);
