@@ -311,6 +311,7 @@ enum MHD_Result ps__handle_generate(conn *k)
         goto error;
     }
     k->tx_init = 1;
+    if (k->kind != PS_CHAT) ps_textout_continue(&k->tx, toks, n);
     k->stream = r.stream;
     k->include_usage = r.stream && r.include_usage;
 

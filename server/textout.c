@@ -33,6 +33,12 @@ int ps_textout_init(ps_textout *t, const pe_vocab *v, const char *const *stops, 
     return PGD_OK;
 }
 
+void ps_textout_continue(ps_textout *t, const int32_t *prompt, size_t n)
+{
+    for (size_t i = 0; i < n && t->dt.strip_space; i++)
+        if (pe_token_to_piece(t->dt.v, prompt[i], NULL, 0) > 0) t->dt.strip_space = 0;
+}
+
 void ps_textout_deinit(ps_textout *t)
 {
     for (size_t i = 0; i < t->n_stops; i++)

@@ -47,6 +47,13 @@ typedef struct ps_textout {
 int ps_textout_init(ps_textout *t, const pe_vocab *v, const char *const *stops, size_t n_stops);
 void ps_textout_deinit(ps_textout *t);
 
+/* Says that the text continues prompt[0..n) (a completion, not a chat message): the
+ * tokenizer's leading-space rule (tokenizer.h) then applies only when the prompt renders
+ * no text (only BOS / control tokens), so a continuation keeps the space of its first
+ * piece, as llama.cpp's server and the OpenAI API return it ("Lily wanted" -> " to play").
+ * Call before the first push. */
+void ps_textout_continue(ps_textout *t, const int32_t *prompt, size_t n);
+
 /* Appends token tok. Returns 1 when a stop string completed (the text now ends before it;
  * later pushes are ignored and return 1), 0 otherwise, PGD_ENOMEM. */
 int ps_textout_push(ps_textout *t, int32_t tok);

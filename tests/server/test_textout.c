@@ -221,6 +221,53 @@ static int test_limits(void)
     return 0;
 }
 
+/* A completion continues its prompt: the leading-space rule (tokenizer.h) strips the first
+ * piece's space only when the prompt renders no text. A SentencePiece vocabulary with
+ * add_space_prefix: <unk> <s> </s> "Once" "\u2581time". */
+static int test_continue_keeps_space(void)
+{
+    static mem_vocab mv;
+    mv_add(&mv, "<unk>", PE_TOKEN_TYPE_UNKNOWN);
+    mv_add(&mv, "<s>", PE_TOKEN_TYPE_CONTROL);
+    mv_add(&mv, "</s>", PE_TOKEN_TYPE_CONTROL);
+    mv_add(&mv, "Once", PE_TOKEN_TYPE_NORMAL);
+    mv_add(&mv, "\xe2\x96\x81time", PE_TOKEN_TYPE_NORMAL);
+    pe_vocab_params p = pe_vocab_default_params();
+    pe_vocab *v = NULL;
+    char err[256];
+    p.model = "llama";
+    p.n_tokens = mv.n;
+    p.tokens = mv.toks;
+    p.token_types = mv.types;
+    p.add_space_prefix = 1;
+    T_OK(pe_vocab_create(&p, &v, err, sizeof err));
+    const int32_t text_prompt[] = {1, 3}, bos_only[] = {1};
+    const struct {
+        const int32_t *prompt;
+        size_t n;
+        int cont;
+        const char *want;
+    } cases[] = {
+        {text_prompt, 2, 1, " time"}, /* "Once" + " time" */
+        {bos_only, 1, 1, "time"},     /* the text starts here */
+        {text_prompt, 2, 0, "time"},  /* a chat message: a fresh text */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ps_textout t;
+        char acc[64] = "";
+        T_OK(ps_textout_init(&t, v, NULL, 0));
+        if (cases[i].cont) ps_textout_continue(&t, cases[i].prompt, cases[i].n);
+        T_EQ(ps_textout_push(&t, 4), 0);
+        T_OK(ps_textout_finish(&t));
+        take(&t, acc, sizeof acc);
+        if (strcmp(acc, cases[i].want) != 0)
+            T_FAIL("case %zu: '%s', expected '%s'", i, acc, cases[i].want);
+        ps_textout_deinit(&t);
+    }
+    pe_vocab_destroy(v);
+    return 0;
+}
+
 int main(void)
 {
     g_v = make_vocab();
@@ -231,6 +278,7 @@ int main(void)
     T_RUN(test_earliest_and_overlapping);
     T_RUN(test_utf8);
     T_RUN(test_limits);
+    T_RUN(test_continue_keeps_space);
     pe_vocab_destroy(g_v);
     T_DONE();
 }
