@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT
+// test_archs.mjs - `pagoda serve` on the reference set's architecture files (issue 15):
+// llama, llama3, qwen2, qwen3, gemma2, gemma3 and phi3 (f16), each served by a real server.
+//   - a greedy completion of both reference prompts equals llama.cpp's server output
+//     (server-completion.json: `content`, 32 tokens, temperature 0);
+//   - the prefix cache serves a longer prompt (the prompt + llama.cpp's 32 generated ids)
+//     from the pages the first request registered, past gemma's 32-token window, and the
+//     answer equals the same request computed cold (another cache_salt: no hit).
+// The folder is ../shared/models/reference (or $PGD_REFERENCE_DIR); without it the test
+// exits 77 (skipped) and says so.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { requireSetup, startServer, post } from './common.mjs';
+
+requireSetup();
+const refDir = process.env.PGD_REFERENCE_DIR
+  || path.join(process.env.PGD_SOURCE_DIR || '.', '..', 'shared', 'models', 'reference');
+const ARCHS = ['llama', 'llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3'];
+const file = (a) => path.join(refDir, 'models', `tiny-${a}-f16`, `tiny-${a}-f16.gguf`);
+if (!ARCHS.every((a) => existsSync(file(a)))) {
+  console.error(`skipped: the reference models are not in ${refDir} (set PGD_REFERENCE_DIR)`);
+  process.exit(77);
+}
+const T = { timeout: 120000 }; // a bound on each test, not a timing assertion
+
+const servers = new Map();
+before(async () => {
+  for (const a of ARCHS) servers.set(a, await startServer(file(a), ['--ctx', '512']));
+});
+after(async () => {
+  for (const s of servers.values()) await s.stop();
+});
+
+const reference = (a) => JSON.parse(readFileSync(
+  path.join(refDir, 'models', `tiny-${a}-f16`, 'server-completion.json'), 'utf8')).results;
+
+async function complete(srv, prompt, max_tokens, extra = {}) {
+  const r = await post(srv, '/v1/completions', { prompt, max_tokens, temperature: 0, ...extra });
+  assert.equal(r.status, 200, r.text);
+  return { text: r.json.choices[0].text, usage: r.json.usage };
+}
+
+for (const a of ARCHS) {
+  test(`${a}: greedy completions equal llama.cpp's, and a prefix hit equals a cold answer`, T,
+    async () => {
+      const srv = servers.get(a);
+      for (const ref of reference(a)) {
+        const r = await complete(srv, ref.prompt, ref.tokens.length);
+        assert.equal(r.usage.prompt_tokens, ref.prompt_tokens.length, JSON.stringify(r.usage));
+        assert.equal(r.text, ref.content, `${a}, prompt ${JSON.stringify(ref.prompt)}`);
+
+        // The prompt and llama.cpp's 32 ids (BOS included): its full pages were registered
+        // by the request above, so a warm request hits them.
+        const ids = [...ref.prompt_tokens, ...ref.tokens];
+        const warm = await complete(srv, ids, 8);
+        const cold = await complete(srv, ids, 8, { cache_salt: `cold-${a}-${Math.random()}` });
+        const hit = warm.usage.prompt_tokens_details.cached_tokens;
+        assert.ok(hit >= 32, `${a}: the warm request hit the cache: ${JSON.stringify(warm.usage)}`);
+        assert.equal(cold.usage.prompt_tokens_details.cached_tokens, 0);
+        assert.equal(warm.text, cold.text, `${a}: a prefix hit of ${hit} tokens changes nothing`);
+        console.log(`# ${a}: ${JSON.stringify(ref.prompt)} ok; a hit of ${hit} of ${ids.length} tokens = cold`);
+      }
+    });
+}
