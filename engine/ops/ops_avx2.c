@@ -1034,8 +1034,10 @@ typedef void (*ext_tile_fn)(const ext_tile *a);
         {NULL, pfx##_8_1, pfx##_4_2, pfx##_2_3, pfx##_2_4, NULL, NULL, NULL, NULL}};
 
 #define Q4_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q4_K, a, R, T)
+#define Q5_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q5_K, a, R, T)
 #define Q6_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q6_K, a, R, T)
 EXT_SET(q4_k, Q4_K_TILE)
+EXT_SET(q5_k, Q5_K_TILE)
 EXT_SET(q6_k, Q6_K_TILE)
 
 /* Tokens 8 at a time (T = 8, R = 1: each weight block is unpacked once for 8 tokens),
@@ -1054,7 +1056,7 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
         tiles = q6_k_tiles;
         break;
     case PE_GGML_TYPE_Q5_K:
-        dot = pe__vec_dot_q5_k_avx2;
+        tiles = q5_k_tiles;
         break;
     case PE_GGML_TYPE_Q3_K:
         dot = pe__vec_dot_q3_k_avx2;
@@ -1107,6 +1109,7 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
 }
 
 #undef Q6_K_TILE
+#undef Q5_K_TILE
 #undef Q4_K_TILE
 #undef EXT_SET
 #undef EXT_FN
