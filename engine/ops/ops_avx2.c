@@ -859,10 +859,15 @@ INL void k_scales(const int type, const uint8_t *blk, __m256i *lo, __m256i *hi, 
         *mv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
         break;
     }
-    case PE_GGML_TYPE_Q3_K: {
-        int8_t sc[16];
-        q3_k_scales(blk + offsetof(block_q3_K, scales), sc);
-        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    case PE_GGML_TYPE_Q3_K: { /* q3_k_scales in registers (a call to it: 13x the time) */
+        uint32_t u[3];
+        memcpy(u, blk + offsetof(block_q3_K, scales), 12);
+        const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
+        const __m128i v = _mm_set_epi32((int)(((u[1] >> 4) & m4) | (((u[2] >> 6) & m2) << 4)),
+                                        (int)(((u[0] >> 4) & m4) | (((u[2] >> 4) & m2) << 4)),
+                                        (int)((u[1] & m4) | (((u[2] >> 2) & m2) << 4)),
+                                        (int)((u[0] & m4) | ((u[2] & m2) << 4)));
+        s16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(v, _mm_set1_epi8(32)));
         *mv = s16;
         break;
     }
@@ -1033,9 +1038,13 @@ typedef void (*ext_tile_fn)(const ext_tile *a);
          pfx##_1_8},                                                                               \
         {NULL, pfx##_8_1, pfx##_4_2, pfx##_2_3, pfx##_2_4, NULL, NULL, NULL, NULL}};
 
+#define Q2_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q2_K, a, R, T)
+#define Q3_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q3_K, a, R, T)
 #define Q4_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q4_K, a, R, T)
 #define Q5_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q5_K, a, R, T)
 #define Q6_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q6_K, a, R, T)
+EXT_SET(q2_k, Q2_K_TILE)
+EXT_SET(q3_k, Q3_K_TILE)
 EXT_SET(q4_k, Q4_K_TILE)
 EXT_SET(q5_k, Q5_K_TILE)
 EXT_SET(q6_k, Q6_K_TILE)
@@ -1059,10 +1068,10 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
         tiles = q5_k_tiles;
         break;
     case PE_GGML_TYPE_Q3_K:
-        dot = pe__vec_dot_q3_k_avx2;
+        tiles = q3_k_tiles;
         break;
     case PE_GGML_TYPE_Q2_K:
-        dot = pe__vec_dot_q2_k_avx2;
+        tiles = q2_k_tiles;
         break;
     case PE_GGML_TYPE_Q4_1:
         dot = pe__vec_dot_q4_1_avx2;
@@ -1111,6 +1120,8 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
 #undef Q6_K_TILE
 #undef Q5_K_TILE
 #undef Q4_K_TILE
+#undef Q3_K_TILE
+#undef Q2_K_TILE
 #undef EXT_SET
 #undef EXT_FN
 
