@@ -1010,6 +1010,82 @@ INL void k_tile(const int type, const ext_tile *a, const int R, const int T)
     tile_store(a, sumf, R, T);
 }
 
+/* The 32-value types: per block, the exact integer dot of each pair (maddubs: Q4_1/Q5_1
+ * values unsigned as they are, Q5_0/IQ4_NL as maddubs(|w|, sign(x, w)), as dot32 above),
+ * the 8 pairs reduced together, then (d_w * d_x) * (float)sumi [+ m_w * s_x] per lane and
+ * the sum in block order, as the reference's statement. */
+INL void b32_tile(const int type, const ext_tile *a, const int R, const int T)
+{
+    const size_t bs = type == PE_GGML_TYPE_Q4_1   ? sizeof(block_q4_1)
+                      : type == PE_GGML_TYPE_Q5_1 ? sizeof(block_q5_1)
+                      : type == PE_GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                                  : sizeof(block_iq4_nl);
+    const int q8_1 = type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1;
+    const size_t xbs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xqo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const __m256i ones = _mm256_set1_epi16(1), b16 = _mm256_set1_epi8(16);
+    const __m256i wo = lane_off(a->rb, 1, R, T), xo = lane_off(a->xs, 0, R, T);
+    __m256 sumf = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < a->nb; b++) {
+        const uint8_t *wb = a->w + b * bs, *xb = a->xq + b * xbs;
+        __m256i acc[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++)
+            acc[p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const uint8_t *blk = wb + i * a->rb;
+            __m256i u, w = _mm256_setzero_si256(); /* unsigned values; signed ones (w) */
+            switch (type) {
+            case PE_GGML_TYPE_Q4_1:
+                u = q4_nibbles(blk + offsetof(block_q4_1, qs));
+                break;
+            case PE_GGML_TYPE_Q5_1:
+                u = _mm256_or_si256(
+                    q4_nibbles(blk + offsetof(block_q5_1, qs)),
+                    _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_1, qh)), b16));
+                break;
+            case PE_GGML_TYPE_Q5_0:
+                w = _mm256_sub_epi8(
+                    _mm256_or_si256(
+                        q4_nibbles(blk + offsetof(block_q5_0, qs)),
+                        _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)), b16)),
+                    b16);
+                u = _mm256_sign_epi8(w, w);
+                break;
+            default: /* IQ4_NL */
+                w = _mm256_shuffle_epi8(
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)),
+                    q4_nibbles(blk + offsetof(block_iq4_nl, qs)));
+                u = _mm256_sign_epi8(w, w);
+                break;
+            }
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) {
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xb + (size_t)j * a->xs + xqo));
+                if (!q8_1) x = _mm256_sign_epi8(x, w);
+                acc[i * T + j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
+            }
+        }
+        const __m256 sumi = _mm256_cvtepi32_ps(hsum8x8i(acc));
+        __m256 dw, mw, dx, sx;
+        f16_pairs(tile_u32(wb, wo, R), &dw, &mw); /* d, m lead the weight blocks */
+        __m256i xv;                               /* d, s lead the activation blocks */
+        if (T == 1) {
+            int32_t v;
+            memcpy(&v, xb, sizeof v);
+            xv = _mm256_set1_epi32(v);
+        } else {
+            xv = _mm256_i32gather_epi32((const int *)(const void *)xb, xo, 1);
+        }
+        f16_pairs(xv, &dx, &sx);
+        __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx), sumi);
+        if (q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(mw, sx));
+        sumf = _mm256_add_ps(sumf, t);
+    }
+    tile_store(a, sumf, R, T);
+}
+
 /* Each (type, R, T) tile is a function of its own (as ops_gemv.h's); a type's table holds
  * R = 1 for T = 1..8 (row [0]) and the wide tiles R = 8 / T for T = 1..4 (row [1]). */
 typedef void (*ext_tile_fn)(const ext_tile *a);
@@ -1048,6 +1124,14 @@ EXT_SET(q3_k, Q3_K_TILE)
 EXT_SET(q4_k, Q4_K_TILE)
 EXT_SET(q5_k, Q5_K_TILE)
 EXT_SET(q6_k, Q6_K_TILE)
+#define Q4_1_TILE(R, T) b32_tile(PE_GGML_TYPE_Q4_1, a, R, T)
+#define Q5_0_TILE(R, T) b32_tile(PE_GGML_TYPE_Q5_0, a, R, T)
+#define Q5_1_TILE(R, T) b32_tile(PE_GGML_TYPE_Q5_1, a, R, T)
+#define IQ4_NL_TILE(R, T) b32_tile(PE_GGML_TYPE_IQ4_NL, a, R, T)
+EXT_SET(q4_1, Q4_1_TILE)
+EXT_SET(q5_0, Q5_0_TILE)
+EXT_SET(q5_1, Q5_1_TILE)
+EXT_SET(iq4_nl, IQ4_NL_TILE)
 
 /* Tokens 8 at a time (T = 8, R = 1: each weight block is unpacked once for 8 tokens),
  * fewer tokens in wide tiles (R = 8 / T, so that all 8 lanes work), the last rows of a
@@ -1056,7 +1140,6 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
                            uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
     const ext_tile_fn(*tiles)[9];
-    float (*dot)(const void *w, const void *xq, size_t n) = NULL;
     switch (w->type) {
     case PE_GGML_TYPE_Q4_K:
         tiles = q4_k_tiles;
@@ -1074,30 +1157,23 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
         tiles = q2_k_tiles;
         break;
     case PE_GGML_TYPE_Q4_1:
-        dot = pe__vec_dot_q4_1_avx2;
+        tiles = q4_1_tiles;
         break;
     case PE_GGML_TYPE_Q5_0:
-        dot = pe__vec_dot_q5_0_avx2;
+        tiles = q5_0_tiles;
         break;
     case PE_GGML_TYPE_Q5_1:
-        dot = pe__vec_dot_q5_1_avx2;
+        tiles = q5_1_tiles;
         break;
     case PE_GGML_TYPE_IQ4_NL:
-        dot = pe__vec_dot_iq4_nl_avx2;
+        tiles = iq4_nl_tiles;
         break;
     default:
         PE_UNREACHABLE_TYPE(w->type);
     }
     const size_t rb = w->row_bytes;
-    if (dot) {
-        for (uint32_t r = r0; r < r1; r++)
-            for (uint32_t t = t0; t < t1; t++)
-                y[(size_t)t * w->n_out + r] =
-                    dot((const uint8_t *)w->data + r * rb, xq + t * xq_stride, w->n_in);
-        return;
-    }
     static const uint32_t wide_r[5] = {0, 8, 4, 2, 2};
-    const uint32_t nb = w->n_in / QK_K;
+    const uint32_t nb = w->n_in / pe_ggml_get_traits(w->type)->blck_size;
     for (uint32_t t = t0; t < t1;) {
         const uint32_t nt = t1 - t < 8 ? t1 - t : 8;
         const uint32_t R = nt <= 4 ? wide_r[nt] : 1;
@@ -1117,6 +1193,10 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
     }
 }
 
+#undef IQ4_NL_TILE
+#undef Q5_1_TILE
+#undef Q5_0_TILE
+#undef Q4_1_TILE
 #undef Q6_K_TILE
 #undef Q5_K_TILE
 #undef Q4_K_TILE

@@ -77,7 +77,7 @@ void pe__quant_act_ref(uint32_t type, const float *x, void *y, size_t n);
 float pe__vec_dot_ext_ref(uint32_t type, const void *w, const void *xq, size_t n);
 
 /* AVX2 versions of pe__vec_dot_ext_ref, bit-identical to it (ops_avx2.c; x86 CPUs with AVX2
- * only). */
+ * only). One (row, token) each: pe_matmul runs pe__ext_rows_avx2 below. */
 float pe__vec_dot_q4_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q5_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n);
