@@ -27,6 +27,14 @@
 
 #include "ops_int.h"
 
+/* clang contracts a * b + c into an FMA by default (-ffp-contract=on) where the target has
+ * FMA, as every function here does: the f32 statements of the one-dot kernels below must
+ * round as the reference's (clang-built test_quant_ref: q4_K off by 1 ulp without this).
+ * GCC does not contract in C11 mode. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* Bytes ahead of the current position that GEMV prefetches in each row stream. */
 #ifndef PF_AHEAD
 #define PF_AHEAD 1024
@@ -781,7 +789,9 @@ TGT float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n)
  * 8 lanes, each rounded as in pe__vec_dot_ext_ref (no contraction): every element is
  * bit-identical to it, whatever the tile. K-quants with signed values use u = q + off
  * (Q3_K: off 4, Q6_K: 32) and subtract off * sum(scale_k * bsum_k) from the integer sums;
- * Q2_K/Q4_K/Q5_K keep their mins term sum(min_k * bsum_k), reduced like the dots. */
+ * Q2_K/Q4_K/Q5_K keep their mins term sum(min_k * bsum_k), reduced like the dots. Bounds as
+ * in the one-dot kernels above: a maddubs pair is at most 2 * 63 * 127 (K-quants) or
+ * 2 * 127 * 127 (IQ4_NL), no saturation; the int32 sums stay below 2^31. */
 
 typedef struct ext_tile {
     const uint8_t *w;  /* the tile's first row */
