@@ -350,7 +350,8 @@ static int test_avx2_dots_match_reference(void)
 }
 
 /* The AVX2 tiles (pe__ext_rows_avx2: rows x tokens, wide tiles for few tokens, the last
- * rows and tokens of a chunk alone) == pe_matmul_ref bit for bit: every tile shape, on
+ * rows and tokens of a chunk alone) == pe_matmul_ref bit for bit: every tile shape (1x1 to
+ * 1x8, 8x1, 4x2, 2x3, 2x4: n_out 33 and 100 leave 1 and 4 rows in the last chunk), on
  * random rows, rows of 0x00 or 0xff bytes (f16 scales random) and activations at +-127. */
 static int test_avx2_tiles_match_reference(void)
 {
@@ -358,7 +359,7 @@ static int test_avx2_tiles_match_reference(void)
         printf("     no AVX2 on this CPU: its tiles not run\n");
         return 0;
     }
-    const uint32_t n_in = 512, outs[] = {33, 100}, toks[] = {1, 2, 3, 4, 7, 64, 70};
+    const uint32_t n_in = 512, outs[] = {33, 100}, toks[] = {1, 2, 3, 4, 5, 7, 64, 70};
     const uint32_t max_tok = 70, max_out = 100;
     uint8_t *wd = malloc((size_t)max_out * 512 * 2);
     float *x = malloc((size_t)max_tok * n_in * sizeof *x);
