@@ -33,8 +33,11 @@ static const struct {
 };
 enum { N_SHAPES = sizeof all_shapes / sizeof all_shapes[0] };
 
-static const uint32_t all_types[] = {PE_GGML_TYPE_F16, PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0,
-                                     PE_GGML_TYPE_BF16, PE_GGML_TYPE_F32};
+static const uint32_t all_types[] = {
+    PE_GGML_TYPE_F16,  PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0, PE_GGML_TYPE_BF16,   PE_GGML_TYPE_F32,
+    PE_GGML_TYPE_Q4_K, PE_GGML_TYPE_Q5_K, PE_GGML_TYPE_Q6_K, PE_GGML_TYPE_Q2_K,   PE_GGML_TYPE_Q3_K,
+    PE_GGML_TYPE_Q4_1, PE_GGML_TYPE_Q5_0, PE_GGML_TYPE_Q5_1, PE_GGML_TYPE_IQ4_NL,
+};
 enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 
 typedef struct opts {
@@ -49,7 +52,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_matmul [options]\n"
                "GFLOP/s and GB/s of pe_matmul on 1B-model shapes, per type, threads and ISA.\n"
-               "  --types LIST    f16,q8_0,q4_0,bf16,f32 (default all)\n"
+               "  --types LIST    f16,q8_0,q4_0,bf16,f32 (default), q4_K,q5_K,q6_K,q2_K,q3_K,\n"
+               "                  q4_1,q5_0,q5_1,iq4_nl (random blocks, valid scales)\n"
                "  --shapes LIST   indices into 2048x2048,2048x8192,8192x2048,2048x32000\n"
                "                  (n_in x n_out; default 0,1,2,3)\n"
                "  --threads LIST  thread counts, 1 and/or 2 (default 1,2)\n"
@@ -147,6 +151,34 @@ typedef struct result {
     double ms, gflops, gbs, err;
 } result;
 
+/* Offsets of the f16 scale fields (d, then dmin or m where the type has one) of a block of
+ * the types pe_quant_row does not make; 0 entries past the first are absent. */
+static int f16_fields(uint32_t type, size_t off[2])
+{
+    off[0] = 0, off[1] = 2;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K:
+    case PE_GGML_TYPE_Q4_1:
+    case PE_GGML_TYPE_Q5_1:
+        return 2;
+    case PE_GGML_TYPE_Q2_K:
+        off[0] = offsetof(block_q2_K, d), off[1] = offsetof(block_q2_K, dmin);
+        return 2;
+    case PE_GGML_TYPE_Q3_K:
+        off[0] = offsetof(block_q3_K, d);
+        return 1;
+    case PE_GGML_TYPE_Q6_K:
+        off[0] = offsetof(block_q6_K, d);
+        return 1;
+    case PE_GGML_TYPE_Q5_0:
+    case PE_GGML_TYPE_IQ4_NL:
+        return 1;
+    default:
+        return 0; /* pe_quant_row makes it */
+    }
+}
+
 static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t *seed,
                           uint64_t *row_bytes)
 {
@@ -158,10 +190,25 @@ static void *make_weights(uint32_t type, uint32_t n_in, uint32_t n_out, uint64_t
         free(row);
         return NULL;
     }
+    size_t off[2];
+    const int n_f16 = f16_fields(type, off);
+    const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
     for (uint32_t o = 0; o < n_out; o++) {
         for (uint32_t i = 0; i < n_in; i++)
             row[i] = bench_randf(seed) * 0.05f;
-        pe_quant_row(type, row, w + o * *row_bytes, n_in);
+        if (n_f16 == 0) {
+            pe_quant_row(type, row, w + o * *row_bytes, n_in);
+            continue;
+        }
+        uint8_t *blk = w + o * *row_bytes;
+        for (uint64_t i = 0; i < *row_bytes; i++)
+            blk[i] = (uint8_t)(bench_rng(seed) >> 56);
+        for (uint32_t b = 0; b < n_in / tr->blck_size; b++, blk += tr->type_size) {
+            for (int k = 0; k < n_f16; k++) {
+                uint16_t h = pe_f32_to_f16(row[b] * 0.01f);
+                memcpy(blk + off[k], &h, 2);
+            }
+        }
     }
     free(row);
     return w;
@@ -186,7 +233,9 @@ int main(int argc, char **argv)
               .thread_mask = 0x3,
               .isa_mask = 0x7,
               .tok_mask = 0x3};
-    static const char *const type_names[] = {"f16", "q8_0", "q4_0", "bf16", "f32"};
+    static const char *const type_names[] = {"f16",  "q8_0", "q4_0", "bf16",  "f32",
+                                             "q4_K", "q5_K", "q6_K", "q2_K",  "q3_K",
+                                             "q4_1", "q5_0", "q5_1", "iq4_nl"};
     static const char *const shape_names[] = {"0", "1", "2", "3"};
     static const char *const thread_names[] = {"1", "2"};
     static const char *const isa_names[] = {"scalar", "avx2", "avx512"};

@@ -181,9 +181,8 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
 /* ---- the types of issue 15: scalar reference kernels on every ISA ----
  * The activations of each token are quantized (pe__quant_act_ref, ggml's vec_dot_type) into
  * the scratch, then the threads claim chunks of rows and run pe__vec_dot_ext_ref for every
- * token (on AVX2/AVX-512 CPUs: the AVX2 versions where ops_int.h declares one, bit-identical
- * to it). Each
- * element depends on its weight row and token only (batch-invariant). */
+ * token (on AVX2/AVX-512 CPUs: pe__ext_rows_avx2, rows x tokens tiles bit-identical to it).
+ * Each element depends on its weight row and token only (batch-invariant). */
 
 typedef struct ext_plan {
     const pe_mat *w;
@@ -192,7 +191,8 @@ typedef struct ext_plan {
     uint32_t n_tok;
     uint8_t *xq;
     size_t xq_stride;
-    float (*dot)(const void *w, const void *xq, size_t n); /* NULL: pe__vec_dot_ext_ref */
+    void (*rows)(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
+                 uint32_t r1, uint32_t t0, uint32_t t1); /* NULL: pe__vec_dot_ext_ref */
     atomic_uint next_row;
 } ext_plan;
 
@@ -213,14 +213,15 @@ static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
         uint32_t r0 = atomic_fetch_add_explicit(&p->next_row, GEMV_MIN_ROWS, memory_order_relaxed);
         if (r0 >= w->n_out) return;
         uint32_t r1 = r0 + GEMV_MIN_ROWS < w->n_out ? r0 + GEMV_MIN_ROWS : w->n_out;
+        if (p->rows) {
+            p->rows(w, p->xq, p->xq_stride, p->y, r0, r1, 0, p->n_tok);
+            continue;
+        }
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-            for (uint32_t t = 0; t < p->n_tok; t++) {
-                const uint8_t *xq = p->xq + t * p->xq_stride;
+            for (uint32_t t = 0; t < p->n_tok; t++)
                 p->y[(size_t)t * w->n_out + r] =
-                    p->dot ? p->dot(row, xq, w->n_in)
-                           : pe__vec_dot_ext_ref(w->type, row, xq, w->n_in);
-            }
+                    pe__vec_dot_ext_ref(w->type, row, p->xq + t * p->xq_stride, w->n_in);
         }
     }
 }
@@ -237,17 +238,8 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
     p.xq = (uint8_t *)round_up((uintptr_t)scratch, 64);
     p.xq_stride = round_up(pe__act_row_bytes(w->type, w->n_in), 64);
 #if defined(__x86_64__) || defined(__i386__)
-    if (kernels() != &pe__kernels_scalar) { /* AVX2 or AVX-512 (which includes AVX2) */
-        if (w->type == PE_GGML_TYPE_Q4_K) p.dot = pe__vec_dot_q4_k_avx2;
-        if (w->type == PE_GGML_TYPE_Q5_K) p.dot = pe__vec_dot_q5_k_avx2;
-        if (w->type == PE_GGML_TYPE_Q6_K) p.dot = pe__vec_dot_q6_k_avx2;
-        if (w->type == PE_GGML_TYPE_Q4_1) p.dot = pe__vec_dot_q4_1_avx2;
-        if (w->type == PE_GGML_TYPE_Q5_0) p.dot = pe__vec_dot_q5_0_avx2;
-        if (w->type == PE_GGML_TYPE_Q5_1) p.dot = pe__vec_dot_q5_1_avx2;
-        if (w->type == PE_GGML_TYPE_IQ4_NL) p.dot = pe__vec_dot_iq4_nl_avx2;
-        if (w->type == PE_GGML_TYPE_Q3_K) p.dot = pe__vec_dot_q3_k_avx2;
-        if (w->type == PE_GGML_TYPE_Q2_K) p.dot = pe__vec_dot_q2_k_avx2;
-    }
+    if (kernels() != &pe__kernels_scalar) /* AVX2 or AVX-512 (which includes AVX2) */
+        p.rows = pe__ext_rows_avx2;
 #endif
     atomic_init(&p.next_row, 0);
     pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);

@@ -13,6 +13,8 @@
  *   Q4_0 x Q8_0: maddubs(nibble, x) + the correction -8 * sum(x) / 8 per lane.
  *   then y += float(dot) * d_w * d_x per block (f32, like ggml).
  *   F32/F16/BF16: weights converted to f32 in registers, FMA with f32 activations.
+ *   The types of issue 15 (pe__ext_rows_avx2, below): tiles of R rows x T tokens too,
+ *   R * T <= 8, one f32 lane per (row, token) running the reference's statements.
  * Invariant: the integer part of every quantized dot is exact; the activation quantizer is
  * bit-identical to pe__quant_q8_0_ref.
  */
@@ -24,6 +26,14 @@
 #include <string.h>
 
 #include "ops_int.h"
+
+/* clang contracts a * b + c into an FMA by default (-ffp-contract=on) where the target has
+ * FMA, as every function here does: the f32 statements of the one-dot kernels below must
+ * round as the reference's (clang-built test_quant_ref: q4_K off by 1 ulp without this).
+ * GCC does not contract in C11 mode. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 /* Bytes ahead of the current position that GEMV prefetches in each row stream. */
 #ifndef PF_AHEAD
@@ -768,6 +778,442 @@ TGT float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n)
 {
     return vec_dot_32(PE_GGML_TYPE_IQ4_NL, w, xq, n);
 }
+
+/* ---- multi-token tiles of the types of issue 15 (pe__ext_rows_avx2) ----
+ * A tile is R rows x T tokens, R * T <= 8: each weight block is unpacked once for T tokens
+ * and each activation block read for R rows, and the 8 (row, token) pairs of the tile live
+ * in the 8 lanes of the f32 vectors (lane p: row p / T, token p % T). Per block, the
+ * integer dot of every pair is exact (maddubs of unsigned weights with the activations,
+ * madd with the sub-block scales, summed over the block in int32 lanes), the 8 pairs are
+ * reduced together (hsum8x8i), and the reference's f32 statements run once per block on the
+ * 8 lanes, each rounded as in pe__vec_dot_ext_ref (no contraction): every element is
+ * bit-identical to it, whatever the tile. K-quants with signed values use u = q + off
+ * (Q3_K: off 4, Q6_K: 32) and subtract off * sum(scale_k * bsum_k) from the integer sums;
+ * Q2_K/Q4_K/Q5_K keep their mins term sum(min_k * bsum_k), reduced like the dots. Bounds as
+ * in the one-dot kernels above: a maddubs pair is at most 2 * 63 * 127 (K-quants) or
+ * 2 * 127 * 127 (IQ4_NL), no saturation; the int32 sums stay below 2^31. */
+
+typedef struct ext_tile {
+    const uint8_t *w;  /* the tile's first row */
+    size_t rb;         /* bytes per weight row */
+    const uint8_t *xq; /* the tile's first token, quantized by pe__quant_act_ref */
+    size_t xs;         /* bytes per token of xq */
+    float *y;          /* &y[t][r] of the first (row, token) */
+    size_t ys;         /* floats per token of y (n_out) */
+    uint32_t nb;       /* blocks per row */
+} ext_tile;
+
+/* Lane p of a tile: the byte offset of its row (by_row) or token; 0 past R * T. */
+INL __m256i lane_off(size_t stride, const int by_row, const int R, const int T)
+{
+    _Alignas(32) int32_t o[8];
+    for (int p = 0; p < 8; p++)
+        o[p] = p < R * T ? (int32_t)((size_t)(by_row ? p / T : p % T) * stride) : 0;
+    return _mm256_load_si256((const __m256i *)(const void *)o);
+}
+
+/* The two f16 halves of each 32-bit lane of v, as f32. */
+INL void f16_pairs(__m256i v, __m256 *lo, __m256 *hi)
+{
+    const __m256i l = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    const __m256i p =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(l, _mm256_srli_epi32(v, 16)), 0xd8);
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
+}
+
+/* The 32 bits at p + off of the tile's rows (R > 1: gathered at the lanes' offsets o). */
+INL __m256i tile_u32(const uint8_t *p, __m256i o, const int R)
+{
+    if (R == 1) {
+        int32_t v;
+        memcpy(&v, p, sizeof v);
+        return _mm256_set1_epi32(v);
+    }
+    return _mm256_i32gather_epi32((const int *)(const void *)p, o, 1);
+}
+
+INL void tile_store(const ext_tile *a, __m256 v, const int R, const int T)
+{
+    _Alignas(32) float s[8];
+    _mm256_store_ps(s, v);
+    for (int p = 0; p < R * T; p++)
+        a->y[(size_t)(p % T) * a->ys + (size_t)(p / T)] = s[p];
+}
+
+/* The scales of a K-quant super-block for k_step_scale (lo, hi) and the vector whose madd
+ * with the activations' 16 bsums gives the mins term or the offset correction (mv). */
+INL void k_scales(const int type, const uint8_t *blk, __m256i *lo, __m256i *hi, __m256i *mv)
+{
+    __m256i s16;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: { /* get_scale_min_k4 for all 8 (ggml's kmask form) */
+        uint32_t u[4];
+        memcpy(u, blk + 4, 12);
+        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        const uint32_t m03 = u[1] & 0x3f3f3f3f;
+        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        u[2] = m03;
+        u[0] &= 0x3f3f3f3f;
+        s16 = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+        *lo = *hi = _mm256_permute2x128_si256(s16, s16, 0x00); /* scales 0..7, both lanes */
+        const __m128i m = _mm256_extracti128_si256(s16, 1);    /* mins 0..7 */
+        *mv = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+        return;
+    }
+    case PE_GGML_TYPE_Q2_K: {
+        const __m128i v = _mm_loadu_si128((const __m128i *)blk);
+        const __m128i m4 = _mm_set1_epi8(0x0f);
+        s16 = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4));
+        *mv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
+        break;
+    }
+    case PE_GGML_TYPE_Q3_K: { /* q3_k_scales in registers (a call to it: 13x the time) */
+        uint32_t u[3];
+        memcpy(u, blk + offsetof(block_q3_K, scales), 12);
+        const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
+        const __m128i v = _mm_set_epi32((int)(((u[1] >> 4) & m4) | (((u[2] >> 6) & m2) << 4)),
+                                        (int)(((u[0] >> 4) & m4) | (((u[2] >> 4) & m2) << 4)),
+                                        (int)((u[1] & m4) | (((u[2] >> 2) & m2) << 4)),
+                                        (int)((u[0] & m4) | ((u[2] & m2) << 4)));
+        s16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(v, _mm_set1_epi8(32)));
+        *mv = s16;
+        break;
+    }
+    default: /* Q6_K */
+        s16 = _mm256_cvtepi8_epi16(
+            _mm_loadu_si128((const __m128i *)(blk + offsetof(block_q6_K, scales))));
+        *mv = s16;
+        break;
+    }
+    *lo = _mm256_permute2x128_si256(s16, s16, 0x00); /* scales 0..7, both lanes */
+    *hi = _mm256_permute2x128_si256(s16, s16, 0x11); /* scales 8..15 */
+}
+
+/* The 16-bit scales of the 32 values of step s (values 32 s .. 32 s + 31). */
+INL __m256i k_step_scale(const int type, __m256i lo, __m256i hi, const int s)
+{
+    if (type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K) /* one scale per 32 */
+        return _mm256_shuffle_epi8(lo, _mm256_set1_epi16((short)((2 * s + 1) << 8 | 2 * s)));
+    const int e = s % 4; /* 16-value sub-blocks 2 s (low lane) and 2 s + 1 (high lane) */
+    const __m256i c = _mm256_set_m128i(_mm_set1_epi16((short)((4 * e + 3) << 8 | (4 * e + 2))),
+                                       _mm_set1_epi16((short)((4 * e + 1) << 8 | (4 * e))));
+    return _mm256_shuffle_epi8(s < 4 ? lo : hi, c);
+}
+
+/* Bit b of each byte of v moved to bit to (the other bits are garbage). 16-bit shifts are
+ * safe: bits that cross a byte boundary land outside the bit kept. */
+INL __m256i bit_to(__m256i v, const int b, const int to)
+{
+    return b > to ? _mm256_srli_epi16(v, b - to) : _mm256_slli_epi16(v, to - b);
+}
+
+/* The 32 unsigned values (q + off) of step s of a K-quant super-block, in value order. */
+INL __m256i k_unpack(const int type, const uint8_t *blk, const int s)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: {
+        const size_t qs =
+            type == PE_GGML_TYPE_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * (s / 2)));
+        __m256i u = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+        if (type == PE_GGML_TYPE_Q5_K) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(blk + offsetof(block_q5_K, qh)));
+            u = _mm256_or_si256(u, _mm256_and_si256(bit_to(h, s, 4), _mm256_set1_epi8(0x10)));
+        }
+        return u;
+    }
+    case PE_GGML_TYPE_Q6_K: {
+        const int c = s / 4, i = s % 4;
+        const __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * (i & 1)));
+        const __m256i h =
+            _mm256_loadu_si256((const __m256i *)(blk + offsetof(block_q6_K, qh) + 32 * c));
+        const __m256i lo = _mm256_and_si256(i >= 2 ? _mm256_srli_epi16(l, 4) : l, m4);
+        return _mm256_or_si256(lo, _mm256_and_si256(bit_to(h, 2 * i, 4), _mm256_set1_epi8(0x30)));
+    }
+    case PE_GGML_TYPE_Q2_K:
+    case PE_GGML_TYPE_Q3_K: {
+        const int c = s / 4, j = s % 4;
+        const size_t qs =
+            type == PE_GGML_TYPE_Q2_K ? offsetof(block_q2_K, qs) : offsetof(block_q3_K, qs);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * c));
+        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+        if (type == PE_GGML_TYPE_Q3_K) { /* hmask bit s set: +4 (v = u - 4) */
+            const __m256i h = _mm256_loadu_si256((const __m256i *)blk);
+            u = _mm256_or_si256(u, _mm256_and_si256(bit_to(h, s, 2), _mm256_set1_epi8(4)));
+        }
+        return u;
+    }
+    default:
+        PE_UNREACHABLE_TYPE(type);
+    }
+}
+
+INL void k_tile(const int type, const ext_tile *a, const int R, const int T)
+{
+    const size_t bs = type == PE_GGML_TYPE_Q2_K   ? sizeof(block_q2_K)
+                      : type == PE_GGML_TYPE_Q3_K ? sizeof(block_q3_K)
+                      : type == PE_GGML_TYPE_Q4_K ? sizeof(block_q4_K)
+                      : type == PE_GGML_TYPE_Q5_K ? sizeof(block_q5_K)
+                                                  : sizeof(block_q6_K);
+    const int has_min =
+        type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K;
+    /* 32 bits holding d (and dmin): d first for Q2_K/Q4_K/Q5_K, d last in Q3_K/Q6_K blocks */
+    const size_t doff = type == PE_GGML_TYPE_Q2_K   ? offsetof(block_q2_K, d)
+                        : type == PE_GGML_TYPE_Q3_K ? offsetof(block_q3_K, d) - 2
+                        : type == PE_GGML_TYPE_Q6_K ? offsetof(block_q6_K, d) - 2
+                                                    : 0;
+    const int shift = type == PE_GGML_TYPE_Q3_K ? 2 : 5; /* log2 of the offset */
+    const __m256i wo = lane_off(a->rb, 1, R, T), xo = lane_off(a->xs, 0, R, T);
+    __m256 sumf = _mm256_setzero_ps();
+    for (uint32_t ib = 0; ib < a->nb; ib++) {
+        const uint8_t *wb = a->w + ib * bs;
+        const block_q8_K *x[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < T; j++)
+            x[j] = (const block_q8_K *)(const void *)(a->xq + (size_t)j * a->xs) + ib;
+        __m256i slo[8], shi[8], mv[8], acc[8], mac[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++)
+            acc[p] = mac[p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            k_scales(type, wb + i * a->rb, &slo[i], &shi[i], &mv[i]);
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                const __m256i u = k_unpack(type, wb + i * a->rb, s);
+                const __m256i sv = k_step_scale(type, slo[i], shi[i], s);
+#pragma GCC unroll 8
+                for (int j = 0; j < T; j++) {
+                    const __m256i q8 = _mm256_loadu_si256((const __m256i *)(x[j]->qs + 32 * s));
+                    acc[i * T + j] = _mm256_add_epi32(
+                        acc[i * T + j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, q8), sv));
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) {
+                const __m256i m = _mm256_madd_epi16(
+                    mv[i], _mm256_loadu_si256((const __m256i *)(const void *)x[j]->bsums));
+                if (has_min)
+                    mac[i * T + j] = m;
+                else
+                    acc[i * T + j] = _mm256_sub_epi32(acc[i * T + j], _mm256_slli_epi32(m, shift));
+            }
+        }
+        const __m256 sumi = _mm256_cvtepi32_ps(hsum8x8i(acc));
+        const __m256 xd = T == 1 ? _mm256_set1_ps(x[0]->d) : _mm256_i32gather_ps(&x[0]->d, xo, 1);
+        __m256 d, dmin;
+        f16_pairs(tile_u32(wb + doff, wo, R), &d, &dmin);
+        if (!has_min) d = dmin, dmin = _mm256_setzero_ps();
+        const __m256 summ = has_min ? _mm256_cvtepi32_ps(hsum8x8i(mac)) : _mm256_setzero_ps();
+        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(_mm256_mul_ps(xd, d), sumi));
+        sumf = _mm256_sub_ps(sumf, _mm256_mul_ps(_mm256_mul_ps(xd, dmin), summ));
+    }
+    tile_store(a, sumf, R, T);
+}
+
+/* The 32-value types: per block, the exact integer dot of each pair (maddubs: Q4_1/Q5_1
+ * values unsigned as they are, Q5_0/IQ4_NL as maddubs(|w|, sign(x, w)), as dot32 above),
+ * the 8 pairs reduced together, then (d_w * d_x) * (float)sumi [+ m_w * s_x] per lane and
+ * the sum in block order, as the reference's statement. */
+INL void b32_tile(const int type, const ext_tile *a, const int R, const int T)
+{
+    const size_t bs = type == PE_GGML_TYPE_Q4_1   ? sizeof(block_q4_1)
+                      : type == PE_GGML_TYPE_Q5_1 ? sizeof(block_q5_1)
+                      : type == PE_GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                                  : sizeof(block_iq4_nl);
+    const int q8_1 = type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1;
+    const size_t xbs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xqo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const __m256i ones = _mm256_set1_epi16(1), b16 = _mm256_set1_epi8(16);
+    const __m256i wo = lane_off(a->rb, 1, R, T), xo = lane_off(a->xs, 0, R, T);
+    __m256 sumf = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < a->nb; b++) {
+        const uint8_t *wb = a->w + b * bs, *xb = a->xq + b * xbs;
+        __m256i acc[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++)
+            acc[p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const uint8_t *blk = wb + i * a->rb;
+            __m256i u, w = _mm256_setzero_si256(); /* unsigned values; signed ones (w) */
+            switch (type) {
+            case PE_GGML_TYPE_Q4_1:
+                u = q4_nibbles(blk + offsetof(block_q4_1, qs));
+                break;
+            case PE_GGML_TYPE_Q5_1:
+                u = _mm256_or_si256(
+                    q4_nibbles(blk + offsetof(block_q5_1, qs)),
+                    _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_1, qh)), b16));
+                break;
+            case PE_GGML_TYPE_Q5_0:
+                w = _mm256_sub_epi8(
+                    _mm256_or_si256(
+                        q4_nibbles(blk + offsetof(block_q5_0, qs)),
+                        _mm256_and_si256(bits_to_bytes(blk + offsetof(block_q5_0, qh)), b16)),
+                    b16);
+                u = _mm256_sign_epi8(w, w);
+                break;
+            default: /* IQ4_NL */
+                w = _mm256_shuffle_epi8(
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)),
+                    q4_nibbles(blk + offsetof(block_iq4_nl, qs)));
+                u = _mm256_sign_epi8(w, w);
+                break;
+            }
+#pragma GCC unroll 8
+            for (int j = 0; j < T; j++) {
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xb + (size_t)j * a->xs + xqo));
+                if (!q8_1) x = _mm256_sign_epi8(x, w);
+                acc[i * T + j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
+            }
+        }
+        const __m256 sumi = _mm256_cvtepi32_ps(hsum8x8i(acc));
+        __m256 dw, mw, dx, sx;
+        f16_pairs(tile_u32(wb, wo, R), &dw, &mw); /* d, m lead the weight blocks */
+        __m256i xv;                               /* d, s lead the activation blocks */
+        if (T == 1) {
+            int32_t v;
+            memcpy(&v, xb, sizeof v);
+            xv = _mm256_set1_epi32(v);
+        } else {
+            xv = _mm256_i32gather_epi32((const int *)(const void *)xb, xo, 1);
+        }
+        f16_pairs(xv, &dx, &sx);
+        __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx), sumi);
+        if (q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(mw, sx));
+        sumf = _mm256_add_ps(sumf, t);
+    }
+    tile_store(a, sumf, R, T);
+}
+
+/* Each (type, R, T) tile is a function of its own (as ops_gemv.h's); a type's table holds
+ * R = 1 for T = 1..8 (row [0]) and the wide tiles R = 8 / T for T = 1..4 (row [1]). */
+typedef void (*ext_tile_fn)(const ext_tile *a);
+
+#define EXT_FN(name, call)                                                                         \
+    TGT __attribute__((noinline)) static void name(const ext_tile *a)                              \
+    {                                                                                              \
+        call;                                                                                      \
+    }
+
+#define EXT_SET(pfx, TILE)                                                                         \
+    EXT_FN(pfx##_1_1, TILE(1, 1))                                                                  \
+    EXT_FN(pfx##_1_2, TILE(1, 2))                                                                  \
+    EXT_FN(pfx##_1_3, TILE(1, 3))                                                                  \
+    EXT_FN(pfx##_1_4, TILE(1, 4))                                                                  \
+    EXT_FN(pfx##_1_5, TILE(1, 5))                                                                  \
+    EXT_FN(pfx##_1_6, TILE(1, 6))                                                                  \
+    EXT_FN(pfx##_1_7, TILE(1, 7))                                                                  \
+    EXT_FN(pfx##_1_8, TILE(1, 8))                                                                  \
+    EXT_FN(pfx##_8_1, TILE(8, 1))                                                                  \
+    EXT_FN(pfx##_4_2, TILE(4, 2))                                                                  \
+    EXT_FN(pfx##_2_3, TILE(2, 3))                                                                  \
+    EXT_FN(pfx##_2_4, TILE(2, 4))                                                                  \
+    static const ext_tile_fn pfx##_tiles[2][9] = {                                                 \
+        {NULL, pfx##_1_1, pfx##_1_2, pfx##_1_3, pfx##_1_4, pfx##_1_5, pfx##_1_6, pfx##_1_7,        \
+         pfx##_1_8},                                                                               \
+        {NULL, pfx##_8_1, pfx##_4_2, pfx##_2_3, pfx##_2_4, NULL, NULL, NULL, NULL}};
+
+#define Q2_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q2_K, a, R, T)
+#define Q3_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q3_K, a, R, T)
+#define Q4_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q4_K, a, R, T)
+#define Q5_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q5_K, a, R, T)
+#define Q6_K_TILE(R, T) k_tile(PE_GGML_TYPE_Q6_K, a, R, T)
+EXT_SET(q2_k, Q2_K_TILE)
+EXT_SET(q3_k, Q3_K_TILE)
+EXT_SET(q4_k, Q4_K_TILE)
+EXT_SET(q5_k, Q5_K_TILE)
+EXT_SET(q6_k, Q6_K_TILE)
+#define Q4_1_TILE(R, T) b32_tile(PE_GGML_TYPE_Q4_1, a, R, T)
+#define Q5_0_TILE(R, T) b32_tile(PE_GGML_TYPE_Q5_0, a, R, T)
+#define Q5_1_TILE(R, T) b32_tile(PE_GGML_TYPE_Q5_1, a, R, T)
+#define IQ4_NL_TILE(R, T) b32_tile(PE_GGML_TYPE_IQ4_NL, a, R, T)
+EXT_SET(q4_1, Q4_1_TILE)
+EXT_SET(q5_0, Q5_0_TILE)
+EXT_SET(q5_1, Q5_1_TILE)
+EXT_SET(iq4_nl, IQ4_NL_TILE)
+
+/* Tokens 8 at a time (T = 8, R = 1: each weight block is unpacked once for 8 tokens),
+ * fewer tokens in wide tiles (R = 8 / T, so that all 8 lanes work), the last rows of a
+ * chunk one at a time. Loop order: the T tokens' activations stay in L1/L2 over the rows. */
+TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y,
+                           uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const ext_tile_fn(*tiles)[9];
+    switch (w->type) {
+    case PE_GGML_TYPE_Q4_K:
+        tiles = q4_k_tiles;
+        break;
+    case PE_GGML_TYPE_Q6_K:
+        tiles = q6_k_tiles;
+        break;
+    case PE_GGML_TYPE_Q5_K:
+        tiles = q5_k_tiles;
+        break;
+    case PE_GGML_TYPE_Q3_K:
+        tiles = q3_k_tiles;
+        break;
+    case PE_GGML_TYPE_Q2_K:
+        tiles = q2_k_tiles;
+        break;
+    case PE_GGML_TYPE_Q4_1:
+        tiles = q4_1_tiles;
+        break;
+    case PE_GGML_TYPE_Q5_0:
+        tiles = q5_0_tiles;
+        break;
+    case PE_GGML_TYPE_Q5_1:
+        tiles = q5_1_tiles;
+        break;
+    case PE_GGML_TYPE_IQ4_NL:
+        tiles = iq4_nl_tiles;
+        break;
+    default:
+        PE_UNREACHABLE_TYPE(w->type);
+    }
+    const size_t rb = w->row_bytes;
+    static const uint32_t wide_r[5] = {0, 8, 4, 2, 2};
+    const uint32_t nb = w->n_in / pe_ggml_get_traits(w->type)->blck_size;
+    for (uint32_t t = t0; t < t1;) {
+        const uint32_t nt = t1 - t < 8 ? t1 - t : 8;
+        const uint32_t R = nt <= 4 ? wide_r[nt] : 1;
+        uint32_t r = r0;
+        ext_tile a = {NULL, rb, xq + t * xq_stride, xq_stride, NULL, w->n_out, nb};
+        for (; R > 1 && r + R <= r1; r += R) {
+            a.w = (const uint8_t *)w->data + r * rb;
+            a.y = y + (size_t)t * w->n_out + r;
+            tiles[1][nt](&a);
+        }
+        for (; r < r1; r++) {
+            a.w = (const uint8_t *)w->data + r * rb;
+            a.y = y + (size_t)t * w->n_out + r;
+            tiles[0][nt](&a);
+        }
+        t += nt;
+    }
+}
+
+#undef IQ4_NL_TILE
+#undef Q5_1_TILE
+#undef Q5_0_TILE
+#undef Q4_1_TILE
+#undef Q6_K_TILE
+#undef Q5_K_TILE
+#undef Q4_K_TILE
+#undef Q3_K_TILE
+#undef Q2_K_TILE
+#undef EXT_SET
+#undef EXT_FN
 
 /* gemv is batch-invariant as it is (the only product path of this ISA): every (row, token)
  * of a tile has its own accumulator and the same instruction sequence whatever the tile's

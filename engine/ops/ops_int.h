@@ -80,7 +80,7 @@ float pe__vec_dot_ext_ref(uint32_t type, const void *w, const void *xq, size_t n
 void pe__quant_ext_row(uint32_t type, const float *x, void *y, size_t n);
 
 /* AVX2 versions of pe__vec_dot_ext_ref, bit-identical to it (ops_avx2.c; x86 CPUs with AVX2
- * only). */
+ * only). One (row, token) each: pe_matmul runs pe__ext_rows_avx2 below. */
 float pe__vec_dot_q4_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q5_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q6_k_avx2(const void *w, const void *xq, size_t n);
@@ -90,6 +90,11 @@ float pe__vec_dot_q5_1_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
+/* y[t][r] (row stride w->n_out) for rows [r0, r1) and tokens [t0, t1) of an ext type, on
+ * activations quantized by pe__quant_act_ref (token stride xq_stride), in tiles of rows x
+ * tokens; each element bit-identical to pe__vec_dot_ext_ref (ops_avx2.c). */
+void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
+                       uint32_t r1, uint32_t t0, uint32_t t1);
 
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)

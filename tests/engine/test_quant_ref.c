@@ -14,6 +14,7 @@
  *   pe_matmul == pe_matmul_ref bit for bit for every type, ISA, thread count and n_tok.
  *   each AVX2 kernel == pe__vec_dot_ext_ref bit for bit, on random rows and on rows of
  *     extreme values (every weight byte 0x00 or 0xff, activations at +-127), several lengths.
+ *   pe_matmul on AVX2 (its row x token tiles) == pe_matmul_ref bit for bit, n_tok 1..70.
  */
 #include <math.h>
 #include <stddef.h>
@@ -347,6 +348,70 @@ static int test_avx2_dots_match_reference(void)
     free(xq);
     return 0;
 }
+
+/* The AVX2 tiles (pe__ext_rows_avx2: rows x tokens, wide tiles for few tokens, the last
+ * rows and tokens of a chunk alone) == pe_matmul_ref bit for bit: every tile shape (1x1 to
+ * 1x8, 8x1, 4x2, 2x3, 2x4: n_out 33 and 100 leave 1 and 4 rows in the last chunk), on
+ * random rows, rows of 0x00 or 0xff bytes (f16 scales random) and activations at +-127. */
+static int test_avx2_tiles_match_reference(void)
+{
+    if (pe_isa_detect() < PE_ISA_AVX2) {
+        printf("     no AVX2 on this CPU: its tiles not run\n");
+        return 0;
+    }
+    const uint32_t n_in = 512, outs[] = {33, 100}, toks[] = {1, 2, 3, 4, 5, 7, 64, 70};
+    const uint32_t max_tok = 70, max_out = 100;
+    uint8_t *wd = malloc((size_t)max_out * 512 * 2);
+    float *x = malloc((size_t)max_tok * n_in * sizeof *x);
+    float *y = malloc((size_t)max_tok * max_out * sizeof *y),
+          *yr = malloc((size_t)max_tok * max_out * sizeof *yr);
+    pe_threadpool *tp[2] = {pe_tp_create(1), pe_tp_create(3)};
+    T_ASSERT(wd && x && y && yr && tp[0] && tp[1]);
+    pe_isa_force(PE_ISA_AVX2);
+    for (int i = 0; i < N_EXT; i++) {
+        const uint32_t type = ext_types[i];
+        const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
+        for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
+            pe_mat w = {type, n_in, outs[oi], wd, pe_ggml_row_size(type, n_in)};
+            for (int pat = 0; pat < 4; pat++) { /* random, 0x00, 0xff, 0xff at +-127 */
+                for (uint32_t r = 0; r < w.n_out; r++) {
+                    uint8_t *row = wd + r * w.row_bytes;
+                    random_row(type, row, n_in);
+                    if (pat > 0) {
+                        memset(row, pat == 1 ? 0x00 : 0xff, n_in / tr->blck_size * tr->type_size);
+                        random_scales(type, row, n_in);
+                    }
+                }
+                for (size_t j = 0; j < (size_t)max_tok * n_in; j++)
+                    x[j] = pat < 3 ? frand() * (j % 61 == 0 ? 8.0f : 1.0f)
+                                   : (j * 7 % 3 ? 1.0f : -1.0f);
+                for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+                    void *scratch = malloc(pe_matmul_scratch_bytes(&w, toks[k]));
+                    T_ASSERT(scratch != NULL);
+                    pe_matmul_ref(&w, x, toks[k], yr);
+                    for (int ti = 0; ti < 2; ti++) {
+                        memset(y, 0xff, (size_t)toks[k] * w.n_out * sizeof *y);
+                        pe_matmul(tp[ti], &w, x, toks[k], y, scratch);
+                        if (memcmp(y, yr, (size_t)toks[k] * w.n_out * sizeof *y) != 0)
+                            T_FAIL("%s n_out %u pattern %d threads %d n_tok %u: avx2 tiles != "
+                                   "pe_matmul_ref",
+                                   pe_ggml_type_name(type), w.n_out, pat, ti ? 3 : 1, toks[k]);
+                    }
+                    free(scratch);
+                }
+            }
+        }
+        printf("     %-6s avx2 tiles bit-identical to the reference\n", pe_ggml_type_name(type));
+    }
+    pe_isa_force(pe_isa_detect());
+    pe_tp_destroy(tp[0]);
+    pe_tp_destroy(tp[1]);
+    free(wd);
+    free(x);
+    free(y);
+    free(yr);
+    return 0;
+}
 #endif
 
 int main(void)
@@ -357,6 +422,7 @@ int main(void)
     T_RUN(test_matmul_matches_reference);
 #if defined(__x86_64__) || defined(__i386__)
     T_RUN(test_avx2_dots_match_reference);
+    T_RUN(test_avx2_tiles_match_reference);
 #endif
     if (!t_failed && !have_reference) {
         printf("%d passed; the ggml dequantization reference was not found\n", t_run);
