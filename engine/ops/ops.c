@@ -177,12 +177,14 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
     }
 }
 
-/* ---- the types of issue 15: scalar reference kernels on every ISA ----
+/* ---- the types of issue 15 ----
  * The activations of each token are quantized (pe__quant_act_ref, ggml's vec_dot_type) into
- * the scratch, then the threads claim chunks of rows and run pe__vec_dot_ext_ref for every
- * token (on AVX2/AVX-512 CPUs: the AVX2 versions where ops_int.h declares one, bit-identical
- * to it). Each
- * element depends on its weight row and token only (batch-invariant). */
+ * the scratch. On AVX-512 the tasks then split as for Q8_0/Q4_0 (GEMV row claims below
+ * pe__ext_gemm_min_tok tokens, rows x tokens tiles from it on) and run
+ * pe__ext_rows_avx512; elsewhere the threads claim chunks of rows and run
+ * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: the AVX2 versions ops_int.h declares,
+ * bit-identical to it). Each element depends on its weight row and token only
+ * (batch-invariant). */
 
 typedef struct ext_plan {
     const pe_mat *w;
@@ -193,6 +195,9 @@ typedef struct ext_plan {
     size_t xq_stride;
     float (*dot)(const void *w, const void *xq, size_t n); /* NULL: pe__vec_dot_ext_ref */
     atomic_uint next_row;
+    /* AVX-512 (pe__ext_rows_avx512): the product, and the GEMM task split */
+    pe_ext_mm em;
+    uint32_t n_threads, rows_per_task, n_row_tasks;
 } ext_plan;
 
 static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
@@ -224,6 +229,63 @@ static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
     }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* AVX-512 GEMV: guided row claims as gemv_task, each chunk for all tokens. */
+static void ext_gemv_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    ext_plan *p = ctx;
+    const uint32_t n = p->w->n_out;
+    uint32_t cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
+    while (cur < n) {
+        uint32_t left = n - cur;
+        uint32_t chunk = (left / (2 * p->n_threads) + 15) & ~15u;
+        if (chunk < GEMV_MIN_ROWS) chunk = GEMV_MIN_ROWS;
+        if (chunk > left) chunk = left;
+        if (atomic_compare_exchange_weak_explicit(&p->next_row, &cur, cur + chunk,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            pe__ext_rows_avx512(&p->em, cur, cur + chunk, 0, p->n_tok);
+            cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
+        }
+    }
+}
+
+/* AVX-512 GEMM: tiles of rows x GEMM_TASK_TOK tokens, as mm_task. */
+static void ext_gemm_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    ext_plan *p = ctx;
+    uint32_t rt = task % p->n_row_tasks, tt = task / p->n_row_tasks;
+    uint32_t r0 = rt * p->rows_per_task, t0 = tt * GEMM_TASK_TOK;
+    uint32_t r1 = r0 + p->rows_per_task, t1 = t0 + GEMM_TASK_TOK;
+    if (r1 > p->w->n_out) r1 = p->w->n_out;
+    if (t1 > p->n_tok) t1 = p->n_tok;
+    pe__ext_rows_avx512(&p->em, r0, r1, t0, t1);
+}
+
+/* The AVX-512 products of matmul_ext: every element is bit-identical to the reference, so
+ * the split may follow n_tok and the thread count (invariant as the scalar path). */
+static void matmul_ext_avx512(pe_threadpool *tp, ext_plan *p)
+{
+    const uint32_t n_threads = pe_tp_n_threads(tp), n_out = p->w->n_out;
+    p->em.w = p->w;
+    p->em.xq = p->xq;
+    p->em.xq_stride = p->xq_stride;
+    p->em.y = p->y;
+    p->em.n_tok = p->n_tok;
+    p->n_threads = n_threads;
+    if (p->n_tok < pe__ext_gemm_min_tok(p->w->type)) {
+        pe_tp_run(tp, ext_gemv_task, p, n_threads);
+        return;
+    }
+    uint32_t rows = GEMM_TASK_ROWS;
+    const uint32_t n_tt = (p->n_tok + GEMM_TASK_TOK - 1) / GEMM_TASK_TOK;
+    while (rows > 32 && (size_t)((n_out + rows - 1) / rows) * n_tt < 4u * n_threads)
+        rows /= 2;
+    p->rows_per_task = rows;
+    p->n_row_tasks = (n_out + rows - 1) / rows;
+    pe_tp_run(tp, ext_gemm_task, p, p->n_row_tasks * n_tt);
+}
+#endif
+
 static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
                        void *scratch)
 {
@@ -250,6 +312,12 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
 #endif
     atomic_init(&p.next_row, 0);
     pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
+#if defined(__x86_64__) || defined(__i386__)
+    if (kernels() == &pe__kernels_avx512 && pe__ext_avx512_has(w->type)) {
+        matmul_ext_avx512(tp, &p);
+        return;
+    }
+#endif
     pe_tp_run(tp, ext_rows_task, &p, pe_tp_n_threads(tp));
 }
 

@@ -40,6 +40,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "ops_int.h"
@@ -696,6 +697,437 @@ TGT static void rows_invariant_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, 
         q_gemm(m, r0, r1, t0, t1);
     else
         f_gemm(m, r0, r1, t0, t1);
+}
+
+/* ---- the types of issue 15: K-quants on Q8_K activations (GEMM) ----
+ * The same panel scheme as Q8_0/Q4_0, per super-block of 256 values and group of 16 rows:
+ * the values as unsigned bytes (Q4_K 0..15, Q5_K 0..31, Q6_K q + 32, Q2_K 0..3, Q3_K q + 4)
+ * in chunks of 4 for vpdpbusd with the signed Q8_K activations, the integer sub-block
+ * scales per row, and the weights of the activations' bsums (mins for Q4_K/Q5_K/Q2_K,
+ * -offset * scale for Q6_K/Q3_K, whose offset the bsums take back out) for vpdpwssd. Per
+ * (row, token) and super-block the kernel forms the reference's integers exactly, sumi =
+ * sum_k scale_k * dot_k (+ the offset term) and summ = sum_k min_k * bsum_k, then runs the
+ * reference's f32 statements on them in its order, the running sum living in y between
+ * K chunks: each y[t][r] is bit-identical to pe__vec_dot_ext_ref. Bounds as ops_avx2.c:
+ * every int32 sum stays below 2^31, a bsum pair product below 2^15 * 2^8.
+ *
+ *   panel, per super-block and group (5760 bytes):
+ *       float d[16], dmin[16]; int16 bw[8][16][2]; int32 sc[16][16]; u8 q[64][16][4]
+ *   micro-kernel (2 groups x up to 4 tokens): per 4 values 2 panel loads, T dword
+ *   broadcasts, 2T vpdpbusd; per sub-block 2T vpmulld + add; per super-block 8 vpdpwssd
+ *   and the f32 statements per accumulator. */
+
+enum {
+    KBK = 2, /* GEMM: super-blocks per K-quant panel (23 KB) */
+    KQT = 4, /* GEMM: tokens per K-quant micro-tile */
+};
+
+typedef struct kpanel {
+    float d[16], dmin[16];
+    int16_t bw[8][16][2]; /* [bsum pair][row]: weights of bsums 2p, 2p + 1 */
+    int32_t sc[16][16];   /* [sub-block][row] */
+    uint8_t q[64][64];    /* [chunk][row][4] */
+} kpanel;
+
+/* The 16 6-bit scales of a Q3_K super-block, offset 32 removed (as ops_ref.c). */
+static void q3_k_scales(const uint8_t *src, int8_t sc[16])
+{
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    memcpy(aux, src, 12);
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    memcpy(sc, aux, 16);
+    for (int i = 0; i < 16; i++)
+        sc[i] = (int8_t)(sc[i] - 32);
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (as ops_ref.c). */
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+    }
+}
+
+/* d[k] lane i = dword k of the 16 bytes at offset o of row i (zeros past the ng rows): the
+ * 4x4 dword transposes of q4_group. */
+INL void t16x4(const uint8_t *bb, size_t rb, uint32_t ng, size_t o, __m512i d[4])
+{
+    __m512i v[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512i x = _mm512_castsi128_si512(q_row16(bb, rb, (uint32_t)j, ng, o));
+        x = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 4, ng, o), 1);
+        x = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 8, ng, o), 2);
+        v[j] = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 12, ng, o), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(v[0], v[1]), a1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(v[2], v[3]), a3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    d[0] = _mm512_unpacklo_epi64(a0, a2);
+    d[1] = _mm512_unpackhi_epi64(a0, a2);
+    d[2] = _mm512_unpacklo_epi64(a1, a3);
+    d[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+/* The w-bit field at bit b of each byte of v, moved to bit p (the rest 0). */
+INL __m512i field8(__m512i v, const int b, const int p, const int w)
+{
+    const __m512i mk = _mm512_set1_epi8((char)(((1 << w) - 1) << p));
+    if (b < p) v = _mm512_sllv_epi16(v, _mm512_set1_epi16((short)(p - b)));
+    if (b > p) v = _mm512_srlv_epi16(v, _mm512_set1_epi16((short)(b - p)));
+    return _mm512_and_si512(v, mk);
+}
+
+/* Values of 16 rows of one super-block of type (row i at sb + i * rb) into p. */
+INL void k_group(const int type, const uint8_t *sb, size_t rb, uint32_t ng, kpanel *p)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i d[4], h[2][4];
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: {
+        const int five = type == PE_GGML_TYPE_Q5_K;
+        const size_t oq = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+        if (five) {
+            t16x4(sb, rb, ng, offsetof(block_q5_K, qh), h[0]);
+            t16x4(sb, rb, ng, offsetof(block_q5_K, qh) + 16, h[1]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) { /* qs[16 i..]: values 64 j + 16 hh (+ 32: high nibbles) */
+            const int j = i / 2, hh = i % 2;
+            t16x4(sb, rb, ng, oq + 16 * (size_t)i, d);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i lo = _mm512_and_si512(d[k], m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4);
+                if (five) {
+                    lo = _mm512_or_si512(lo, field8(h[hh][k], 2 * j, 4, 1));
+                    hi = _mm512_or_si512(hi, field8(h[hh][k], 2 * j + 1, 4, 1));
+                }
+                _mm512_store_si512(p->q[16 * j + 4 * hh + k], lo);
+                _mm512_store_si512(p->q[16 * j + 8 + 4 * hh + k], hi);
+            }
+        }
+        break;
+    }
+    case PE_GGML_TYPE_Q6_K:
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) { /* ql[64 c + l]: values 128 c + l, 128 c + 64 + l */
+            t16x4(sb, rb, ng, offsetof(block_q6_K, qh) + 32 * (size_t)c, h[0]);
+            t16x4(sb, rb, ng, offsetof(block_q6_K, qh) + 32 * (size_t)c + 16, h[1]);
+#pragma GCC unroll 4
+            for (int pp = 0; pp < 4; pp++) {
+                const int sl = 2 * (pp / 2);
+                t16x4(sb, rb, ng, offsetof(block_q6_K, ql) + 64 * (size_t)c + 16 * (size_t)pp, d);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const __m512i hq = h[pp % 2][k];
+                    __m512i lo = _mm512_or_si512(_mm512_and_si512(d[k], m4), field8(hq, sl, 4, 2));
+                    __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4),
+                                                 field8(hq, 4 + sl, 4, 2));
+                    _mm512_store_si512(p->q[32 * c + 4 * pp + k], lo);
+                    _mm512_store_si512(p->q[32 * c + 16 + 4 * pp + k], hi);
+                }
+            }
+        }
+        break;
+    default: { /* Q2_K, Q3_K: qs[32 c + l] >> 2 j is value 128 c + 32 j + l */
+        const int three = type == PE_GGML_TYPE_Q3_K;
+        const size_t oq = three ? offsetof(block_q3_K, qs) : offsetof(block_q2_K, qs);
+        if (three) {
+            t16x4(sb, rb, ng, offsetof(block_q3_K, hmask), h[0]);
+            t16x4(sb, rb, ng, offsetof(block_q3_K, hmask) + 16, h[1]);
+        }
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+#pragma GCC unroll 2
+            for (int hp = 0; hp < 2; hp++) {
+                t16x4(sb, rb, ng, oq + 32 * (size_t)c + 16 * (size_t)hp, d);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        __m512i u = field8(d[k], 2 * j, 0, 2);
+                        if (three) u = _mm512_or_si512(u, field8(h[hp][k], 4 * c + j, 2, 1));
+                        _mm512_store_si512(p->q[32 * c + 8 * j + 4 * hp + k], u);
+                    }
+                }
+            }
+        }
+        break;
+    }
+    }
+    /* the scales, row by row */
+    for (uint32_t i = 0; i < 16; i++) {
+        const uint8_t *b = sb + (size_t)i * rb;
+        uint16_t hd = 0, hm = 0;
+        int32_t sc[16] = {0}, bw[16] = {0};
+        if (i < ng) {
+            switch (type) {
+            case PE_GGML_TYPE_Q4_K:
+            case PE_GGML_TYPE_Q5_K: {
+                const block_q4_K *b4 = (const block_q4_K *)(const void *)b;
+                hd = b4->d, hm = b4->dmin; /* d, dmin, scales lead both */
+                for (int k = 0; k < 8; k++) {
+                    uint8_t s, mn;
+                    scale_min_k4(k, b4->scales, &s, &mn);
+                    sc[k] = s;
+                    bw[2 * k] = bw[2 * k + 1] = mn;
+                }
+                break;
+            }
+            case PE_GGML_TYPE_Q6_K: {
+                const block_q6_K *b6 = (const block_q6_K *)(const void *)b;
+                memcpy(&hd, &b6->d, 2);
+                for (int k = 0; k < 16; k++) {
+                    sc[k] = b6->scales[k];
+                    bw[k] = -32 * sc[k];
+                }
+                break;
+            }
+            case PE_GGML_TYPE_Q3_K: {
+                const block_q3_K *b3 = (const block_q3_K *)(const void *)b;
+                int8_t s8[16];
+                memcpy(&hd, &b3->d, 2);
+                q3_k_scales(b3->scales, s8);
+                for (int k = 0; k < 16; k++) {
+                    sc[k] = s8[k];
+                    bw[k] = -4 * sc[k];
+                }
+                break;
+            }
+            default: {
+                const block_q2_K *b2 = (const block_q2_K *)(const void *)b;
+                memcpy(&hd, &b2->d, 2);
+                memcpy(&hm, &b2->dmin, 2);
+                for (int k = 0; k < 16; k++) {
+                    sc[k] = b2->scales[k] & 0xF;
+                    bw[k] = b2->scales[k] >> 4;
+                }
+                break;
+            }
+            }
+        }
+        p->d[i] = _cvtsh_ss(hd);
+        p->dmin[i] = _cvtsh_ss(hm);
+        for (int k = 0; k < 16; k++)
+            p->sc[k][i] = sc[k];
+        for (int k = 0; k < 8; k++) {
+            p->bw[k][i][0] = (int16_t)bw[2 * k];
+            p->bw[k][i][1] = (int16_t)bw[2 * k + 1];
+        }
+    }
+}
+
+/* Accumulates T tokens from t over super-blocks [s0, s0 + ks) of panel P into y (rows r,
+ * nr): y continues the reference's running sum. */
+INL void k_micro(const pe_ext_mm *m, const kpanel *P, uint32_t s0, uint32_t ks, uint32_t r,
+                 uint32_t nr, uint32_t t, const int type, const int T)
+{
+    const int nsub = type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K ? 8 : 16;
+    const int cps = 64 / nsub; /* chunks per sub-block */
+    const int has_min = type != PE_GGML_TYPE_Q6_K && type != PE_GGML_TYPE_Q3_K;
+    const uint32_t n_out = m->w->n_out;
+    const __mmask16 m0 = mask16(nr), m1 = mask16(nr > 16 ? nr - 16 : 0);
+    const size_t xs = m->xq_stride;
+    const uint8_t *x0 = m->xq + (size_t)t * xs + (size_t)s0 * sizeof(block_q8_K);
+    __m512 fa[2][KQT];
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        fa[0][j] = s0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yj);
+        fa[1][j] = s0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yj + 16);
+    }
+    for (uint32_t s = 0; s < ks; s++) {
+        const kpanel *p0 = &P[2 * s], *p1 = &P[2 * s + 1];
+        const block_q8_K *xb0 = (const block_q8_K *)(const void *)x0 + s;
+#define XJ(j) ((const block_q8_K *)(const void *)((const uint8_t *)xb0 + (size_t)(j)*xs))
+        __m512i S[2][KQT], D[2][KQT];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            S[0][j] = S[1][j] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+        for (int sb = 0; sb < nsub; sb++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++)
+                D[0][j] = D[1][j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int c = 0; c < cps; c++) {
+                const int ch = sb * cps + c;
+                const __m512i w0 = _mm512_load_si512(p0->q[ch]);
+                const __m512i w1 = _mm512_load_si512(p1->q[ch]);
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) {
+                    const __m512i xb = _mm512_set1_epi32(i32_at(XJ(j)->qs + 4 * ch));
+                    D[0][j] = _mm512_dpbusd_epi32(D[0][j], w0, xb);
+                    D[1][j] = _mm512_dpbusd_epi32(D[1][j], w1, xb);
+                }
+            }
+            const __m512i c0 = _mm512_load_si512(p0->sc[sb]), c1 = _mm512_load_si512(p1->sc[sb]);
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                S[0][j] = _mm512_add_epi32(S[0][j], _mm512_mullo_epi32(D[0][j], c0));
+                S[1][j] = _mm512_add_epi32(S[1][j], _mm512_mullo_epi32(D[1][j], c1));
+            }
+        }
+        /* the bsums term: summ (Q4_K, Q5_K, Q2_K) or the offset's part of sumi */
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            D[0][j] = D[1][j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i b0 = _mm512_load_si512(p0->bw[k]), b1 = _mm512_load_si512(p1->bw[k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                int32_t pair;
+                memcpy(&pair, XJ(j)->bsums + 2 * k, 4);
+                const __m512i xb = _mm512_set1_epi32(pair);
+                D[0][j] = _mm512_dpwssd_epi32(D[0][j], b0, xb);
+                D[1][j] = _mm512_dpwssd_epi32(D[1][j], b1, xb);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p0->d), d1 = _mm512_load_ps(p1->d);
+        const __m512 n0 = _mm512_load_ps(p0->dmin), n1 = _mm512_load_ps(p1->dmin);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            const __m512 dx = _mm512_set1_ps(XJ(j)->d);
+            if (!has_min) {
+                S[0][j] = _mm512_add_epi32(S[0][j], D[0][j]);
+                S[1][j] = _mm512_add_epi32(S[1][j], D[1][j]);
+            }
+            /* sumf += (d_x * d) * sumi; sumf -= (d_x * dmin) * summ (dmin, summ 0 for
+             * Q6_K, Q3_K: still subtracted, as the reference does) */
+            fa[0][j] = _mm512_add_ps(
+                fa[0][j], _mm512_mul_ps(_mm512_mul_ps(dx, d0), _mm512_cvtepi32_ps(S[0][j])));
+            fa[1][j] = _mm512_add_ps(
+                fa[1][j], _mm512_mul_ps(_mm512_mul_ps(dx, d1), _mm512_cvtepi32_ps(S[1][j])));
+            const __m512 q0 = has_min ? _mm512_cvtepi32_ps(D[0][j]) : _mm512_setzero_ps();
+            const __m512 q1 = has_min ? _mm512_cvtepi32_ps(D[1][j]) : _mm512_setzero_ps();
+            fa[0][j] = _mm512_sub_ps(fa[0][j], _mm512_mul_ps(_mm512_mul_ps(dx, n0), q0));
+            fa[1][j] = _mm512_sub_ps(fa[1][j], _mm512_mul_ps(_mm512_mul_ps(dx, n1), q1));
+        }
+#undef XJ
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        _mm512_mask_storeu_ps(yj, m0, fa[0][j]);
+        _mm512_mask_storeu_ps(yj + 16, m1, fa[1][j]);
+    }
+}
+
+/* Rows [r0, r1) x tokens [t0, t1) of a K-quant product through panels of 32 rows x KBK
+ * super-blocks. */
+INL void k_gemm(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                const int type)
+{
+    _Alignas(64) kpanel P[2 * KBK];
+    const pe_mat *w = m->w;
+    const size_t rb = w->row_bytes, bsz = pe_ggml_get_traits((uint32_t)type)->type_size;
+    const uint32_t nsb = w->n_in / QK_K;
+    for (uint32_t s0 = 0; s0 < nsb; s0 += KBK) {
+        const uint32_t ks = nsb - s0 < KBK ? nsb - s0 : KBK;
+        for (uint32_t r = r0; r < r1; r += 32) {
+            const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
+            for (uint32_t g = 0; g < 2; g++) {
+                const uint32_t ng = nr > 16 * g ? (nr - 16 * g < 16 ? nr - 16 * g : 16) : 0;
+                const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 16 * g) * rb;
+                for (uint32_t s = 0; s < ks; s++) {
+                    if (ng == 0)
+                        memset(&P[2 * s + g], 0, sizeof P[0]);
+                    else if (ng == 16) /* full groups get the row bounds folded away */
+                        k_group(type, base + (size_t)(s0 + s) * bsz, rb, 16, &P[2 * s + g]);
+                    else
+                        k_group(type, base + (size_t)(s0 + s) * bsz, rb, ng, &P[2 * s + g]);
+                }
+            }
+            /* tiles of at most KQT tokens, as even as possible */
+            for (uint32_t t = t0; t < t1;) {
+                const uint32_t left = t1 - t, n_tiles = (left + KQT - 1) / KQT;
+                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                switch (nt) {
+                case 1:
+                    k_micro(m, P, s0, ks, r, nr, t, type, 1);
+                    break;
+                case 2:
+                    k_micro(m, P, s0, ks, r, nr, t, type, 2);
+                    break;
+                case 3:
+                    k_micro(m, P, s0, ks, r, nr, t, type, 3);
+                    break;
+                default:
+                    k_micro(m, P, s0, ks, r, nr, t, type, KQT);
+                    break;
+                }
+                t += nt;
+            }
+        }
+    }
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q4_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q6_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q6_K);
+}
+
+/* ---- the types of issue 15: dispatch ---- */
+
+int pe__ext_avx512_has(uint32_t type)
+{
+    return type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q6_K;
+}
+
+uint32_t pe__ext_gemm_min_tok(uint32_t type)
+{
+    (void)type;
+    return 3;
+}
+
+/* GEMV: the AVX2 dot of each row and token. */
+TGT static void ext_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const pe_mat *w = m->w;
+    float (*dot)(const void *, const void *, size_t) =
+        w->type == PE_GGML_TYPE_Q4_K ? pe__vec_dot_q4_k_avx2 : pe__vec_dot_q6_k_avx2;
+    for (uint32_t r = r0; r < r1; r++)
+        for (uint32_t t = t0; t < t1; t++)
+            m->y[(size_t)t * w->n_out + r] =
+                dot((const uint8_t *)w->data + (size_t)r * w->row_bytes,
+                    m->xq + (size_t)t * m->xq_stride, w->n_in);
+}
+
+TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const uint32_t type = m->w->type;
+    if (t1 - t0 < pe__ext_gemm_min_tok(type)) {
+        ext_gemv(m, r0, r1, t0, t1);
+        return;
+    }
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+        k_gemm_q4_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q6_K:
+        k_gemm_q6_k(m, r0, r1, t0, t1);
+        break;
+    default:
+        PE_UNREACHABLE_TYPE(type);
+    }
 }
 
 /* ---- vector helpers ---- */

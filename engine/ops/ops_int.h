@@ -88,6 +88,24 @@ float pe__vec_dot_iq4_nl_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
 
+/* One product of an ext type: the activations of token t quantized by pe__quant_act_ref at
+ * xq + t * xq_stride (xq_stride a multiple of 64), y[n_tok][n_out]. */
+typedef struct pe_ext_mm {
+    const pe_mat *w;
+    const uint8_t *xq;
+    size_t xq_stride;
+    float *y;
+    uint32_t n_tok;
+} pe_ext_mm;
+
+/* AVX-512 VNNI products of the ext types (ops_avx512.c; x86 CPUs with AVX-512 only).
+ * pe__ext_avx512_has: whether type has them. pe__ext_rows_avx512: y[t][r] for rows [r0, r1)
+ * and tokens [t0, t1), each element bit-identical to pe__vec_dot_ext_ref whatever the bounds
+ * (GEMV tiles below pe__ext_gemm_min_tok tokens, repacked panels from it on). */
+int pe__ext_avx512_has(uint32_t type);
+void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
+uint32_t pe__ext_gemm_min_tok(uint32_t type);
+
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)
 {
