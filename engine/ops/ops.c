@@ -198,15 +198,24 @@ typedef struct ext_plan {
     /* AVX-512 (pe__ext_rows_avx512): the product, and the GEMM task split */
     pe_ext_mm em;
     uint32_t n_threads, rows_per_task, n_row_tasks;
+    int q8_k_avx512; /* Q8_K activations by pe__quant_q8_k_avx512 */
 } ext_plan;
 
 static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
 {
     ext_plan *p = ctx;
     uint32_t t1 = (task + 1) * QUANT_TASK_TOK < p->n_tok ? (task + 1) * QUANT_TASK_TOK : p->n_tok;
-    for (uint32_t t = task * QUANT_TASK_TOK; t < t1; t++)
-        pe__quant_act_ref(p->w->type, p->x + (size_t)t * p->w->n_in, p->xq + t * p->xq_stride,
-                          p->w->n_in);
+    for (uint32_t t = task * QUANT_TASK_TOK; t < t1; t++) {
+        const float *x = p->x + (size_t)t * p->w->n_in;
+        uint8_t *xq = p->xq + t * p->xq_stride;
+#if defined(__x86_64__) || defined(__i386__)
+        if (p->q8_k_avx512) {
+            pe__quant_q8_k_avx512(x, (block_q8_K *)(void *)xq, p->w->n_in);
+            continue;
+        }
+#endif
+        pe__quant_act_ref(p->w->type, x, xq, p->w->n_in);
+    }
 }
 
 static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
@@ -311,6 +320,10 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
     }
 #endif
     atomic_init(&p.next_row, 0);
+#if defined(__x86_64__) || defined(__i386__)
+    p.q8_k_avx512 =
+        kernels() == &pe__kernels_avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_K;
+#endif
     pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
 #if defined(__x86_64__) || defined(__i386__)
     if (kernels() == &pe__kernels_avx512 && pe__ext_avx512_has(w->type)) {

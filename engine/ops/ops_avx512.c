@@ -730,7 +730,7 @@ typedef struct kpanel {
 } kpanel;
 
 /* The 16 6-bit scales of a Q3_K super-block, offset 32 removed (as ops_ref.c). */
-static void q3_k_scales(const uint8_t *src, int8_t sc[16])
+INL void q3_k_scales(const uint8_t *src, int8_t sc[16])
 {
     const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
     uint32_t aux[4];
@@ -746,7 +746,7 @@ static void q3_k_scales(const uint8_t *src, int8_t sc[16])
 }
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (as ops_ref.c). */
-static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+INL void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 {
     if (j < 4) {
         *d = q[j] & 63;
@@ -918,8 +918,11 @@ INL void k_group(const int type, const uint8_t *sb, size_t rb, uint32_t ng, kpan
         }
         p->d[i] = _cvtsh_ss(hd);
         p->dmin[i] = _cvtsh_ss(hm);
+        /* Q2_K, Q3_K: as the int16 pair (scale, 0) for vpdpwssd (see k_micro) */
         for (int k = 0; k < 16; k++)
-            p->sc[k][i] = sc[k];
+            p->sc[k][i] = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K
+                              ? (int32_t)(uint16_t)(int16_t)sc[k]
+                              : sc[k];
         for (int k = 0; k < 8; k++) {
             p->bw[k][i][0] = (int16_t)bw[2 * k];
             p->bw[k][i][1] = (int16_t)bw[2 * k + 1];
@@ -935,6 +938,7 @@ INL void k_micro(const pe_ext_mm *m, const kpanel *P, uint32_t s0, uint32_t ks, 
     const int nsub = type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K ? 8 : 16;
     const int cps = 64 / nsub; /* chunks per sub-block */
     const int has_min = type != PE_GGML_TYPE_Q6_K && type != PE_GGML_TYPE_Q3_K;
+    const int w16 = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K;
     const uint32_t n_out = m->w->n_out;
     const __mmask16 m0 = mask16(nr), m1 = mask16(nr > 16 ? nr - 16 : 0);
     const size_t xs = m->xq_stride;
@@ -974,8 +978,13 @@ INL void k_micro(const pe_ext_mm *m, const kpanel *P, uint32_t s0, uint32_t ks, 
             const __m512i c0 = _mm512_load_si512(p0->sc[sb]), c1 = _mm512_load_si512(p1->sc[sb]);
 #pragma GCC unroll 4
             for (int j = 0; j < T; j++) {
-                S[0][j] = _mm512_add_epi32(S[0][j], _mm512_mullo_epi32(D[0][j], c0));
-                S[1][j] = _mm512_add_epi32(S[1][j], _mm512_mullo_epi32(D[1][j], c1));
+                if (w16) { /* |dot| <= 16 * 7 * 127: the int16 pair (dot, sign) times (sc, 0) */
+                    S[0][j] = _mm512_dpwssd_epi32(S[0][j], D[0][j], c0);
+                    S[1][j] = _mm512_dpwssd_epi32(S[1][j], D[1][j], c1);
+                } else {
+                    S[0][j] = _mm512_add_epi32(S[0][j], _mm512_mullo_epi32(D[0][j], c0));
+                    S[1][j] = _mm512_add_epi32(S[1][j], _mm512_mullo_epi32(D[1][j], c1));
+                }
             }
         }
         /* the bsums term: summ (Q4_K, Q5_K, Q2_K) or the offset's part of sumi */
@@ -1079,36 +1088,325 @@ TGT __attribute__((noinline)) static void k_gemm_q4_k(const pe_ext_mm *m, uint32
     k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_K);
 }
 
+TGT __attribute__((noinline)) static void k_gemm_q5_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q2_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q2_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q3_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q3_K);
+}
+
 TGT __attribute__((noinline)) static void k_gemm_q6_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
                                                       uint32_t t0, uint32_t t1)
 {
     k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q6_K);
 }
 
+/* ---- the types of issue 15: K-quants on Q8_K activations (GEMV) ----
+ * Decode reads each weight once, so the values are unpacked in registers where they lie:
+ * per super-block 4 vectors of 64 values in order (the nibbles, high bits and 2-bit fields
+ * moved by per-half shifts), one vpdpbusd each with the token's 64 activations, whose
+ * lanes (4 products, at most 4 * 63 * 127 < 2^15) vpdpwssd multiplies by the int16 pair
+ * (scale, 0) of the lane's sub-block; the bsums term is one 256-bit vpdpwssd. The integer
+ * sums are the reference's, and the f32 statements run per super-block in its order. */
+
+/* 64 values [64 v, 64 v + 64) of a super-block as unsigned bytes (as k_group). */
+INL __m512i kv_values(const int type, const uint8_t *b, const int v)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: { /* qs[32 v..]: low nibbles 64 v + l, high 64 v + 32 + l */
+        const int five = type == PE_GGML_TYPE_Q5_K;
+        const size_t oq = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + oq) + v));
+        __m512i u =
+            _mm512_and_si512(_mm512_srlv_epi16(q, _mm512_inserti64x4(_mm512_setzero_si512(),
+                                                                     _mm256_set1_epi16(4), 1)),
+                             m4);
+        if (five) { /* bit 2 v (2 v + 1 in the high half) of qh[l] to bit 4 */
+            const __m512i h = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh))));
+            const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * v)),
+                                                  _mm256_set1_epi16((short)(2 * v + 1)), 1);
+            u = _mm512_or_si512(
+                u, _mm512_slli_epi16(
+                       _mm512_and_si512(_mm512_srlv_epi16(h, sh), _mm512_set1_epi8(1)), 4));
+        }
+        return u;
+    }
+    case PE_GGML_TYPE_Q6_K: { /* ql[64 c..]: low nibbles 128 c + l, high 128 c + 64 + l */
+        const int c = v / 2, hi = v % 2;
+        __m512i u = _mm512_loadu_si512(b + offsetof(block_q6_K, ql) + 64 * c);
+        u = _mm512_and_si512(hi ? _mm512_srli_epi16(u, 4) : u, m4);
+        /* qh[32 c + l] bits 2 i, 2 i + 1 of value 128 c + 32 i + l, to bits 4, 5 */
+        const __m512i h = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q6_K, qh) + 32 * c)));
+        const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * hi)),
+                                              _mm256_set1_epi16((short)(4 * hi + 2)), 1);
+        const __m512i f = _mm512_and_si512(_mm512_srlv_epi16(h, sh), _mm512_set1_epi8(3));
+        return _mm512_or_si512(u, _mm512_slli_epi16(f, 4));
+    }
+    default: { /* Q2_K, Q3_K: qs[32 c + l] >> 2 j is value 128 c + 32 j + l */
+        const int three = type == PE_GGML_TYPE_Q3_K;
+        const int c = v / 2, j0 = 2 * (v % 2);
+        const size_t oq = three ? offsetof(block_q3_K, qs) : offsetof(block_q2_K, qs);
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + oq) + c));
+        const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j0)),
+                                              _mm256_set1_epi16((short)(2 * j0 + 2)), 1);
+        __m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh), _mm512_set1_epi8(3));
+        if (three) { /* bit 4 c + j of hmask[l] to bit 2 */
+            const __m512i h = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q3_K, hmask))));
+            const __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * c + j0)),
+                                                  _mm256_set1_epi16((short)(4 * c + j0 + 1)), 1);
+            u = _mm512_or_si512(
+                u, _mm512_slli_epi16(
+                       _mm512_and_si512(_mm512_srlv_epi16(h, hs), _mm512_set1_epi8(1)), 2));
+        }
+        return u;
+    }
+    }
+}
+
+/* The scales of one super-block: s16[k] the scale of 16-value sub-block k (bytes, signed
+ * for Q6_K/Q3_K), bw[k] the weight of bsums[k] (int16), d and dmin. */
+INL void kv_scales(const int type, const uint8_t *b, __m128i *s16, __m256i *bw, float *d,
+                   float *dmin)
+{
+    uint16_t hd = 0, hm = 0;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: { /* get_scale_min_k4 for all 8 at once, as ggml's AVX2 code,
+                               * in the dword lanes (0..3: scales 0-3, 4-7, mins 0-3, 4-7) */
+        const block_q4_K *b4 = (const block_q4_K *)(const void *)b;
+        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b4->scales);
+        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 1, 2, 0));
+        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)),
+                           _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 0, 0));
+        hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(hi, 6), 4),
+                           _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+        const __m128i v = _mm_or_si128(lo, hi);
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        *s16 = _mm_shuffle_epi8(v, dup);
+        *bw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
+        hd = b4->d, hm = b4->dmin;
+        break;
+    }
+    case PE_GGML_TYPE_Q6_K: {
+        const block_q6_K *b6 = (const block_q6_K *)(const void *)b;
+        *s16 = _mm_loadu_si128((const __m128i *)(const void *)b6->scales);
+        *bw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 5);
+        memcpy(&hd, &b6->d, 2);
+        break;
+    }
+    case PE_GGML_TYPE_Q3_K: {
+        const block_q3_K *b3 = (const block_q3_K *)(const void *)b;
+        /* q3_k_scales in the dword lanes: low nibbles of aux0, aux1, then their high
+         * nibbles, each with 2 bits of aux2 on top; then - 32 */
+        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b3->scales);
+        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 1, 0));
+        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
+        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 2, 2, 2));
+        hi = _mm_and_si128(
+            _mm_sllv_epi32(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi32(4)),
+            _mm_set1_epi8(0x30));
+        *s16 = _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+        *bw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 2);
+        memcpy(&hd, &b3->d, 2);
+        break;
+    }
+    default: {
+        const block_q2_K *b2 = (const block_q2_K *)(const void *)b;
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
+        *s16 = _mm_and_si128(v, _mm_set1_epi8(0x0f));
+        *bw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
+        memcpy(&hd, &b2->d, 2);
+        memcpy(&hm, &b2->dmin, 2);
+        break;
+    }
+    }
+    *d = _cvtsh_ss(hd);
+    *dmin = _cvtsh_ss(hm);
+}
+
+/* y[t + j][r] for T tokens of one row. */
+INL void kv_row(const pe_ext_mm *m, const uint8_t *row, uint32_t r, uint32_t t, const int type,
+                const int T)
+{
+    const int has_min = type != PE_GGML_TYPE_Q6_K && type != PE_GGML_TYPE_Q3_K;
+    const size_t bsz = pe_ggml_get_traits((uint32_t)type)->type_size;
+    const uint32_t nsb = m->w->n_in / QK_K;
+    float sumf[2] = {0.0f, 0.0f};
+    for (uint32_t ib = 0; ib < nsb; ib++) {
+        const uint8_t *b = row + (size_t)ib * bsz;
+        pf_range(b + PF_AHEAD, bsz);
+        __m128i s16;
+        __m256i bw;
+        float d, dmin;
+        kv_scales(type, b, &s16, &bw, &d, &dmin);
+        __m512i u[4], c[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            u[v] = kv_values(type, b, v);
+            /* lane i of values 64 v: sub-block 4 v + i / 4; the pair (scale, 0) */
+            const __m128i sel =
+                _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                             _mm_set1_epi8((char)(4 * v)));
+            c[v] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(s16, sel)),
+                                    _mm512_set1_epi32(0xffff));
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++) {
+            const block_q8_K *x =
+                (const block_q8_K *)(const void *)(m->xq + (size_t)(t + j) * m->xq_stride) + ib;
+            __m512i S = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m512i D = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[v],
+                                                      _mm512_loadu_si512(x->qs + 64 * v));
+                S = _mm512_dpwssd_epi32(S, D, c[v]);
+            }
+            const __m256i M =
+                _mm256_dpwssd_epi32(_mm256_setzero_si256(), bw,
+                                    _mm256_loadu_si256((const __m256i *)(const void *)x->bsums));
+            int sumi, summ = 0;
+            if (has_min) {
+                sumi = _mm512_reduce_add_epi32(S);
+                summ = _mm512_reduce_add_epi32(_mm512_castsi256_si512(M));
+            } else {
+                sumi = _mm512_reduce_add_epi32(
+                    _mm512_add_epi32(S, _mm512_inserti64x4(_mm512_setzero_si512(), M, 0)));
+            }
+            sumf[j] += (x->d * d) * (float)sumi;
+            sumf[j] -= (x->d * dmin) * (float)summ; /* 0 for Q6_K, Q3_K, as the reference */
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < T; j++)
+        m->y[(size_t)(t + j) * m->w->n_out + r] = sumf[j];
+}
+
+INL void kv_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                 const int type)
+{
+    const pe_mat *w = m->w;
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        uint32_t t = t0;
+        for (; t + 2 <= t1; t += 2)
+            kv_row(m, row, r, t, type, 2);
+        if (t < t1) kv_row(m, row, r, t, type, 1);
+    }
+}
+
+TGT __attribute__((noinline)) static void ext_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                   uint32_t t0, uint32_t t1)
+{
+    switch (m->w->type) {
+    case PE_GGML_TYPE_Q2_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q2_K);
+        break;
+    case PE_GGML_TYPE_Q3_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q3_K);
+        break;
+    case PE_GGML_TYPE_Q4_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_K);
+        break;
+    case PE_GGML_TYPE_Q5_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_K);
+        break;
+    case PE_GGML_TYPE_Q6_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q6_K);
+        break;
+    default:
+        PE_UNREACHABLE_TYPE(m->w->type);
+    }
+}
+
+/* ---- the types of issue 15: Q8_K activations ---- */
+
+/* pe__quant_q8_k_ref by vector, bit for bit: the first value of largest |x| (a block with
+ * a NaN goes to the reference, whose comparisons skip NaNs), iscale = -127 / max, each
+ * value through nearest_int's 1.5 * 2^23 trick as the same f32 operations, capped at 127,
+ * and the bsums as exact integer sums. */
+TGT void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n)
+{
+    const __m512i mant = _mm512_set1_epi32(0x007fffff), half = _mm512_set1_epi32(0x00400000);
+    const __m512i cap = _mm512_set1_epi32(127);
+    for (size_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m512 am = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (int k = 0; k < 16; k++) {
+            const __m512 v = _mm512_loadu_ps(x + 16 * k);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            am = _mm512_max_ps(am, _mm512_abs_ps(v));
+        }
+        if (nan) {
+            pe__quant_q8_k_ref(x, &y[i], QK_K);
+            continue;
+        }
+        const float amax = _mm512_reduce_max_ps(am);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const __m512 av = _mm512_set1_ps(amax);
+        int first = 0;
+        for (int k = 0; k < 16; k++) {
+            const __mmask16 eq =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * k)), av, _CMP_EQ_OQ);
+            if (eq) {
+                first = 16 * k + __builtin_ctz(eq);
+                break;
+            }
+        }
+        const float iscale = -127.f / x[first];
+        const __m512 is = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.f);
+        for (int k = 0; k < 16; k++) {
+            const __m512 val = _mm512_add_ps(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * k)), magic);
+            __m512i v = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(val), mant), half);
+            v = _mm512_min_epi32(v, cap);
+            y[i].bsums[k] = (int16_t)_mm512_reduce_add_epi32(v);
+            _mm_storeu_si128((__m128i *)(void *)(y[i].qs + 16 * k), _mm512_cvtepi32_epi8(v));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 /* ---- the types of issue 15: dispatch ---- */
 
 int pe__ext_avx512_has(uint32_t type)
 {
-    return type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q6_K;
+    switch (type) {
+    case PE_GGML_TYPE_Q2_K:
+    case PE_GGML_TYPE_Q3_K:
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K:
+    case PE_GGML_TYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 uint32_t pe__ext_gemm_min_tok(uint32_t type)
 {
     (void)type;
     return 3;
-}
-
-/* GEMV: the AVX2 dot of each row and token. */
-TGT static void ext_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
-{
-    const pe_mat *w = m->w;
-    float (*dot)(const void *, const void *, size_t) =
-        w->type == PE_GGML_TYPE_Q4_K ? pe__vec_dot_q4_k_avx2 : pe__vec_dot_q6_k_avx2;
-    for (uint32_t r = r0; r < r1; r++)
-        for (uint32_t t = t0; t < t1; t++)
-            m->y[(size_t)t * w->n_out + r] =
-                dot((const uint8_t *)w->data + (size_t)r * w->row_bytes,
-                    m->xq + (size_t)t * m->xq_stride, w->n_in);
 }
 
 TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
@@ -1124,6 +1422,15 @@ TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint3
         break;
     case PE_GGML_TYPE_Q6_K:
         k_gemm_q6_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q5_K:
+        k_gemm_q5_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q2_K:
+        k_gemm_q2_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q3_K:
+        k_gemm_q3_k(m, r0, r1, t0, t1);
         break;
     default:
         PE_UNREACHABLE_TYPE(type);

@@ -105,6 +105,8 @@ typedef struct pe_ext_mm {
 int pe__ext_avx512_has(uint32_t type);
 void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
 uint32_t pe__ext_gemm_min_tok(uint32_t type);
+/* pe__quant_q8_k_ref by vector, bit-identical to it (ops_avx512.c). */
+void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n);
 
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)

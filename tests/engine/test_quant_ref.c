@@ -14,6 +14,7 @@
  *   pe_matmul == pe_matmul_ref bit for bit for every type, ISA, thread count and n_tok.
  *   each AVX2 kernel == pe__vec_dot_ext_ref bit for bit, on random rows and on rows of
  *     extreme values (every weight byte 0x00 or 0xff, activations at +-127), several lengths.
+ *   the AVX-512 Q8_K quantizer == pe__quant_q8_k_ref byte for byte (zeros, ties, NaN, inf).
  *   the AVX-512 products (GEMV and repacked GEMM) == pe_matmul_ref bit for bit, on the same
  *     kinds of rows, n_tok 1..70, n_out 33 and 100, n_in 768 and 2304, 1 and 3 threads.
  */
@@ -350,6 +351,59 @@ static int test_avx2_dots_match_reference(void)
     return 0;
 }
 
+/* pe__quant_q8_k_avx512 == pe__quant_q8_k_ref byte for byte: random blocks over 8 decades,
+ * all-zero blocks, ties of the rounding, repeated maxima of either sign, subnormals, NaN
+ * and inf. */
+static int test_avx512_q8_k_quantizer(void)
+{
+    if (pe_isa_detect() < PE_ISA_AVX512) {
+        printf("     no AVX-512 on this CPU: its quantizer not run\n");
+        return 0;
+    }
+    enum { NB = 4 };
+    float x[NB * QK_K];
+    block_q8_K want[NB], got[NB];
+    for (int rep = 0; rep < 400; rep++) {
+        const float scale = powf(10.0f, 8.0f * frand() - 4.0f);
+        for (int j = 0; j < NB * QK_K; j++)
+            x[j] = frand() * scale;
+        const int b = rep % NB, j0 = (int)(t_rand(&seed) % QK_K);
+        switch (rep % 8) {
+        case 1: /* zeros */
+            memset(x + b * QK_K, 0, QK_K * sizeof(float));
+            break;
+        case 2: /* ties: integers and halves against a max of 127 */
+            for (int j = 0; j < QK_K; j++)
+                x[b * QK_K + j] = (float)((int)(t_rand(&seed) % 255) - 127) * 0.5f;
+            x[b * QK_K + j0] = rep & 8 ? 127.0f : -127.0f;
+            break;
+        case 3: /* the largest |x| twice, opposite signs: the first one wins */
+            x[b * QK_K + j0] = 2.0f * scale;
+            x[b * QK_K + (j0 + 77) % QK_K] = -2.0f * scale;
+            break;
+        case 4:
+            x[b * QK_K + j0] = NAN;
+            break;
+        case 5:
+            x[b * QK_K + j0] = rep & 8 ? INFINITY : -INFINITY;
+            break;
+        case 6: /* subnormals */
+            for (int j = 0; j < QK_K; j++)
+                x[b * QK_K + j] = frand() * 1e-39f;
+            break;
+        default:
+            break;
+        }
+        memset(want, 0xa5, sizeof want);
+        memset(got, 0xa5, sizeof got);
+        pe__quant_q8_k_ref(x, want, NB * QK_K);
+        pe__quant_q8_k_avx512(x, got, NB * QK_K);
+        if (memcmp(want, got, sizeof want) != 0)
+            T_FAIL("rep %d (case %d): avx512 Q8_K blocks differ from the reference", rep, rep % 8);
+    }
+    return 0;
+}
+
 /* The AVX-512 products (ops_avx512.c: GEMV below pe__ext_gemm_min_tok tokens, repacked
  * panels from it on) == pe_matmul_ref bit for bit: every type, n_tok across both paths and
  * the micro-tile tails, n_out not a multiple of the 32-row panels, n_in not a multiple of
@@ -439,6 +493,7 @@ int main(void)
     T_RUN(test_matmul_matches_reference);
 #if defined(__x86_64__) || defined(__i386__)
     T_RUN(test_avx2_dots_match_reference);
+    T_RUN(test_avx512_q8_k_quantizer);
     T_RUN(test_avx512_products_match_reference);
 #endif
     if (!t_failed && !have_reference) {
