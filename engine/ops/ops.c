@@ -114,8 +114,9 @@ static size_t round_up(size_t v, size_t a)
 
 size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok)
 {
-    if (pe__type_is_ext(w->type))
-        return 64 + (size_t)n_tok * round_up(pe__act_row_bytes(w->type, w->n_in), 64);
+    if (pe__type_is_ext(w->type)) /* activations, then block sums (pe_ext_mm.xsum) */
+        return 64 + (size_t)n_tok * (round_up(pe__act_row_bytes(w->type, w->n_in), 64) +
+                                     (size_t)w->n_in / 32 * sizeof(int32_t));
     if (!pe__type_is_quant(w->type)) return 64;
     size_t nb = w->n_in / QK8_0;
     return 64 + (size_t)n_tok * (round_up(w->n_in, 64) + nb * (sizeof(float) + sizeof(int32_t)));
@@ -199,6 +200,8 @@ typedef struct ext_plan {
     pe_ext_mm em;
     uint32_t n_threads, rows_per_task, n_row_tasks;
     int q8_k_avx512; /* Q8_K activations by pe__quant_q8_k_avx512 */
+    int q8_avx512;   /* Q8_0/Q8_1 activations by pe__quant_q8_0_avx512 */
+    int32_t *xsum;   /* AVX-512 with Q8_0 activations: pe_ext_mm.xsum (by q8_avx512) */
 } ext_plan;
 
 static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
@@ -211,6 +214,12 @@ static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
 #if defined(__x86_64__) || defined(__i386__)
         if (p->q8_k_avx512) {
             pe__quant_q8_k_avx512(x, (block_q8_K *)(void *)xq, p->w->n_in);
+            continue;
+        }
+        if (p->q8_avx512) { /* Q8_0 with the block sums, or Q8_1 */
+            pe__quant_q8_0_avx512(x, xq, p->w->n_in,
+                                  pe__vec_dot_type(p->w->type) == PE_GGML_TYPE_Q8_1,
+                                  p->xsum ? p->xsum + (size_t)t * (p->w->n_in / 32) : NULL);
             continue;
         }
 #endif
@@ -280,6 +289,7 @@ static void matmul_ext_avx512(pe_threadpool *tp, ext_plan *p)
     p->em.xq_stride = p->xq_stride;
     p->em.y = p->y;
     p->em.n_tok = p->n_tok;
+    p->em.xsum = p->xsum;
     p->n_threads = n_threads;
     if (p->n_tok < pe__ext_gemm_min_tok(p->w->type)) {
         pe_tp_run(tp, ext_gemv_task, p, n_threads);
@@ -321,12 +331,15 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
 #endif
     atomic_init(&p.next_row, 0);
 #if defined(__x86_64__) || defined(__i386__)
-    p.q8_k_avx512 =
-        kernels() == &pe__kernels_avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_K;
+    const int avx512 = kernels() == &pe__kernels_avx512 && pe__ext_avx512_has(w->type);
+    p.q8_k_avx512 = avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_K;
+    p.q8_avx512 = avx512 && !p.q8_k_avx512;
+    if (avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_0)
+        p.xsum = (int32_t *)(void *)(p.xq + (size_t)n_tok * p.xq_stride);
 #endif
     pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
 #if defined(__x86_64__) || defined(__i386__)
-    if (kernels() == &pe__kernels_avx512 && pe__ext_avx512_has(w->type)) {
+    if (avx512) {
         matmul_ext_avx512(tp, &p);
         return;
     }

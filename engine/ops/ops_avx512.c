@@ -1337,6 +1337,256 @@ TGT __attribute__((noinline)) static void ext_gemv(const pe_ext_mm *m, uint32_t 
     }
 }
 
+/* ---- the types of issue 15: Q4_1, Q5_0, Q5_1, IQ4_NL on Q8_1/Q8_0 activations (GEMM) ----
+ * The panels of Q4_0, per 32-value block and group of 16 rows: the values as unsigned
+ * bytes (Q4_1 0..15, Q5_1 0..31 as they are; Q5_0 q + 16, IQ4_NL q + 128, the accumulator
+ * starting at -offset * the activations' block sum), the f32 scales d (and m). Per block
+ * and (row, token) the reference's statements: sumf += (d_w * d_x) * sumi (+ m_w * s_x). */
+
+enum {
+    KB2 = 24, /* GEMM: blocks per Q4_1/Q5_0/Q5_1/IQ4_NL panel (30 KB) */
+    BQT = 6,  /* GEMM: tokens per micro-tile */
+};
+
+typedef struct bpanel {
+    float dw[16], mw[16];
+    uint8_t q[8][64];
+} bpanel;
+
+INL size_t b_size(const int type)
+{
+    return type == PE_GGML_TYPE_Q4_1   ? sizeof(block_q4_1)
+           : type == PE_GGML_TYPE_Q5_1 ? sizeof(block_q5_1)
+           : type == PE_GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                       : sizeof(block_iq4_nl);
+}
+
+INL int b_offset(const int type)
+{
+    return type == PE_GGML_TYPE_Q5_0 ? 16 : type == PE_GGML_TYPE_IQ4_NL ? 128 : 0;
+}
+
+/* The f16 at byte o of 16 rows (zeros past ng), as f32. */
+INL __m512 f16_rows(const uint8_t *bb, size_t rb, uint32_t ng, size_t o)
+{
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)rb));
+    const __m512i v =
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask16(ng), idx, bb + o, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* One block of 16 rows (row i at bb + i * rb) into p. */
+INL void b_group(const int type, const uint8_t *bb, size_t rb, uint32_t ng, bpanel *p)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int five = type == PE_GGML_TYPE_Q5_0 || type == PE_GGML_TYPE_Q5_1;
+    const size_t oqs = type == PE_GGML_TYPE_Q4_1   ? offsetof(block_q4_1, qs)
+                       : type == PE_GGML_TYPE_Q5_1 ? offsetof(block_q5_1, qs)
+                       : type == PE_GGML_TYPE_Q5_0 ? offsetof(block_q5_0, qs)
+                                                   : offsetof(block_iq4_nl, qs);
+    _mm512_store_ps(p->dw, f16_rows(bb, rb, ng, 0));
+    if (type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1)
+        _mm512_store_ps(p->mw, f16_rows(bb, rb, ng, 2));
+    __m512i d[4], h = _mm512_setzero_si512();
+    t16x4(bb, rb, ng, oqs, d);
+    if (five) { /* the 32 high bits of each row, one dword lane per row */
+        const size_t oh =
+            type == PE_GGML_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+        const __m512i idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32((int)rb));
+        h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask16(ng), idx, bb + oh, 1);
+    }
+    /* nibble n -> the bytes 0x10 where bit b of n is set */
+    const __m512i spread =
+        _mm512_setr_epi32(0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010,
+                          0x00101000, 0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010,
+                          0x10100000, 0x10100010, 0x10101000, 0x10101010);
+    const __m512i tbl = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+                      (char)181, (char)197, (char)217, (char)241)); /* kvalues_iq4nl + 128 */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512i lo = _mm512_and_si512(d[k], m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4);
+        if (five) { /* bits 4 k.. (values 4 k..) and 16 + 4 k.. (values 16 + 4 k..) */
+            const __m512i nl = _mm512_and_si512(_mm512_srli_epi32(h, 4 * k), _mm512_set1_epi32(15));
+            const __m512i nh =
+                _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * k), _mm512_set1_epi32(15));
+            lo = _mm512_or_si512(lo, _mm512_permutexvar_epi32(nl, spread));
+            hi = _mm512_or_si512(hi, _mm512_permutexvar_epi32(nh, spread));
+        }
+        if (type == PE_GGML_TYPE_IQ4_NL) {
+            lo = _mm512_shuffle_epi8(tbl, lo);
+            hi = _mm512_shuffle_epi8(tbl, hi);
+        }
+        _mm512_store_si512(p->q[k], lo);
+        _mm512_store_si512(p->q[k + 4], hi);
+    }
+}
+
+/* Accumulates T tokens from t over blocks [b0, b0 + kb) of panel P into y (rows r, nr):
+ * y continues the reference's running sum. */
+INL void b_micro(const pe_ext_mm *m, const bpanel *P, uint32_t b0, uint32_t kb, uint32_t r,
+                 uint32_t nr, uint32_t t, const int type, const int T)
+{
+    const int q8_1 = type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1;
+    const int off = b_offset(type);
+    const size_t xbs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xqo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const uint32_t n_out = m->w->n_out, nb = m->w->n_in / 32;
+    const size_t xs = m->xq_stride;
+    const uint8_t *x0 = m->xq + (size_t)t * xs + (size_t)b0 * xbs;
+    const __mmask16 m0 = mask16(nr), m1 = mask16(nr > 16 ? nr - 16 : 0);
+    __m512 fa[2][BQT];
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        fa[0][j] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yj);
+        fa[1][j] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yj + 16);
+    }
+    for (uint32_t b = 0; b < kb; b++) {
+        const bpanel *p0 = &P[2 * b], *p1 = &P[2 * b + 1];
+        const uint8_t *xb = x0 + (size_t)b * xbs;
+        __m512i ia[2][BQT];
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            ia[0][j] = off ? _mm512_set1_epi32(-off * m->xsum[(size_t)(t + j) * nb + b0 + b])
+                           : _mm512_setzero_si512();
+            ia[1][j] = ia[0][j];
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i w0 = _mm512_load_si512(p0->q[k]);
+            const __m512i w1 = _mm512_load_si512(p1->q[k]);
+#pragma GCC unroll 6
+            for (int j = 0; j < T; j++) {
+                const __m512i xv =
+                    _mm512_set1_epi32(i32_at((const int8_t *)(xb + (size_t)j * xs + xqo) + 4 * k));
+                ia[0][j] = _mm512_dpbusd_epi32(ia[0][j], w0, xv);
+                ia[1][j] = _mm512_dpbusd_epi32(ia[1][j], w1, xv);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p0->dw), d1 = _mm512_load_ps(p1->dw);
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            uint16_t hd[2];
+            memcpy(hd, xb + (size_t)j * xs, sizeof hd); /* d (and s) lead both blocks */
+            const __m512 dx = _mm512_set1_ps(_cvtsh_ss(hd[0]));
+            __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(d0, dx), _mm512_cvtepi32_ps(ia[0][j]));
+            __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(d1, dx), _mm512_cvtepi32_ps(ia[1][j]));
+            if (q8_1) {
+                const __m512 sx = _mm512_set1_ps(_cvtsh_ss(hd[1]));
+                t0 = _mm512_add_ps(t0, _mm512_mul_ps(_mm512_load_ps(p0->mw), sx));
+                t1 = _mm512_add_ps(t1, _mm512_mul_ps(_mm512_load_ps(p1->mw), sx));
+            }
+            fa[0][j] = _mm512_add_ps(fa[0][j], t0);
+            fa[1][j] = _mm512_add_ps(fa[1][j], t1);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        _mm512_mask_storeu_ps(yj, m0, fa[0][j]);
+        _mm512_mask_storeu_ps(yj + 16, m1, fa[1][j]);
+    }
+}
+
+INL void b_gemm(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                const int type)
+{
+    _Alignas(64) bpanel P[2 * KB2];
+    const pe_mat *w = m->w;
+    const size_t rb = w->row_bytes, bsz = b_size(type);
+    const uint32_t nb = w->n_in / 32;
+    for (uint32_t b0 = 0; b0 < nb; b0 += KB2) {
+        const uint32_t kb = nb - b0 < KB2 ? nb - b0 : KB2;
+        for (uint32_t r = r0; r < r1; r += 32) {
+            const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
+            for (uint32_t g = 0; g < 2; g++) {
+                const uint32_t ng = nr > 16 * g ? (nr - 16 * g < 16 ? nr - 16 * g : 16) : 0;
+                const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 16 * g) * rb;
+                for (uint32_t b = 0; b < kb; b++) {
+                    if (ng == 0)
+                        memset(&P[2 * b + g], 0, sizeof P[0]);
+                    else if (ng == 16)
+                        b_group(type, base + (size_t)(b0 + b) * bsz, rb, 16, &P[2 * b + g]);
+                    else
+                        b_group(type, base + (size_t)(b0 + b) * bsz, rb, ng, &P[2 * b + g]);
+                }
+            }
+            for (uint32_t t = t0; t < t1;) {
+                const uint32_t left = t1 - t, n_tiles = (left + BQT - 1) / BQT;
+                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                switch (nt) {
+                case 1:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 1);
+                    break;
+                case 2:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 2);
+                    break;
+                case 3:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 3);
+                    break;
+                case 4:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 4);
+                    break;
+                case 5:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 5);
+                    break;
+                default:
+                    b_micro(m, P, b0, kb, r, nr, t, type, BQT);
+                    break;
+                }
+                t += nt;
+            }
+        }
+    }
+}
+
+TGT __attribute__((noinline)) static void b_gemm_q4_1(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_1);
+}
+
+TGT __attribute__((noinline)) static void b_gemm_q5_0(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_0);
+}
+
+TGT __attribute__((noinline)) static void b_gemm_q5_1(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_1);
+}
+
+TGT __attribute__((noinline)) static void b_gemm_iq4_nl(const pe_ext_mm *m, uint32_t r0,
+                                                        uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_IQ4_NL);
+}
+
+/* GEMV of these types: the AVX2 dots (vec_dot_32 of ops_avx2.c), row by row. */
+TGT __attribute__((noinline)) static void b_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                 uint32_t t0, uint32_t t1)
+{
+    const pe_mat *w = m->w;
+    float (*dot)(const void *, const void *, size_t) =
+        w->type == PE_GGML_TYPE_Q4_1   ? pe__vec_dot_q4_1_avx2
+        : w->type == PE_GGML_TYPE_Q5_0 ? pe__vec_dot_q5_0_avx2
+        : w->type == PE_GGML_TYPE_Q5_1 ? pe__vec_dot_q5_1_avx2
+                                       : pe__vec_dot_iq4_nl_avx2;
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        for (uint32_t t = t0; t < t1; t++)
+            m->y[(size_t)t * w->n_out + r] = dot(row, m->xq + (size_t)t * m->xq_stride, w->n_in);
+    }
+}
+
 /* ---- the types of issue 15: Q8_K activations ---- */
 
 /* pe__quant_q8_k_ref by vector, bit for bit: the first value of largest |x| (a block with
@@ -1387,6 +1637,67 @@ TGT void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n)
     }
 }
 
+/* pe__quant_q8_0_ref (q8_1 0) or pe__quant_q8_1_ref (1) by vector, bit for bit, as
+ * quant_act: 16 blocks' d and 1/d per vector divide, roundf as round_away; a block with a
+ * NaN goes to the reference (whose running max is not max_ps's). xsum (or NULL) gets the
+ * sum of each block's values. */
+TGT void pe__quant_q8_0_avx512(const float *x, void *y, size_t n, int q8_1, int32_t *xsum)
+{
+    const size_t nb = n / 32, bs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t qo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    for (size_t b0 = 0; b0 < nb; b0 += 16) {
+        const uint32_t nj = nb - b0 < 16 ? (uint32_t)(nb - b0) : 16;
+        _Alignas(64) float am[16] = {0}, dd[16], id[16];
+        uint32_t nan = 0;
+        for (uint32_t j = 0; j < nj; j++) {
+            const float *xb = x + (b0 + j) * 32;
+            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+            if (_mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q) |
+                _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q))
+                nan |= 1u << j;
+            am[j] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        }
+        const __m512 d = _mm512_div_ps(_mm512_load_ps(am), _mm512_set1_ps(127.0f));
+        const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        _mm512_store_ps(dd, d);
+        _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+        for (uint32_t j = 0; j < nj; j++) {
+            const float *xb = x + (b0 + j) * 32;
+            uint8_t *blk = (uint8_t *)y + (b0 + j) * bs;
+            int32_t sum;
+            if (nan & (1u << j)) {
+                if (q8_1)
+                    pe__quant_q8_1_ref(xb, (block_q8_1 *)(void *)blk, 32);
+                else
+                    pe__quant_q8_0_ref(xb, (block_q8_0 *)(void *)blk, 32);
+                sum = 0;
+                for (int k = 0; k < 32; k++)
+                    sum += ((const int8_t *)blk)[qo + (size_t)k];
+            } else {
+                const __m512 idv = _mm512_set1_ps(id[j]);
+                const __m128i q0 = _mm512_cvtepi32_epi8(
+                    _mm512_cvttps_epi32(round_away(_mm512_mul_ps(_mm512_loadu_ps(xb), idv))));
+                const __m128i q1 = _mm512_cvtepi32_epi8(
+                    _mm512_cvttps_epi32(round_away(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), idv))));
+                /* the sum of the stored bytes, as the reference (an inf block has NaN
+                 * products, whose int32 conversion the byte truncation wraps) */
+                sum = _mm512_reduce_add_epi32(
+                    _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1)));
+                /* F16C rounds like pe_f32_to_f16 (test_f16_matches_f16c) */
+                const uint16_t h = _cvtss_sh(dd[j], _MM_FROUND_TO_NEAREST_INT);
+                memcpy(blk, &h, 2);
+                if (q8_1) {
+                    const uint16_t s = _cvtss_sh((float)sum * dd[j], _MM_FROUND_TO_NEAREST_INT);
+                    memcpy(blk + 2, &s, 2);
+                }
+                _mm_storeu_si128((__m128i *)(void *)(blk + qo), q0);
+                _mm_storeu_si128((__m128i *)(void *)(blk + qo + 16), q1);
+            }
+            if (xsum) xsum[b0 + j] = sum;
+        }
+    }
+}
+
 /* ---- the types of issue 15: dispatch ---- */
 
 int pe__ext_avx512_has(uint32_t type)
@@ -1397,6 +1708,10 @@ int pe__ext_avx512_has(uint32_t type)
     case PE_GGML_TYPE_Q4_K:
     case PE_GGML_TYPE_Q5_K:
     case PE_GGML_TYPE_Q6_K:
+    case PE_GGML_TYPE_Q4_1:
+    case PE_GGML_TYPE_Q5_0:
+    case PE_GGML_TYPE_Q5_1:
+    case PE_GGML_TYPE_IQ4_NL:
         return 1;
     default:
         return 0;
@@ -1413,7 +1728,10 @@ TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint3
 {
     const uint32_t type = m->w->type;
     if (t1 - t0 < pe__ext_gemm_min_tok(type)) {
-        ext_gemv(m, r0, r1, t0, t1);
+        if (pe__vec_dot_type(type) == PE_GGML_TYPE_Q8_K)
+            ext_gemv(m, r0, r1, t0, t1);
+        else
+            b_gemv(m, r0, r1, t0, t1);
         return;
     }
     switch (type) {
@@ -1431,6 +1749,18 @@ TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint3
         break;
     case PE_GGML_TYPE_Q3_K:
         k_gemm_q3_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q4_1:
+        b_gemm_q4_1(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q5_0:
+        b_gemm_q5_0(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q5_1:
+        b_gemm_q5_1(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_IQ4_NL:
+        b_gemm_iq4_nl(m, r0, r1, t0, t1);
         break;
     default:
         PE_UNREACHABLE_TYPE(type);

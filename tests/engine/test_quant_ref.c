@@ -14,7 +14,8 @@
  *   pe_matmul == pe_matmul_ref bit for bit for every type, ISA, thread count and n_tok.
  *   each AVX2 kernel == pe__vec_dot_ext_ref bit for bit, on random rows and on rows of
  *     extreme values (every weight byte 0x00 or 0xff, activations at +-127), several lengths.
- *   the AVX-512 Q8_K quantizer == pe__quant_q8_k_ref byte for byte (zeros, ties, NaN, inf).
+ *   the AVX-512 Q8_K, Q8_0 and Q8_1 quantizers == the references byte for byte (zeros, ties,
+ *     NaN, inf).
  *   the AVX-512 products (GEMV and repacked GEMM) == pe_matmul_ref bit for bit, on the same
  *     kinds of rows, n_tok 1..70, n_out 33 and 100, n_in 768 and 2304, 1 and 3 threads.
  */
@@ -351,10 +352,11 @@ static int test_avx2_dots_match_reference(void)
     return 0;
 }
 
-/* pe__quant_q8_k_avx512 == pe__quant_q8_k_ref byte for byte: random blocks over 8 decades,
- * all-zero blocks, ties of the rounding, repeated maxima of either sign, subnormals, NaN
- * and inf. */
-static int test_avx512_q8_k_quantizer(void)
+/* pe__quant_q8_k_avx512 == pe__quant_q8_k_ref and pe__quant_q8_0_avx512 ==
+ * pe__quant_q8_0_ref / pe__quant_q8_1_ref byte for byte (and its block sums exact): random
+ * blocks over 8 decades, all-zero blocks, ties of the rounding, repeated maxima of either
+ * sign, subnormals, NaN and inf. */
+static int test_avx512_quantizers(void)
 {
     if (pe_isa_detect() < PE_ISA_AVX512) {
         printf("     no AVX-512 on this CPU: its quantizer not run\n");
@@ -400,6 +402,27 @@ static int test_avx512_q8_k_quantizer(void)
         pe__quant_q8_k_avx512(x, got, NB * QK_K);
         if (memcmp(want, got, sizeof want) != 0)
             T_FAIL("rep %d (case %d): avx512 Q8_K blocks differ from the reference", rep, rep % 8);
+        /* Q8_0 and Q8_1 (30 blocks: a tail of the 16-block groups), with the block sums */
+        enum { N32 = NB * QK_K - 64 };
+        block_q8_1 w1[N32 / 32], g1[N32 / 32];
+        block_q8_0 w0[N32 / 32], g0[N32 / 32];
+        int32_t sums[N32 / 32];
+        memset(g0, 0xa5, sizeof g0);
+        memset(g1, 0xa5, sizeof g1);
+        pe__quant_q8_0_ref(x, w0, N32);
+        pe__quant_q8_1_ref(x, w1, N32);
+        pe__quant_q8_0_avx512(x, g0, N32, 0, sums);
+        if (memcmp(w0, g0, sizeof w0) != 0)
+            T_FAIL("rep %d (case %d): avx512 Q8_0 blocks differ from the reference", rep, rep % 8);
+        for (int i = 0; i < N32 / 32; i++) {
+            int s = 0;
+            for (int j = 0; j < 32; j++)
+                s += w0[i].qs[j];
+            T_EQ(sums[i], s);
+        }
+        pe__quant_q8_0_avx512(x, g1, N32, 1, NULL);
+        if (memcmp(w1, g1, sizeof w1) != 0)
+            T_FAIL("rep %d (case %d): avx512 Q8_1 blocks differ from the reference", rep, rep % 8);
     }
     return 0;
 }
@@ -493,7 +516,7 @@ int main(void)
     T_RUN(test_matmul_matches_reference);
 #if defined(__x86_64__) || defined(__i386__)
     T_RUN(test_avx2_dots_match_reference);
-    T_RUN(test_avx512_q8_k_quantizer);
+    T_RUN(test_avx512_quantizers);
     T_RUN(test_avx512_products_match_reference);
 #endif
     if (!t_failed && !have_reference) {
