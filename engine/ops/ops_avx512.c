@@ -33,6 +33,19 @@
  * f16/bf16/f32 125-139 against 42-53 (of 189 peak FMA). Panel depth 512 instead of 256
  * gained 2%, 3x8 or 4x6 float micro-tiles within 3% of 2x12.
  *
+ * The types of issue 15 (pe__ext_rows_avx512, reached from ops.c's matmul_ext) take the same
+ * two paths on the activations of their ggml vec_dot_type (quantized here by vector, byte-
+ * identical to ops_ref.c's quantizers), and each output is bit-identical to
+ * pe__vec_dot_ext_ref: exact integer block sums, then the reference's f32 statements in its
+ * order per (row, token), the running sum kept in y between K chunks.
+ *   K-quants (Q2_K..Q6_K, Q8_K activations): GEMV on the stored super-blocks, unpacked in
+ *   registers (kv_row); GEMM on panels of 32 rows x 2 super-blocks (kpanel, k_micro: 2
+ *   groups x 4 tokens, sub-block scales by vpmulld or vpdpwssd, bsums terms by vpdpwssd).
+ *   Q4_1, Q5_0, Q5_1, IQ4_NL (Q8_1/Q8_0): panels like Q4_0's (bpanel, b_micro: 2 groups x
+ *   6 tokens) at every token count, which beat a row-by-row dot even at 1 token.
+ * Measured (512 tokens, one thread, thread CPU time, same run): q4_0 343, q4_K 243-270,
+ * q5_0/iq4_nl 263-268, q4_1/q5_1 215 GFLOP/s, against ~12 for the AVX2 row dots.
+ *
  * Invariants: the integer part of every quantized dot is exact and the activation quantizer
  * is bit-identical to pe__quant_q8_0_ref; panel rows past n_out are zero and never stored.
  */
@@ -1570,23 +1583,6 @@ TGT __attribute__((noinline)) static void b_gemm_iq4_nl(const pe_ext_mm *m, uint
     b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_IQ4_NL);
 }
 
-/* GEMV of these types: the AVX2 dots (vec_dot_32 of ops_avx2.c), row by row. */
-TGT __attribute__((noinline)) static void b_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
-                                                 uint32_t t0, uint32_t t1)
-{
-    const pe_mat *w = m->w;
-    float (*dot)(const void *, const void *, size_t) =
-        w->type == PE_GGML_TYPE_Q4_1   ? pe__vec_dot_q4_1_avx2
-        : w->type == PE_GGML_TYPE_Q5_0 ? pe__vec_dot_q5_0_avx2
-        : w->type == PE_GGML_TYPE_Q5_1 ? pe__vec_dot_q5_1_avx2
-                                       : pe__vec_dot_iq4_nl_avx2;
-    for (uint32_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-        for (uint32_t t = t0; t < t1; t++)
-            m->y[(size_t)t * w->n_out + r] = dot(row, m->xq + (size_t)t * m->xq_stride, w->n_in);
-    }
-}
-
 /* ---- the types of issue 15: Q8_K activations ---- */
 
 /* pe__quant_q8_k_ref by vector, bit for bit: the first value of largest |x| (a block with
@@ -1718,20 +1714,32 @@ int pe__ext_avx512_has(uint32_t type)
     }
 }
 
+/* Measured (2048x1024, L2-resident, one thread; 2048x8192 from memory for the 32-value
+ * types): the K-quant GEMV beats the panels at 2 tokens (q4_K 0.19 vs 0.34 ms), ties them
+ * at 3 (q4_K 0.31 vs 0.32; q6_K, q3_K still 10-20% ahead, q2_K, q5_K behind); for Q4_1,
+ * Q5_0, Q5_1 and IQ4_NL the panels beat the AVX2 row dots from 1 token (2048x1024: q4_1
+ * 0.26 -> 0.12 ms, iq4_nl 0.19 -> 0.10; from memory 3.0-4.2 -> 2.1-2.6 ms), so their
+ * decode runs the panel kernel with T = 1, 2. */
 uint32_t pe__ext_gemm_min_tok(uint32_t type)
 {
-    (void)type;
-    return 3;
+    switch (type) {
+    case PE_GGML_TYPE_Q6_K:
+    case PE_GGML_TYPE_Q3_K:
+        return 4;
+    case PE_GGML_TYPE_Q2_K:
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K:
+        return 3;
+    default:
+        return 1;
+    }
 }
 
 TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
     const uint32_t type = m->w->type;
     if (t1 - t0 < pe__ext_gemm_min_tok(type)) {
-        if (pe__vec_dot_type(type) == PE_GGML_TYPE_Q8_K)
-            ext_gemv(m, r0, r1, t0, t1);
-        else
-            b_gemv(m, r0, r1, t0, t1);
+        ext_gemv(m, r0, r1, t0, t1);
         return;
     }
     switch (type) {
