@@ -39,7 +39,7 @@
  * pe__vec_dot_ext_ref: exact integer block sums, then the reference's f32 statements in its
  * order per (row, token), the running sum kept in y between K chunks.
  *   K-quants (Q2_K..Q6_K, Q8_K activations): GEMV on the stored super-blocks, unpacked in
- *   registers (kv_row); GEMM on panels of 32 rows x 2 super-blocks (kpanel, k_micro: 2
+ *   registers (kv_row); GEMM on panels of 32 rows x 4 super-blocks (kpanel, k_micro: 2
  *   groups x 4 tokens, sub-block scales by vpmulld or vpdpwssd, bsums terms by vpdpwssd).
  *   Q4_1, Q5_0, Q5_1, IQ4_NL (Q8_1/Q8_0): panels like Q4_0's (bpanel, b_micro: 2 groups x
  *   6 tokens) at every token count, which beat a row-by-row dot even at 1 token.
@@ -731,7 +731,7 @@ TGT static void rows_invariant_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, 
  *   and the f32 statements per accumulator. */
 
 enum {
-    KBK = 2, /* GEMM: super-blocks per K-quant panel (23 KB) */
+    KBK = 4, /* GEMM: super-blocks per K-quant panel (46 KB; 2: 23 KB was 5-15% slower) */
     KQT = 4, /* GEMM: tokens per K-quant micro-tile */
 };
 
@@ -741,34 +741,6 @@ typedef struct kpanel {
     int32_t sc[16][16];   /* [sub-block][row] */
     uint8_t q[64][64];    /* [chunk][row][4] */
 } kpanel;
-
-/* The 16 6-bit scales of a Q3_K super-block, offset 32 removed (as ops_ref.c). */
-INL void q3_k_scales(const uint8_t *src, int8_t sc[16])
-{
-    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
-    uint32_t aux[4];
-    memcpy(aux, src, 12);
-    const uint32_t tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
-    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
-    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
-    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
-    memcpy(sc, aux, 16);
-    for (int i = 0; i < 16; i++)
-        sc[i] = (int8_t)(sc[i] - 32);
-}
-
-/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (as ops_ref.c). */
-INL void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
-{
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-    }
-}
 
 /* d[k] lane i = dword k of the 16 bytes at offset o of row i (zeros past the ng rows): the
  * 4x4 dword transposes of q4_group. */
@@ -797,6 +769,70 @@ INL __m512i field8(__m512i v, const int b, const int p, const int w)
     if (b < p) v = _mm512_sllv_epi16(v, _mm512_set1_epi16((short)(p - b)));
     if (b > p) v = _mm512_srlv_epi16(v, _mm512_set1_epi16((short)(b - p)));
     return _mm512_and_si512(v, mk);
+}
+
+/* The scales of one super-block: s16[k] the scale of 16-value sub-block k (bytes, signed
+ * for Q6_K/Q3_K), bw[k] the weight of bsums[k] (int16), d and dmin. */
+INL void kv_scales(const int type, const uint8_t *b, __m128i *s16, __m256i *bw, float *d,
+                   float *dmin)
+{
+    uint16_t hd = 0, hm = 0;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: { /* get_scale_min_k4 for all 8 at once, as ggml's AVX2 code,
+                               * in the dword lanes (0..3: scales 0-3, 4-7, mins 0-3, 4-7) */
+        const block_q4_K *b4 = (const block_q4_K *)(const void *)b;
+        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b4->scales);
+        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 1, 2, 0));
+        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)),
+                           _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 0, 0));
+        hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(hi, 6), 4),
+                           _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+        const __m128i v = _mm_or_si128(lo, hi);
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        *s16 = _mm_shuffle_epi8(v, dup);
+        *bw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
+        hd = b4->d, hm = b4->dmin;
+        break;
+    }
+    case PE_GGML_TYPE_Q6_K: {
+        const block_q6_K *b6 = (const block_q6_K *)(const void *)b;
+        *s16 = _mm_loadu_si128((const __m128i *)(const void *)b6->scales);
+        *bw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 5);
+        memcpy(&hd, &b6->d, 2);
+        break;
+    }
+    case PE_GGML_TYPE_Q3_K: {
+        const block_q3_K *b3 = (const block_q3_K *)(const void *)b;
+        /* q3_k_scales in the dword lanes: low nibbles of aux0, aux1, then their high
+         * nibbles, each with 2 bits of aux2 on top; then - 32 */
+        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b3->scales);
+        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 1, 0));
+        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
+        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 2, 2, 2));
+        hi = _mm_and_si128(
+            _mm_sllv_epi32(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi32(4)),
+            _mm_set1_epi8(0x30));
+        *s16 = _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+        *bw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 2);
+        memcpy(&hd, &b3->d, 2);
+        break;
+    }
+    default: {
+        const block_q2_K *b2 = (const block_q2_K *)(const void *)b;
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
+        *s16 = _mm_and_si128(v, _mm_set1_epi8(0x0f));
+        *bw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
+        memcpy(&hd, &b2->d, 2);
+        memcpy(&hm, &b2->dmin, 2);
+        break;
+    }
+    }
+    *d = _cvtsh_ss(hd);
+    *dmin = _cvtsh_ss(hm);
 }
 
 /* Values of 16 rows of one super-block of type (row i at sb + i * rb) into p. */
@@ -878,69 +914,44 @@ INL void k_group(const int type, const uint8_t *sb, size_t rb, uint32_t ng, kpan
         break;
     }
     }
-    /* the scales, row by row */
+    /* the scales: kv_scales of each row, then transposed to the row lanes (s16 in bytes
+     * 0..15 of each row of sv, bw in 16..47); by row and scalar they took ~10% of q4_K's
+     * GEMM */
+    _Alignas(64) uint8_t sv[16][48];
     for (uint32_t i = 0; i < 16; i++) {
-        const uint8_t *b = sb + (size_t)i * rb;
-        uint16_t hd = 0, hm = 0;
-        int32_t sc[16] = {0}, bw[16] = {0};
-        if (i < ng) {
-            switch (type) {
-            case PE_GGML_TYPE_Q4_K:
-            case PE_GGML_TYPE_Q5_K: {
-                const block_q4_K *b4 = (const block_q4_K *)(const void *)b;
-                hd = b4->d, hm = b4->dmin; /* d, dmin, scales lead both */
-                for (int k = 0; k < 8; k++) {
-                    uint8_t s, mn;
-                    scale_min_k4(k, b4->scales, &s, &mn);
-                    sc[k] = s;
-                    bw[2 * k] = bw[2 * k + 1] = mn;
-                }
-                break;
-            }
-            case PE_GGML_TYPE_Q6_K: {
-                const block_q6_K *b6 = (const block_q6_K *)(const void *)b;
-                memcpy(&hd, &b6->d, 2);
-                for (int k = 0; k < 16; k++) {
-                    sc[k] = b6->scales[k];
-                    bw[k] = -32 * sc[k];
-                }
-                break;
-            }
-            case PE_GGML_TYPE_Q3_K: {
-                const block_q3_K *b3 = (const block_q3_K *)(const void *)b;
-                int8_t s8[16];
-                memcpy(&hd, &b3->d, 2);
-                q3_k_scales(b3->scales, s8);
-                for (int k = 0; k < 16; k++) {
-                    sc[k] = s8[k];
-                    bw[k] = -4 * sc[k];
-                }
-                break;
-            }
-            default: {
-                const block_q2_K *b2 = (const block_q2_K *)(const void *)b;
-                memcpy(&hd, &b2->d, 2);
-                memcpy(&hm, &b2->dmin, 2);
-                for (int k = 0; k < 16; k++) {
-                    sc[k] = b2->scales[k] & 0xF;
-                    bw[k] = b2->scales[k] >> 4;
-                }
-                break;
-            }
-            }
-        }
-        p->d[i] = _cvtsh_ss(hd);
-        p->dmin[i] = _cvtsh_ss(hm);
-        /* Q2_K, Q3_K: as the int16 pair (scale, 0) for vpdpwssd (see k_micro) */
-        for (int k = 0; k < 16; k++)
-            p->sc[k][i] = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K
-                              ? (int32_t)(uint16_t)(int16_t)sc[k]
-                              : sc[k];
-        for (int k = 0; k < 8; k++) {
-            p->bw[k][i][0] = (int16_t)bw[2 * k];
-            p->bw[k][i][1] = (int16_t)bw[2 * k + 1];
+        __m128i s16 = _mm_setzero_si128();
+        __m256i bw = _mm256_setzero_si256();
+        float dd = 0.0f, dm = 0.0f;
+        if (i < ng) kv_scales(type, sb + (size_t)i * rb, &s16, &bw, &dd, &dm);
+        _mm_store_si128((__m128i *)(void *)sv[i], s16);
+        _mm256_storeu_si256((__m256i *)(void *)(sv[i] + 16), bw);
+        p->d[i] = dd;
+        p->dmin[i] = dm;
+    }
+    const int nsub = type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K ? 8 : 16;
+    const int w16 = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K;
+    __m512i t[4];
+    t16x4(&sv[0][0], sizeof sv[0], 16, 0, t);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) { /* byte b of dword k: 16-value sub-block 4 k + b */
+            const int m16 = 4 * k + b;
+            if (nsub == 8 && m16 % 2) continue; /* Q4_K, Q5_K: the scale of 32 values twice */
+            __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(t[k], 24 - 8 * b), 24);
+            /* Q2_K, Q3_K: as the int16 pair (scale, 0) for vpdpwssd (see k_micro) */
+            if (w16) v = _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
+            _mm512_store_si512(p->sc[nsub == 8 ? m16 / 2 : m16], v);
         }
     }
+    t16x4(&sv[0][0], sizeof sv[0], 16, 16, t);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        _mm512_store_si512(p->bw[k], t[k]);
+    t16x4(&sv[0][0], sizeof sv[0], 16, 32, t);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        _mm512_store_si512(p->bw[4 + k], t[k]);
 }
 
 /* Accumulates T tokens from t over super-blocks [s0, s0 + ks) of panel P into y (rows r,
@@ -1190,70 +1201,6 @@ INL __m512i kv_values(const int type, const uint8_t *b, const int v)
         return u;
     }
     }
-}
-
-/* The scales of one super-block: s16[k] the scale of 16-value sub-block k (bytes, signed
- * for Q6_K/Q3_K), bw[k] the weight of bsums[k] (int16), d and dmin. */
-INL void kv_scales(const int type, const uint8_t *b, __m128i *s16, __m256i *bw, float *d,
-                   float *dmin)
-{
-    uint16_t hd = 0, hm = 0;
-    switch (type) {
-    case PE_GGML_TYPE_Q4_K:
-    case PE_GGML_TYPE_Q5_K: { /* get_scale_min_k4 for all 8 at once, as ggml's AVX2 code,
-                               * in the dword lanes (0..3: scales 0-3, 4-7, mins 0-3, 4-7) */
-        const block_q4_K *b4 = (const block_q4_K *)(const void *)b;
-        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b4->scales);
-        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 1, 2, 0));
-        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)),
-                           _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 0, 0));
-        hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(hi, 6), 4),
-                           _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-        const __m128i v = _mm_or_si128(lo, hi);
-        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-        *s16 = _mm_shuffle_epi8(v, dup);
-        *bw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
-        hd = b4->d, hm = b4->dmin;
-        break;
-    }
-    case PE_GGML_TYPE_Q6_K: {
-        const block_q6_K *b6 = (const block_q6_K *)(const void *)b;
-        *s16 = _mm_loadu_si128((const __m128i *)(const void *)b6->scales);
-        *bw = _mm256_slli_epi16(
-            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 5);
-        memcpy(&hd, &b6->d, 2);
-        break;
-    }
-    case PE_GGML_TYPE_Q3_K: {
-        const block_q3_K *b3 = (const block_q3_K *)(const void *)b;
-        /* q3_k_scales in the dword lanes: low nibbles of aux0, aux1, then their high
-         * nibbles, each with 2 bits of aux2 on top; then - 32 */
-        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b3->scales);
-        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 1, 0));
-        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
-        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 2, 2, 2));
-        hi = _mm_and_si128(
-            _mm_sllv_epi32(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi32(4)),
-            _mm_set1_epi8(0x30));
-        *s16 = _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
-        *bw = _mm256_slli_epi16(
-            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 2);
-        memcpy(&hd, &b3->d, 2);
-        break;
-    }
-    default: {
-        const block_q2_K *b2 = (const block_q2_K *)(const void *)b;
-        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
-        *s16 = _mm_and_si128(v, _mm_set1_epi8(0x0f));
-        *bw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
-        memcpy(&hd, &b2->d, 2);
-        memcpy(&hm, &b2->dmin, 2);
-        break;
-    }
-    }
-    *d = _cvtsh_ss(hd);
-    *dmin = _cvtsh_ss(hm);
 }
 
 /* y[t + j][r] for T tokens of one row. */
