@@ -115,8 +115,9 @@ static size_t round_up(size_t v, size_t a)
 
 size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok)
 {
-    if (pe__type_is_ext(w->type))
-        return 64 + (size_t)n_tok * round_up(pe__act_row_bytes(w->type, w->n_in), 64);
+    if (pe__type_is_ext(w->type)) /* activations, then block sums (pe_ext_mm.xsum) */
+        return 64 + (size_t)n_tok * (round_up(pe__act_row_bytes(w->type, w->n_in), 64) +
+                                     (size_t)w->n_in / 32 * sizeof(int32_t));
     if (!pe__type_is_quant(w->type)) return 64;
     size_t nb = w->n_in / QK8_0;
     return 64 + (size_t)n_tok * (round_up(w->n_in, 64) + nb * (sizeof(float) + sizeof(int32_t)));
@@ -178,11 +179,14 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
     }
 }
 
-/* ---- the types of issue 15: scalar reference kernels on every ISA ----
+/* ---- the types of issue 15 ----
  * The activations of each token are quantized (pe__quant_act_ref, ggml's vec_dot_type) into
- * the scratch, then the threads claim chunks of rows and run pe__vec_dot_ext_ref for every
- * token (on AVX2/AVX-512 CPUs: pe__ext_rows_avx2, rows x tokens tiles bit-identical to it).
- * Each element depends on its weight row and token only (batch-invariant). */
+ * the scratch. On AVX-512 the tasks then split as for Q8_0/Q4_0 (GEMV row claims below
+ * pe__ext_gemm_min_tok tokens, rows x tokens tiles from it on) and run
+ * pe__ext_rows_avx512; elsewhere the threads claim chunks of rows and run
+ * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: pe__ext_rows_avx2, rows x tokens
+ * tiles bit-identical to it). Each element depends on its weight row and token only
+ * (batch-invariant). */
 
 typedef struct ext_plan {
     const pe_mat *w;
@@ -194,15 +198,35 @@ typedef struct ext_plan {
     void (*rows)(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
                  uint32_t r1, uint32_t t0, uint32_t t1); /* NULL: pe__vec_dot_ext_ref */
     atomic_uint next_row;
+    /* AVX-512 (pe__ext_rows_avx512): the product, and the GEMM task split */
+    pe_ext_mm em;
+    uint32_t n_threads, rows_per_task, n_row_tasks;
+    int q8_k_avx512; /* Q8_K activations by pe__quant_q8_k_avx512 */
+    int q8_avx512;   /* Q8_0/Q8_1 activations by pe__quant_q8_0_avx512 */
+    int32_t *xsum;   /* AVX-512 with Q8_0 activations: pe_ext_mm.xsum (by q8_avx512) */
 } ext_plan;
 
 static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
 {
     ext_plan *p = ctx;
     uint32_t t1 = (task + 1) * QUANT_TASK_TOK < p->n_tok ? (task + 1) * QUANT_TASK_TOK : p->n_tok;
-    for (uint32_t t = task * QUANT_TASK_TOK; t < t1; t++)
-        pe__quant_act_ref(p->w->type, p->x + (size_t)t * p->w->n_in, p->xq + t * p->xq_stride,
-                          p->w->n_in);
+    for (uint32_t t = task * QUANT_TASK_TOK; t < t1; t++) {
+        const float *x = p->x + (size_t)t * p->w->n_in;
+        uint8_t *xq = p->xq + t * p->xq_stride;
+#if defined(__x86_64__) || defined(__i386__)
+        if (p->q8_k_avx512) {
+            pe__quant_q8_k_avx512(x, (block_q8_K *)(void *)xq, p->w->n_in);
+            continue;
+        }
+        if (p->q8_avx512) { /* Q8_0 with the block sums, or Q8_1 */
+            pe__quant_q8_0_avx512(x, xq, p->w->n_in,
+                                  pe__vec_dot_type(p->w->type) == PE_GGML_TYPE_Q8_1,
+                                  p->xsum ? p->xsum + (size_t)t * (p->w->n_in / 32) : NULL);
+            continue;
+        }
+#endif
+        pe__quant_act_ref(p->w->type, x, xq, p->w->n_in);
+    }
 }
 
 static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
@@ -226,6 +250,64 @@ static void ext_rows_task(void *ctx, uint32_t task, uint32_t thread)
     }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* AVX-512 GEMV: guided row claims as gemv_task, each chunk for all tokens. */
+static void ext_gemv_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    ext_plan *p = ctx;
+    const uint32_t n = p->w->n_out;
+    uint32_t cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
+    while (cur < n) {
+        uint32_t left = n - cur;
+        uint32_t chunk = (left / (2 * p->n_threads) + 15) & ~15u;
+        if (chunk < GEMV_MIN_ROWS) chunk = GEMV_MIN_ROWS;
+        if (chunk > left) chunk = left;
+        if (atomic_compare_exchange_weak_explicit(&p->next_row, &cur, cur + chunk,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            pe__ext_rows_avx512(&p->em, cur, cur + chunk, 0, p->n_tok);
+            cur = atomic_load_explicit(&p->next_row, memory_order_relaxed);
+        }
+    }
+}
+
+/* AVX-512 GEMM: tiles of rows x GEMM_TASK_TOK tokens, as mm_task. */
+static void ext_gemm_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    ext_plan *p = ctx;
+    uint32_t rt = task % p->n_row_tasks, tt = task / p->n_row_tasks;
+    uint32_t r0 = rt * p->rows_per_task, t0 = tt * GEMM_TASK_TOK;
+    uint32_t r1 = r0 + p->rows_per_task, t1 = t0 + GEMM_TASK_TOK;
+    if (r1 > p->w->n_out) r1 = p->w->n_out;
+    if (t1 > p->n_tok) t1 = p->n_tok;
+    pe__ext_rows_avx512(&p->em, r0, r1, t0, t1);
+}
+
+/* The AVX-512 products of matmul_ext: every element is bit-identical to the reference, so
+ * the split may follow n_tok and the thread count (invariant as the scalar path). */
+static void matmul_ext_avx512(pe_threadpool *tp, ext_plan *p)
+{
+    const uint32_t n_threads = pe_tp_n_threads(tp), n_out = p->w->n_out;
+    p->em.w = p->w;
+    p->em.xq = p->xq;
+    p->em.xq_stride = p->xq_stride;
+    p->em.y = p->y;
+    p->em.n_tok = p->n_tok;
+    p->em.xsum = p->xsum;
+    p->n_threads = n_threads;
+    if (p->n_tok < pe__ext_gemm_min_tok(p->w->type)) {
+        pe_tp_run(tp, ext_gemv_task, p, n_threads);
+        return;
+    }
+    uint32_t rows = GEMM_TASK_ROWS;
+    const uint32_t n_tt = (p->n_tok + GEMM_TASK_TOK - 1) / GEMM_TASK_TOK;
+    while (rows > 32 && (size_t)((n_out + rows - 1) / rows) * n_tt < 4u * n_threads)
+        rows /= 2;
+    p->rows_per_task = rows;
+    p->n_row_tasks = (n_out + rows - 1) / rows;
+    pe_tp_run(tp, ext_gemm_task, p, p->n_row_tasks * n_tt);
+}
+#endif
+
 static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
                        void *scratch)
 {
@@ -242,7 +324,20 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
         p.rows = pe__ext_rows_avx2;
 #endif
     atomic_init(&p.next_row, 0);
+#if defined(__x86_64__) || defined(__i386__)
+    const int avx512 = kernels() == &pe__kernels_avx512 && pe__ext_avx512_has(w->type);
+    p.q8_k_avx512 = avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_K;
+    p.q8_avx512 = avx512 && !p.q8_k_avx512;
+    if (avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_0)
+        p.xsum = (int32_t *)(void *)(p.xq + (size_t)n_tok * p.xq_stride);
+#endif
     pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
+#if defined(__x86_64__) || defined(__i386__)
+    if (avx512) {
+        matmul_ext_avx512(tp, &p);
+        return;
+    }
+#endif
     pe_tp_run(tp, ext_rows_task, &p, pe_tp_n_threads(tp));
 }
 

@@ -33,6 +33,23 @@
  * f16/bf16/f32 125-139 against 42-53 (of 189 peak FMA). Panel depth 512 instead of 256
  * gained 2%, 3x8 or 4x6 float micro-tiles within 3% of 2x12.
  *
+ * The types of issue 15 (pe__ext_rows_avx512, reached from ops.c's matmul_ext) take the same
+ * two paths on the activations of their ggml vec_dot_type (quantized here by vector, byte-
+ * identical to ops_ref.c's quantizers), and each output is bit-identical to
+ * pe__vec_dot_ext_ref: exact integer block sums, then the reference's f32 statements in its
+ * order per (row, token), the running sum kept in y between K chunks.
+ *   K-quants (Q2_K..Q6_K, Q8_K activations): GEMV on the stored super-blocks, unpacked in
+ *   registers (kv_row); GEMM on panels of 32 rows x 4 super-blocks (kpanel, k_micro: 2
+ *   groups x 4 tokens, sub-block scales by vpmulld or vpdpwssd, bsums terms by vpdpwssd).
+ *   Q4_1, Q5_0, Q5_1, IQ4_NL (Q8_1/Q8_0): panels like Q4_0's (bpanel, b_micro: 2 groups x
+ *   6 tokens) at every token count, which beat a row-by-row dot even at 1 token.
+ * Measured (bench_matmul, 512 tokens, one thread, 2048x2048 and 2048x8192, 3 runs, as a
+ * ratio to q4_0 in the same run; shared machine, so absolute figures vary 30%): q2_K 0.70-
+ * 1.16, q3_K 0.81-1.35, q4_K 0.82-0.96, q5_K 0.81-0.89, q6_K 0.57-0.72, q5_0 0.72-0.97,
+ * iq4_nl 0.66-1.08, q4_1/q5_1 0.37-0.87 (q4_0 280-440 GFLOP/s); the AVX2 row dots they
+ * replace ran 9-25. Decode (2048x8192 from memory): q4_K 1.42 ms against q8_0 1.57
+ * (0.96 against 1.32 in a quieter run), q6_K 1.80, q4_0 0.93.
+ *
  * Invariants: the integer part of every quantized dot is exact and the activation quantizer
  * is bit-identical to pe__quant_q8_0_ref; panel rows past n_out are zero and never stored.
  */
@@ -40,6 +57,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "ops_int.h"
@@ -696,6 +714,1055 @@ TGT static void rows_invariant_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, 
         q_gemm(m, r0, r1, t0, t1);
     else
         f_gemm(m, r0, r1, t0, t1);
+}
+
+/* ---- the types of issue 15: K-quants on Q8_K activations (GEMM) ----
+ * The same panel scheme as Q8_0/Q4_0, per super-block of 256 values and group of 16 rows:
+ * the values as unsigned bytes (Q4_K 0..15, Q5_K 0..31, Q6_K q + 32, Q2_K 0..3, Q3_K q + 4)
+ * in chunks of 4 for vpdpbusd with the signed Q8_K activations, the integer sub-block
+ * scales per row, and the weights of the activations' bsums (mins for Q4_K/Q5_K/Q2_K,
+ * -offset * scale for Q6_K/Q3_K, whose offset the bsums take back out) for vpdpwssd. Per
+ * (row, token) and super-block the kernel forms the reference's integers exactly, sumi =
+ * sum_k scale_k * dot_k (+ the offset term) and summ = sum_k min_k * bsum_k, then runs the
+ * reference's f32 statements on them in its order, the running sum living in y between
+ * K chunks: each y[t][r] is bit-identical to pe__vec_dot_ext_ref. Bounds as ops_avx2.c:
+ * every int32 sum stays below 2^31, a bsum pair product below 2^15 * 2^8.
+ *
+ *   panel, per super-block and group (5760 bytes):
+ *       float d[16], dmin[16]; int16 bw[8][16][2]; int32 sc[16][16]; u8 q[64][16][4]
+ *   micro-kernel (2 groups x up to 4 tokens): per 4 values 2 panel loads, T dword
+ *   broadcasts, 2T vpdpbusd; per sub-block 2T vpmulld + add; per super-block 8 vpdpwssd
+ *   and the f32 statements per accumulator. */
+
+enum {
+    KBK = 4, /* GEMM: super-blocks per K-quant panel (46 KB; 2: 23 KB was 5-15% slower) */
+    KQT = 4, /* GEMM: tokens per K-quant micro-tile */
+};
+
+typedef struct kpanel {
+    float d[16], dmin[16];
+    int16_t bw[8][16][2]; /* [bsum pair][row]: weights of bsums 2p, 2p + 1 */
+    int32_t sc[16][16];   /* [sub-block][row] */
+    uint8_t q[64][64];    /* [chunk][row][4] */
+} kpanel;
+
+/* d[k] lane i = dword k of the 16 bytes at offset o of row i (zeros past the ng rows): the
+ * 4x4 dword transposes of q4_group. */
+INL void t16x4(const uint8_t *bb, size_t rb, uint32_t ng, size_t o, __m512i d[4])
+{
+    __m512i v[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512i x = _mm512_castsi128_si512(q_row16(bb, rb, (uint32_t)j, ng, o));
+        x = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 4, ng, o), 1);
+        x = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 8, ng, o), 2);
+        v[j] = _mm512_inserti32x4(x, q_row16(bb, rb, (uint32_t)j + 12, ng, o), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(v[0], v[1]), a1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(v[2], v[3]), a3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    d[0] = _mm512_unpacklo_epi64(a0, a2);
+    d[1] = _mm512_unpackhi_epi64(a0, a2);
+    d[2] = _mm512_unpacklo_epi64(a1, a3);
+    d[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+/* The w-bit field at bit b of each byte of v, moved to bit p (the rest 0). */
+INL __m512i field8(__m512i v, const int b, const int p, const int w)
+{
+    const __m512i mk = _mm512_set1_epi8((char)(((1 << w) - 1) << p));
+    if (b < p) v = _mm512_sllv_epi16(v, _mm512_set1_epi16((short)(p - b)));
+    if (b > p) v = _mm512_srlv_epi16(v, _mm512_set1_epi16((short)(b - p)));
+    return _mm512_and_si512(v, mk);
+}
+
+/* The scales of one super-block: s16[k] the scale of 16-value sub-block k (bytes, signed
+ * for Q6_K/Q3_K), bw[k] the weight of bsums[k] (int16), d and dmin. */
+INL void kv_scales(const int type, const uint8_t *b, __m128i *s16, __m256i *bw, float *d,
+                   float *dmin)
+{
+    uint16_t hd = 0, hm = 0;
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: { /* get_scale_min_k4 for all 8 at once, as ggml's AVX2 code,
+                               * in the dword lanes (0..3: scales 0-3, 4-7, mins 0-3, 4-7) */
+        const block_q4_K *b4 = (const block_q4_K *)(const void *)b;
+        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b4->scales);
+        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 1, 2, 0));
+        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)),
+                           _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 0, 0));
+        hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(hi, 6), 4),
+                           _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+        const __m128i v = _mm_or_si128(lo, hi);
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        *s16 = _mm_shuffle_epi8(v, dup);
+        *bw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
+        hd = b4->d, hm = b4->dmin;
+        break;
+    }
+    case PE_GGML_TYPE_Q6_K: {
+        const block_q6_K *b6 = (const block_q6_K *)(const void *)b;
+        *s16 = _mm_loadu_si128((const __m128i *)(const void *)b6->scales);
+        *bw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 5);
+        memcpy(&hd, &b6->d, 2);
+        break;
+    }
+    case PE_GGML_TYPE_Q3_K: {
+        const block_q3_K *b3 = (const block_q3_K *)(const void *)b;
+        /* q3_k_scales in the dword lanes: low nibbles of aux0, aux1, then their high
+         * nibbles, each with 2 bits of aux2 on top; then - 32 */
+        const __m128i q = _mm_maskz_loadu_epi8(0x0fff, b3->scales);
+        __m128i lo = _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 1, 0));
+        lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
+        __m128i hi = _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 2, 2, 2));
+        hi = _mm_and_si128(
+            _mm_sllv_epi32(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi32(4)),
+            _mm_set1_epi8(0x30));
+        *s16 = _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+        *bw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(*s16)), 2);
+        memcpy(&hd, &b3->d, 2);
+        break;
+    }
+    default: {
+        const block_q2_K *b2 = (const block_q2_K *)(const void *)b;
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
+        *s16 = _mm_and_si128(v, _mm_set1_epi8(0x0f));
+        *bw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
+        memcpy(&hd, &b2->d, 2);
+        memcpy(&hm, &b2->dmin, 2);
+        break;
+    }
+    }
+    *d = _cvtsh_ss(hd);
+    *dmin = _cvtsh_ss(hm);
+}
+
+/* Values of 16 rows of one super-block of type (row i at sb + i * rb) into p. */
+INL void k_group(const int type, const uint8_t *sb, size_t rb, uint32_t ng, kpanel *p)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i d[4], h[2][4];
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: {
+        const int five = type == PE_GGML_TYPE_Q5_K;
+        const size_t oq = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+        if (five) {
+            t16x4(sb, rb, ng, offsetof(block_q5_K, qh), h[0]);
+            t16x4(sb, rb, ng, offsetof(block_q5_K, qh) + 16, h[1]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) { /* qs[16 i..]: values 64 j + 16 hh (+ 32: high nibbles) */
+            const int j = i / 2, hh = i % 2;
+            t16x4(sb, rb, ng, oq + 16 * (size_t)i, d);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i lo = _mm512_and_si512(d[k], m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4);
+                if (five) {
+                    lo = _mm512_or_si512(lo, field8(h[hh][k], 2 * j, 4, 1));
+                    hi = _mm512_or_si512(hi, field8(h[hh][k], 2 * j + 1, 4, 1));
+                }
+                _mm512_store_si512(p->q[16 * j + 4 * hh + k], lo);
+                _mm512_store_si512(p->q[16 * j + 8 + 4 * hh + k], hi);
+            }
+        }
+        break;
+    }
+    case PE_GGML_TYPE_Q6_K:
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) { /* ql[64 c + l]: values 128 c + l, 128 c + 64 + l */
+            t16x4(sb, rb, ng, offsetof(block_q6_K, qh) + 32 * (size_t)c, h[0]);
+            t16x4(sb, rb, ng, offsetof(block_q6_K, qh) + 32 * (size_t)c + 16, h[1]);
+#pragma GCC unroll 4
+            for (int pp = 0; pp < 4; pp++) {
+                const int sl = 2 * (pp / 2);
+                t16x4(sb, rb, ng, offsetof(block_q6_K, ql) + 64 * (size_t)c + 16 * (size_t)pp, d);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const __m512i hq = h[pp % 2][k];
+                    __m512i lo = _mm512_or_si512(_mm512_and_si512(d[k], m4), field8(hq, sl, 4, 2));
+                    __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4),
+                                                 field8(hq, 4 + sl, 4, 2));
+                    _mm512_store_si512(p->q[32 * c + 4 * pp + k], lo);
+                    _mm512_store_si512(p->q[32 * c + 16 + 4 * pp + k], hi);
+                }
+            }
+        }
+        break;
+    default: { /* Q2_K, Q3_K: qs[32 c + l] >> 2 j is value 128 c + 32 j + l */
+        const int three = type == PE_GGML_TYPE_Q3_K;
+        const size_t oq = three ? offsetof(block_q3_K, qs) : offsetof(block_q2_K, qs);
+        if (three) {
+            t16x4(sb, rb, ng, offsetof(block_q3_K, hmask), h[0]);
+            t16x4(sb, rb, ng, offsetof(block_q3_K, hmask) + 16, h[1]);
+        }
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+#pragma GCC unroll 2
+            for (int hp = 0; hp < 2; hp++) {
+                t16x4(sb, rb, ng, oq + 32 * (size_t)c + 16 * (size_t)hp, d);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        __m512i u = field8(d[k], 2 * j, 0, 2);
+                        if (three) u = _mm512_or_si512(u, field8(h[hp][k], 4 * c + j, 2, 1));
+                        _mm512_store_si512(p->q[32 * c + 8 * j + 4 * hp + k], u);
+                    }
+                }
+            }
+        }
+        break;
+    }
+    }
+    /* the scales: kv_scales of each row, then transposed to the row lanes (s16 in bytes
+     * 0..15 of each row of sv, bw in 16..47); by row and scalar they took ~10% of q4_K's
+     * GEMM */
+    _Alignas(64) uint8_t sv[16][48];
+    for (uint32_t i = 0; i < 16; i++) {
+        __m128i s16 = _mm_setzero_si128();
+        __m256i bw = _mm256_setzero_si256();
+        float dd = 0.0f, dm = 0.0f;
+        if (i < ng) kv_scales(type, sb + (size_t)i * rb, &s16, &bw, &dd, &dm);
+        _mm_store_si128((__m128i *)(void *)sv[i], s16);
+        _mm256_storeu_si256((__m256i *)(void *)(sv[i] + 16), bw);
+        p->d[i] = dd;
+        p->dmin[i] = dm;
+    }
+    const int nsub = type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K ? 8 : 16;
+    const int w16 = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K;
+    __m512i t[4];
+    t16x4(&sv[0][0], sizeof sv[0], 16, 0, t);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) { /* byte b of dword k: 16-value sub-block 4 k + b */
+            const int m16 = 4 * k + b;
+            if (nsub == 8 && m16 % 2) continue; /* Q4_K, Q5_K: the scale of 32 values twice */
+            __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(t[k], 24 - 8 * b), 24);
+            /* Q2_K, Q3_K: as the int16 pair (scale, 0) for vpdpwssd (see k_micro) */
+            if (w16) v = _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
+            _mm512_store_si512(p->sc[nsub == 8 ? m16 / 2 : m16], v);
+        }
+    }
+    t16x4(&sv[0][0], sizeof sv[0], 16, 16, t);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        _mm512_store_si512(p->bw[k], t[k]);
+    t16x4(&sv[0][0], sizeof sv[0], 16, 32, t);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        _mm512_store_si512(p->bw[4 + k], t[k]);
+}
+
+/* Accumulates T tokens from t over super-blocks [s0, s0 + ks) of panel P into y (rows r,
+ * nr): y continues the reference's running sum. */
+INL void k_micro(const pe_ext_mm *m, const kpanel *P, uint32_t s0, uint32_t ks, uint32_t r,
+                 uint32_t nr, uint32_t t, const int type, const int T)
+{
+    const int nsub = type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K ? 8 : 16;
+    const int cps = 64 / nsub; /* chunks per sub-block */
+    const int has_min = type != PE_GGML_TYPE_Q6_K && type != PE_GGML_TYPE_Q3_K;
+    const int w16 = type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q3_K;
+    const uint32_t n_out = m->w->n_out;
+    const __mmask16 m0 = mask16(nr), m1 = mask16(nr > 16 ? nr - 16 : 0);
+    const size_t xs = m->xq_stride;
+    const uint8_t *x0 = m->xq + (size_t)t * xs + (size_t)s0 * sizeof(block_q8_K);
+    __m512 fa[2][KQT];
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        fa[0][j] = s0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yj);
+        fa[1][j] = s0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yj + 16);
+    }
+    for (uint32_t s = 0; s < ks; s++) {
+        const kpanel *p0 = &P[2 * s], *p1 = &P[2 * s + 1];
+        const block_q8_K *xb0 = (const block_q8_K *)(const void *)x0 + s;
+#define XJ(j) ((const block_q8_K *)(const void *)((const uint8_t *)xb0 + (size_t)(j)*xs))
+        __m512i S[2][KQT], D[2][KQT];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            S[0][j] = S[1][j] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+        for (int sb = 0; sb < nsub; sb++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++)
+                D[0][j] = D[1][j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int c = 0; c < cps; c++) {
+                const int ch = sb * cps + c;
+                const __m512i w0 = _mm512_load_si512(p0->q[ch]);
+                const __m512i w1 = _mm512_load_si512(p1->q[ch]);
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) {
+                    const __m512i xb = _mm512_set1_epi32(i32_at(XJ(j)->qs + 4 * ch));
+                    D[0][j] = _mm512_dpbusd_epi32(D[0][j], w0, xb);
+                    D[1][j] = _mm512_dpbusd_epi32(D[1][j], w1, xb);
+                }
+            }
+            const __m512i c0 = _mm512_load_si512(p0->sc[sb]), c1 = _mm512_load_si512(p1->sc[sb]);
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                if (w16) { /* |dot| <= 16 * 7 * 127: the int16 pair (dot, sign) times (sc, 0) */
+                    S[0][j] = _mm512_dpwssd_epi32(S[0][j], D[0][j], c0);
+                    S[1][j] = _mm512_dpwssd_epi32(S[1][j], D[1][j], c1);
+                } else {
+                    S[0][j] = _mm512_add_epi32(S[0][j], _mm512_mullo_epi32(D[0][j], c0));
+                    S[1][j] = _mm512_add_epi32(S[1][j], _mm512_mullo_epi32(D[1][j], c1));
+                }
+            }
+        }
+        /* the bsums term: summ (Q4_K, Q5_K, Q2_K) or the offset's part of sumi */
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            D[0][j] = D[1][j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i b0 = _mm512_load_si512(p0->bw[k]), b1 = _mm512_load_si512(p1->bw[k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                int32_t pair;
+                memcpy(&pair, XJ(j)->bsums + 2 * k, 4);
+                const __m512i xb = _mm512_set1_epi32(pair);
+                D[0][j] = _mm512_dpwssd_epi32(D[0][j], b0, xb);
+                D[1][j] = _mm512_dpwssd_epi32(D[1][j], b1, xb);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p0->d), d1 = _mm512_load_ps(p1->d);
+        const __m512 n0 = _mm512_load_ps(p0->dmin), n1 = _mm512_load_ps(p1->dmin);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            const __m512 dx = _mm512_set1_ps(XJ(j)->d);
+            if (!has_min) {
+                S[0][j] = _mm512_add_epi32(S[0][j], D[0][j]);
+                S[1][j] = _mm512_add_epi32(S[1][j], D[1][j]);
+            }
+            /* sumf += (d_x * d) * sumi; sumf -= (d_x * dmin) * summ (dmin, summ 0 for
+             * Q6_K, Q3_K: still subtracted, as the reference does) */
+            fa[0][j] = _mm512_add_ps(
+                fa[0][j], _mm512_mul_ps(_mm512_mul_ps(dx, d0), _mm512_cvtepi32_ps(S[0][j])));
+            fa[1][j] = _mm512_add_ps(
+                fa[1][j], _mm512_mul_ps(_mm512_mul_ps(dx, d1), _mm512_cvtepi32_ps(S[1][j])));
+            const __m512 q0 = has_min ? _mm512_cvtepi32_ps(D[0][j]) : _mm512_setzero_ps();
+            const __m512 q1 = has_min ? _mm512_cvtepi32_ps(D[1][j]) : _mm512_setzero_ps();
+            fa[0][j] = _mm512_sub_ps(fa[0][j], _mm512_mul_ps(_mm512_mul_ps(dx, n0), q0));
+            fa[1][j] = _mm512_sub_ps(fa[1][j], _mm512_mul_ps(_mm512_mul_ps(dx, n1), q1));
+        }
+#undef XJ
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        _mm512_mask_storeu_ps(yj, m0, fa[0][j]);
+        _mm512_mask_storeu_ps(yj + 16, m1, fa[1][j]);
+    }
+}
+
+/* Rows [r0, r1) x tokens [t0, t1) of a K-quant product through panels of 32 rows x KBK
+ * super-blocks. */
+INL void k_gemm(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                const int type)
+{
+    _Alignas(64) kpanel P[2 * KBK];
+    const pe_mat *w = m->w;
+    const size_t rb = w->row_bytes, bsz = pe_ggml_get_traits((uint32_t)type)->type_size;
+    const uint32_t nsb = w->n_in / QK_K;
+    for (uint32_t s0 = 0; s0 < nsb; s0 += KBK) {
+        const uint32_t ks = nsb - s0 < KBK ? nsb - s0 : KBK;
+        for (uint32_t r = r0; r < r1; r += 32) {
+            const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
+            for (uint32_t g = 0; g < 2; g++) {
+                const uint32_t ng = nr > 16 * g ? (nr - 16 * g < 16 ? nr - 16 * g : 16) : 0;
+                const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 16 * g) * rb;
+                for (uint32_t s = 0; s < ks; s++) {
+                    if (ng == 0)
+                        memset(&P[2 * s + g], 0, sizeof P[0]);
+                    else if (ng == 16) /* full groups get the row bounds folded away */
+                        k_group(type, base + (size_t)(s0 + s) * bsz, rb, 16, &P[2 * s + g]);
+                    else
+                        k_group(type, base + (size_t)(s0 + s) * bsz, rb, ng, &P[2 * s + g]);
+                }
+            }
+            /* tiles of at most KQT tokens, as even as possible */
+            for (uint32_t t = t0; t < t1;) {
+                const uint32_t left = t1 - t, n_tiles = (left + KQT - 1) / KQT;
+                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                switch (nt) {
+                case 1:
+                    k_micro(m, P, s0, ks, r, nr, t, type, 1);
+                    break;
+                case 2:
+                    k_micro(m, P, s0, ks, r, nr, t, type, 2);
+                    break;
+                case 3:
+                    k_micro(m, P, s0, ks, r, nr, t, type, 3);
+                    break;
+                default:
+                    k_micro(m, P, s0, ks, r, nr, t, type, KQT);
+                    break;
+                }
+                t += nt;
+            }
+        }
+    }
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q4_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q5_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q2_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q2_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q3_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q3_K);
+}
+
+TGT __attribute__((noinline)) static void k_gemm_q6_k(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    k_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q6_K);
+}
+
+/* ---- the types of issue 15: K-quants on Q8_K activations (GEMV) ----
+ * Decode reads each weight once, so the values are unpacked in registers where they lie:
+ * per super-block 4 vectors of 64 values in order (the nibbles, high bits and 2-bit fields
+ * moved by per-half shifts), one vpdpbusd each with the token's 64 activations, whose
+ * lanes (4 products, at most 4 * 63 * 127 < 2^15) vpdpwssd multiplies by the int16 pair
+ * (scale, 0) of the lane's sub-block; the bsums term is one 256-bit vpdpwssd. The integer
+ * sums are the reference's, and the f32 statements run per super-block in its order. */
+
+/* 64 values [64 v, 64 v + 64) of a super-block as unsigned bytes (as k_group). */
+INL __m512i kv_values(const int type, const uint8_t *b, const int v)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K: { /* qs[32 v..]: low nibbles 64 v + l, high 64 v + 32 + l */
+        const int five = type == PE_GGML_TYPE_Q5_K;
+        const size_t oq = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + oq) + v));
+        __m512i u =
+            _mm512_and_si512(_mm512_srlv_epi16(q, _mm512_inserti64x4(_mm512_setzero_si512(),
+                                                                     _mm256_set1_epi16(4), 1)),
+                             m4);
+        if (five) { /* bit 2 v (2 v + 1 in the high half) of qh[l] to bit 4 */
+            const __m512i h = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh))));
+            const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * v)),
+                                                  _mm256_set1_epi16((short)(2 * v + 1)), 1);
+            u = _mm512_or_si512(
+                u, _mm512_slli_epi16(
+                       _mm512_and_si512(_mm512_srlv_epi16(h, sh), _mm512_set1_epi8(1)), 4));
+        }
+        return u;
+    }
+    case PE_GGML_TYPE_Q6_K: { /* ql[64 c..]: low nibbles 128 c + l, high 128 c + 64 + l */
+        const int c = v / 2, hi = v % 2;
+        __m512i u = _mm512_loadu_si512(b + offsetof(block_q6_K, ql) + 64 * c);
+        u = _mm512_and_si512(hi ? _mm512_srli_epi16(u, 4) : u, m4);
+        /* qh[32 c + l] bits 2 i, 2 i + 1 of value 128 c + 32 i + l, to bits 4, 5 */
+        const __m512i h = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q6_K, qh) + 32 * c)));
+        const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * hi)),
+                                              _mm256_set1_epi16((short)(4 * hi + 2)), 1);
+        const __m512i f = _mm512_and_si512(_mm512_srlv_epi16(h, sh), _mm512_set1_epi8(3));
+        return _mm512_or_si512(u, _mm512_slli_epi16(f, 4));
+    }
+    default: { /* Q2_K, Q3_K: qs[32 c + l] >> 2 j is value 128 c + 32 j + l */
+        const int three = type == PE_GGML_TYPE_Q3_K;
+        const int c = v / 2, j0 = 2 * (v % 2);
+        const size_t oq = three ? offsetof(block_q3_K, qs) : offsetof(block_q2_K, qs);
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + oq) + c));
+        const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j0)),
+                                              _mm256_set1_epi16((short)(2 * j0 + 2)), 1);
+        __m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh), _mm512_set1_epi8(3));
+        if (three) { /* bit 4 c + j of hmask[l] to bit 2 */
+            const __m512i h = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q3_K, hmask))));
+            const __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * c + j0)),
+                                                  _mm256_set1_epi16((short)(4 * c + j0 + 1)), 1);
+            u = _mm512_or_si512(
+                u, _mm512_slli_epi16(
+                       _mm512_and_si512(_mm512_srlv_epi16(h, hs), _mm512_set1_epi8(1)), 2));
+        }
+        return u;
+    }
+    }
+}
+
+/* Lane i = the sum of the 8 lanes of v[i] (i < 4). */
+INL __m128i hsum8x4i(const __m256i v[4])
+{
+    const __m256i ab = _mm256_hadd_epi32(v[0], v[1]), cd = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i s = _mm256_hadd_epi32(ab, cd);
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* y[t + j][r] for T tokens of one row, 4 super-blocks at a time: their integer sums are
+ * reduced together and their f32 products formed by vector, then added to the running sum
+ * one by one in order (reducing each super-block alone took ~30% of the Q4_K GEMV). */
+INL void kv_row(const pe_ext_mm *m, const uint8_t *row, uint32_t r, uint32_t t, const int type,
+                const int T)
+{
+    const int has_min = type != PE_GGML_TYPE_Q6_K && type != PE_GGML_TYPE_Q3_K;
+    const size_t bsz = pe_ggml_get_traits((uint32_t)type)->type_size;
+    const uint32_t nsb = m->w->n_in / QK_K;
+    float sumf[2] = {0.0f, 0.0f};
+    for (uint32_t i0 = 0; i0 < nsb; i0 += 4) {
+        const uint32_t nq = nsb - i0 < 4 ? nsb - i0 : 4;
+        __m256i S[2][4], M[2][4];
+        _Alignas(16) float d[4] = {0}, dmin[4] = {0}, xd[2][4] = {{0}};
+        for (uint32_t q = 0; q < 4; q++) {
+            if (q >= nq) {
+#pragma GCC unroll 2
+                for (int j = 0; j < T; j++)
+                    S[j][q] = M[j][q] = _mm256_setzero_si256();
+                continue;
+            }
+            const uint8_t *b = row + (size_t)(i0 + q) * bsz;
+            pf_range(b + PF_AHEAD, bsz);
+            __m128i s16;
+            __m256i bw;
+            kv_scales(type, b, &s16, &bw, &d[q], &dmin[q]);
+            __m512i u[4], c[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                u[v] = kv_values(type, b, v);
+                /* lane i of values 64 v: sub-block 4 v + i / 4; the pair (scale, 0) */
+                const __m128i sel =
+                    _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm_set1_epi8((char)(4 * v)));
+                c[v] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(s16, sel)),
+                                        _mm512_set1_epi32(0xffff));
+            }
+#pragma GCC unroll 2
+            for (int j = 0; j < T; j++) {
+                const block_q8_K *x =
+                    (const block_q8_K *)(const void *)(m->xq + (size_t)(t + j) * m->xq_stride) +
+                    i0 + q;
+                __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int v = 0; v < 4; v++) {
+                    const __m512i D = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[v],
+                                                          _mm512_loadu_si512(x->qs + 64 * v));
+                    acc = _mm512_dpwssd_epi32(acc, D, c[v]);
+                }
+                const __m256i mm = _mm256_dpwssd_epi32(
+                    _mm256_setzero_si256(), bw,
+                    _mm256_loadu_si256((const __m256i *)(const void *)x->bsums));
+                __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(acc),
+                                              _mm512_extracti64x4_epi64(acc, 1));
+                if (!has_min) s8 = _mm256_add_epi32(s8, mm); /* the offset's part of sumi */
+                S[j][q] = s8;
+                M[j][q] = has_min ? mm : _mm256_setzero_si256();
+                xd[j][q] = x->d;
+            }
+        }
+        const __m128 dv = _mm_load_ps(d), nv = _mm_load_ps(dmin);
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++) {
+            const __m128 xv = _mm_load_ps(xd[j]);
+            /* (d_x * d) * sumi and (d_x * dmin) * summ (0 for Q6_K, Q3_K: still subtracted,
+             * as the reference does) */
+            _Alignas(16) float pa[4], pb[4];
+            _mm_store_ps(pa, _mm_mul_ps(_mm_mul_ps(xv, dv), _mm_cvtepi32_ps(hsum8x4i(S[j]))));
+            _mm_store_ps(pb, _mm_mul_ps(_mm_mul_ps(xv, nv), _mm_cvtepi32_ps(hsum8x4i(M[j]))));
+            for (uint32_t q = 0; q < nq; q++) {
+                sumf[j] += pa[q];
+                sumf[j] -= pb[q];
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < T; j++)
+        m->y[(size_t)(t + j) * m->w->n_out + r] = sumf[j];
+}
+
+INL void kv_rows(const pe_ext_mm *m, uint32_t r, uint32_t t0, uint32_t t1, const int type)
+{
+    const uint8_t *row = (const uint8_t *)m->w->data + (size_t)r * m->w->row_bytes;
+    uint32_t t = t0;
+    for (; t + 2 <= t1; t += 2)
+        kv_row(m, row, r, t, type, 2);
+    if (t < t1) kv_row(m, row, r, t, type, 1);
+}
+
+/* Rows in 4 interleaved streams, each a contiguous quarter of [r0, r1), as walk(). */
+INL void kv_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                 const int type)
+{
+    const uint32_t q = (r1 - r0) / 4;
+    for (uint32_t i = 0; i < q; i++)
+        for (uint32_t s = 0; s < 4; s++)
+            kv_rows(m, r0 + s * q + i, t0, t1, type);
+    for (uint32_t r = r0 + 4 * q; r < r1; r++)
+        kv_rows(m, r, t0, t1, type);
+}
+
+TGT __attribute__((noinline)) static void ext_gemv(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                   uint32_t t0, uint32_t t1)
+{
+    switch (m->w->type) {
+    case PE_GGML_TYPE_Q2_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q2_K);
+        break;
+    case PE_GGML_TYPE_Q3_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q3_K);
+        break;
+    case PE_GGML_TYPE_Q4_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_K);
+        break;
+    case PE_GGML_TYPE_Q5_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_K);
+        break;
+    case PE_GGML_TYPE_Q6_K:
+        kv_gemv(m, r0, r1, t0, t1, PE_GGML_TYPE_Q6_K);
+        break;
+    default:
+        PE_UNREACHABLE_TYPE(m->w->type);
+    }
+}
+
+/* ---- the types of issue 15: Q4_1, Q5_0, Q5_1, IQ4_NL on Q8_1/Q8_0 activations (GEMM) ----
+ * The panels of Q4_0, per 32-value block and group of 16 rows: the values as unsigned
+ * bytes (Q4_1 0..15, Q5_1 0..31 as they are; Q5_0 q + 16, IQ4_NL q + 128, the accumulator
+ * starting at -offset * the activations' block sum), the f32 scales d (and m). Per block
+ * and (row, token) the reference's statements: sumf += (d_w * d_x) * sumi (+ m_w * s_x). */
+
+enum {
+    KB2 = 24, /* GEMM: blocks per Q4_1/Q5_0/Q5_1/IQ4_NL panel (30 KB) */
+    BQT = 6,  /* GEMM: tokens per micro-tile */
+};
+
+typedef struct bpanel {
+    float dw[16], mw[16];
+    uint8_t q[8][64];
+} bpanel;
+
+INL size_t b_size(const int type)
+{
+    return type == PE_GGML_TYPE_Q4_1   ? sizeof(block_q4_1)
+           : type == PE_GGML_TYPE_Q5_1 ? sizeof(block_q5_1)
+           : type == PE_GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                       : sizeof(block_iq4_nl);
+}
+
+INL int b_offset(const int type)
+{
+    return type == PE_GGML_TYPE_Q5_0 ? 16 : type == PE_GGML_TYPE_IQ4_NL ? 128 : 0;
+}
+
+/* The f16 at byte o of 16 rows (zeros past ng), as f32. */
+INL __m512 f16_rows(const uint8_t *bb, size_t rb, uint32_t ng, size_t o)
+{
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)rb));
+    const __m512i v =
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask16(ng), idx, bb + o, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* One block of 16 rows (row i at bb + i * rb) into p. */
+INL void b_group(const int type, const uint8_t *bb, size_t rb, uint32_t ng, bpanel *p)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int five = type == PE_GGML_TYPE_Q5_0 || type == PE_GGML_TYPE_Q5_1;
+    const size_t oqs = type == PE_GGML_TYPE_Q4_1   ? offsetof(block_q4_1, qs)
+                       : type == PE_GGML_TYPE_Q5_1 ? offsetof(block_q5_1, qs)
+                       : type == PE_GGML_TYPE_Q5_0 ? offsetof(block_q5_0, qs)
+                                                   : offsetof(block_iq4_nl, qs);
+    _mm512_store_ps(p->dw, f16_rows(bb, rb, ng, 0));
+    if (type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1)
+        _mm512_store_ps(p->mw, f16_rows(bb, rb, ng, 2));
+    __m512i d[4], h = _mm512_setzero_si512();
+    t16x4(bb, rb, ng, oqs, d);
+    if (five) { /* the 32 high bits of each row, one dword lane per row */
+        const size_t oh =
+            type == PE_GGML_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+        const __m512i idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32((int)rb));
+        h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask16(ng), idx, bb + oh, 1);
+    }
+    /* nibble n -> the bytes 0x10 where bit b of n is set */
+    const __m512i spread =
+        _mm512_setr_epi32(0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010,
+                          0x00101000, 0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010,
+                          0x10100000, 0x10100010, 0x10101000, 0x10101010);
+    const __m512i tbl = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+                      (char)181, (char)197, (char)217, (char)241)); /* kvalues_iq4nl + 128 */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512i lo = _mm512_and_si512(d[k], m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4);
+        if (five) { /* bits 4 k.. (values 4 k..) and 16 + 4 k.. (values 16 + 4 k..) */
+            const __m512i nl = _mm512_and_si512(_mm512_srli_epi32(h, 4 * k), _mm512_set1_epi32(15));
+            const __m512i nh =
+                _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * k), _mm512_set1_epi32(15));
+            lo = _mm512_or_si512(lo, _mm512_permutexvar_epi32(nl, spread));
+            hi = _mm512_or_si512(hi, _mm512_permutexvar_epi32(nh, spread));
+        }
+        if (type == PE_GGML_TYPE_IQ4_NL) {
+            lo = _mm512_shuffle_epi8(tbl, lo);
+            hi = _mm512_shuffle_epi8(tbl, hi);
+        }
+        _mm512_store_si512(p->q[k], lo);
+        _mm512_store_si512(p->q[k + 4], hi);
+    }
+}
+
+/* Accumulates T tokens from t over blocks [b0, b0 + kb) of panel P into y (rows r, nr):
+ * y continues the reference's running sum. */
+INL void b_micro(const pe_ext_mm *m, const bpanel *P, uint32_t b0, uint32_t kb, uint32_t r,
+                 uint32_t nr, uint32_t t, const int type, const int T)
+{
+    const int q8_1 = type == PE_GGML_TYPE_Q4_1 || type == PE_GGML_TYPE_Q5_1;
+    const int off = b_offset(type);
+    const size_t xbs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xqo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const uint32_t n_out = m->w->n_out, nb = m->w->n_in / 32;
+    const size_t xs = m->xq_stride;
+    const uint8_t *x0 = m->xq + (size_t)t * xs + (size_t)b0 * xbs;
+    const __mmask16 m0 = mask16(nr), m1 = mask16(nr > 16 ? nr - 16 : 0);
+    __m512 fa[2][BQT];
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        fa[0][j] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yj);
+        fa[1][j] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yj + 16);
+    }
+    for (uint32_t b = 0; b < kb; b++) {
+        const bpanel *p0 = &P[2 * b], *p1 = &P[2 * b + 1];
+        const uint8_t *xb = x0 + (size_t)b * xbs;
+        __m512i ia[2][BQT];
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            ia[0][j] = off ? _mm512_set1_epi32(-off * m->xsum[(size_t)(t + j) * nb + b0 + b])
+                           : _mm512_setzero_si512();
+            ia[1][j] = ia[0][j];
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i w0 = _mm512_load_si512(p0->q[k]);
+            const __m512i w1 = _mm512_load_si512(p1->q[k]);
+#pragma GCC unroll 6
+            for (int j = 0; j < T; j++) {
+                const __m512i xv =
+                    _mm512_set1_epi32(i32_at((const int8_t *)(xb + (size_t)j * xs + xqo) + 4 * k));
+                ia[0][j] = _mm512_dpbusd_epi32(ia[0][j], w0, xv);
+                ia[1][j] = _mm512_dpbusd_epi32(ia[1][j], w1, xv);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p0->dw), d1 = _mm512_load_ps(p1->dw);
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            uint16_t hd[2];
+            memcpy(hd, xb + (size_t)j * xs, sizeof hd); /* d (and s) lead both blocks */
+            const __m512 dx = _mm512_set1_ps(_cvtsh_ss(hd[0]));
+            __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(d0, dx), _mm512_cvtepi32_ps(ia[0][j]));
+            __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(d1, dx), _mm512_cvtepi32_ps(ia[1][j]));
+            if (q8_1) {
+                const __m512 sx = _mm512_set1_ps(_cvtsh_ss(hd[1]));
+                t0 = _mm512_add_ps(t0, _mm512_mul_ps(_mm512_load_ps(p0->mw), sx));
+                t1 = _mm512_add_ps(t1, _mm512_mul_ps(_mm512_load_ps(p1->mw), sx));
+            }
+            fa[0][j] = _mm512_add_ps(fa[0][j], t0);
+            fa[1][j] = _mm512_add_ps(fa[1][j], t1);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * n_out + r;
+        _mm512_mask_storeu_ps(yj, m0, fa[0][j]);
+        _mm512_mask_storeu_ps(yj + 16, m1, fa[1][j]);
+    }
+}
+
+INL void b_gemm(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                const int type)
+{
+    _Alignas(64) bpanel P[2 * KB2];
+    const pe_mat *w = m->w;
+    const size_t rb = w->row_bytes, bsz = b_size(type);
+    const uint32_t nb = w->n_in / 32;
+    for (uint32_t b0 = 0; b0 < nb; b0 += KB2) {
+        const uint32_t kb = nb - b0 < KB2 ? nb - b0 : KB2;
+        for (uint32_t r = r0; r < r1; r += 32) {
+            const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
+            for (uint32_t g = 0; g < 2; g++) {
+                const uint32_t ng = nr > 16 * g ? (nr - 16 * g < 16 ? nr - 16 * g : 16) : 0;
+                const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 16 * g) * rb;
+                for (uint32_t b = 0; b < kb; b++) {
+                    if (ng == 0)
+                        memset(&P[2 * b + g], 0, sizeof P[0]);
+                    else if (ng == 16)
+                        b_group(type, base + (size_t)(b0 + b) * bsz, rb, 16, &P[2 * b + g]);
+                    else
+                        b_group(type, base + (size_t)(b0 + b) * bsz, rb, ng, &P[2 * b + g]);
+                }
+            }
+            for (uint32_t t = t0; t < t1;) {
+                const uint32_t left = t1 - t, n_tiles = (left + BQT - 1) / BQT;
+                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                switch (nt) {
+                case 1:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 1);
+                    break;
+                case 2:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 2);
+                    break;
+                case 3:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 3);
+                    break;
+                case 4:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 4);
+                    break;
+                case 5:
+                    b_micro(m, P, b0, kb, r, nr, t, type, 5);
+                    break;
+                default:
+                    b_micro(m, P, b0, kb, r, nr, t, type, BQT);
+                    break;
+                }
+                t += nt;
+            }
+        }
+    }
+}
+
+TGT __attribute__((noinline)) static void b_gemm_q4_1(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q4_1);
+}
+
+TGT __attribute__((noinline)) static void b_gemm_q5_0(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_0);
+}
+
+TGT __attribute__((noinline)) static void b_gemm_q5_1(const pe_ext_mm *m, uint32_t r0, uint32_t r1,
+                                                      uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_Q5_1);
+}
+
+TGT __attribute__((noinline)) static void b_gemm_iq4_nl(const pe_ext_mm *m, uint32_t r0,
+                                                        uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    b_gemm(m, r0, r1, t0, t1, PE_GGML_TYPE_IQ4_NL);
+}
+
+/* ---- the types of issue 15: Q8_K activations ---- */
+
+/* pe__quant_q8_k_ref by vector, bit for bit: the first value of largest |x| (a block with
+ * a NaN goes to the reference, whose comparisons skip NaNs), iscale = -127 / max, each
+ * value through nearest_int's 1.5 * 2^23 trick as the same f32 operations, capped at 127,
+ * and the bsums as exact integer sums. */
+TGT void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n)
+{
+    const __m512i mant = _mm512_set1_epi32(0x007fffff), half = _mm512_set1_epi32(0x00400000);
+    const __m512i cap = _mm512_set1_epi32(127);
+    for (size_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m512 am = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (int k = 0; k < 16; k++) {
+            const __m512 v = _mm512_loadu_ps(x + 16 * k);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            am = _mm512_max_ps(am, _mm512_abs_ps(v));
+        }
+        if (nan) {
+            pe__quant_q8_k_ref(x, &y[i], QK_K);
+            continue;
+        }
+        const float amax = _mm512_reduce_max_ps(am);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const __m512 av = _mm512_set1_ps(amax);
+        int first = 0;
+        for (int k = 0; k < 16; k++) {
+            const __mmask16 eq =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * k)), av, _CMP_EQ_OQ);
+            if (eq) {
+                first = 16 * k + __builtin_ctz(eq);
+                break;
+            }
+        }
+        const float iscale = -127.f / x[first];
+        const __m512 is = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.f);
+        for (int k = 0; k < 16; k++) {
+            const __m512 val = _mm512_add_ps(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * k)), magic);
+            __m512i v = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(val), mant), half);
+            v = _mm512_min_epi32(v, cap);
+            y[i].bsums[k] = (int16_t)_mm512_reduce_add_epi32(v);
+            _mm_storeu_si128((__m128i *)(void *)(y[i].qs + 16 * k), _mm512_cvtepi32_epi8(v));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+/* pe__quant_q8_0_ref (q8_1 0) or pe__quant_q8_1_ref (1) by vector, bit for bit, as
+ * quant_act: 16 blocks' d and 1/d per vector divide, roundf as round_away; a block with a
+ * NaN goes to the reference (whose running max is not max_ps's). xsum (or NULL) gets the
+ * sum of each block's values. */
+TGT void pe__quant_q8_0_avx512(const float *x, void *y, size_t n, int q8_1, int32_t *xsum)
+{
+    const size_t nb = n / 32, bs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t qo = q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    for (size_t b0 = 0; b0 < nb; b0 += 16) {
+        const uint32_t nj = nb - b0 < 16 ? (uint32_t)(nb - b0) : 16;
+        _Alignas(64) float am[16] = {0}, dd[16], id[16];
+        uint32_t nan = 0;
+        for (uint32_t j = 0; j < nj; j++) {
+            const float *xb = x + (b0 + j) * 32;
+            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+            if (_mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q) |
+                _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q))
+                nan |= 1u << j;
+            am[j] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        }
+        const __m512 d = _mm512_div_ps(_mm512_load_ps(am), _mm512_set1_ps(127.0f));
+        const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        _mm512_store_ps(dd, d);
+        _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+        for (uint32_t j = 0; j < nj; j++) {
+            const float *xb = x + (b0 + j) * 32;
+            uint8_t *blk = (uint8_t *)y + (b0 + j) * bs;
+            int32_t sum;
+            if (nan & (1u << j)) {
+                if (q8_1)
+                    pe__quant_q8_1_ref(xb, (block_q8_1 *)(void *)blk, 32);
+                else
+                    pe__quant_q8_0_ref(xb, (block_q8_0 *)(void *)blk, 32);
+                sum = 0;
+                for (int k = 0; k < 32; k++)
+                    sum += ((const int8_t *)blk)[qo + (size_t)k];
+            } else {
+                const __m512 idv = _mm512_set1_ps(id[j]);
+                const __m128i q0 = _mm512_cvtepi32_epi8(
+                    _mm512_cvttps_epi32(round_away(_mm512_mul_ps(_mm512_loadu_ps(xb), idv))));
+                const __m128i q1 = _mm512_cvtepi32_epi8(
+                    _mm512_cvttps_epi32(round_away(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), idv))));
+                /* the sum of the stored bytes, as the reference (an inf block has NaN
+                 * products, whose int32 conversion the byte truncation wraps) */
+                sum = _mm512_reduce_add_epi32(
+                    _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1)));
+                /* F16C rounds like pe_f32_to_f16 (test_f16_matches_f16c) */
+                const uint16_t h = _cvtss_sh(dd[j], _MM_FROUND_TO_NEAREST_INT);
+                memcpy(blk, &h, 2);
+                if (q8_1) {
+                    const uint16_t s = _cvtss_sh((float)sum * dd[j], _MM_FROUND_TO_NEAREST_INT);
+                    memcpy(blk + 2, &s, 2);
+                }
+                _mm_storeu_si128((__m128i *)(void *)(blk + qo), q0);
+                _mm_storeu_si128((__m128i *)(void *)(blk + qo + 16), q1);
+            }
+            if (xsum) xsum[b0 + j] = sum;
+        }
+    }
+}
+
+/* ---- the types of issue 15: dispatch ---- */
+
+int pe__ext_avx512_has(uint32_t type)
+{
+    switch (type) {
+    case PE_GGML_TYPE_Q2_K:
+    case PE_GGML_TYPE_Q3_K:
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K:
+    case PE_GGML_TYPE_Q6_K:
+    case PE_GGML_TYPE_Q4_1:
+    case PE_GGML_TYPE_Q5_0:
+    case PE_GGML_TYPE_Q5_1:
+    case PE_GGML_TYPE_IQ4_NL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Measured (2048x1024, L2-resident, one thread; 2048x8192 from memory for the 32-value
+ * types): the K-quant GEMV beats the panels at 2 tokens (q4_K 0.19 vs 0.34 ms), ties them
+ * at 3 (q4_K 0.31 vs 0.32; q6_K, q3_K still 10-20% ahead, q2_K, q5_K behind); for Q4_1,
+ * Q5_0, Q5_1 and IQ4_NL the panels beat the AVX2 row dots from 1 token (2048x1024: q4_1
+ * 0.26 -> 0.12 ms, iq4_nl 0.19 -> 0.10; from memory 3.0-4.2 -> 2.1-2.6 ms), so their
+ * decode runs the panel kernel with T = 1, 2. */
+uint32_t pe__ext_gemm_min_tok(uint32_t type)
+{
+    switch (type) {
+    case PE_GGML_TYPE_Q6_K:
+    case PE_GGML_TYPE_Q3_K:
+        return 4;
+    case PE_GGML_TYPE_Q2_K:
+    case PE_GGML_TYPE_Q4_K:
+    case PE_GGML_TYPE_Q5_K:
+        return 3;
+    default:
+        return 1;
+    }
+}
+
+TGT void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const uint32_t type = m->w->type;
+    if (t1 - t0 < pe__ext_gemm_min_tok(type)) {
+        ext_gemv(m, r0, r1, t0, t1);
+        return;
+    }
+    switch (type) {
+    case PE_GGML_TYPE_Q4_K:
+        k_gemm_q4_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q6_K:
+        k_gemm_q6_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q5_K:
+        k_gemm_q5_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q2_K:
+        k_gemm_q2_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q3_K:
+        k_gemm_q3_k(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q4_1:
+        b_gemm_q4_1(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q5_0:
+        b_gemm_q5_0(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_Q5_1:
+        b_gemm_q5_1(m, r0, r1, t0, t1);
+        break;
+    case PE_GGML_TYPE_IQ4_NL:
+        b_gemm_iq4_nl(m, r0, r1, t0, t1);
+        break;
+    default:
+        PE_UNREACHABLE_TYPE(type);
+    }
 }
 
 /* ---- vector helpers ---- */

@@ -96,6 +96,31 @@ float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
 void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
                        uint32_t r1, uint32_t t0, uint32_t t1);
 
+/* One product of an ext type: the activations of token t quantized by pe__quant_act_ref at
+ * xq + t * xq_stride (xq_stride a multiple of 64), y[n_tok][n_out]. For Q8_0 activations
+ * (Q5_0, IQ4_NL weights) xsum[t][b] is the sum of the values of block b of token t. */
+typedef struct pe_ext_mm {
+    const pe_mat *w;
+    const uint8_t *xq;
+    size_t xq_stride;
+    float *y;
+    uint32_t n_tok;
+    const int32_t *xsum; /* [n_tok][n_in / 32] */
+} pe_ext_mm;
+
+/* AVX-512 VNNI products of the ext types (ops_avx512.c; x86 CPUs with AVX-512 only).
+ * pe__ext_avx512_has: whether type has them. pe__ext_rows_avx512: y[t][r] for rows [r0, r1)
+ * and tokens [t0, t1), each element bit-identical to pe__vec_dot_ext_ref whatever the bounds
+ * (GEMV tiles below pe__ext_gemm_min_tok tokens, repacked panels from it on). */
+int pe__ext_avx512_has(uint32_t type);
+void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
+uint32_t pe__ext_gemm_min_tok(uint32_t type);
+/* pe__quant_q8_k_ref by vector, bit-identical to it (ops_avx512.c). */
+void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n);
+/* pe__quant_q8_0_ref (q8_1 0) or pe__quant_q8_1_ref (q8_1 1) by vector, bit-identical to
+ * them; xsum (or NULL): the sum of each block's values (ops_avx512.c). */
+void pe__quant_q8_0_avx512(const float *x, void *y, size_t n, int q8_1, int32_t *xsum);
+
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)
 {

@@ -15,6 +15,10 @@
  *   each AVX2 kernel == pe__vec_dot_ext_ref bit for bit, on random rows and on rows of
  *     extreme values (every weight byte 0x00 or 0xff, activations at +-127), several lengths.
  *   pe_matmul on AVX2 (its row x token tiles) == pe_matmul_ref bit for bit, n_tok 1..70.
+ *   the AVX-512 Q8_K, Q8_0 and Q8_1 quantizers == the references byte for byte (zeros, ties,
+ *     NaN, inf).
+ *   the AVX-512 products (GEMV and repacked GEMM) == pe_matmul_ref bit for bit, on the same
+ *     kinds of rows, n_tok 1..70, n_out 33 and 100, n_in 768 and 2304, 1 and 3 threads.
  */
 #include <math.h>
 #include <stddef.h>
@@ -412,6 +416,161 @@ static int test_avx2_tiles_match_reference(void)
     free(yr);
     return 0;
 }
+
+/* pe__quant_q8_k_avx512 == pe__quant_q8_k_ref and pe__quant_q8_0_avx512 ==
+ * pe__quant_q8_0_ref / pe__quant_q8_1_ref byte for byte (and its block sums exact): random
+ * blocks over 8 decades, all-zero blocks, ties of the rounding, repeated maxima of either
+ * sign, subnormals, NaN and inf. */
+static int test_avx512_quantizers(void)
+{
+    if (pe_isa_detect() < PE_ISA_AVX512) {
+        printf("     no AVX-512 on this CPU: its quantizer not run\n");
+        return 0;
+    }
+    enum { NB = 4 };
+    float x[NB * QK_K];
+    block_q8_K want[NB], got[NB];
+    for (int rep = 0; rep < 400; rep++) {
+        const float scale = powf(10.0f, 8.0f * frand() - 4.0f);
+        for (int j = 0; j < NB * QK_K; j++)
+            x[j] = frand() * scale;
+        const int b = rep % NB, j0 = (int)(t_rand(&seed) % QK_K);
+        switch (rep % 8) {
+        case 1: /* zeros */
+            memset(x + b * QK_K, 0, QK_K * sizeof(float));
+            break;
+        case 2: /* ties: integers and halves against a max of 127 */
+            for (int j = 0; j < QK_K; j++)
+                x[b * QK_K + j] = (float)((int)(t_rand(&seed) % 255) - 127) * 0.5f;
+            x[b * QK_K + j0] = rep & 8 ? 127.0f : -127.0f;
+            break;
+        case 3: /* the largest |x| twice, opposite signs: the first one wins */
+            x[b * QK_K + j0] = 2.0f * scale;
+            x[b * QK_K + (j0 + 77) % QK_K] = -2.0f * scale;
+            break;
+        case 4:
+            x[b * QK_K + j0] = NAN;
+            break;
+        case 5:
+            x[b * QK_K + j0] = rep & 8 ? INFINITY : -INFINITY;
+            break;
+        case 6: /* subnormals */
+            for (int j = 0; j < QK_K; j++)
+                x[b * QK_K + j] = frand() * 1e-39f;
+            break;
+        default:
+            break;
+        }
+        memset(want, 0xa5, sizeof want);
+        memset(got, 0xa5, sizeof got);
+        pe__quant_q8_k_ref(x, want, NB * QK_K);
+        pe__quant_q8_k_avx512(x, got, NB * QK_K);
+        if (memcmp(want, got, sizeof want) != 0)
+            T_FAIL("rep %d (case %d): avx512 Q8_K blocks differ from the reference", rep, rep % 8);
+        /* Q8_0 and Q8_1 (30 blocks: a tail of the 16-block groups), with the block sums */
+        enum { N32 = NB * QK_K - 64 };
+        block_q8_1 w1[N32 / 32], g1[N32 / 32];
+        block_q8_0 w0[N32 / 32], g0[N32 / 32];
+        int32_t sums[N32 / 32];
+        memset(g0, 0xa5, sizeof g0);
+        memset(g1, 0xa5, sizeof g1);
+        pe__quant_q8_0_ref(x, w0, N32);
+        pe__quant_q8_1_ref(x, w1, N32);
+        pe__quant_q8_0_avx512(x, g0, N32, 0, sums);
+        if (memcmp(w0, g0, sizeof w0) != 0)
+            T_FAIL("rep %d (case %d): avx512 Q8_0 blocks differ from the reference", rep, rep % 8);
+        for (int i = 0; i < N32 / 32; i++) {
+            int s = 0;
+            for (int j = 0; j < 32; j++)
+                s += w0[i].qs[j];
+            T_EQ(sums[i], s);
+        }
+        pe__quant_q8_0_avx512(x, g1, N32, 1, NULL);
+        if (memcmp(w1, g1, sizeof w1) != 0)
+            T_FAIL("rep %d (case %d): avx512 Q8_1 blocks differ from the reference", rep, rep % 8);
+    }
+    return 0;
+}
+
+/* The AVX-512 products (ops_avx512.c: GEMV below pe__ext_gemm_min_tok tokens, repacked
+ * panels from it on) == pe_matmul_ref bit for bit: every type, n_tok across both paths and
+ * the micro-tile tails, n_out not a multiple of the 32-row panels, n_in not a multiple of
+ * the panel depth, 1 and 3 threads, random weights and every byte 0x00 or 0xff (valid f16
+ * scales), random and +-1 activations. */
+static int test_avx512_products_match_reference(void)
+{
+    if (pe_isa_detect() < PE_ISA_AVX512) {
+        printf("     no AVX-512 on this CPU: its kernels not run\n");
+        return 0;
+    }
+    const uint32_t toks[] = {1, 2, 3, 7, 64, 70}, outs[] = {33, 100}, ins[] = {768, 2304};
+    const uint32_t threads[] = {1, 3};
+    enum { MAX_TOK = 70, MAX_OUT = 100, MAX_IN = 2304 };
+    uint8_t *wdata = malloc((size_t)MAX_OUT * MAX_IN * 2);
+    float *x = malloc((size_t)MAX_TOK * MAX_IN * sizeof *x);
+    float *y = malloc((size_t)MAX_TOK * MAX_OUT * sizeof *y);
+    float *yr = malloc((size_t)MAX_TOK * MAX_OUT * sizeof *yr);
+    size_t scratch_bytes = 0;
+    for (int i = 0; i < N_EXT; i++) {
+        const pe_mat wm = {ext_types[i], MAX_IN, MAX_OUT, NULL, 0};
+        const size_t b = pe_matmul_scratch_bytes(&wm, MAX_TOK);
+        scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
+    }
+    void *scratch = malloc(scratch_bytes);
+    pe_threadpool *tp[2] = {pe_tp_create(threads[0]), pe_tp_create(threads[1])};
+    T_ASSERT(wdata && x && y && yr && scratch && tp[0] && tp[1]);
+    for (int i = 0; i < N_EXT; i++) {
+        const uint32_t type = ext_types[i];
+        for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+            const uint32_t n_in = ins[ii];
+            for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
+                const uint32_t n_out = outs[oi];
+                for (int pat = 0; pat < 4; pat++) {
+                    pe_mat w = {type, n_in, n_out, wdata, pe_ggml_row_size(type, n_in)};
+                    for (uint32_t r = 0; r < n_out; r++) {
+                        uint8_t *row = wdata + r * w.row_bytes;
+                        random_row(type, row, n_in);
+                        if (pat == 1 || pat == 2) { /* every byte 0x00 or 0xff, valid scales */
+                            memset(row, pat == 2 ? 0xff : 0x00, w.row_bytes);
+                            random_scales(type, row, n_in);
+                        }
+                    }
+                    for (size_t j = 0; j < (size_t)MAX_TOK * n_in; j++)
+                        x[j] = pat < 3 ? frand() * (j % 61 == 0 ? 8.0f : 1.0f)
+                                       : ((j * 7) % 3 == 0 ? -1.0f : 1.0f);
+                    pe_isa_force(PE_ISA_SCALAR);
+                    pe_matmul_ref(&w, x, MAX_TOK, yr);
+                    pe_isa_force(PE_ISA_AVX512);
+                    for (size_t ti = 0; ti < 2; ti++) {
+                        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+                            pe_matmul_ex(tp[ti], &w, x, toks[k], y, scratch,
+                                         k % 2 ? PE_MM_INVARIANT : 0);
+                            const size_t n = (size_t)toks[k] * n_out;
+                            for (size_t e = 0; e < n; e++) {
+                                if (memcmp(&y[e], &yr[e], sizeof *y) == 0) continue;
+                                T_FAIL("%s n_in %u n_out %u pattern %d threads %u n_tok %u: "
+                                       "y[%zu][%zu] avx512 %.9g != reference %.9g",
+                                       pe_ggml_type_name(type), n_in, n_out, pat, threads[ti],
+                                       toks[k], e / n_out, e % n_out, y[e], yr[e]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        printf("     %-6s avx512 GEMV and GEMM bit-identical to the reference\n",
+               pe_ggml_type_name(type));
+    }
+    pe_isa_force(pe_isa_detect());
+    pe_tp_destroy(tp[0]);
+    pe_tp_destroy(tp[1]);
+    free(wdata);
+    free(x);
+    free(y);
+    free(yr);
+    free(scratch);
+    return 0;
+}
 #endif
 
 int main(void)
@@ -423,6 +582,8 @@ int main(void)
 #if defined(__x86_64__) || defined(__i386__)
     T_RUN(test_avx2_dots_match_reference);
     T_RUN(test_avx2_tiles_match_reference);
+    T_RUN(test_avx512_quantizers);
+    T_RUN(test_avx512_products_match_reference);
 #endif
     if (!t_failed && !have_reference) {
         printf("%d passed; the ggml dequantization reference was not found\n", t_run);
