@@ -333,6 +333,14 @@ enum MHD_Result ps__handle_generate(conn *k)
     int has_budget = ps_req_budget(&r, &pe_ctx_params_get(srv->ctx)->budget,
                                    pe_model_hparams(srv->m)->n_layer, &budget, &e);
     if (has_budget < 0) goto error;
+    if (has_budget && budget.method != PGD_BUDGET_NONE &&
+        pgd_cache_window(pe_ctx_cache(srv->ctx))) {
+        ps_err(&e, 400, "pagoda.kv_budget", NULL,
+               "'pagoda.kv_budget': this model's sliding-window layers keep only their window's "
+               "pages, which token budgets cannot compact (serve it with --kv-window-dense to "
+               "use budgets)");
+        goto error;
+    }
     if (has_budget) rp.budget = &budget;
     if (set_retention(k, &r, n, &rp, &e)) goto error;
 

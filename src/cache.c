@@ -118,6 +118,9 @@ struct pgd_seq {
     uint32_t *n_live;   /* [n_layers * n_kv_heads] live slots of (l, h) below mask_len, or
                            NULL: no dead slots */
     uint32_t mask_len;  /* slots [n_live[i], mask_len) of (l, h) are dead; 0 without mask */
+    /* Window layers (the section "window layers" at the end). */
+    pgd_seq *win;        /* its sequence in c->win (same positions), or NULL */
+    uint32_t first_live; /* a window group's sequence: table[0 .. first_live) released */
 };
 
 /* The retention of a pool page (cache.h "Retention"; reset when it is registered). A page
@@ -268,6 +271,16 @@ struct pgd_cache {
     uint32_t n_hints;
     uint64_t now;  /* the clock as now_ns read it in this locked section */
     int now_valid; /* now was read since the lock was taken */
+    /* Window layers (immutable after create; the section "window layers" at the end). */
+    pgd_cache *win;        /* the window layers' group, a cache of its own, or NULL */
+    uint32_t win_tokens;   /* W, in this cache and in its group */
+    uint32_t n_layers_all; /* the model's layers (both groups) */
+    uint8_t *layer_group;  /* [n_layers_all] 1: a window layer; NULL without window layers */
+    uint32_t *layer_local; /* [n_layers_all] the layer's index in its group's pool */
+    int flat;              /* this cache is a window group: entries have no parent, any
+                              unheld page is evictable, sequences release their old pages */
+    uint64_t n_released;   /* flat: pages sequences released as their windows slid */
+    uint64_t n_cut_tokens; /* matches' hit tokens cut back for missing window pages */
 };
 
 static void lock(pgd_cache *c);
@@ -280,6 +293,9 @@ static void promote(pgd_cache *c, pgd_seq *s, const int32_t *tokens, const pgd_h
 static void demote(pgd_cache *c, uint32_t entry, uint32_t page);
 static void write_through(pgd_cache *c, uint32_t mask, uint32_t entry, uint32_t page);
 static int hint_insert(pgd_cache *c, pgd_hash *copy, size_t n, size_t salt_len, uint64_t due_ns);
+static int create_windowed(const pgd_cache_params *p, pgd_cache **out);
+static void window_release(pgd_cache *w, pgd_seq *s, uint64_t q);
+static int window_check(pgd_cache *c);
 
 pgd_cache_params pgd_cache_default_params(void)
 {
@@ -444,6 +460,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
 
     *out = NULL;
     if (!p) return PGD_EINVAL;
+    if (p->window_tokens) return create_windowed(p, out);
     pgd__alloc_init(&al, p->alloc ? p->alloc : p->pool.alloc);
     pgd__log lg = {p->log ? p->log : p->pool.log, p->log ? p->log_ud : p->pool.log_ud};
     const pgd_policy_ops *pol = p->policy_ops ? p->policy_ops : pgd_policy_builtin(p->policy);
@@ -492,6 +509,7 @@ int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out)
     c->n_pages = pgd_pool_n_pages(c->pool);
     c->codec = pgd__pool_codec(c->pool);
     pgd__pool_geom_get(c->pool, &c->g);
+    c->n_layers_all = c->g.n_layers;
     if (pgd__codec_staged(c->codec, c->g.head_dim)) {
         uint64_t w = p->kv_residual ? p->kv_residual : 128;
         w = (w + c->page_tokens - 1) / c->page_tokens * c->page_tokens;
@@ -610,6 +628,9 @@ void pgd_cache_destroy(pgd_cache *c)
 {
     if (!c) return;
     pgd__alloc al = c->al;
+    pgd_cache_destroy(c->win); /* its sequences go with it (c's point into it) */
+    pgd__free(&al, c->layer_group);
+    pgd__free(&al, c->layer_local);
     /* The movers first: their jobs write into pages and promotion records freed below. */
     tiers_destroy(c);
     while (c->seqs) {
@@ -1274,9 +1295,16 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
         s->last = s->seed = seed;
         s->tenant = pgd__tenants_get(&c->tn, seed, id); /* a new salt takes a free entry */
         seq_link(c, s);
-        *out = s;
     }
     unlock(c);
+    if (rc == PGD_OK && c->win) {
+        rc = pgd_seq_create(c->win, salt, salt_len, &s->win);
+        if (rc != PGD_OK) {
+            pgd_seq_destroy(c, s);
+            return rc;
+        }
+    }
+    if (rc == PGD_OK) *out = s;
     return rc;
 }
 
@@ -1288,7 +1316,7 @@ static void retention_merge(pgd_cache *c, pgd_seq *s)
     const pgd_retention *r = &s->ret;
     uint64_t now = 0;
     uint32_t refused = 0;
-    for (uint32_t i = 0; i < s->n_pages; i++) {
+    for (uint32_t i = s->first_live; i < s->n_pages; i++) {
         uint32_t page = s->table[i];
         if (c->page_entry[page] == PGD__NONE) continue; /* not registered */
         page_ret *pr = &c->ret[page];
@@ -1355,7 +1383,7 @@ static void seq_release(pgd_cache *c, pgd_seq *s)
     s->pin_resv = 0;
     if (!s->internal) retention_merge(c, s);
     if (s->has_ret && s->ret.next_use_ms) hint_release(c, s);
-    for (uint32_t i = s->n_pages; i-- > 0;)
+    for (uint32_t i = s->n_pages; i-- > s->first_live;)
         page_unref(c, s->table[i]);
     if (s->prev)
         s->prev->next = s->next;
@@ -1369,6 +1397,7 @@ static void seq_release(pgd_cache *c, pgd_seq *s)
 void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
 {
     if (!s) return;
+    pgd_seq_destroy(c->win, s->win); /* s->win is set once, at create */
     lock(c);
     if (s->promo) wait_locked(c, s);
     seq_release(c, s);
@@ -1431,13 +1460,21 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->compacted = src->compacted;
     s->n_dropped = src->n_dropped;
     s->mask_len = src->mask_len; /* n_live: copied above */
+    s->first_live = src->first_live;
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
-    for (uint32_t i = 0; i < s->n_pages; i++)
+    for (uint32_t i = s->first_live; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
     seq_link(c, s);
-    *out = s;
 out:
     unlock(c);
+    if (rc == PGD_OK && c->win) {
+        rc = pgd_seq_fork(c->win, src->win, &s->win);
+        if (rc != PGD_OK) {
+            pgd_seq_destroy(c, s);
+            return rc;
+        }
+    }
+    if (rc == PGD_OK) *out = s;
     return rc;
 }
 
@@ -1522,6 +1559,8 @@ static void count_query(pgd_cache *c, const pgd_seq *s, uint64_t n_pages_q, uint
     t->hit_tokens += (uint64_t)hit * c->page_tokens;
 }
 
+static uint32_t window_cut(pgd_cache *c, pgd_seq *s, uint32_t k);
+
 /* The three matches: tokens (hashes NULL), tokens with precomputed hashes, hashes only
  * (tokens NULL, mode MODE_HASHES). n_pages full pages are looked up. */
 static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_tokens,
@@ -1537,6 +1576,7 @@ static int64_t match(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_t
     if (rc != PGD_OK) goto out;
     uint32_t k = pin_chain(c, s, tokens, hashes, n_hashes, n_pages);
     s->mode = tokens ? MODE_TOKENS : MODE_HASHES;
+    if (s->win) k = window_cut(c, s, k);
     count_query(c, s, n_pages, n_tokens, k);
     s->match_pool_pages = k;
     if (c->n_tiers && k < n_pages) promote(c, s, tokens, hashes, n_hashes, n_pages, k);
@@ -1583,8 +1623,12 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
     int rc = PGD_OK;
     lock(c);
     if (s->promo) wait_locked(c, s);
-    /* No sequence can outgrow the pool: this bound also keeps the arithmetic exact. */
-    uint64_t max_len = (uint64_t)c->n_pages * c->page_tokens;
+    const uint64_t len0 = s->len;
+    const uint32_t n_pages0 = s->n_pages;
+    if (c->flat) window_release(c, s, s->len);
+    /* No sequence can outgrow the pool: this bound also keeps the arithmetic exact (a
+     * window group's sequence holds its pages from first_live on). */
+    uint64_t max_len = ((uint64_t)c->n_pages + s->first_live) * c->page_tokens;
     if (n_tokens > max_len - s->len) {
         rc = PGD_ENOSPC;
         goto out;
@@ -1613,6 +1657,14 @@ int pgd_seq_grow(pgd_cache *c, pgd_seq *s, size_t n_tokens)
         s->table[s->n_pages++] = page;
     }
     s->len = len;
+    if (s->win) {
+        rc = pgd_seq_grow(c->win, s->win, n_tokens);
+        if (rc != PGD_OK) { /* the window group had no room: undo this group's grow */
+            while (s->n_pages > n_pages0)
+                page_unref(c, s->table[--s->n_pages]);
+            s->len = len0;
+        }
+    }
 out:
     unlock(c);
     return rc;
@@ -1626,6 +1678,26 @@ int pgd_seq_truncate(pgd_cache *c, pgd_seq *s, uint64_t n_tokens)
     if (n_tokens < s->n_committed || n_tokens > s->len) {
         rc = PGD_ESTATE;
         goto out;
+    }
+    if (c->flat && s->first_live &&
+        n_tokens + 1 < (uint64_t)s->first_live * c->page_tokens + c->win_tokens) {
+        /* Rows from n_tokens on would need keys of released pages. */
+        pgd__logf(
+            &c->log, PGD_LOG_ERROR,
+            "cache: truncating to %llu tokens needs window keys from position %llu, "
+            "released (the window group holds positions %llu..)",
+            (unsigned long long)n_tokens,
+            (unsigned long long)(n_tokens + 1 > c->win_tokens ? n_tokens + 1 - c->win_tokens : 0),
+            (unsigned long long)s->first_live * c->page_tokens);
+        rc = PGD_ESTATE;
+        goto out;
+    }
+    if (s->win) {
+        /* The window group first: the checks that only it makes (released pages) come
+         * before anything changes. Both groups hold the same positions, so the checks
+         * shared with this group give the same answer. */
+        rc = pgd_seq_truncate(c->win, s->win, n_tokens);
+        if (rc != PGD_OK) goto out;
     }
     if (c->window) {
         /* Ring slots of positions below hi - window were overwritten. */
@@ -1664,10 +1736,15 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
 {
     uint32_t page = s->table[i];
     if (s->unregistrable) return 0;
+    if (page == PGD__NONE) { /* a window page released before its commit */
+        s->last = h;
+        return 0;
+    }
     uint32_t e = pgd__index_find(c->ix, h);
     if (e != PGD__NONE) {
         const pgd__entry *en = pgd__index_entry(c->ix, e);
-        if (en->parent != s->last_entry) {
+        /* A window group's entries have no parent (looked up by hash alone). */
+        if (!c->flat && en->parent != s->last_entry) {
             /* The same hash under another parent: a caller's hashes are not a chain.
              * Keep the page private and stop registering this sequence. */
             pgd__logf(&c->log, PGD_LOG_WARN, "cache: block hash reused at another position");
@@ -1683,7 +1760,7 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
             s->table[i] = cached;
             c->st.n_dedup++;
         }
-        s->last_entry = e;
+        if (!c->flat) s->last_entry = e;
         s->last = h;
         return 0;
     }
@@ -1694,7 +1771,7 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
         s->unregistrable = 1;
         return 0;
     }
-    e = pgd__index_insert(c->ix, h, s->last_entry, pgd__loc_pool(page));
+    e = pgd__index_insert(c->ix, h, c->flat ? PGD__NONE : s->last_entry, pgd__loc_pool(page));
     PGD_CHECK(e != PGD__NONE); /* capacity >= pages, each page at most once */
     pgd_pool_ref(c->pool, page);
     c->page_entry[page] = e;
@@ -1715,7 +1792,7 @@ static int register_page(pgd_cache *c, pgd_seq *s, uint32_t i, pgd_hash h)
     if (c->n_tiers) { /* one branch without tiers */
         if (c->wt_register) write_through(c, c->wt_register, e, page);
     }
-    s->last_entry = e;
+    if (!c->flat) s->last_entry = e;
     s->last = h;
     c->st.n_registered++;
     return 1;
@@ -1768,6 +1845,11 @@ static int commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_toke
     }
 out:
     unlock(c);
+    if (rc >= 0 && s->win) {
+        /* The same tokens in the window group (both groups hash alike: one hasher). */
+        int r2 = commit(c->win, s->win, tokens, n_tokens, hashes, n_hashes);
+        if (r2 < 0) rc = r2;
+    }
     return rc;
 }
 
@@ -1817,6 +1899,10 @@ int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size
     }
 out:
     unlock(c);
+    if (rc >= 0 && s->win) {
+        int r2 = pgd_seq_commit_hashes(c->win, s->win, hashes, n_hashes);
+        if (r2 < 0) rc = r2;
+    }
     return rc;
 }
 
@@ -2222,6 +2308,7 @@ static int make_private(pgd_cache *c, pgd_seq *s, uint64_t i)
 int pgd_seq_write_slot(pgd_cache *c, pgd_seq *s, uint64_t pos, uint32_t *page_id, uint32_t *slot)
 {
     int rc = PGD_OK;
+    if (c->win || c->flat) return PGD_EINVAL; /* a slot names no layer: write_kv routes */
     lock(c);
     if (s->promo) wait_locked(c, s);
     uint64_t i = pos / c->page_tokens;
@@ -2302,10 +2389,17 @@ int pgd_seq_write_kv(pgd_cache *c, pgd_seq *s, uint64_t pos0, uint32_t n, uint32
     const uint32_t pt = c->page_tokens, hd = c->g.head_dim, nh = c->g.n_kv_heads;
     int rc = PGD_OK;
     if (!s || (n && (!k || !v))) return PGD_EINVAL;
+    if (c->win) { /* model layer -> its group and its index there */
+        if (layer >= c->n_layers_all) return PGD_EINVAL;
+        if (c->layer_group[layer])
+            return pgd_seq_write_kv(c->win, s->win, pos0, n, c->layer_local[layer], k, v);
+        layer = c->layer_local[layer];
+    }
     lock(c);
     if (s->promo) wait_locked(c, s);
     if (!c->scratch || c->g.arena_device || layer >= c->g.n_layers || pos0 > s->len ||
-        n > s->len - pos0 || pos0 / pt < s->n_full || (c->window && pos0 < s->ring_lo)) {
+        n > s->len - pos0 || pos0 / pt < s->n_full || (c->window && pos0 < s->ring_lo) ||
+        pos0 / pt < s->first_live) {
         pgd__logf(&c->log, PGD_LOG_ERROR,
                   "cache: write_kv of positions %llu..+%u, layer %u: out of range, immutable, "
                   "or no host payload",
@@ -2470,6 +2564,14 @@ int pgd_seq_set_retention(pgd_cache *c, pgd_seq *s, const pgd_retention *r, uint
     s->has_ret = 1;
 out:
     unlock(c);
+    if (rc == PGD_OK && s->win) {
+        /* The window pages take the priority and expiry; pins and hints hold the global
+         * group's pages only (cache.h "Window layers"). */
+        pgd_retention wr = *r;
+        wr.pin = 0;
+        wr.next_use_ms = 0;
+        rc = pgd_seq_set_retention(c->win, s->win, &wr, 0);
+    }
     return rc;
 }
 
@@ -2784,6 +2886,10 @@ int pgd_cache_clear(pgd_cache *c)
     while (n < INT32_MAX && evict_one(c))
         n++;
     unlock(c);
+    if (c->win) {
+        int w = pgd_cache_clear(c->win);
+        n = w > INT32_MAX - n ? INT32_MAX : n + w;
+    }
     return n;
 }
 
@@ -2800,7 +2906,20 @@ void pgd_cache_get_stats(pgd_cache *c, pgd_cache_stats *out)
     out->n_pages_used = ps.n_pages_used - out->n_pages_evictable;
     out->n_seqs = c->n_seqs;
     out->n_cow_copies = c->st.n_cow_copies;
+    out->n_window_cut_tokens = c->n_cut_tokens;
     unlock(c);
+    if (c->win) {
+        pgd_cache_stats w;
+        pgd_cache_get_stats(c->win, &w);
+        out->n_window_pages_total = w.n_pages_total;
+        out->n_window_pages_free = w.n_pages_free;
+        out->n_window_pages_used = w.n_pages_used;
+        out->n_window_pages_cached = w.n_pages_cached;
+        out->n_window_evictions = w.n_evictions;
+        lock(c->win);
+        out->n_window_released = c->win->n_released;
+        unlock(c->win);
+    }
 }
 
 /* The pin counts and the budget add up; each heap is ordered and its positions point back.
@@ -2905,14 +3024,25 @@ static int check_locked(pgd_cache *c)
         }
         uint32_t prev = PGD__NONE;
         int ended = 0; /* compacted: past its registered prefix */
+        if (s->first_live > s->n_pages || (s->first_live && !c->flat)) {
+            pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: released pages past the table");
+            goto out;
+        }
         for (uint32_t i = 0; i < s->n_pages; i++) {
             uint32_t page = s->table[i];
+            if (i < s->first_live) { /* a window group's released page */
+                if (page != PGD__NONE) {
+                    pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: released page %u kept", i);
+                    goto out;
+                }
+                continue;
+            }
             if (page >= c->n_pages || pgd_pool_refcount(c->pool, page) == 0) {
                 pgd__logf(&c->log, PGD_LOG_ERROR, "cache check: table holds a free page %u", page);
                 goto out;
             }
             holders[page]++;
-            int chained = i < s->n_full && !s->unregistrable;
+            int chained = i < s->n_full && !s->unregistrable && !c->flat;
             if (s->compacted) {
                 /* Its registered pages are the prefix it kept whole; the rest its own. */
                 if (c->page_entry[page] == PGD__NONE) {
@@ -3041,6 +3171,10 @@ out:
 
 int pgd_cache_check(pgd_cache *c)
 {
+    if (c->win) {
+        int rw = window_check(c);
+        if (rw != PGD_OK) return rw;
+    }
     lock(c);
     int rc = check_locked(c);
     unlock(c);
@@ -3325,6 +3459,11 @@ int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint32_t *ke
     uint8_t *reused = NULL;
     int rc;
     if (!s || !keep) return PGD_EINVAL;
+    if (c->win || c->flat) {
+        pgd__logf(&c->log, PGD_LOG_ERROR,
+                  "cache: compaction (token budgets) is not supported with window layers");
+        return PGD_EINVAL;
+    }
     memset(&pl, 0, sizeof pl);
     lock(c);
     if (s->promo) settle(c, s); /* a finished promotion settles; a pending one refuses */
@@ -3481,4 +3620,265 @@ out:
     pgd__free(&c->al, reused);
     unlock(c);
     return rc;
+}
+
+/* ---- window layers (cache.h "Window layers") ----
+ *
+ * A cache with window layers is two caches: c holds the global layers (its pool's layers
+ * are the model's global layers, in order) and c->win, a cache of its own (flat), the
+ * window layers. Every sequence s of c has s->win in c->win, created, forked, grown,
+ * truncated, committed and destroyed with it, so both have the same positions. Lock order:
+ * c, then c->win (c->win never calls c). The window group differs from a plain cache in
+ * three ways, all keyed on c->flat:
+ *   - its index entries have no parent: a page is found by its block hash (chained, so it
+ *     names the whole prefix) and any cached page nobody holds is evictable;
+ *   - a sequence's table keeps its positions, but entries below first_live are released
+ *     (PGD__NONE): pgd_seq_grow drops the pages wholly before the next row's window;
+ *   - its matches are window_match's: the pages of the keys the first new row sees.
+ * Invariant (window_check): a sequence and its window sequence agree on len, n_committed
+ * and mode, and first_live never passes the window of the next row to compute. */
+
+static int create_windowed(const pgd_cache_params *p, pgd_cache **out)
+{
+    pgd__log lg = {p->log ? p->log : p->pool.log, p->log ? p->log_ud : p->pool.log_ud};
+    const uint32_t nl = p->pool.n_layers, W = p->window_tokens;
+    uint32_t n_win = 0;
+    if (!p->window_layers || W > (1u << 24) || nl == 0) {
+        pgd__logf(&lg, PGD_LOG_ERROR,
+                  "cache: window layers need window_layers[n_layers] and a window of 1..2^24");
+        return PGD_EINVAL;
+    }
+    for (uint32_t l = 0; l < nl; l++)
+        n_win += p->window_layers[l] != 0;
+    if (n_win == 0 || n_win == nl) {
+        pgd__logf(&lg, PGD_LOG_ERROR,
+                  "cache: window_layers marks %u of %u layers: it must mark at least one "
+                  "window layer and leave at least one global layer",
+                  n_win, nl);
+        return PGD_EINVAL;
+    }
+    if (p->n_tiers || p->pool.arena) {
+        pgd__logf(&lg, PGD_LOG_ERROR, "cache: window layers take no %s",
+                  p->n_tiers ? "tiers" : "caller arena");
+        return PGD_EINVAL;
+    }
+    pgd_cache_params pg = *p;
+    pg.window_tokens = 0;
+    pg.window_layers = NULL;
+    pg.window_pages = 0;
+    pg.pool.n_layers = nl - n_win;
+    pgd_cache *c;
+    int rc = pgd_cache_create(&pg, &c);
+    if (rc != PGD_OK) return rc;
+    const uint32_t pt = c->page_tokens;
+    const uint64_t least = ((uint64_t)W - 1 + pt - 1) / pt + 2;
+    if (p->window_pages < least) {
+        pgd__logf(&lg, PGD_LOG_ERROR,
+                  "cache: window_pages %u: a window of %u tokens needs at least %llu pages",
+                  p->window_pages, W, (unsigned long long)least);
+        pgd_cache_destroy(c);
+        return PGD_EINVAL;
+    }
+    pgd_cache_params pw = pgd_cache_default_params();
+    pw.pool = p->pool;
+    pw.pool.n_layers = n_win;
+    pw.pool.capacity_pages = p->window_pages;
+    pw.policy = p->policy_ops || p->policy == PGD_POLICY_BELADY ? PGD_POLICY_LRU : p->policy;
+    pw.hash_key = p->hash_key;
+    pw.hash_key_len = p->hash_key_len;
+    pw.model_fingerprint = p->model_fingerprint;
+    pw.alloc = p->alloc;
+    pw.log = lg.fn;
+    pw.log_ud = lg.ud;
+    pw.kv_residual = p->kv_residual;
+    pw.clock = p->clock;
+    pw.clock_ud = p->clock_ud;
+    pw.cost = p->cost;
+    pw.max_tenants = p->max_tenants;
+    rc = pgd_cache_create(&pw, &c->win);
+    if (rc != PGD_OK) {
+        pgd_cache_destroy(c);
+        return rc;
+    }
+    pgd_cache *w = c->win;
+    w->flat = 1;
+    w->win_tokens = c->win_tokens = W;
+    /* One hasher for both groups, so that a block has one hash (the global group's key
+     * may be random): the tenant table is seeded from it again. */
+    w->hasher = c->hasher;
+    pgd__tenants_deinit(&w->tn, &w->al);
+    rc = pgd__tenants_init(&w->tn, &w->al, p->max_tenants, w->n_pages,
+                           pgd__hash_seed(&w->hasher, NULL, 0));
+    c->layer_group = pgd__malloc(&c->al, nl);
+    c->layer_local = pgd__malloc(&c->al, (size_t)nl * sizeof *c->layer_local);
+    if (rc != PGD_OK || !c->layer_group || !c->layer_local) {
+        pgd_cache_destroy(c);
+        return rc != PGD_OK ? rc : PGD_ENOMEM;
+    }
+    uint32_t n_each[2] = {0, 0};
+    for (uint32_t l = 0; l < nl; l++) {
+        c->layer_group[l] = p->window_layers[l] != 0;
+        c->layer_local[l] = n_each[c->layer_group[l]]++;
+    }
+    c->n_layers_all = nl;
+    *out = c;
+    return PGD_OK;
+}
+
+/* The first page holding a key that a row at position q (or later) sees in a window of
+ * W keys: the page of q - W + 1. */
+static uint32_t window_first_page(const pgd_cache *w, uint64_t q)
+{
+    return q + 1 > w->win_tokens ? (uint32_t)((q + 1 - w->win_tokens) / w->page_tokens) : 0;
+}
+
+/* Releases the pages of window sequence s that no row from position q on sees. Lock of w
+ * held. */
+static void window_release(pgd_cache *w, pgd_seq *s, uint64_t q)
+{
+    uint32_t upto = window_first_page(w, q);
+    if (upto > s->n_pages) upto = s->n_pages;
+    while (s->first_live < upto) {
+        page_unref(w, s->table[s->first_live]);
+        s->table[s->first_live++] = PGD__NONE;
+        w->n_released++;
+    }
+}
+
+/* The window group's match for a global hit of k pages with block hashes h[0..k): the
+ * largest k2 <= k whose first new row's window pages (window_first_page(k2 * pt) .. k2 - 1)
+ * are all cached, pinned into window sequence s. Returns k2. Takes w's lock. */
+static uint32_t window_match(pgd_cache *w, pgd_seq *s, const pgd_hash *h, uint32_t k, int mode)
+{
+    const uint32_t pt = w->page_tokens;
+    uint32_t best = 0, run = 0;
+    lock(w);
+    for (uint32_t i = 0; i < k; i++) {
+        run = pgd__index_find(w->ix, h[i]) != PGD__NONE ? run + 1 : 0;
+        uint32_t lo = window_first_page(w, (uint64_t)(i + 1) * pt);
+        if (run >= i + 1 - lo) best = i + 1;
+    }
+    if (best && table_reserve(w, s, best) != PGD_OK) best = 0; /* correct, only slower */
+    const uint32_t lo = window_first_page(w, (uint64_t)best * pt);
+    for (uint32_t i = 0; i < lo; i++)
+        s->table[i] = PGD__NONE;
+    for (uint32_t i = lo; i < best; i++) {
+        uint32_t e = pgd__index_find(w->ix, h[i]);
+        uint32_t page = pgd__index_entry(w->ix, e)->loc_id;
+        page_ref(w, page);
+        s->table[i] = page;
+    }
+    s->first_live = lo;
+    s->n_pages = s->n_full = best;
+    s->len = s->n_committed = (uint64_t)best * pt;
+    s->ring_lo = s->hi = s->len;
+    s->mode = mode;
+    s->last = best ? h[best - 1] : s->seed;
+    count_query(w, s, k, (uint64_t)k * pt, best - lo);
+    unlock(w);
+    return best;
+}
+
+/* Cuts the global hit of k pages that s pinned back to what the window group can serve.
+ * Returns the pages kept. Lock of c held. */
+static uint32_t window_cut(pgd_cache *c, pgd_seq *s, uint32_t k)
+{
+    pgd_hash *h = k ? pgd__malloc(&c->al, (size_t)k * sizeof *h) : NULL;
+    uint32_t k2 = 0;
+    if (h) {
+        for (uint32_t i = 0; i < k; i++)
+            h[i] = pgd__index_entry(c->ix, c->page_entry[s->table[i]])->hash;
+        k2 = window_match(c->win, s->win, h, k, s->mode);
+    } else {
+        window_match(c->win, s->win, NULL, 0, s->mode); /* no memory: no hit */
+    }
+    if (k2 < k) {
+        while (s->n_pages > k2)
+            page_unref(c, s->table[--s->n_pages]);
+        s->n_full = k2;
+        s->len = s->n_committed = (uint64_t)k2 * c->page_tokens;
+        s->ring_lo = s->hi = s->len;
+        s->last_entry = k2 ? c->page_entry[s->table[k2 - 1]] : PGD__NONE;
+        s->last = k2 ? h[k2 - 1] : s->seed;
+        c->n_cut_tokens += (uint64_t)(k - k2) * c->page_tokens;
+    }
+    pgd__free(&c->al, h);
+    return k2;
+}
+
+/* Each sequence of c agrees with its window sequence, which holds every page the next
+ * row's window needs. */
+static int window_check(pgd_cache *c)
+{
+    int rc = PGD_OK;
+    lock(c);
+    lock(c->win);
+    for (const pgd_seq *s = c->seqs; s && rc == PGD_OK; s = s->next) {
+        const pgd_seq *w = s->win;
+        if (!w) continue; /* pgd_cache_warm's own sequence */
+        if (w->len != s->len || w->n_committed != s->n_committed || w->mode != s->mode ||
+            w->first_live > window_first_page(c->win, s->len)) {
+            pgd__logf(&c->log, PGD_LOG_ERROR,
+                      "cache check: a sequence and its window layers' sequence disagree");
+            rc = PGD_ECORRUPT;
+        }
+    }
+    unlock(c->win);
+    unlock(c);
+    if (rc == PGD_OK) rc = pgd_cache_check(c->win);
+    return rc;
+}
+
+pgd_pool *pgd_cache_layer_pool(pgd_cache *c, uint32_t layer, uint32_t *pool_layer)
+{
+    if (layer >= c->n_layers_all) return NULL;
+    if (!c->win) {
+        *pool_layer = layer;
+        return c->pool;
+    }
+    *pool_layer = c->layer_local[layer];
+    return c->layer_group[layer] ? c->win->pool : c->pool;
+}
+
+uint32_t pgd_cache_n_layers(const pgd_cache *c)
+{
+    return c->n_layers_all;
+}
+
+uint32_t pgd_cache_window(const pgd_cache *c)
+{
+    return c->win ? c->win_tokens : 0;
+}
+
+int pgd_cache_layer_is_window(const pgd_cache *c, uint32_t layer)
+{
+    return c->win && layer < c->n_layers_all && c->layer_group[layer];
+}
+
+pgd_cache *pgd__cache_group(pgd_cache *c, uint32_t layer, uint32_t *local)
+{
+    if (!c->win) {
+        *local = layer;
+        return c;
+    }
+    if (layer >= c->n_layers_all) {
+        *local = UINT32_MAX;
+        return c;
+    }
+    *local = c->layer_local[layer];
+    return c->layer_group[layer] ? c->win : c;
+}
+
+pgd_seq *pgd__seq_group(const pgd_cache *c, pgd_seq *s, const pgd_cache *group)
+{
+    return group != c && s ? s->win : s;
+}
+
+uint32_t pgd_seq_layer_pages(pgd_cache *c, const pgd_seq *s, uint32_t layer, const uint32_t **ids)
+{
+    uint32_t local;
+    *ids = NULL;
+    if (layer >= c->n_layers_all) return 0;
+    pgd_cache *g = pgd__cache_group(c, layer, &local);
+    return pgd_seq_pages(g, g == c ? s : s->win, ids);
 }

@@ -255,6 +255,11 @@ void pgd__seq_mask(const pgd_seq *s, uint32_t *mask_len, const uint32_t **n_live
 /* The cache's allocator (params alloc, else pool.alloc, else libc), for allocations made
  * on the cache's behalf (pgd_attn_run_ref's scratch). Valid while the cache lives. */
 const pgd__alloc *pgd__cache_alloc(const pgd_cache *c);
+/* Window layers (cache.c): the cache holding model layer `layer` (c, or c's window
+ * group) and its index there (*local; UINT32_MAX for a layer out of range, c returned);
+ * the sequence of s in that group. */
+pgd_cache *pgd__cache_group(pgd_cache *c, uint32_t layer, uint32_t *local);
+pgd_seq *pgd__seq_group(const pgd_cache *c, pgd_seq *s, const pgd_cache *group);
 
 /* ---- pool internals used by cache.c ---- */
 

@@ -265,6 +265,13 @@ int cli_kv_option(const char *cmd, int opt, const char *arg, pe_ctx_params *cp)
         cp->budget.method = m;
         return 1;
     }
+    case CLI_OPT_KV_WINDOW_DENSE:
+        cp->kv_window_dense = 1;
+        return 1;
+    case CLI_OPT_KV_WINDOW_TOKENS:
+        if (cli_parse_u64(cmd, "--kv-window-tokens", arg, 1, 1ull << 36, &v)) return -1;
+        cp->kv_window_tokens = v;
+        return 1;
     case CLI_OPT_PAGE_TOKENS:
         if (cli_parse_u64(cmd, "--page-tokens", arg, 1, 1u << 16, &v)) return -1;
         { /* the library's rule, before the model loads */

@@ -68,7 +68,8 @@ int cli_unexpected_arg(const char *cmd, const char *arg);
  * (batch-invariant matrix products, pe_ctx_params.deterministic), --policy NAME (the
  * pool's eviction policy, pe_ctx_params.policy: cli_parse_policy without belady), and the
  * token budget --kv-budget TOKENS / --kv-budget-method NAME (pe_ctx_params.budget; the
- * method defaults to snapkv). A command puts CLI_KV_LONG_OPTIONS in its getopt_long table,
+ * method defaults to snapkv), and the sliding-window layers' --kv-window-dense (every page
+ * kept, the window a mask only) / --kv-window-tokens N (their own pool's size). A command puts CLI_KV_LONG_OPTIONS in its getopt_long table,
  * passes every option to cli_kv_option first, and calls cli_kv_finish after the options;
  * its own option values must stay below CLI_OPT_KV_FIRST.
  */
@@ -82,7 +83,9 @@ enum {
     CLI_OPT_DETERMINISTIC,
     CLI_OPT_POLICY,
     CLI_OPT_KV_BUDGET,
-    CLI_OPT_KV_BUDGET_METHOD
+    CLI_OPT_KV_BUDGET_METHOD,
+    CLI_OPT_KV_WINDOW_DENSE,
+    CLI_OPT_KV_WINDOW_TOKENS
 };
 #define CLI_KV_LONG_OPTIONS                                                                        \
     {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                            \
@@ -93,6 +96,8 @@ enum {
         {"policy", required_argument, 0, CLI_OPT_POLICY},                                          \
         {"kv-budget", required_argument, 0, CLI_OPT_KV_BUDGET},                                    \
         {"kv-budget-method", required_argument, 0, CLI_OPT_KV_BUDGET_METHOD},                      \
+        {"kv-window-dense", no_argument, 0, CLI_OPT_KV_WINDOW_DENSE},                              \
+        {"kv-window-tokens", required_argument, 0, CLI_OPT_KV_WINDOW_TOKENS},                      \
     {                                                                                              \
         "page-tokens", required_argument, 0, CLI_OPT_PAGE_TOKENS                                   \
     }

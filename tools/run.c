@@ -64,6 +64,10 @@ static void usage(FILE *out)
           "                          pagoda replay's only: it needs the future)\n"
           "      --kv-budget N       token budget: keep N tokens per layer and KV head (mean)\n"
           "      --kv-budget-method M  streaming|h2o|tova|snapkv|pyramidkv|adakv (default snapkv)\n"
+          "      --kv-window-dense   sliding-window layers keep every page (the window only\n"
+          "                          masks; default: they free the pages their window left)\n"
+          "      --kv-window-tokens N  the window layers' page pool in tokens (default: a\n"
+          "                          window and a chunk per sequence)\n"
           "      --no-display-prompt do not echo the prompt\n",
           out);
     cli_tier_help(out);
@@ -365,6 +369,12 @@ int cmd_run(int argc, char **argv)
                           pgd_tier_name(tiers.tiers[i]), (unsigned long long)mi.tier_tokens[i]);
         if (w > 0 && w < (int)sizeof cached) snprintf(cached + w, sizeof cached - (size_t)w, ")");
     }
+    char window[160] = "";
+    if (st.n_window_pages_total)
+        /* " | window layers: N pages used of M, R released": their own group. */
+        snprintf(window, sizeof window, " | window layers: %u pages used of %u, %llu released",
+                 st.n_window_pages_used, st.n_window_pages_total,
+                 (unsigned long long)st.n_window_released);
     char budget[256] = "";
     if (bud) {
         /* " | budget: streaming 64 tokens, 70 slots held, 336 tokens dropped, 21 pages
@@ -386,10 +396,10 @@ int cmd_run(int argc, char **argv)
     }
     fprintf(stderr,
             "prompt: %lld tokens, %.2f s, %.1f t/s | generated: %llu tokens, %.2f s, %.1f t/s"
-            " | KV pages used: %u of %u (%u tokens each, %s)%s%s\n",
+            " | KV pages used: %u of %u (%u tokens each, %s)%s%s%s\n",
             (long long)n_prompt, tp, tp > 0 ? n_prompt / tp : 0.0, (unsigned long long)n_gen, tg,
             tg > 0 ? n_gen / tg : 0.0, st.n_pages_used, st.n_pages_total, ap->page_tokens,
-            pgd_kv_type_name(ap->kv_type), cached, budget);
+            pgd_kv_type_name(ap->kv_type), window, cached, budget);
     rc = CLI_EXIT_OK;
     if (tiers.n) {
         /* Commit what the generated tokens filled, then write everything back. */

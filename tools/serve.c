@@ -81,6 +81,10 @@ static void usage(FILE *out)
           "                           depend on its batch or on preemption (slower decode)\n"
           "      --kv-budget TOKENS   default token budget of a request (pagoda.kv_budget)\n"
           "      --kv-budget-method NAME  streaming|h2o|tova|snapkv|pyramidkv|adakv (snapkv)\n"
+          "      --kv-window-dense    sliding-window layers keep every page (the window only\n"
+          "                           masks; needed for token budgets on such models)\n"
+          "      --kv-window-tokens N the window layers' page pool in tokens (default: a\n"
+          "                           window and a step per running request)\n"
           "      --max-running N      requests in the batch at once (default 16, max 256)\n"
           "      --max-queued N       waiting requests before 429 (default 64)\n"
           "  -b, --batch-size N       token budget of one step (default 512)\n"
@@ -561,6 +565,7 @@ int cmd_serve(int argc, char **argv)
     cp.kv_tokens = kv_tokens;
     /* Requests may ask for a token budget (pagoda.kv_budget) whatever the default. */
     cp.budget_scores = 1;
+    cp.n_seq_max = sp.max_running; /* the window layers' pool: a window per running request */
     if (pe_ctx_create(m, &cp, &ctx, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;
@@ -598,6 +603,11 @@ int cmd_serve(int argc, char **argv)
             pgd_kv_type_name(ap->kv_type), bpt, sp.max_running, sp.max_queued,
             sp.no_prefix_cache ? "off" : "on", pe_chat_family_name(ps_server_chat_family(srv)),
             pp.api_key ? ", API key required" : "");
+    if (cs.n_window_pages_total)
+        fprintf(stderr,
+                "%s: sliding-window layers (window %u tokens): a pool of their own, %u pages; "
+                "the KV pool above holds the global layers\n",
+                cmd, pgd_cache_window(pe_ctx_cache(ctx)), cs.n_window_pages_total);
     for (uint32_t i = 0; i < tiers.n; i++)
         fprintf(stderr, "%s: tier %u below the pool: %s\n", cmd, i + 1, tiers.specs[i].text);
     if (tiers.key_len)

@@ -23,9 +23,15 @@
  *   logits = rmsnorm(x_last) * W_out (gemma2: soft-capped);  commit tokens (full pages
  *   join the prefix index)
  *
- * Sliding-window layers (gemma) keep every page of the sequence in this version: the
- * window is a mask in attention (pgd_attn_params.layer_window), so the cache, prefix
- * matching and budgets see the same pages as for any model.
+ * Sliding-window layers (gemma): attention masks each row to its window
+ * (pgd_attn_params.layer_window), and the cache keeps the window layers in a page group of
+ * their own (cache.h "Window layers": pgd_cache_params.window_tokens / window_layers /
+ * window_pages) that releases the pages every later row's window has left and cuts a prefix
+ * hit back to where their window pages are cached. write_kv and attention route a model
+ * layer to its group themselves, so this file passes model layers as for any model. The
+ * group is off (every page kept, the mask only) with kv_window_dense, tiers, a default
+ * token budget, or windows of different sizes (window_group_size); its pool holds
+ * kv_window_tokens (default: n_seq_max x (window + n_batch + 2 pages), at most kv_tokens).
  *
  * Token budgets (pe_batch_item.budget, budget.h): an item with a budget sizes its score
  * buffers first (pgd_budget_begin), its attention adds the softmax probabilities of its
@@ -90,6 +96,7 @@ struct pe_ctx {
     pgd_attn *attn;                         /* the fast paged attention */
     pgd_attn_params ap;                     /* its parameters, which the reference reads */
     uint32_t *layer_window;                 /* [n_layer] windows (ap.layer_window) or NULL */
+    uint8_t *win_layers;                    /* pe_ctx_create's window_layers, until created */
     pgd_attn_item items[PE_MAX_BATCH_SEQS]; /* this step's attention items */
     float *rope;                            /* [n_batch][n_rot/2][2] cos, sin */
     float *inv_freq;                        /* [n_rot/2] */
@@ -159,6 +166,7 @@ void pe_ctx_destroy(pe_ctx *ctx)
     free(ctx->rope_swa);
     free(ctx->inv_freq_swa);
     free(ctx->layer_window);
+    free(ctx->win_layers);
     free(ctx->row_pos);
     free(ctx->logits_tmp);
     free(ctx->scratch);
@@ -217,6 +225,25 @@ static void tier_names(const pgd_cache_params *p, char *buf, size_t n)
         if (w < 0) break;
         len += (size_t)w;
     }
+}
+
+/* The window of the window layers when they get a page group of their own (model.h
+ * pe_ctx_params.kv_window_dense), else 0: none, one kind of layer only, windows of
+ * different sizes, tiers or a token budget (the mask over every page then). */
+static uint32_t window_group_size(const pe_ctx *c, const pe_hparams *hp)
+{
+    uint32_t W = 0, n_win = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        uint32_t w = pe_hparams_layer_window(hp, l);
+        if (!w) continue;
+        if (W && w != W) return 0;
+        W = w;
+        n_win++;
+    }
+    if (!n_win || n_win == hp->n_layer || c->p.kv_window_dense || (c->p.tiers && c->p.n_tiers) ||
+        c->p.budget.method != PGD_BUDGET_NONE)
+        return 0;
+    return W;
 }
 
 /* What a pgd_cache_create failure means when the cache has tiers (their bind is where
@@ -328,6 +355,31 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.on_evict = c->p.on_evict;
     cp.event_ud = c->p.event_ud;
     cp.pin_share = c->p.pin_share;
+    /* Window layers in a page group of their own (cache.h "Window layers"), when every
+     * window layer has the same window. */
+    const uint32_t W = window_group_size(c, hp);
+    if (W) {
+        uint8_t *win_layers = c->win_layers = calloc(hp->n_layer, 1);
+        if (!win_layers) {
+            pe__errf(err, errlen, "out of memory");
+            goto fail;
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            win_layers[l] = pe_hparams_layer_window(hp, l) != 0;
+        const uint64_t pt = c->p.page_tokens, per = W + c->p.n_batch + 2 * pt;
+        uint64_t n_seq = c->p.n_seq_max ? c->p.n_seq_max : c->p.kv_tokens / c->p.n_ctx;
+        uint64_t wt = c->p.kv_window_tokens ? c->p.kv_window_tokens : (n_seq ? n_seq : 1) * per;
+        if (!c->p.kv_window_tokens && wt > c->p.kv_tokens) wt = c->p.kv_tokens;
+        uint64_t wp = (wt + pt - 1) / pt, least = (W - 1 + pt - 1) / pt + 2;
+        if (wp < least) wp = least;
+        if (wp > UINT32_MAX / 2) wp = UINT32_MAX / 2;
+        cp.window_tokens = W;
+        cp.window_layers = win_layers;
+        cp.window_pages = (uint32_t)wp;
+        c->p.kv_window_tokens = wp * pt;
+    } else {
+        c->p.kv_window_tokens = 0;
+    }
     c->p.hash_key = NULL; /* borrowed for pe_ctx_create only */
     c->p.hash_key_len = 0;
     if (cp.n_tiers > PGD_MAX_TIERS) {
@@ -352,6 +404,8 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     c->n_threads = pe_tp_n_threads(c->tp);
     c->mm_flags = c->p.deterministic ? PE_MM_INVARIANT : 0;
     int rc = pgd_cache_create(&cp, &c->cache);
+    free(c->win_layers); /* copied by the cache */
+    c->win_layers = NULL;
     if (rc != PGD_OK) {
         char tiers[128];
         tier_names(&cp, tiers, sizeof tiers);

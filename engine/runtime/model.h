@@ -191,6 +191,16 @@ typedef struct pe_ctx_params {
     int budget_scores; /* reserve attention's scoring scratch (pgd_attn_params.score_keys =
                           n_ctx) even when budget is none: requests may ask for budgets
                           (serve); set automatically when budget.method is not none */
+    /* Sliding-window layers (gemma2/gemma3): by default they get a page group of their own
+     * that frees the pages their window left (cache.h "Window layers"), unless the context
+     * has tiers or a token budget (budget.method), which keep the window a mask over every
+     * page (as kv_window_dense does). Requests then may not ask for budgets. */
+    int kv_window_dense;       /* nonzero: window layers keep every page (the mask only) */
+    uint64_t kv_window_tokens; /* the window group's pool in tokens; 0: n_seq_max sequences'
+                                  windows and chunks, at most kv_tokens. pe_ctx_create sets
+                                  what it used (0: no window group) */
+    uint32_t n_seq_max;        /* sequences expected at once (the scheduler's max_running), for
+                                  the window group's default size; 0: kv_tokens / n_ctx, >= 1 */
 } pe_ctx_params;
 
 /* Returns the defaults: n_batch 512, page_tokens 16, f16 KV, LRU, log = pe_log_stderr,

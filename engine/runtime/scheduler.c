@@ -367,7 +367,7 @@ int pe_sched_submit(pe_sched *s, const pe_request_params *rp, const int32_t *pro
     const pgd_budget_params *bp = rp->budget ? rp->budget : &pe_ctx_params_get(s->ctx)->budget;
     if (bp->method != PGD_BUDGET_NONE &&
         (pgd_budget_params_check(bp, s->n_layer, NULL, 0) != PGD_OK || !s->budget_scores ||
-         s->contiguous))
+         s->contiguous || pgd_cache_window(s->cache)))
         return PGD_EINVAL;
     r = calloc(1, sizeof *r);
     if (!r) return PGD_ENOMEM;

@@ -151,7 +151,44 @@ typedef struct pgd_cache_params {
     uint32_t max_tenants; /* tenants tracked for quotas and stats (0: 64); sequences of
                              further salts share one "other" entry (index 0 is the
                              default tenant, salt_len 0) */
-} pgd_cache_params;       /* append fields only */
+    /* Sliding-window layers (see "Window layers" below); window_tokens 0: none. */
+    uint32_t window_tokens;       /* W: a window layer's row at position p reads the keys of
+                                     positions p - W + 1 .. p only; 1 .. 2^24 */
+    const uint8_t *window_layers; /* [pool.n_layers] nonzero: a window layer (copied at
+                                     create); at least one layer of each kind */
+    uint32_t window_pages;        /* pages of the window layers' own pool; at least
+                                     ceil((W - 1) / page_tokens) + 2 (one sequence's window
+                                     and the page being written) */
+} pgd_cache_params;               /* append fields only */
+
+/* Window layers (pgd_cache_params.window_tokens, window_layers, window_pages): models
+ * such as Gemma 2/3 alternate global layers with sliding-window layers of W keys. The cache
+ * keeps the two kinds in two layer groups, each with a pool of its own: pool.n_layers
+ * counts every layer of the model, pool.capacity_pages (or capacity_bytes) sizes the
+ * global layers' pool, window_pages the window layers' pool. A sequence has a page table
+ * in each; both cover the same positions (one length, one commit). The window group's
+ * table is indexed by position too (its page i holds positions [i * page_tokens, ..)), but
+ * a page that every future row's window has left is released: before pgd_seq_grow(n) of a
+ * sequence of length L (rows L .. L + n - 1 are computed next), the window pages wholly
+ * below position L - W + 1 are dropped (their table entries become PGD_NO_PAGE). A released
+ * page that was registered stays cached in the group's prefix index until its pool needs
+ * the room; a window page is evictable whenever no sequence holds it (no leaf-first rule:
+ * a window lookup never walks a chain from its first page).
+ * Prefix hits: a hit of k pages is usable only with the window layers' K/V of the keys its
+ * first new row sees (positions k * page_tokens - W + 1 .. k * page_tokens - 1). A match
+ * looks the global chain up as always, then looks up, by their block hashes, only those
+ * window pages in the window group's index, and cuts the hit back to the longest prefix
+ * whose window pages are all cached (counted: pgd_cache_stats.n_window_cut_tokens). Nothing
+ * is ever recomputed from a partial window: a cut hit computes the rest.
+ * What does not apply to the window group: tiers (a cache with tiers takes no window
+ * layers: PGD_EINVAL), pgd_seq_compact (PGD_EINVAL), pgd_seq_write_slot (PGD_EINVAL: write
+ * through pgd_seq_write_kv), pins and next-use hints (they hold the global group's pages;
+ * a pinned prefix whose window pages were evicted is cut back at its next match), and the
+ * chain operations (pin, unpin, evict_chain, warm, lookup, hints, evict: the global group).
+ * pgd_cache_clear drops both groups' evictable pages. The window group uses the builtin
+ * policy of params.policy (LRU when it is Belady or policy_ops is set: those describe the
+ * global pages). pgd_cache_pool returns the global group's pool (its layers are the model's
+ * global layers, in order): pgd_cache_layer_pool maps a model layer to its pool. */
 
 /* Returns the defaults: pool defaults, LRU, random key, zero fingerprint. */
 PGD_API pgd_cache_params pgd_cache_default_params(void);
@@ -168,8 +205,19 @@ PGD_API int pgd_cache_create(const pgd_cache_params *p, pgd_cache **out);
  * are not demoted) and stops the mover threads; the tiers stay open (the caller's). */
 PGD_API void pgd_cache_destroy(pgd_cache *c);
 
-/* The cache's pool, for payload access only (see locking). Valid while c lives. */
+/* The cache's pool, for payload access only (see locking). Valid while c lives. With window
+ * layers: the global layers' pool (see "Window layers"). */
 PGD_API pgd_pool *pgd_cache_pool(pgd_cache *c);
+/* The pool holding model layer `layer` (0 .. pool.n_layers of the params) and, in
+ * *pool_layer, its index there: c's one pool and layer itself without window layers.
+ * NULL for a layer out of range. O(1). */
+PGD_API pgd_pool *pgd_cache_layer_pool(pgd_cache *c, uint32_t layer, uint32_t *pool_layer);
+/* The model's layers (pool.n_layers of the params: every group). O(1). */
+PGD_API uint32_t pgd_cache_n_layers(const pgd_cache *c);
+/* The window W of window layers (params.window_tokens), or 0 without them. O(1). */
+PGD_API uint32_t pgd_cache_window(const pgd_cache *c);
+/* Whether model layer `layer` is a window layer (0 without window layers). O(1). */
+PGD_API int pgd_cache_layer_is_window(const pgd_cache *c, uint32_t layer);
 PGD_API uint32_t pgd_cache_page_tokens(const pgd_cache *c);
 /* The least residual window in tokens as the cache uses it (params.kv_residual, 0 -> 128,
  * rounded up to whole pages), or 0 when the pool keeps none (not a staged pool: kivi2,
@@ -388,6 +436,16 @@ PGD_API int pgd_seq_compact(pgd_cache *c, pgd_seq *s, uint32_t n_out, const uint
 /* Slots dropped from s by compaction so far: a slot's token position is slot + this. */
 PGD_API uint64_t pgd_seq_n_dropped(pgd_cache *c, const pgd_seq *s);
 
+/* A released window page's table entry (pgd_seq_layer_pages). */
+#define PGD_NO_PAGE UINT32_MAX
+/* The page table of the group holding model layer `layer`: *ids[i] is the page of
+ * positions [i * page_tokens, (i + 1) * page_tokens) in the pool pgd_cache_layer_pool
+ * returns for it, PGD_NO_PAGE for a window page released (see "Window layers"). Returns the
+ * table's length (pgd_seq_pages' for a global layer; both groups' are equal), 0 for a
+ * layer out of range. The pointer is valid as pgd_seq_pages' is. */
+PGD_API uint32_t pgd_seq_layer_pages(pgd_cache *c, const pgd_seq *s, uint32_t layer,
+                                     const uint32_t **ids);
+
 /* ---- hashing ---- */
 
 /* Computes the block hashes of the full pages of tokens[0..n) for the tenant salt, as
@@ -555,6 +613,15 @@ typedef struct pgd_cache_stats {
     uint64_t n_compactions;     /* pgd_seq_compact calls that changed a sequence */
     uint64_t n_compact_dropped; /* slots they dropped (token budgets) */
     uint64_t n_compact_freed;   /* pages the compacted sequences held less */
+    /* The window layers' group (see "Window layers"); all 0 without window layers. The
+     * fields above describe the global group (n_hit_tokens: after the cut). */
+    uint32_t n_window_pages_total;
+    uint32_t n_window_pages_free;
+    uint32_t n_window_pages_used;   /* held by at least one sequence */
+    uint32_t n_window_pages_cached; /* registered in the group's index */
+    uint64_t n_window_released;     /* window pages sequences released as windows slid */
+    uint64_t n_window_cut_tokens;   /* hit tokens matches gave up: window pages missing */
+    uint64_t n_window_evictions;    /* window pages evicted by the group's policy */
 } pgd_cache_stats;
 
 /* Fills *out. O(1). */

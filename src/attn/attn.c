@@ -1083,6 +1083,7 @@ int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
     if (!a || layer >= a->g.n_layers || (n && !items)) return PGD_EINVAL;
     const uint32_t B = a->p.select_pages;
     a->win = a->window ? a->window[layer] : 0;
+    const uint32_t local = pgd__attn_geom_layer(&a->g, layer); /* its group and index */
     uint64_t rows = 0;
     a->n_views = 0;
     a->n_select = 0;
@@ -1104,7 +1105,7 @@ int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
         if (iv->select) a->sel_view[a->n_select++] = a->n_views;
         a->n_views++;
     }
-    a->layer = layer;
+    a->layer = local;
     if (a->n_select) run_tasks(a, select_task, a->n_select * a->g.n_kv_heads);
     plan(a);
     run_tasks(a, piece_task, a->n_pieces);

@@ -24,10 +24,11 @@
 /* ---- geometry ---- */
 
 typedef struct pgd__attn_geom {
-    pgd_cache *cache;
-    pgd_pool *pool;
-    uint32_t n_layers, n_kv_heads, head_dim, page_tokens;
-    uint32_t n_head, group; /* query heads; query heads per KV head */
+    pgd_cache *top;   /* the cache the items' sequences belong to */
+    pgd_cache *cache; /* the layer group being read: top, or its window group */
+    pgd_pool *pool;   /* cache's pool */
+    uint32_t n_layers, n_kv_heads, head_dim, page_tokens; /* n_layers: the model's (top's) */
+    uint32_t n_head, group;                               /* query heads; query heads per KV head */
     pgd_kv_type type;
     const pgd__codec *codec; /* fast kernels (or the reference, for ref.c) */
     const pgd__codec *ring;  /* f16 codec for the residual ring of staged pools; else NULL */
@@ -41,6 +42,9 @@ typedef struct pgd__attn_geom {
  * key bounds or == 1). */
 int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32_t select_pages,
                         int ref);
+/* Points g at the layer group holding model layer `layer` (cache.h "Window layers": both
+ * groups have one geometry) and returns the layer's index in that group's pool. */
+uint32_t pgd__attn_geom_layer(pgd__attn_geom *g, uint32_t layer);
 
 /* Whether p's scale and softcap are valid (finite, >= 0); layer_window takes any values. */
 int pgd__attn_gemma_ok(const pgd_attn_params *p);

@@ -29,9 +29,9 @@ int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32
     pgd_pool *pool = pgd_cache_pool(c);
     pgd__pool_geom pg;
     pgd__pool_geom_get(pool, &pg);
-    g->cache = c;
+    g->top = g->cache = c;
     g->pool = pool;
-    g->n_layers = pg.n_layers;
+    g->n_layers = pgd_cache_n_layers(c);
     g->n_kv_heads = pg.n_kv_heads;
     g->head_dim = pg.head_dim;
     g->page_tokens = pg.page_tokens;
@@ -53,22 +53,31 @@ int pgd__attn_geom_init(pgd__attn_geom *g, pgd_cache *c, uint32_t n_head, uint32
     return PGD_OK;
 }
 
+uint32_t pgd__attn_geom_layer(pgd__attn_geom *g, uint32_t layer)
+{
+    uint32_t local;
+    g->cache = pgd__cache_group(g->top, layer, &local);
+    g->pool = pgd_cache_pool(g->cache);
+    return local;
+}
+
 int pgd__attn_view_init(const pgd__attn_geom *g, const pgd_attn_item *it, pgd__attn_view *v)
 {
     memset(v, 0, sizeof *v);
     if (!it->seq || !it->q || !it->out) return PGD_EINVAL;
-    v->len = pgd_seq_length(g->cache, it->seq);
+    pgd_seq *s = pgd__seq_group(g->top, it->seq, g->cache);
+    v->len = pgd_seq_length(g->cache, s);
     if (it->n_rows > v->len) return PGD_EINVAL;
-    v->n_pages = pgd_seq_pages(g->cache, it->seq, &v->pages);
+    v->n_pages = pgd_seq_pages(g->cache, s, &v->pages);
     if ((uint64_t)v->n_pages * g->page_tokens < v->len) return PGD_EINVAL;
     if (g->ring) {
         uint64_t lo;
-        int rc = pgd__seq_residual(g->cache, it->seq, &v->ring, &v->window, &lo);
+        int rc = pgd__seq_residual(g->cache, s, &v->ring, &v->window, &lo);
         if (rc != PGD_OK) return rc;
         if (!v->ring || !v->window || v->window % g->page_tokens) return PGD_EINVAL;
         v->ring_lo = lo / g->page_tokens;
     }
-    pgd__seq_mask(it->seq, &v->mask_len, &v->n_live);
+    pgd__seq_mask(s, &v->mask_len, &v->n_live);
     if (!v->n_live) v->mask_len = 0;
     return PGD_OK;
 }

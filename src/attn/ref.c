@@ -53,6 +53,7 @@ int pgd_attn_run_ref_ex(pgd_cache *c, const pgd_attn_params *prm, uint32_t layer
     if (layer >= g.n_layers || (n && !items)) return PGD_EINVAL;
     /* A sliding-window layer attends densely inside its window: no Quest selection. */
     const uint32_t window = prm->layer_window ? prm->layer_window[layer] : 0;
+    layer = pgd__attn_geom_layer(&g, layer); /* its group (window layers) and index there */
     const uint32_t select_pages = window ? 0 : prm->select_pages;
     const double softcap = prm->softcap;
     const pgd__alloc *al = pgd__cache_alloc(c);
@@ -106,9 +107,15 @@ int pgd_attn_run_ref_ex(pgd_cache *c, const pgd_attn_params *prm, uint32_t layer
                 if (select_pages && it->n_rows == 1)
                     nl = pgd__attn_select(&g, v, layer, kvh, qr, select_pages, list, heap_page,
                                           heap_score);
-                else
-                    for (uint32_t p = 0; p < np; p++)
-                        list[p] = p;
+                else {
+                    /* A window row's keys start in the page of pos - window + 1: the pages
+                     * before weigh exactly 0 (and a window group released them). */
+                    const uint32_t p0 =
+                        window && pos + 1 > window ? (uint32_t)((pos + 1 - window) / pt) : 0;
+                    nl = np - p0;
+                    for (uint32_t p = 0; p < nl; p++)
+                        list[p] = p0 + p;
+                }
 
                 /* Scores of every listed key, page by page: s[h][key] (-inf: a dead slot). */
                 uint32_t d0 = 0, d1 = 0;
