@@ -471,6 +471,23 @@ void ps_metrics_render(ps_metrics *m, const ps_metrics_info *info, pe_sched *s, 
     gauge(b, "pagoda_kv_pages_cached", "KV pages registered in the prefix index.",
           cs.n_pages_cached);
     gauge(b, "pagoda_kv_pages_free", "KV pages on the free list.", cs.n_pages_free);
+    if (cs.n_window_pages_total) { /* sliding-window layers: a pool of their own */
+        gauge(b, "pagoda_kv_window_pages_total",
+              "KV pages in the sliding-window layers' pool (the pages above: global layers).",
+              cs.n_window_pages_total);
+        gauge(b, "pagoda_kv_window_pages_used",
+              "Sliding-window layers' KV pages held by at least one running request.",
+              cs.n_window_pages_used);
+        gauge(b, "pagoda_kv_window_pages_cached",
+              "Sliding-window layers' KV pages registered in their prefix index.",
+              cs.n_window_pages_cached);
+        counter(b, "pagoda_kv_window_released_pages_total",
+                "Sliding-window layers' KV pages requests released as their windows slid.",
+                cs.n_window_released);
+        counter(b, "pagoda_kv_window_cut_tokens_total",
+                "Prefix-cache hit tokens given up because window layers' pages were evicted.",
+                cs.n_window_cut_tokens);
+    }
     gauge(b, "pagoda_kv_pages_evictable", "Cached KV pages no request holds.",
           cs.n_pages_evictable);
     gauge(b, "pagoda_kv_usage_ratio", "Fraction of KV pages held by running requests.",

@@ -69,9 +69,9 @@ int cli_unexpected_arg(const char *cmd, const char *arg);
  * pool's eviction policy, pe_ctx_params.policy: cli_parse_policy without belady), and the
  * token budget --kv-budget TOKENS / --kv-budget-method NAME (pe_ctx_params.budget; the
  * method defaults to snapkv), and the sliding-window layers' --kv-window-dense (every page
- * kept, the window a mask only) / --kv-window-tokens N (their own pool's size). A command puts CLI_KV_LONG_OPTIONS in its getopt_long table,
- * passes every option to cli_kv_option first, and calls cli_kv_finish after the options;
- * its own option values must stay below CLI_OPT_KV_FIRST.
+ * kept, the window a mask only) / --kv-window-tokens N (their own pool's size). A command puts
+ * CLI_KV_LONG_OPTIONS in its getopt_long table, passes every option to cli_kv_option first, and
+ * calls cli_kv_finish after the options; its own option values must stay below CLI_OPT_KV_FIRST.
  */
 enum {
     CLI_OPT_KV_FIRST = 0x4b00,

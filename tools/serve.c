@@ -560,12 +560,28 @@ int cmd_serve(int argc, char **argv)
         kv_tokens = (uint64_t)((double)DEFAULT_KV_MEMORY / bpt);
         if (kv_tokens < cp.n_ctx) kv_tokens = cp.n_ctx;
     }
+    /* Sliding-window layers in a pool of their own (a window and a step per running
+     * request): the memory they no longer hold goes to the global layers' pool. */
+    cp.n_seq_max = sp.max_running;
+    cp.kv_tokens = kv_tokens;
+    uint32_t win = 0, n_win = 0;
+    uint64_t win_tokens = pe_ctx_window_plan(m, &cp, &win, &n_win);
+    if (win_tokens) {
+        const pe_hparams *hp = pe_model_hparams(m);
+        double bpt_w =
+            pgd_kv_bytes_per_token(cp.kv_type, cp.page_tokens, n_win, hp->n_head_kv, hp->head_dim);
+        double bpt_g = pgd_kv_bytes_per_token(cp.kv_type, cp.page_tokens, hp->n_layer - n_win,
+                                              hp->n_head_kv, hp->head_dim);
+        double mem = (double)(kv_memory ? kv_memory : DEFAULT_KV_MEMORY);
+        uint64_t g = mem > win_tokens * bpt_w ? (uint64_t)((mem - win_tokens * bpt_w) / bpt_g) : 0;
+        if (g > kv_tokens) kv_tokens = g;
+        cp.kv_window_tokens = win_tokens;
+    }
     if (kv_tokens > (1ull << 31) * cp.page_tokens / 2)
         kv_tokens = (1ull << 31) * cp.page_tokens / 2;
     cp.kv_tokens = kv_tokens;
     /* Requests may ask for a token budget (pagoda.kv_budget) whatever the default. */
     cp.budget_scores = 1;
-    cp.n_seq_max = sp.max_running; /* the window layers' pool: a window per running request */
     if (pe_ctx_create(m, &cp, &ctx, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         goto out;

@@ -230,7 +230,7 @@ static void tier_names(const pgd_cache_params *p, char *buf, size_t n)
 /* The window of the window layers when they get a page group of their own (model.h
  * pe_ctx_params.kv_window_dense), else 0: none, one kind of layer only, windows of
  * different sizes, tiers or a token budget (the mask over every page then). */
-static uint32_t window_group_size(const pe_ctx *c, const pe_hparams *hp)
+static uint32_t window_group_size(const pe_ctx_params *p, const pe_hparams *hp)
 {
     uint32_t W = 0, n_win = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -240,10 +240,41 @@ static uint32_t window_group_size(const pe_ctx *c, const pe_hparams *hp)
         W = w;
         n_win++;
     }
-    if (!n_win || n_win == hp->n_layer || c->p.kv_window_dense || (c->p.tiers && c->p.n_tiers) ||
-        c->p.budget.method != PGD_BUDGET_NONE)
+    if (!n_win || n_win == hp->n_layer || p->kv_window_dense || (p->tiers && p->n_tiers) ||
+        p->budget.method != PGD_BUDGET_NONE)
         return 0;
     return W;
+}
+
+/* The window layers' pool in pages for p with its defaults resolved (n_batch, page_tokens,
+ * kv_tokens), or 0 without a window group. */
+static uint64_t window_pages(const pe_ctx_params *p, uint32_t W)
+{
+    const uint64_t pt = p->page_tokens, per = W + p->n_batch + 2 * pt;
+    uint64_t n_seq = p->n_seq_max ? p->n_seq_max : p->kv_tokens / p->n_ctx;
+    uint64_t wt = p->kv_window_tokens ? p->kv_window_tokens : (n_seq ? n_seq : 1) * per;
+    if (!p->kv_window_tokens && wt > p->kv_tokens) wt = p->kv_tokens;
+    uint64_t wp = (wt + pt - 1) / pt, least = (W - 1 + pt - 1) / pt + 2;
+    if (wp < least) wp = least;
+    return wp > UINT32_MAX / 2 ? UINT32_MAX / 2 : wp;
+}
+
+uint64_t pe_ctx_window_plan(const pe_model *m, const pe_ctx_params *pp, uint32_t *window,
+                            uint32_t *n_window_layers)
+{
+    const pe_hparams *hp = &m->hp;
+    pe_ctx_params p = *pp;
+    *window = window_group_size(&p, hp);
+    *n_window_layers = 0;
+    if (!*window) return 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        *n_window_layers += pe_hparams_layer_window(hp, l) != 0;
+    if (!p.n_ctx) p.n_ctx = hp->n_ctx_train;
+    if (!p.n_batch) p.n_batch = 512;
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    if (!p.page_tokens) p.page_tokens = PGD_DEFAULT_PAGE_TOKENS;
+    if (!p.kv_tokens) p.kv_tokens = p.n_ctx;
+    return window_pages(&p, *window) * p.page_tokens;
 }
 
 /* What a pgd_cache_create failure means when the cache has tiers (their bind is where
@@ -357,7 +388,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
     cp.pin_share = c->p.pin_share;
     /* Window layers in a page group of their own (cache.h "Window layers"), when every
      * window layer has the same window. */
-    const uint32_t W = window_group_size(c, hp);
+    const uint32_t W = window_group_size(&c->p, hp);
     if (W) {
         uint8_t *win_layers = c->win_layers = calloc(hp->n_layer, 1);
         if (!win_layers) {
@@ -366,13 +397,7 @@ int pe_ctx_create(pe_model *m, const pe_ctx_params *pp, pe_ctx **out, char *err,
         }
         for (uint32_t l = 0; l < hp->n_layer; l++)
             win_layers[l] = pe_hparams_layer_window(hp, l) != 0;
-        const uint64_t pt = c->p.page_tokens, per = W + c->p.n_batch + 2 * pt;
-        uint64_t n_seq = c->p.n_seq_max ? c->p.n_seq_max : c->p.kv_tokens / c->p.n_ctx;
-        uint64_t wt = c->p.kv_window_tokens ? c->p.kv_window_tokens : (n_seq ? n_seq : 1) * per;
-        if (!c->p.kv_window_tokens && wt > c->p.kv_tokens) wt = c->p.kv_tokens;
-        uint64_t wp = (wt + pt - 1) / pt, least = (W - 1 + pt - 1) / pt + 2;
-        if (wp < least) wp = least;
-        if (wp > UINT32_MAX / 2) wp = UINT32_MAX / 2;
+        const uint64_t wp = window_pages(&c->p, W), pt = c->p.page_tokens;
         cp.window_tokens = W;
         cp.window_layers = win_layers;
         cp.window_pages = (uint32_t)wp;

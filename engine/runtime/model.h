@@ -207,6 +207,12 @@ typedef struct pe_ctx_params {
  * every other field 0. */
 pe_ctx_params pe_ctx_default_params(void);
 
+/* The sliding-window layers' own pool that pe_ctx_create would make for m with p, in
+ * tokens (0: no window group), with *window their window and *n_window_layers their count:
+ * what a caller sizing KV memory (serve's --kv-memory) splits between the two pools. */
+uint64_t pe_ctx_window_plan(const pe_model *m, const pe_ctx_params *p, uint32_t *window,
+                            uint32_t *n_window_layers);
+
 /* A pgd_log_fn that prints libpagoda's errors and warnings on stderr, one line each:
  * "libpagoda: error: MSG" or "libpagoda: warning: MSG"; info and debug messages are
  * dropped. ud is unused. Any thread (one write per line); it may run with the cache lock

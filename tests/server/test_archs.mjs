@@ -5,14 +5,18 @@
 //     (server-completion.json: `content`, 32 tokens, temperature 0);
 //   - the prefix cache serves a longer prompt (the prompt + llama.cpp's 32 generated ids)
 //     from the pages the first request registered, past gemma's 32-token window, and the
-//     answer equals the same request computed cold (another cache_salt: no hit).
+//     answer equals the same request computed cold (another cache_salt: no hit);
+//   - gemma2 and gemma3 keep their window layers in a pool of their own (/metrics
+//     pagoda_kv_window_*): a 300-token answer leaves them at most a window and two pages
+//     and releases the rest, the same answer with --kv-window-dense is identical, and a
+//     request token budget is a 400 naming pagoda.kv_budget (budgets need the dense layout).
 // The folder is ../shared/models/reference (or $PGD_REFERENCE_DIR); without it the test
 // exits 77 (skipped) and says so.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { requireSetup, startServer, post } from './common.mjs';
+import { requireSetup, startServer, post, metrics } from './common.mjs';
 
 requireSetup();
 const refDir = process.env.PGD_REFERENCE_DIR
@@ -62,5 +66,39 @@ for (const a of ARCHS) {
         assert.equal(warm.text, cold.text, `${a}: a prefix hit of ${hit} tokens changes nothing`);
         console.log(`# ${a}: ${JSON.stringify(ref.prompt)} ok; a hit of ${hit} of ${ids.length} tokens = cold`);
       }
+    });
+}
+
+for (const a of ['gemma2', 'gemma3']) {
+  test(`${a}: window layers free their old pages; the answer equals --kv-window-dense's`, T,
+    async () => {
+      const srv = servers.get(a);
+      const before = await metrics(srv);
+      assert.ok(before.pagoda_kv_window_pages_total > 0, JSON.stringify(before));
+      const body = { prompt: 'Once upon a time', max_tokens: 300, temperature: 0, ignore_eos: true };
+      const r = await post(srv, '/v1/completions', body);
+      assert.equal(r.status, 200, r.text);
+      const m = await metrics(srv);
+      const released = m.pagoda_kv_window_released_pages_total - before.pagoda_kv_window_released_pages_total;
+      assert.ok(released >= 10, `window pages released: ${released}`);
+      assert.equal(m.pagoda_kv_window_pages_used, 0, 'nothing held after the request');
+      const dense = await startServer(file(a), ['--ctx', '512', '--kv-window-dense']);
+      try {
+        const md = await metrics(dense);
+        assert.equal(md.pagoda_kv_window_pages_total, undefined, 'no window pool when dense');
+        const rd = await post(dense, '/v1/completions', body);
+        assert.equal(rd.status, 200, rd.text);
+        assert.equal(r.json.choices[0].text, rd.json.choices[0].text);
+        const bud = await post(dense, '/v1/completions',
+          { prompt: 'Once upon a time', max_tokens: 4, pagoda: { kv_budget: 32 } });
+        assert.equal(bud.status, 200, `a budget on the dense layout: ${bud.text}`);
+      } finally {
+        await dense.stop();
+      }
+      const bad = await post(srv, '/v1/completions',
+        { prompt: 'Once upon a time', max_tokens: 4, pagoda: { kv_budget: 32 } });
+      assert.equal(bad.status, 400, bad.text);
+      assert.match(bad.text, /pagoda\.kv_budget/);
+      console.log(`# ${a}: 300 tokens, ${released} window pages released, same as dense; budget: 400`);
     });
 }
