@@ -36,6 +36,11 @@
  * budgets: compact_op) with valid or broken lists. The policy: Belady with FLAG_BELADY, else one
  * of the online policies picked by the input's length.
  *
+ * Window layers (cache.h "Window layers"): FLAG_FAULTY without FLAG_TIER0 (no tier to wrap)
+ * gives the pool a second layer that is a window layer of W = 6 positions, in a group of 6
+ * pages of its own: grows release its old pages, matches are cut back to cached windows,
+ * and pgd_cache_check walks both groups and their agreement after every op.
+ *
  * Input layout: byte 0 is the flags (FLAG_*); with FLAG_TIER0 two configuration bytes
  * follow (see config()); then a stream of ops: [op byte][argument bytes...], op = low 4
  * bits, variants in the high bits; a short tail ends the program.
@@ -383,6 +388,11 @@ static void compact_op(pgd_cache *c, pgd_seq *s, reader *r, uint8_t a, uint8_t n
     int rc = pgd_seq_compact(c, s, n_out, keep, 64, a & 0x10 || n_keep == 0 ? &n_keep : NULL);
     uint64_t after_len = pgd_seq_length(c, s);
     uint32_t after = pgd_seq_pages(c, s, &ids);
+    if (pgd_cache_window(c)) { /* window layers: compaction is refused, nothing changes */
+        if (rc != PGD_EINVAL || after_len != len || after != before)
+            fail("pgd_seq_compact with window layers: not refused");
+        return;
+    }
     if (rc >= 0) {
         if (broken) fail("pgd_seq_compact accepted a broken list");
         if (after_len != n_out || (uint32_t)rc != before - after)
@@ -441,7 +451,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     config(&r, b, &cf);
     pgd_cache_params p = pgd_cache_default_params();
     static const uint8_t key[16] = "fuzz-cache-ops!";
+    static const uint8_t win_layers[2] = {0, 1};
     p.pool.n_layers = NL;
+    if ((cf.flags & FLAG_FAULTY) && !(cf.flags & FLAG_TIER0)) { /* window layers */
+        p.pool.n_layers = NL + 1;
+        p.window_tokens = 6;
+        p.window_layers = win_layers;
+        p.window_pages = 6;
+    }
     p.pool.n_kv_heads = NH;
     p.pool.head_dim = HD;
     p.pool.page_tokens = PT;
@@ -723,8 +740,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (*sp) {
                 pgd_seq_wait(c, *sp);
                 uint64_t nc = pgd_seq_n_committed(c, *sp), len = pgd_seq_length(c, *sp);
-                if (pgd_seq_truncate(c, *sp, nc + n % (len - nc + 1)) != PGD_OK)
-                    fail("pgd_seq_truncate refused a length in range");
+                uint64_t t = nc + n % (len - nc + 1), released = 0;
+                const uint32_t *ids;
+                uint32_t np = pgd_seq_layer_pages(c, *sp, 1, &ids);
+                while (pgd_cache_window(c) && released < np && ids[released] == PGD_NO_PAGE)
+                    released++;
+                /* Window layers: rows from t need the keys from t - W + 1 (cache.h). */
+                int ok = !released || t + 1 >= released * PT + pgd_cache_window(c);
+                if ((pgd_seq_truncate(c, *sp, t) == PGD_OK) != ok)
+                    fail(ok ? "pgd_seq_truncate refused a length in range"
+                            : "pgd_seq_truncate kept a sequence without its window's keys");
             }
             break;
         }
