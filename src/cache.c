@@ -1291,20 +1291,18 @@ int pgd_seq_create(pgd_cache *c, const void *salt, size_t salt_len, pgd_seq **ou
     uint64_t id = salt_len ? pgd__tenant_id(&c->hasher, salt, salt_len) : 0;
     lock(c);
     int rc = seq_alloc(c, &s);
+    /* Its twin in the window group first, under c's lock (window_check reads s->win). */
+    if (rc == PGD_OK && c->win) {
+        rc = pgd_seq_create(c->win, salt, salt_len, &s->win);
+        if (rc != PGD_OK) seq_free(c, s);
+    }
     if (rc == PGD_OK) {
         s->last = s->seed = seed;
         s->tenant = pgd__tenants_get(&c->tn, seed, id); /* a new salt takes a free entry */
         seq_link(c, s);
+        *out = s;
     }
     unlock(c);
-    if (rc == PGD_OK && c->win) {
-        rc = pgd_seq_create(c->win, salt, salt_len, &s->win);
-        if (rc != PGD_OK) {
-            pgd_seq_destroy(c, s);
-            return rc;
-        }
-    }
-    if (rc == PGD_OK) *out = s;
     return rc;
 }
 
@@ -1397,9 +1395,9 @@ static void seq_release(pgd_cache *c, pgd_seq *s)
 void pgd_seq_destroy(pgd_cache *c, pgd_seq *s)
 {
     if (!s) return;
-    pgd_seq_destroy(c->win, s->win); /* s->win is set once, at create */
     lock(c);
     if (s->promo) wait_locked(c, s);
+    pgd_seq_destroy(c->win, s->win); /* lock order: c, then c->win */
     seq_release(c, s);
     unlock(c);
 }
@@ -1461,20 +1459,20 @@ int pgd_seq_fork(pgd_cache *c, pgd_seq *src, pgd_seq **out)
     s->n_dropped = src->n_dropped;
     s->mask_len = src->mask_len; /* n_live: copied above */
     s->first_live = src->first_live;
+    if (c->win) {
+        rc = pgd_seq_fork(c->win, src->win, &s->win);
+        if (rc != PGD_OK) {
+            seq_free(c, s);
+            goto out;
+        }
+    }
     memcpy(s->partial, src->partial, (size_t)c->page_tokens * sizeof *s->partial);
     for (uint32_t i = s->first_live; i < s->n_pages; i++)
         pgd_pool_ref(c->pool, s->table[i]); /* src holds them: none is evictable */
     seq_link(c, s);
+    *out = s;
 out:
     unlock(c);
-    if (rc == PGD_OK && c->win) {
-        rc = pgd_seq_fork(c->win, src->win, &s->win);
-        if (rc != PGD_OK) {
-            pgd_seq_destroy(c, s);
-            return rc;
-        }
-    }
-    if (rc == PGD_OK) *out = s;
     return rc;
 }
 
@@ -1844,12 +1842,12 @@ static int commit(pgd_cache *c, pgd_seq *s, const int32_t *tokens, size_t n_toke
         i += take;
     }
 out:
-    unlock(c);
     if (rc >= 0 && s->win) {
-        /* The same tokens in the window group (both groups hash alike: one hasher). */
+        /* The same tokens in the window group (one hasher for both), under c's lock. */
         int r2 = commit(c->win, s->win, tokens, n_tokens, hashes, n_hashes);
         if (r2 < 0) rc = r2;
     }
+    unlock(c);
     return rc;
 }
 
@@ -1898,11 +1896,11 @@ int pgd_seq_commit_hashes(pgd_cache *c, pgd_seq *s, const pgd_hash *hashes, size
         s->n_committed += c->page_tokens;
     }
 out:
-    unlock(c);
     if (rc >= 0 && s->win) {
         int r2 = pgd_seq_commit_hashes(c->win, s->win, hashes, n_hashes);
         if (r2 < 0) rc = r2;
     }
+    unlock(c);
     return rc;
 }
 
@@ -2562,9 +2560,7 @@ int pgd_seq_set_retention(pgd_cache *c, pgd_seq *s, const pgd_retention *r, uint
     s->pin_resv = (uint32_t)need;
     s->ret = *r;
     s->has_ret = 1;
-out:
-    unlock(c);
-    if (rc == PGD_OK && s->win) {
+    if (s->win) {
         /* The window pages take the priority and expiry; pins and hints hold the global
          * group's pages only (cache.h "Window layers"). */
         pgd_retention wr = *r;
@@ -2572,6 +2568,8 @@ out:
         wr.next_use_ms = 0;
         rc = pgd_seq_set_retention(c->win, s->win, &wr, 0);
     }
+out:
+    unlock(c);
     return rc;
 }
 
