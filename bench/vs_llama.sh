@@ -385,7 +385,7 @@ END {
     }
     if (have_llama) print "(t/s: median (min-max) over the reps; ratio: the median of each rep'"'"'s paired ratio)"
     else print "(t/s: median (min-max) over the reps; llama.cpp skipped: LLAMA_CPP_DIR not set)"
-    print "checksums (bench_engine greedy tokens, per isa and KV type):"
+    print "checksums (bench_engine greedy tokens per isa and KV type, the same in every rep):"
     for (i = 1; i <= ni; i++) for (k = 1; k <= nk; k++)
         printf "  %s %s: %s\n", il[i], kl[k], ck[il[i], kl[k], 1]
     if (bad) { print "vs_llama.sh: checksums differ between reps" > "/dev/stderr"; exit 1 }

@@ -6,7 +6,8 @@
 #      markdown rows with fixed t/s (100 for pp, 10 for tg, "pp64 @ d2048" as llama-bench
 #      names a depth) and a llama-server that is `pagoda serve` under llama-server's flags,
 #      on ISAS="scalar avx2": every row has both columns and a ratio, the ISA each level ran
-#      on is the one asked for (bench_engine's own "isa" line), and the checksums match;
+#      on is the one asked for (bench_engine's own "isa" line), and a checksum per level and
+#      KV type;
 #   2. without LLAMA_CPP_DIR: Pagoda's column only, and it says llama.cpp was skipped.
 # Usage: vs_llama_smoke.sh BUILD_DIR. Exit 0, 1 (a check failed), 77 (no stories260K).
 set -euo pipefail
@@ -75,8 +76,10 @@ rows=$(grep -cE '^\| (prefill pp64|decode tg8), (f16|q8_0) KV, depth 0 \| (100|1
 [ "$rows" = 8 ] || fail "$rows prefill/decode rows with a ratio, want 8 (4 per ISA level)"
 srows=$(grep -cE '^\| serving: .* \| [0-9.]+ \| [0-9.]+ \| \*\*[0-9.]+x\*\* \|$' "$tmp/out1" || true)
 [ "$srows" = 4 ] || fail "$srows serving rows with a ratio, want 4"
-n_ck=$(sed -n 's/^  \(scalar\|avx2\) \(f16\|q8_0\): //p' "$tmp/out1" | sort -u | wc -l)
-[ "$n_ck" = 1 ] || fail "the checksums differ between ISA levels or KV types ($n_ck distinct)"
+# one checksum per ISA level and KV type (equal across reps: vs_llama.sh checks that itself;
+# across levels and types they may differ, near-tie logits of another summation order)
+n_ck=$(grep -cE '^  (scalar|avx2) (f16|q8_0): [0-9a-f]{16}$' "$tmp/out1" || true)
+[ "$n_ck" = 4 ] || fail "$n_ck checksum lines, want 4"
 
 # 2. without llama.cpp
 QUICK=1 MODEL="$model" ISAS=default SERVE=0 "$src/bench/vs_llama.sh" "$build" >"$tmp/out2" \
