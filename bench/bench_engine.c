@@ -208,7 +208,7 @@ int main(int argc, char **argv)
         }
     if (!json)
         printf("model %s: %.2f GiB of weights, %u threads, isa %s%s%s\n", model_path,
-               pe_model_weight_bytes(m) / 1073741824.0, threads, pe_isa_name(pe_isa_detect()),
+               pe_model_weight_bytes(m) / 1073741824.0, threads, pe_isa_name(pe_isa_active()),
                kv_rotate ? ", kv rotated" : "", deterministic ? ", deterministic" : "");
     if (!json)
         printf("%-6s %-8s %-5s %8s %10s %12s %10s %8s %10s %12s\n", "kv", "depth", "test", "tokens",

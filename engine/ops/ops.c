@@ -15,10 +15,16 @@
  * With PE_MM_INVARIANT the same split runs each task through the ISA's rows_invariant,
  * whose elements do not depend on the task's bounds (test_ops: test_batch_invariant).
  * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force.
+ * The environment variable PGD_ISA (scalar, avx2, avx512; read once, at the first product)
+ * lowers the default for every program of the engine (pagoda run/serve/bench, the benches):
+ * a level above the CPU's falls back to the best it has, and an unknown value is ignored,
+ * each with a warning on stderr. pe_isa_force overrides it.
  */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -95,10 +101,47 @@ pe_isa pe_isa_force(pe_isa isa)
     return isa;
 }
 
-static const pe_kernels *kernels(void)
+static pthread_once_t isa_env_once = PTHREAD_ONCE_INIT;
+static int isa_env; /* the default ISA: pe_isa_detect, lowered by PGD_ISA */
+
+static void read_isa_env(void)
+{
+    const char *s = getenv("PGD_ISA");
+    pe_isa best = pe_isa_detect(), want = best;
+    isa_env = (int)best;
+    if (!s || !*s || !strcmp(s, "auto")) return;
+    if (!strcmp(s, "scalar")) {
+        want = PE_ISA_SCALAR;
+    } else if (!strcmp(s, "avx2")) {
+        want = PE_ISA_AVX2;
+    } else if (!strcmp(s, "avx512")) {
+        want = PE_ISA_AVX512;
+    } else {
+        fprintf(stderr,
+                "pagoda: PGD_ISA=%s is not scalar, avx2, avx512 or auto; using %s (the best "
+                "this CPU has)\n",
+                s, pe_isa_name(best));
+        return;
+    }
+    if (want > best) {
+        fprintf(stderr, "pagoda: PGD_ISA=%s: this CPU has no %s; using %s\n", s, s,
+                pe_isa_name(best));
+        return;
+    }
+    isa_env = (int)want;
+}
+
+pe_isa pe_isa_active(void)
 {
     int v = atomic_load_explicit(&isa_forced, memory_order_relaxed);
-    if (v < 0) v = (int)pe_isa_detect();
+    if (v >= 0) return (pe_isa)v;
+    pthread_once(&isa_env_once, read_isa_env);
+    return (pe_isa)isa_env;
+}
+
+static const pe_kernels *kernels(void)
+{
+    int v = (int)pe_isa_active();
 #if defined(__x86_64__) || defined(__i386__)
     if (v == PE_ISA_AVX512) return &pe__kernels_avx512;
     if (v == PE_ISA_AVX2) return &pe__kernels_avx2;

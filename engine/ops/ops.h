@@ -38,6 +38,10 @@ const char *pe_isa_name(pe_isa isa);
 /* Forces an ISA for the kernels below (tests and benches); never above the detected one.
  * Returns the ISA now in force. */
 pe_isa pe_isa_force(pe_isa isa);
+/* The ISA the kernels run on: the forced one, else pe_isa_detect lowered by the environment
+ * variable PGD_ISA (scalar|avx2|avx512|auto, read once; a bad or too high value warns on
+ * stderr and keeps the detected one). Thread-safe. */
+pe_isa pe_isa_active(void);
 
 /* Converts n values of a row of type to f32 (n a multiple of the block size). */
 void pe_dequant_row(uint32_t type, const void *src, float *dst, size_t n);

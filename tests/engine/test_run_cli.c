@@ -10,12 +10,16 @@
  *     the option), floats are finite decimals ("nan", "inf", hex refused), -n is -1 or a
  *     count, -t is 1..1024, --kv-memory is at most the machine's memory and --max-body at
  *     most 4G; valid values get past parsing (to the missing model: exit 1);
- *   - --policy NAME: every built-in kind generates what lru does; bogus and belady exit 2.
+ *   - --policy NAME: every built-in kind generates what lru does; bogus and belady exit 2;
+ *   - PGD_ISA=scalar and PGD_ISA=avx2 (the engine's ISA switch, engine/ops/ops.c) generate
+ *     the default's text, on a prompt long enough for the matrix-matrix kernels; an unknown
+ *     value warns, naming it, and changes nothing.
  * argv[1]: the pagoda binary; argv[2]: a scratch directory. The model comes from
  * $PGD_MODELS_DIR or ../shared/models beside the source tree (tests/proc.h); without it the
  * golden parts are left out and the program exits 77 (skipped) once the rest has passed.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <pagoda/policy.h>
@@ -184,6 +188,44 @@ static int test_policy_flag(void)
     return 0;
 }
 
+/* Runs ARGS with PGD_ISA=ISA in the environment (NULL: unset). */
+static int run_isa(const char *isa, const char *args)
+{
+    int rc;
+    if (isa)
+        setenv("PGD_ISA", isa, 1);
+    else
+        unsetenv("PGD_ISA");
+    rc = run(args);
+    unsetenv("PGD_ISA");
+    return rc;
+}
+
+static int test_isa_env(void)
+{
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "auto"};
+    char args[4096], want[8192];
+    if (!model[0]) return 0;
+    /* 40-odd prompt tokens: the prefill goes through the matrix-matrix kernels too */
+    snprintf(args, sizeof args,
+             "run -m '%s' -p 'Once upon a time, there was a little girl named Lily. She loved "
+             "to play outside in the park. One day, she saw a big, red ball.' -n 48 --temp 0 "
+             "-c 256 -t 2",
+             model);
+    T_EQ(run_isa(NULL, args), 0);
+    T_ASSERT(strlen(out) > 40);
+    snprintf(want, sizeof want, "%s", out);
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (run_isa(isas[i], args) != 0) T_FAIL("PGD_ISA=%s: %s", isas[i], err);
+        if (strcmp(out, want) != 0)
+            T_FAIL("PGD_ISA=%s printed [%s], the default [%s]", isas[i], out, want);
+    }
+    T_EQ(run_isa("avx1024", args), 0);
+    T_ASSERT(strstr(err, "PGD_ISA=avx1024 is not scalar, avx2, avx512 or auto") != NULL);
+    if (strcmp(out, want) != 0) T_FAIL("PGD_ISA=avx1024 printed [%s]", out);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rc = t_cli_args(argc, argv, NULL, &bin, &dir);
@@ -196,6 +238,7 @@ int main(int argc, char **argv)
     T_RUN(test_errors);
     T_RUN(test_numeric_flags);
     T_RUN(test_policy_flag);
+    T_RUN(test_isa_env);
     if (!model[0] && !t_failed) T_SKIP("stories260K.gguf not found (set PGD_MODELS_DIR)");
     T_DONE();
 }
