@@ -484,6 +484,21 @@ INL void fa_block(const pe_mm *m, const apanel *p0, const apanel *p1, uint32_t t
     }
 }
 
+/* The f32 pass of a micro-tile: the running sums of T tokens from t over blocks [b0, b0 +
+ * kb) from the integer block sums is[b - b0], after the integer pass. Two passes, so that
+ * neither holds both the int32 and the f32 accumulators (16 ymm registers): one pass with
+ * both spilled the int32 sums of every chunk to the stack (GCC 12). */
+INL void fa_blocks(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r,
+                   uint32_t nr, uint32_t t, const int q4, __m256i is[KB][2][GT], const int T)
+{
+    const __m256i mk[2] = {lanes(nr < 8 ? nr : 8), lanes(nr > 8 ? nr - 8 : 0)};
+    __m256 fa[2][GT];
+    fa_load(m, r, t, b0 == 0, mk, fa, T);
+    for (uint32_t b = b0; b < b0 + kb; b++)
+        fa_block(m, &P[2 * (b - b0)], &P[2 * (b - b0) + 1], t, b, q4, is[b - b0], fa, T);
+    fa_store(m, r, t, mk, fa, T);
+}
+
 /* The 4 activation bytes of chunk k of block b of token t + j, broadcast. */
 INL __m256i x_chunk(const pe_mm *m, uint32_t t, int j, uint32_t b, int k)
 {
@@ -492,17 +507,22 @@ INL __m256i x_chunk(const pe_mm *m, uint32_t t, int j, uint32_t b, int k)
     return _mm256_set1_epi32(v);
 }
 
+/* Keeps two accumulators in registers as they are: without it GCC 12 reassociates the
+ * plain AVX2 sums of a block into a tree over all of its products, spilling them. */
+INL void in_reg(__m256i *a, __m256i *b)
+{
+    __asm__("" : "+x"(*a), "+x"(*b));
+}
+
 /* Plain AVX2: accumulates T tokens from t over blocks [b0, b0 + kb) of P into y. */
 INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
                  uint32_t t, const int q4, const int T)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i mk[2] = {lanes(nr < 8 ? nr : 8), lanes(nr > 8 ? nr - 8 : 0)};
-    __m256 fa[2][GT];
-    fa_load(m, r, t, b0 == 0, mk, fa, T);
+    _Alignas(32) __m256i is[KB][2][GT];
     for (uint32_t b = b0; b < b0 + kb; b++) {
         const apanel *p0 = &P[2 * (b - b0)], *p1 = p0 + 1;
-        __m256i ia[2][GT];
+        __m256i(*ia)[GT] = is[b - b0];
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             ia[0][j] = _mm256_setzero_si256();
@@ -518,6 +538,7 @@ INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint
                     const __m256i xb = x_chunk(m, t, j, b, k);
                     ia[0][j] = _mm256_add_epi16(ia[0][j], _mm256_maddubs_epi16(w0, xb));
                     ia[1][j] = _mm256_add_epi16(ia[1][j], _mm256_maddubs_epi16(w1, xb));
+                    in_reg(&ia[0][j], &ia[1][j]);
                 }
             } else {
                 const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
@@ -528,6 +549,7 @@ INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint
                     const __m256i p1s = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1));
                     ia[0][j] = _mm256_add_epi32(ia[0][j], _mm256_madd_epi16(p0s, ones));
                     ia[1][j] = _mm256_add_epi32(ia[1][j], _mm256_madd_epi16(p1s, ones));
+                    in_reg(&ia[0][j], &ia[1][j]);
                 }
             }
         }
@@ -539,9 +561,8 @@ INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint
                 ia[1][j] = _mm256_add_epi32(_mm256_madd_epi16(ia[1][j], ones), xc);
             }
         }
-        fa_block(m, p0, p1, t, b, q4, ia, fa, T);
     }
-    fa_store(m, r, t, mk, fa, T);
+    fa_blocks(m, P, b0, kb, r, nr, t, q4, is, T);
 }
 
 /* The same on AVX-VNNI: one vpdpbusd per chunk, row and token group; both types. */
@@ -552,12 +573,10 @@ static inline __attribute__((always_inline)) TGTV void v_micro(const pe_mm *m, c
                                                                uint32_t nr, uint32_t t,
                                                                const int q4, const int T)
 {
-    const __m256i mk[2] = {lanes(nr < 8 ? nr : 8), lanes(nr > 8 ? nr - 8 : 0)};
-    __m256 fa[2][GT];
-    fa_load(m, r, t, b0 == 0, mk, fa, T);
+    _Alignas(32) __m256i is[KB][2][GT];
     for (uint32_t b = b0; b < b0 + kb; b++) {
         const apanel *p0 = &P[2 * (b - b0)], *p1 = p0 + 1;
-        __m256i ia[2][GT];
+        __m256i(*ia)[GT] = is[b - b0];
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             ia[0][j] = _mm256_set1_epi32(m->xc[(size_t)(t + j) * m->nb + b]);
@@ -574,9 +593,8 @@ static inline __attribute__((always_inline)) TGTV void v_micro(const pe_mm *m, c
                 ia[1][j] = _mm256_dpbusd_avx_epi32(ia[1][j], w1, xb);
             }
         }
-        fa_block(m, p0, p1, t, b, q4, ia, fa, T);
     }
-    fa_store(m, r, t, mk, fa, T);
+    fa_blocks(m, P, b0, kb, r, nr, t, q4, is, T);
 }
 
 /* One noinline function per (variant, type, T), as the GEMV tiles (ops_gemv.h). */
