@@ -321,7 +321,16 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
  * Then per (row, token) and block the reference's f32 statement, in its order and without
  * contraction: Q8_0 s += (float)sumi * (d_w * d_x), Q4_0 s += (float)sumi * d_w * d_x, the
  * running sum living in y between K chunks, so that every element is bit-identical to
- * pe_matmul_ref (and so batch-invariant). */
+ * pe_matmul_ref (and so batch-invariant).
+ *
+ * Measured on a shared 2-core AVX-512 machine (load 10-14) with the levels forced, against
+ * main's GEMV tiles in the same runs: bench_matmul 2048x8192, 512 tokens, 1 thread, best of
+ * 5: plain avx2 q8_0 37-41 GFLOP/s, q4_0 45-53 (tiles 14-22); avx2vnni q8_0 60-101, q4_0
+ * 59-109 (avx512 panels 95-200). bench_engine pp512 of the 1B shape, 2 threads, f16 KV, 2
+ * alternated runs, tokens/s (tokens per CPU second): q8_0 avx2 5.8-6.9 (17.8-19.2) ->
+ * 10.5-12.4 (34.8-37.8), avx2vnni 24.3-25.4 (70.1-71.7); q4_0 avx2 6.8-7.7 (18.9-20.2) ->
+ * 16.2-25.3 (51.5-54.1), avx2vnni 24.3-24.7 (75.6-86.8); avx512 43-51 (119-144).
+ * Micro-tiles of 2 groups x 4 tokens; the K chunk of 32 blocks as in ops_avx512.c. */
 
 enum {
     KB = 32, /* blocks of 32 values per panel: 2 x 32 x 288 = 18 KB */
