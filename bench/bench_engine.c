@@ -9,7 +9,7 @@
  * not listed) in the same run, plus a checksum of the greedy tokens generated.
  *
  *   bench_engine --model M.gguf [--pp 512] [--tg 32] [--depth 0,2048,8192] [-t 2]
- *                [--kv-type f16,q8_0,q4_0] [--reps 3]
+ *                [--kv-type f16,q8_0,q4_0] [--reps 3] [--isa avx2]
  *   bench_engine --smoke        stories260K from ../shared/models, tiny sizes (ctest)
  *
  * Make a 1B-shape model with `pagoda synth-model --shape 1b --type q8_0 -o 1b-q8_0.gguf`.
@@ -37,6 +37,8 @@ static void usage(FILE *f)
           "                   (default f16)\n"
           "  --kv-rotate      Hadamard-rotate K and V (every kv type)\n"
           "  --deterministic  batch-invariant matrix products (pe_ctx_params.deterministic)\n"
+          "  --isa NAME       kernels: scalar, avx2, avx2vnni or avx512 (pe_isa_force; default\n"
+          "                   the best this CPU has; never above it)\n"
           "  --kv-select-pages N  Quest page budget for decode (default 0 = dense)\n"
           "  --seed S         prompt token seed (default 1)\n"
           "  --reps N         repetitions per test; the median is printed (default 3)\n"
@@ -77,6 +79,7 @@ int main(int argc, char **argv)
         {"deterministic", no_argument, NULL, 'D'},
         {"kv-select-pages", required_argument, NULL, 'S'},
         {"reps", required_argument, NULL, 'r'},
+        {"isa", required_argument, NULL, 'I'},
         {NULL, 0, NULL, 0},
     };
     const char *model_path = NULL;
@@ -123,6 +126,17 @@ int main(int argc, char **argv)
         case 'D':
             deterministic = 1;
             break;
+        case 'I': { /* the kernels' names, from scalar up */
+            int found = -1;
+            for (int i = PE_ISA_SCALAR; i <= PE_ISA_AVX512; i++)
+                if (strcmp(optarg, pe_isa_name((pe_isa)i)) == 0) found = i;
+            if (found < 0) {
+                fprintf(stderr, "bench_engine: --isa: unknown '%s'\n", optarg);
+                return 2;
+            }
+            pe_isa_force((pe_isa)found); /* printed below: pe_isa_active */
+            break;
+        }
         case 'k':
             n_kv = bench_parse_kv_types(optarg, kvs, 8);
             if (n_kv < 1) {

@@ -14,6 +14,15 @@
  * difference to the scalar path's outputs relative to the largest output; the checksum
  * folds every output, so a change that is fast but wrong shows up. --invariant measures the
  * batch-invariant products (PE_MM_INVARIANT) that `--deterministic` selects.
+ *
+ * "%peak" is the share of the machine's peak for the ISA and thread count, measured here
+ * (not from a data sheet): each thread runs 12 independent chains of the ISA's widest
+ * multiply-add, and the peak is the operations per CPU second of each thread, summed over
+ * the threads, 2 per multiply-add, as GFLOP/s counts them. Quantized types (integer dots) are set
+ * against the int8 instruction: vpmaddubsw ymm for avx2 (32 int8 products; an exact int32 dot needs
+ * a vpmaddwd and an add besides, so avx2 kernels stay well below it), vpdpbusd ymm for avx2vnni,
+ * vpdpbusd zmm for avx512; float types against vfmadd ymm (avx2, avx2vnni) or zmm (avx512) in f32.
+ * The scalar path has no peak here.
  */
 #include <sys/mman.h>
 #include <math.h>
@@ -22,6 +31,10 @@
 #include "bench.h"
 #include "ops.h"
 #include "threadpool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 static const struct {
     uint32_t n_in, n_out;
@@ -58,7 +71,7 @@ static void usage(FILE *f)
                "  --shapes LIST   indices into 2048x2048,2048x8192,8192x2048,2048x32000\n"
                "                  (n_in x n_out; default 0,1,2,3)\n"
                "  --threads LIST  thread counts, 1 and/or 2 (default 1,2)\n"
-               "  --isa LIST      scalar,avx2,avx512 (default all this CPU has)\n"
+               "  --isa LIST      scalar,avx2,avx2vnni,avx512 (default all this CPU has)\n"
                "  --tok LIST      1 (matvec) and/or 512 (matmul) (default 1,512)\n"
                "  --gemm-tok N    tokens of the matmul runs (default 512)\n"
                "  --reps N        timed runs per figure, best reported (default 3)\n"
@@ -142,6 +155,149 @@ static double probe(uint32_t n_threads, uint32_t mib, int reps, uint64_t *check)
     pe_tp_destroy(tp);
     free(buf);
     return (double)bytes / best / 1e9;
+}
+
+/* ---- peak ---- */
+
+enum { PEAK_CHAINS = 12 };
+
+/* Runs n rounds of PEAK_CHAINS independent multiply-adds; returns a value that depends on
+ * all of them (so that none is optimized away). */
+typedef uint32_t (*peak_fn)(uint64_t n, uint32_t seed);
+
+#if defined(__x86_64__) || defined(__i386__)
+/* Each loop: PEAK_CHAINS accumulators in registers, one multiply-add each per round, then a
+ * value folded from all of them. */
+#define PEAK_FOLD(get)                                                                             \
+    uint32_t r = 0;                                                                                \
+    for (int i = 0; i < PEAK_CHAINS; i++)                                                          \
+        r += (uint32_t)(get);                                                                      \
+    return r
+
+__attribute__((target("avx2"))) static uint32_t peak_avx2_i8(uint64_t n, uint32_t seed)
+{
+    __m256i a[PEAK_CHAINS];
+    const __m256i b = _mm256_set1_epi32((int)seed);
+    for (int i = 0; i < PEAK_CHAINS; i++)
+        a[i] = _mm256_set1_epi32((int)seed + i);
+    for (uint64_t it = 0; it < n; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < PEAK_CHAINS; i++)
+            a[i] = _mm256_maddubs_epi16(a[i], b);
+    }
+    PEAK_FOLD(_mm256_extract_epi32(a[i], 0));
+}
+
+__attribute__((target("avx2,avxvnni"))) static uint32_t peak_vnni_i8(uint64_t n, uint32_t seed)
+{
+    __m256i a[PEAK_CHAINS];
+    const __m256i b = _mm256_set1_epi32((int)seed);
+    for (int i = 0; i < PEAK_CHAINS; i++)
+        a[i] = _mm256_set1_epi32((int)seed + i);
+    for (uint64_t it = 0; it < n; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < PEAK_CHAINS; i++)
+            a[i] = _mm256_dpbusd_avx_epi32(a[i], b, b);
+    }
+    PEAK_FOLD(_mm256_extract_epi32(a[i], 0));
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static uint32_t peak_avx512_i8(uint64_t n,
+                                                                             uint32_t seed)
+{
+    __m512i a[PEAK_CHAINS];
+    const __m512i b = _mm512_set1_epi32((int)seed);
+    for (int i = 0; i < PEAK_CHAINS; i++)
+        a[i] = _mm512_set1_epi32((int)seed + i);
+    for (uint64_t it = 0; it < n; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < PEAK_CHAINS; i++)
+            a[i] = _mm512_dpbusd_epi32(a[i], b, b);
+    }
+    PEAK_FOLD(_mm_cvtsi128_si32(_mm512_castsi512_si128(a[i])));
+}
+
+__attribute__((target("avx2,fma"))) static uint32_t peak_avx2_f32(uint64_t n, uint32_t seed)
+{
+    __m256 a[PEAK_CHAINS];
+    const __m256 b = _mm256_set1_ps(1.0f - 1e-7f * (float)seed);
+    for (int i = 0; i < PEAK_CHAINS; i++)
+        a[i] = _mm256_set1_ps((float)i);
+    for (uint64_t it = 0; it < n; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < PEAK_CHAINS; i++)
+            a[i] = _mm256_fmadd_ps(a[i], b, b);
+    }
+    PEAK_FOLD(_mm256_cvtss_f32(a[i]));
+}
+
+__attribute__((target("avx512f"))) static uint32_t peak_avx512_f32(uint64_t n, uint32_t seed)
+{
+    __m512 a[PEAK_CHAINS];
+    const __m512 b = _mm512_set1_ps(1.0f - 1e-7f * (float)seed);
+    for (int i = 0; i < PEAK_CHAINS; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    for (uint64_t it = 0; it < n; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < PEAK_CHAINS; i++)
+            a[i] = _mm512_fmadd_ps(a[i], b, b);
+    }
+    PEAK_FOLD(_mm512_cvtss_f32(a[i]));
+}
+#undef PEAK_FOLD
+#endif
+
+/* The peak loop of (isa, kind) and its operations per round (2 per multiply-add). */
+static peak_fn peak_of(pe_isa isa, int kind, double *ops)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    const double lanes = isa == PE_ISA_AVX512 ? (kind ? 16 : 64) : (kind ? 8 : 32);
+    *ops = 2.0 * lanes * PEAK_CHAINS;
+    if (isa == PE_ISA_AVX2) return kind ? peak_avx2_f32 : peak_avx2_i8;
+    if (isa == PE_ISA_AVX2_VNNI) return kind ? peak_avx2_f32 : peak_vnni_i8;
+    if (isa == PE_ISA_AVX512) return kind ? peak_avx512_f32 : peak_avx512_i8;
+#endif
+    (void)isa, (void)kind;
+    *ops = 0;
+    return NULL;
+}
+
+typedef struct peak_ctx {
+    peak_fn fn;
+    uint64_t n;
+    uint32_t out[64];
+    double cpu_s[64]; /* CPU seconds of each thread's loop */
+} peak_ctx;
+
+static void peak_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    peak_ctx *p = ctx;
+    const double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    p->out[task % 64] = p->fn(p->n, task + 1);
+    p->cpu_s[task % 64] = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+}
+
+/* Peak GFLOP/s of n_threads cores running the (isa, kind) loop at once (~5-10 ms each), the
+ * best of reps runs after a warm-up: the sum over threads of each one's operations per CPU
+ * second of its own loop, so that time the thread spends descheduled on a shared machine
+ * does not count (wall time would). 0 where there is none. */
+static double peak_gflops(pe_threadpool *tp, uint32_t n_threads, pe_isa isa, int kind, int reps,
+                          uint64_t *check)
+{
+    double ops;
+    peak_ctx p = {peak_of(isa, kind, &ops), 1u << 20, {0}, {0}};
+    if (!p.fn) return 0.0;
+    double best = 0.0;
+    for (int r = 0; r <= reps; r++) {
+        pe_tp_run(tp, peak_task, &p, n_threads);
+        double g = 0.0;
+        for (uint32_t i = 0; i < n_threads; i++)
+            g += p.cpu_s[i] > 0 ? ops * (double)p.n / p.cpu_s[i] / 1e9 : 0.0;
+        if (r > 0 && g > best) best = g;
+    }
+    for (uint32_t i = 0; i < n_threads; i++)
+        *check += p.out[i];
+    return best;
 }
 
 /* ---- matmul runs ---- */
@@ -235,14 +391,14 @@ int main(int argc, char **argv)
               .type_mask = DEFAULT_TYPES,
               .shape_mask = 0xf,
               .thread_mask = 0x3,
-              .isa_mask = 0x7,
+              .isa_mask = 0xf,
               .tok_mask = 0x3};
     static const char *const type_names[] = {"f16",  "q8_0", "q4_0", "bf16",  "f32",
                                              "q4_k", "q5_k", "q6_k", "q2_k",  "q3_k",
                                              "q4_1", "q5_0", "q5_1", "iq4_nl"};
     static const char *const shape_names[] = {"0", "1", "2", "3"};
     static const char *const thread_names[] = {"1", "2"};
-    static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+    static const char *const isa_names[] = {"scalar", "avx2", "avx2vnni", "avx512"};
     static const char *const tok_names[] = {"1", "512"};
     static const struct option lo[] = {
         {"types", required_argument, 0, 'T'},     {"shapes", required_argument, 0, 'S'},
@@ -272,7 +428,7 @@ int main(int argc, char **argv)
             bad |= parse_list(optarg, thread_names, 2, &o.thread_mask);
             break;
         case 'I':
-            bad |= parse_list(optarg, isa_names, 3, &o.isa_mask);
+            bad |= parse_list(optarg, isa_names, 4, &o.isa_mask);
             break;
         case 'k':
             bad |= parse_list(optarg, tok_names, 2, &o.tok_mask);
@@ -333,11 +489,33 @@ int main(int argc, char **argv)
         printf(
             "isa %s; read bandwidth (sum over %u MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
             pe_isa_name(best_isa), o.probe_mib, bw[1], bw[2]);
-        printf("%-12s %-5s %4s %3s %-7s %9s %8s %7s %6s %8s %8s %8s\n", "shape", "type", "tok",
-               "thr", "isa", "ms", "GFLOP/s", "GB/s", "%bw", "x_scalar", "x_avx2", "err");
     }
 
     pe_threadpool *pools[3] = {NULL, pe_tp_create(1), pe_tp_create(2)};
+    /* peaks[isa][kind][threads] (GFLOP/s), measured once before the products */
+    double peaks[4][2][3] = {{{0}}};
+    for (int isa = PE_ISA_AVX2; isa <= (int)best_isa; isa++) {
+        if (!(o.isa_mask & (1u << isa)) || !pe_isa_has((pe_isa)isa)) continue;
+        for (int kind = 0; kind < 2; kind++) {
+            for (uint32_t nt = 1; nt <= 2; nt++) {
+                if (!(o.thread_mask & (1u << (nt - 1)))) continue;
+                peaks[isa][kind][nt] =
+                    peak_gflops(pools[nt], nt, (pe_isa)isa, kind, o.reps, &check);
+                if (o.b.json)
+                    printf("{\"peak_isa\": \"%s\", \"kind\": \"%s\", \"threads\": %u, "
+                           "\"peak_gflops\": %.1f}\n",
+                           pe_isa_name((pe_isa)isa), kind ? "f32" : "int8", nt,
+                           peaks[isa][kind][nt]);
+                else
+                    printf("peak %-8s %-4s %u thread%s: %8.1f GFLOP/s (measured)\n",
+                           pe_isa_name((pe_isa)isa), kind ? "f32" : "int8", nt, nt > 1 ? "s" : "",
+                           peaks[isa][kind][nt]);
+            }
+        }
+    }
+    if (!o.b.json)
+        printf("%-12s %-5s %4s %3s %-8s %9s %8s %7s %6s %6s %8s %8s %8s\n", "shape", "type", "tok",
+               "thr", "isa", "ms", "GFLOP/s", "GB/s", "%bw", "%peak", "x_scalar", "x_avx2", "err");
     uint64_t seed = o.b.seed;
     int rc = 0;
     for (int si = 0; si < N_SHAPES && rc == 0; si++) {
@@ -373,11 +551,12 @@ int main(int argc, char **argv)
                 const uint32_t n_tok = ki == 0 ? 1 : o.gemm_tok;
                 for (uint32_t nt = 1; nt <= 2; nt++) {
                     if (!(o.thread_mask & (1u << (nt - 1)))) continue;
-                    double ms_isa[3] = {0};
+                    double ms_isa[4] = {0};
                     uint32_t scalar_rows = n_out;
                     for (int isa = 0; isa <= (int)best_isa; isa++) {
                         /* the scalar path always runs (it is the baseline of the ratios) */
                         if (isa != 0 && !(o.isa_mask & (1u << isa))) continue;
+                        if (!pe_isa_has((pe_isa)isa)) continue; /* AVX-512 without AVX-VNNI */
                         pe_isa_force((pe_isa)isa);
                         pe_mat m = wm;
                         if (isa == 0 && n_tok > 1 && !o.b.smoke) /* scaled-up estimate */
@@ -438,22 +617,29 @@ int main(int argc, char **argv)
                         if (isa == 0 && !(o.isa_mask & 1u)) continue;
                         double xs = ms_isa[0] > 0 ? ms_isa[0] / res.ms : 0.0;
                         double xa = ms_isa[1] > 0 ? ms_isa[1] / res.ms : 0.0;
+                        const int fkind = type == PE_GGML_TYPE_F32 || type == PE_GGML_TYPE_F16 ||
+                                          type == PE_GGML_TYPE_BF16;
+                        const double pk = peaks[isa][fkind][nt];
+                        const double pfrac = pk > 0 ? res.gflops / pk : 0.0;
                         char shape[32];
                         snprintf(shape, sizeof shape, "%ux%u", n_in, n_out);
                         if (o.b.json) {
                             printf("{\"shape\": \"%s\", \"type\": \"%s\", \"n_tok\": %u, "
                                    "\"threads\": %u, \"isa\": \"%s\", \"ms\": %.4f, "
                                    "\"gflops\": %.2f, \"gbs\": %.2f, \"bw_frac\": %.3f, "
-                                   "\"x_scalar\": %.2f, \"x_avx2\": %.2f, \"err\": %.2e}\n",
+                                   "\"peak_frac\": %.3f, \"x_scalar\": %.2f, \"x_avx2\": %.2f, "
+                                   "\"err\": %.2e}\n",
                                    shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
                                    res.ms, res.gflops, res.gbs, bw[nt] > 0 ? res.gbs / bw[nt] : 0.0,
-                                   xs, xa, err);
+                                   pfrac, xs, xa, err);
                         } else {
-                            printf("%-12s %-5s %4u %3u %-7s %9.3f %8.1f %7.2f %5.0f%% %8.2f %8.2f "
-                                   "%8.1e\n",
-                                   shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
-                                   res.ms, res.gflops, res.gbs,
-                                   bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0, xs, xa, err);
+                            printf(
+                                "%-12s %-5s %4u %3u %-8s %9.3f %8.1f %7.2f %5.0f%% %5.1f%% %8.2f "
+                                "%8.2f %8.1e\n",
+                                shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
+                                res.ms, res.gflops, res.gbs,
+                                bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0, 100.0 * pfrac, xs, xa,
+                                err);
                         }
                         fflush(stdout);
                         if (err > 1e-4) {

@@ -9,16 +9,17 @@
  *     (guided: long first, short last) for all tokens. The kernels stream each weight row
  *     once and are memory bound.
  *   - otherwise (prefill, batched decode): up to 128 rows x 256 tokens per task; the
- *     AVX-512 kernel repacks its rows into L1-sized panels and reuses every weight load
- *     across tokens.
+ *     AVX-512 kernel (and the AVX2 one, for Q8_0/Q4_0) repacks its rows into L1-sized
+ *     panels and reuses every weight load across tokens.
  * Activations of quantized products are quantized once per call, before the tasks start.
  * With PE_MM_INVARIANT the same split runs each task through the ISA's rows_invariant,
  * whose elements do not depend on the task's bounds (test_ops: test_batch_invariant).
- * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force.
- * The environment variable PGD_ISA (scalar, avx2, avx512; read once, at the first product)
- * lowers the default for every program of the engine (pagoda run/serve/bench, the benches):
- * a level above the CPU's falls back to the best it has, and an unknown value is ignored,
- * each with a warning on stderr. pe_isa_force overrides it.
+ * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force;
+ * PE_ISA_AVX2_VNNI (AVX2 + AVX-VNNI) runs the AVX2 kernels with vpdpbusd panels.
+ * The environment variable PGD_ISA (scalar, avx2, avx2vnni, avx512; read once, at the first
+ * product) lowers the default for every program of the engine (pagoda run/serve/bench, the
+ * benches): a level this CPU cannot run falls back to the best it has, and an unknown value
+ * is ignored, each with a warning on stderr. pe_isa_force overrides it.
  */
 #include <math.h>
 #include <pthread.h>
@@ -54,7 +55,31 @@ static int has_f16c(void)
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+
+/* AVX-VNNI (VEX-encoded vpdpbusd on ymm) by CPUID (leaf 7 subleaf 1, EAX bit 4). */
+static int has_avx_vnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
 #endif
+
+static atomic_int avx_vnni_detected = -1;
+
+/* Whether the CPU has AVX2 (as detect() requires it) and AVX-VNNI. */
+static int avx2_vnni(void)
+{
+    int v = atomic_load_explicit(&avx_vnni_detected, memory_order_relaxed);
+    if (v < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        v = pe_isa_detect() >= PE_ISA_AVX2 && has_avx_vnni();
+#else
+        v = 0;
+#endif
+        atomic_store_explicit(&avx_vnni_detected, v, memory_order_relaxed);
+    }
+    return v;
+}
 
 static pe_isa detect(void)
 {
@@ -65,6 +90,7 @@ static pe_isa detect(void)
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                  __builtin_cpu_supports("avx512vnni");
     if (avx512) return PE_ISA_AVX512;
+    if (avx2 && has_avx_vnni()) return PE_ISA_AVX2_VNNI;
     if (avx2) return PE_ISA_AVX2;
 #endif
     return PE_ISA_SCALAR;
@@ -87,16 +113,25 @@ const char *pe_isa_name(pe_isa isa)
         return "scalar";
     case PE_ISA_AVX2:
         return "avx2";
+    case PE_ISA_AVX2_VNNI:
+        return "avx2vnni";
     case PE_ISA_AVX512:
         return "avx512";
     }
     return "unknown";
 }
 
+int pe_isa_has(pe_isa isa)
+{
+    if ((int)isa < 0 || (int)isa > (int)pe_isa_detect()) return 0;
+    return isa != PE_ISA_AVX2_VNNI || avx2_vnni();
+}
+
 pe_isa pe_isa_force(pe_isa isa)
 {
     pe_isa best = pe_isa_detect();
     if ((int)isa > (int)best || (int)isa < 0) isa = best;
+    if (!pe_isa_has(isa)) isa = PE_ISA_AVX2; /* AVX2_VNNI without AVX-VNNI */
     atomic_store_explicit(&isa_forced, (int)isa, memory_order_relaxed);
     return isa;
 }
@@ -114,16 +149,17 @@ static void read_isa_env(void)
         want = PE_ISA_SCALAR;
     } else if (!strcmp(s, "avx2")) {
         want = PE_ISA_AVX2;
+    } else if (!strcmp(s, "avx2vnni")) {
+        want = PE_ISA_AVX2_VNNI;
     } else if (!strcmp(s, "avx512")) {
         want = PE_ISA_AVX512;
     } else {
         fprintf(stderr,
-                "pagoda: PGD_ISA=%s is not scalar, avx2, avx512 or auto; using %s (the best "
-                "this CPU has)\n",
-                s, pe_isa_name(best));
+                "pagoda: PGD_ISA=%s is not scalar, avx2, avx2vnni, avx512 or auto; using %s\n", s,
+                pe_isa_name(best));
         return;
     }
-    if (want > best) {
+    if (want > best || !pe_isa_has(want)) {
         fprintf(stderr, "pagoda: PGD_ISA=%s: this CPU has no %s; using %s\n", s, s,
                 pe_isa_name(best));
         return;
@@ -144,6 +180,7 @@ static const pe_kernels *kernels(void)
     int v = (int)pe_isa_active();
 #if defined(__x86_64__) || defined(__i386__)
     if (v == PE_ISA_AVX512) return &pe__kernels_avx512;
+    if (v == PE_ISA_AVX2_VNNI) return &pe__kernels_avx2_vnni;
     if (v == PE_ISA_AVX2) return &pe__kernels_avx2;
 #endif
     return &pe__kernels_scalar;

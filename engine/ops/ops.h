@@ -30,13 +30,26 @@ typedef struct pe_mat {
     uint64_t row_bytes;
 } pe_mat;
 
-typedef enum pe_isa { PE_ISA_SCALAR = 0, PE_ISA_AVX2 = 1, PE_ISA_AVX512 = 2 } pe_isa;
+/* The kernel levels, in order. PE_ISA_AVX2_VNNI is AVX2 with AVX-VNNI (VEX vpdpbusd, CPUID
+ * leaf 7 subleaf 1 EAX bit 4): the AVX2 kernels, with their matrix-matrix products on
+ * vpdpbusd instead of maddubs/madd. A CPU may have AVX-512 without AVX-VNNI (Ice Lake). */
+typedef enum pe_isa {
+    PE_ISA_SCALAR = 0,
+    PE_ISA_AVX2 = 1,
+    PE_ISA_AVX2_VNNI = 2,
+    PE_ISA_AVX512 = 3
+} pe_isa;
 
 /* The best ISA this CPU has (detected once). */
 pe_isa pe_isa_detect(void);
+/* "scalar", "avx2", "avx2vnni", "avx512". */
 const char *pe_isa_name(pe_isa isa);
-/* Forces an ISA for the kernels below (tests and benches); never above the detected one.
- * Returns the ISA now in force. */
+/* Whether this CPU can run isa (every level up to pe_isa_detect(), but PE_ISA_AVX2_VNNI
+ * only with AVX-VNNI). */
+int pe_isa_has(pe_isa isa);
+/* Forces an ISA for the kernels below (tests and benches); never above the detected one,
+ * and PE_ISA_AVX2 in place of PE_ISA_AVX2_VNNI where the CPU lacks AVX-VNNI. Returns the
+ * ISA now in force. */
 pe_isa pe_isa_force(pe_isa isa);
 /* The ISA the kernels run on: the forced one, else pe_isa_detect lowered by the environment
  * variable PGD_ISA (scalar|avx2|avx512|auto, read once; a bad or too high value warns on

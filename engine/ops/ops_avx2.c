@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ops_avx2.c - AVX2/FMA/F16C kernels (pe_kernels for PE_ISA_AVX2), for x86 CPUs without
- * AVX-512. Reached through ops.c's dispatch only; every function is compiled with a target
- * attribute, so the library builds without -march flags and runs anywhere.
+ * ops_avx2.c - AVX2/FMA/F16C kernels (pe_kernels for PE_ISA_AVX2, and PE_ISA_AVX2_VNNI:
+ * the same with the quantized panels on AVX-VNNI), for x86 CPUs without AVX-512. Reached
+ * through ops.c's dispatch only; every function is compiled with a target attribute, so the
+ * library builds without -march flags and runs anywhere.
  *
- * Products work on the weights as stored (GGUF layout), a tile of R rows x T tokens at a
- * time: each weight block is loaded and unpacked once and used for T tokens, each
- * activation block once for R rows. Accumulators hold 8 partial sums per (row, token),
- * reduced once at the end of the row.
+ * Quantized products from pe__gemm_min_tok() tokens on (prefill) run on repacked panels
+ * (see "GEMM: quantized panels" below), bit-identical to pe_matmul_ref. The others (decode,
+ * float weights, the batch-invariant mode) work on the weights as stored (GGUF layout), a
+ * tile of R rows x T tokens at a time: each weight block is loaded and unpacked once and
+ * used for T tokens, each activation block once for R rows. Accumulators hold 8 partial
+ * sums per (row, token), reduced once at the end of the row.
  *   Q8_0 x Q8_0: maddubs(|w|, sign(x, w)) then madd(1) = 8 int32 partial dots per block
  *                (|w| <= 128, |x| <= 127: a pair is at most 32512, no saturation).
  *   Q4_0 x Q8_0: maddubs(nibble, x) + the correction -8 * sum(x) / 8 per lane.
@@ -296,6 +299,379 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 /* The GEMV tile tables, walk() and gemv(): shared with the other ISA (ops_gemv.h). */
 #define GEMV_TILE_T 2
 #include "ops_gemv.h"
+
+/* ---- GEMM: quantized panels ----
+ * From pe__gemm_min_tok() tokens on, a Q8_0/Q4_0 task repacks 16 rows x one K chunk of KB
+ * blocks at a time into an L1-resident panel with the rows in the vector lanes (two groups
+ * of 8), so that each 4-byte chunk of activations is broadcast once for 8 rows and no
+ * horizontal sums are needed:
+ *
+ *   panel, per block b and group g of 8 rows (288 bytes):
+ *       float dw[8]            row scales
+ *       u8    q[8][8][4]       chunk k (values 4k..4k+3) of each of the 8 rows
+ *   Q8_0: the signed values (plain AVX2) or q ^ 0x80 = q + 128 (AVX-VNNI); Q4_0: the
+ *   nibbles q + 8, both variants.
+ *
+ * The micro-kernel takes 2 groups x T tokens (T <= GT) of int32 block sums per chunk:
+ *   AVX-VNNI:       vpdpbusd(acc, panel, x), acc starting at xc (-off * sum(x)): 1 op;
+ *   AVX2, Q8_0:     madd(maddubs(|w|, sign(x, w)), 1) + acc (|w| <= 128, |x| <= 127, a
+ *                   pair <= 32512: no saturation): 4 ops;
+ *   AVX2, Q4_0:     maddubs(u, x) summed in int16 over the block's 8 chunks (8 x 2 x 15 x
+ *                   127 = 30480 < 2^15), then one madd(1) and + xc: ~2 ops.
+ * Then per (row, token) and block the reference's f32 statement, in its order and without
+ * contraction: Q8_0 s += (float)sumi * (d_w * d_x), Q4_0 s += (float)sumi * d_w * d_x, the
+ * running sum living in y between K chunks, so that every element is bit-identical to
+ * pe_matmul_ref (and so batch-invariant).
+ *
+ * Measured on a shared 2-core AVX-512 machine (load 10-14) with the levels forced, against
+ * main's GEMV tiles in the same runs: bench_matmul 2048x8192, 512 tokens, 1 thread, best of
+ * 5: plain avx2 q8_0 37-41 GFLOP/s, q4_0 45-53 (tiles 14-22); avx2vnni q8_0 60-101, q4_0
+ * 59-109 (avx512 panels 95-200). bench_engine pp512 of the 1B shape, 2 threads, f16 KV, 2
+ * alternated runs, tokens/s (tokens per CPU second): q8_0 avx2 5.8-6.9 (17.8-19.2) ->
+ * 10.5-12.4 (34.8-37.8), avx2vnni 24.3-25.4 (70.1-71.7); q4_0 avx2 6.8-7.7 (18.9-20.2) ->
+ * 16.2-25.3 (51.5-54.1), avx2vnni 24.3-24.7 (75.6-86.8); avx512 43-51 (119-144).
+ * Micro-tiles of 2 groups x 4 tokens; the K chunk of 32 blocks as in ops_avx512.c. */
+
+enum {
+    KB = 32, /* blocks of 32 values per panel: 2 x 32 x 288 = 18 KB */
+    GT = 4,  /* tokens per micro-tile */
+};
+
+typedef struct apanel {
+    float dw[8];
+    uint8_t q[8][32];
+} apanel; /* one block of one group of 8 rows */
+
+/* The 32 bytes at o of row i of the group, or zeros past its ng rows. */
+INL __m256i row32(const uint8_t *bb, size_t rb, uint32_t i, uint32_t ng, size_t o)
+{
+    return i < ng ? _mm256_loadu_si256((const __m256i *)(bb + (size_t)i * rb + o))
+                  : _mm256_setzero_si256();
+}
+
+INL __m128i row16(const uint8_t *bb, size_t rb, uint32_t i, uint32_t ng, size_t o)
+{
+    return i < ng ? _mm_loadu_si128((const __m128i *)(bb + (size_t)i * rb + o))
+                  : _mm_setzero_si128();
+}
+
+/* Q8_0: an 8x8 transpose of dwords (row i, chunk k -> q[k] lane i), xor flip. */
+INL void q8_group8(const uint8_t *bb, size_t rb, uint32_t ng, __m256i flip, apanel *p)
+{
+    __m256i v[8], t[8], s[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        v[i] = row32(bb, rb, (uint32_t)i, ng, 2);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    /* s[4h + c]: chunks c | c + 4 of rows 4h..4h+3 */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        s[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        s[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        s[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        s[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m256i a = _mm256_permute2x128_si256(s[c], s[4 + c], 0x20);
+        __m256i b = _mm256_permute2x128_si256(s[c], s[4 + c], 0x31);
+        _mm256_store_si256((__m256i *)p->q[c], _mm256_xor_si256(a, flip));
+        _mm256_store_si256((__m256i *)p->q[c + 4], _mm256_xor_si256(b, flip));
+    }
+}
+
+/* Q4_0: rows i | i + 4 in the two 128-bit lanes, a 4x4 dword transpose in each; dword k
+ * holds the low nibbles of chunk k and the high nibbles of chunk k + 4. */
+INL void q4_group8(const uint8_t *bb, size_t rb, uint32_t ng, apanel *p)
+{
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    __m256i a[4], t[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm256_set_m128i(row16(bb, rb, (uint32_t)i + 4, ng, 2),
+                                row16(bb, rb, (uint32_t)i, ng, 2));
+    t[0] = _mm256_unpacklo_epi32(a[0], a[1]);
+    t[1] = _mm256_unpackhi_epi32(a[0], a[1]);
+    t[2] = _mm256_unpacklo_epi32(a[2], a[3]);
+    t[3] = _mm256_unpackhi_epi32(a[2], a[3]);
+    const __m256i d[4] = {_mm256_unpacklo_epi64(t[0], t[2]), _mm256_unpackhi_epi64(t[0], t[2]),
+                          _mm256_unpacklo_epi64(t[1], t[3]), _mm256_unpackhi_epi64(t[1], t[3])};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        _mm256_store_si256((__m256i *)p->q[k], _mm256_and_si256(d[k], lo4));
+        _mm256_store_si256((__m256i *)p->q[k + 4],
+                           _mm256_and_si256(_mm256_srli_epi16(d[k], 4), lo4));
+    }
+}
+
+/* Repacks rows [r, r + nr) (nr <= 16) x blocks [b0, b0 + kb) into P[kb][2]; Q8_0 values
+ * xor flip8 (0x80 for vpdpbusd, 0 for the signed maddubs path). */
+TGT static void a_repack(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0, uint32_t kb,
+                         int flip8, apanel *P)
+{
+    const int q4 = w->type == PE_GGML_TYPE_Q4_0;
+    const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t rb = w->row_bytes;
+    const __m256i flip = _mm256_set1_epi8((char)flip8);
+    for (uint32_t g = 0; g < 2; g++) {
+        const uint32_t ng = nr > 8 * g ? (nr - 8 * g < 8 ? nr - 8 * g : 8) : 0;
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 8 * g) * rb;
+        for (uint32_t b = 0; b < kb; b++) {
+            apanel *p = &P[2 * b + g];
+            if (ng == 0) {
+                memset(p, 0, sizeof *p);
+                continue;
+            }
+            const uint8_t *bb = base + (size_t)(b0 + b) * bsz;
+            _Alignas(16) uint16_t h[8] = {0};
+            for (uint32_t i = 0; i < ng; i++)
+                memcpy(&h[i], bb + (size_t)i * rb, 2);
+            _mm256_store_ps(p->dw, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)h)));
+            /* full groups get the row bounds folded away */
+            if (q4 && ng == 8)
+                q4_group8(bb, rb, 8, p);
+            else if (q4)
+                q4_group8(bb, rb, ng, p);
+            else if (ng == 8)
+                q8_group8(bb, rb, 8, flip, p);
+            else
+                q8_group8(bb, rb, ng, flip, p);
+        }
+    }
+}
+
+/* Lane mask of the first n (<= 8) lanes. */
+INL __m256i lanes(uint32_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The running sums of T tokens from t, rows r.. (groups of 8, masks mk): 0 on the first K
+ * chunk, else what the previous chunk left in y. */
+INL void fa_load(const pe_mm *m, uint32_t r, uint32_t t, int first, const __m256i mk[2],
+                 __m256 fa[2][GT], const int T)
+{
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        const float *yj = m->y + (size_t)(t + j) * m->w->n_out + r;
+        fa[0][j] = first ? _mm256_setzero_ps() : _mm256_maskload_ps(yj, mk[0]);
+        fa[1][j] = first ? _mm256_setzero_ps() : _mm256_maskload_ps(yj + 8, mk[1]);
+    }
+}
+
+INL void fa_store(const pe_mm *m, uint32_t r, uint32_t t, const __m256i mk[2], __m256 fa[2][GT],
+                  const int T)
+{
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        float *yj = m->y + (size_t)(t + j) * m->w->n_out + r;
+        _mm256_maskstore_ps(yj, mk[0], fa[0][j]);
+        _mm256_maskstore_ps(yj + 8, mk[1], fa[1][j]);
+    }
+}
+
+/* The reference's f32 statement of one block for both groups and T tokens (see above). */
+INL void fa_block(const pe_mm *m, const apanel *p0, const apanel *p1, uint32_t t, uint32_t b,
+                  const int q4, __m256i ia[2][GT], __m256 fa[2][GT], const int T)
+{
+    const __m256 d0 = _mm256_load_ps(p0->dw), d1 = _mm256_load_ps(p1->dw);
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        const __m256 dx = _mm256_broadcast_ss(m->xd + (size_t)(t + j) * m->nb + b);
+        const __m256 s0 = _mm256_cvtepi32_ps(ia[0][j]), s1 = _mm256_cvtepi32_ps(ia[1][j]);
+        if (q4) {
+            fa[0][j] = _mm256_add_ps(fa[0][j], _mm256_mul_ps(_mm256_mul_ps(s0, d0), dx));
+            fa[1][j] = _mm256_add_ps(fa[1][j], _mm256_mul_ps(_mm256_mul_ps(s1, d1), dx));
+        } else {
+            fa[0][j] = _mm256_add_ps(fa[0][j], _mm256_mul_ps(s0, _mm256_mul_ps(d0, dx)));
+            fa[1][j] = _mm256_add_ps(fa[1][j], _mm256_mul_ps(s1, _mm256_mul_ps(d1, dx)));
+        }
+    }
+}
+
+/* The f32 pass of a micro-tile: the running sums of T tokens from t over blocks [b0, b0 +
+ * kb) from the integer block sums is[b - b0], after the integer pass. Two passes, so that
+ * neither holds both the int32 and the f32 accumulators (16 ymm registers): one pass with
+ * both spilled the int32 sums of every chunk to the stack (GCC 12). */
+INL void fa_blocks(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r,
+                   uint32_t nr, uint32_t t, const int q4, __m256i is[KB][2][GT], const int T)
+{
+    const __m256i mk[2] = {lanes(nr < 8 ? nr : 8), lanes(nr > 8 ? nr - 8 : 0)};
+    __m256 fa[2][GT];
+    fa_load(m, r, t, b0 == 0, mk, fa, T);
+    for (uint32_t b = b0; b < b0 + kb; b++)
+        fa_block(m, &P[2 * (b - b0)], &P[2 * (b - b0) + 1], t, b, q4, is[b - b0], fa, T);
+    fa_store(m, r, t, mk, fa, T);
+}
+
+/* The 4 activation bytes of chunk k of block b of token t + j, broadcast. */
+INL __m256i x_chunk(const pe_mm *m, uint32_t t, int j, uint32_t b, int k)
+{
+    int32_t v;
+    memcpy(&v, m->xq + (size_t)(t + j) * m->xq_stride + (size_t)b * 32 + 4 * k, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Keeps two accumulators in registers as they are: without it GCC 12 reassociates the
+ * plain AVX2 sums of a block into a tree over all of its products, spilling them. */
+INL void in_reg(__m256i *a, __m256i *b)
+{
+    __asm__("" : "+x"(*a), "+x"(*b));
+}
+
+/* Plain AVX2: accumulates T tokens from t over blocks [b0, b0 + kb) of P into y. */
+INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
+                 uint32_t t, const int q4, const int T)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    _Alignas(32) __m256i is[KB][2][GT];
+    for (uint32_t b = b0; b < b0 + kb; b++) {
+        const apanel *p0 = &P[2 * (b - b0)], *p1 = p0 + 1;
+        __m256i(*ia)[GT] = is[b - b0];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            ia[0][j] = _mm256_setzero_si256();
+            ia[1][j] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i w0 = _mm256_load_si256((const __m256i *)p0->q[k]);
+            const __m256i w1 = _mm256_load_si256((const __m256i *)p1->q[k]);
+            if (q4) {
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) {
+                    const __m256i xb = x_chunk(m, t, j, b, k);
+                    ia[0][j] = _mm256_add_epi16(ia[0][j], _mm256_maddubs_epi16(w0, xb));
+                    ia[1][j] = _mm256_add_epi16(ia[1][j], _mm256_maddubs_epi16(w1, xb));
+                    in_reg(&ia[0][j], &ia[1][j]);
+                }
+            } else {
+                const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) {
+                    const __m256i xb = x_chunk(m, t, j, b, k);
+                    const __m256i p0s = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0));
+                    const __m256i p1s = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1));
+                    ia[0][j] = _mm256_add_epi32(ia[0][j], _mm256_madd_epi16(p0s, ones));
+                    ia[1][j] = _mm256_add_epi32(ia[1][j], _mm256_madd_epi16(p1s, ones));
+                    in_reg(&ia[0][j], &ia[1][j]);
+                }
+            }
+        }
+        if (q4) {
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                const __m256i xc = _mm256_set1_epi32(m->xc[(size_t)(t + j) * m->nb + b]);
+                ia[0][j] = _mm256_add_epi32(_mm256_madd_epi16(ia[0][j], ones), xc);
+                ia[1][j] = _mm256_add_epi32(_mm256_madd_epi16(ia[1][j], ones), xc);
+            }
+        }
+    }
+    fa_blocks(m, P, b0, kb, r, nr, t, q4, is, T);
+}
+
+/* The same on AVX-VNNI: one vpdpbusd per chunk, row and token group; both types. */
+#define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+static inline __attribute__((always_inline)) TGTV void v_micro(const pe_mm *m, const apanel *P,
+                                                               uint32_t b0, uint32_t kb, uint32_t r,
+                                                               uint32_t nr, uint32_t t,
+                                                               const int q4, const int T)
+{
+    _Alignas(32) __m256i is[KB][2][GT];
+    for (uint32_t b = b0; b < b0 + kb; b++) {
+        const apanel *p0 = &P[2 * (b - b0)], *p1 = p0 + 1;
+        __m256i(*ia)[GT] = is[b - b0];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            ia[0][j] = _mm256_set1_epi32(m->xc[(size_t)(t + j) * m->nb + b]);
+            ia[1][j] = ia[0][j];
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i w0 = _mm256_load_si256((const __m256i *)p0->q[k]);
+            const __m256i w1 = _mm256_load_si256((const __m256i *)p1->q[k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                const __m256i xb = x_chunk(m, t, j, b, k);
+                ia[0][j] = _mm256_dpbusd_avx_epi32(ia[0][j], w0, xb);
+                ia[1][j] = _mm256_dpbusd_avx_epi32(ia[1][j], w1, xb);
+            }
+        }
+    }
+    fa_blocks(m, P, b0, kb, r, nr, t, q4, is, T);
+}
+
+/* One noinline function per (variant, type, T), as the GEMV tiles (ops_gemv.h). */
+typedef void (*micro_fn)(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r,
+                         uint32_t nr, uint32_t t);
+
+#define MICRO_FN(name, attr, call)                                                                 \
+    attr __attribute__((noinline)) static void name(const pe_mm *m, const apanel *P, uint32_t b0,  \
+                                                    uint32_t kb, uint32_t r, uint32_t nr,          \
+                                                    uint32_t t)                                    \
+    {                                                                                              \
+        call;                                                                                      \
+    }
+#define MICRO_SET(pfx, attr, fn, q4)                                                               \
+    MICRO_FN(pfx##_1, attr, fn(m, P, b0, kb, r, nr, t, q4, 1))                                     \
+    MICRO_FN(pfx##_2, attr, fn(m, P, b0, kb, r, nr, t, q4, 2))                                     \
+    MICRO_FN(pfx##_3, attr, fn(m, P, b0, kb, r, nr, t, q4, 3))                                     \
+    MICRO_FN(pfx##_4, attr, fn(m, P, b0, kb, r, nr, t, q4, 4))                                     \
+    static const micro_fn pfx##_micro[GT] = {pfx##_1, pfx##_2, pfx##_3, pfx##_4};
+
+MICRO_SET(a8, TGT, a_micro, 0)
+MICRO_SET(a4, TGT, a_micro, 1)
+MICRO_SET(v8, TGTV, v_micro, 0)
+MICRO_SET(v4, TGTV, v_micro, 1)
+
+#undef MICRO_SET
+#undef MICRO_FN
+
+/* y[t][r] for rows [r0, r1) and tokens [t0, t1) of a Q8_0/Q4_0 product on panels. */
+TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1, int vnni)
+{
+    const int q4 = m->w->type == PE_GGML_TYPE_Q4_0;
+    const micro_fn *micro = vnni ? (q4 ? v4_micro : v8_micro) : (q4 ? a4_micro : a8_micro);
+    _Alignas(32) apanel P[2 * KB];
+    for (uint32_t b0 = 0; b0 < m->nb; b0 += KB) {
+        const uint32_t kb = m->nb - b0 < KB ? m->nb - b0 : KB;
+        for (uint32_t r = r0; r < r1; r += 16) {
+            const uint32_t nr = r1 - r < 16 ? r1 - r : 16;
+            a_repack(m->w, r, nr, b0, kb, vnni && !q4 ? 0x80 : 0, P);
+            /* tiles of at most GT tokens, as even as possible: 6 = 3 + 3, not 4 + 2 */
+            for (uint32_t t = t0; t < t1;) {
+                const uint32_t left = t1 - t, n_tiles = (left + GT - 1) / GT;
+                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                micro[nt - 1](m, P, b0, kb, r, nr, t);
+                t += nt;
+            }
+        }
+    }
+}
+
+/* The products: panels for quantized weights from pe__gemm_min_tok() tokens, the GEMV
+ * tiles otherwise (and for float weights). */
+TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    if (pe__type_is_quant(m->w->type) && t1 - t0 >= pe__gemm_min_tok(&pe__kernels_avx2, m->w->type))
+        q_gemm(m, r0, r1, t0, t1, 0);
+    else
+        gemv(m, r0, r1, t0, t1);
+}
+
+TGT static void rows_avx2_vnni(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    if (pe__type_is_quant(m->w->type) &&
+        t1 - t0 >= pe__gemm_min_tok(&pe__kernels_avx2_vnni, m->w->type))
+        q_gemm(m, r0, r1, t0, t1, 1);
+    else
+        gemv(m, r0, r1, t0, t1);
+}
 
 /* ---- vector helpers ---- */
 
@@ -1218,8 +1594,14 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
 /* gemv is batch-invariant as it is (the only product path of this ISA): every (row, token)
  * of a tile has its own accumulator and the same instruction sequence whatever the tile's
  * shape (R, T) and bounds. */
+/* rows_invariant stays the GEMV tiles at every token count: their bits depend on the row
+ * and the token only (the panels' too, but they round differently from the tiles). */
 const pe_kernels pe__kernels_avx2 = {
-    quant_act, gemv, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, rows_avx2, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+};
+
+const pe_kernels pe__kernels_avx2_vnni = {
+    quant_act, rows_avx2_vnni, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 #endif /* x86 */

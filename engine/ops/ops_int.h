@@ -54,6 +54,7 @@ typedef struct pe_kernels {
 
 extern const pe_kernels pe__kernels_scalar;
 extern const pe_kernels pe__kernels_avx2;
+extern const pe_kernels pe__kernels_avx2_vnni; /* the same, its panels on vpdpbusd */
 extern const pe_kernels pe__kernels_avx512;
 
 /* ---- reference pieces (ops_ref.c) ---- */

@@ -203,7 +203,7 @@ static int run_isa(const char *isa, const char *args)
 
 static int test_isa_env(void)
 {
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "auto"};
+    static const char *const isas[] = {"scalar", "avx2", "avx2vnni", "avx512", "auto"};
     char args[4096], want[8192];
     if (!model[0]) return 0;
     /* 40-odd prompt tokens: the prefill goes through the matrix-matrix kernels too */
@@ -221,7 +221,7 @@ static int test_isa_env(void)
             T_FAIL("PGD_ISA=%s printed [%s], the default [%s]", isas[i], out, want);
     }
     T_EQ(run_isa("avx1024", args), 0);
-    T_ASSERT(strstr(err, "PGD_ISA=avx1024 is not scalar, avx2, avx512 or auto") != NULL);
+    T_ASSERT(strstr(err, "PGD_ISA=avx1024 is not scalar, avx2, avx2vnni, avx512 or auto") != NULL);
     if (strcmp(out, want) != 0) T_FAIL("PGD_ISA=avx1024 printed [%s]", out);
     return 0;
 }
