@@ -11,8 +11,9 @@
  * not come. A worker that is descheduled (a busy core) misses the run, and the caller does
  * its share; only a task that a worker claimed and has not finished is waited for.
  *
- *   caller:  job = {fn, ctx, n}; done = 0; claim = (g, 0); seats = (g, k) (release);
- *            gen = g (seq_cst) [wake k sleepers]; claim and run tasks; wait done == n
+ *   caller:  claim = (g, closed); job = {fn, ctx, n} (release); done = 0; claim = (g, 0);
+ *            seats = (g, k) (release); gen = g (seq_cst) [wake k sleepers];
+ *            claim and run tasks; wait done == n
  *   worker:  wait gen > seen; CAS seats (g, s) -> (g, s - 1) while s > 0; read the job;
  *            CAS claim (g, t) -> (g, t + 1) while t < n; run task t; done++ (release)
  *            [wake the caller on the last one]
@@ -20,11 +21,12 @@
  * The seat word carries the generation, so a run of max_threads k never has more than
  * k - 1 workers, even with a late one that finds a newer run than the one it woke for.
  *
- * The job fields are atomics read before the claim CAS, as in a seqlock: a CAS from
- * (g, t) that succeeds proves that task t of g was not yet claimed, so the caller cannot
- * have passed done == n of g and written the next job, and the fields read before it are
- * g's. A worker that reads a newer job fails its CAS and starts over (a failed CAS
- * acquires too, so the job read after it is at least the run of the claim word it saw).
+ * The job fields are atomics that a worker reads before its claim CAS, as in a seqlock.
+ * A worker works only on the run of its seat, whose acquire shows it that run's job (or a
+ * newer one). The caller closes the claim word before it writes a job, and writes the job
+ * with release stores, which the workers load with acquire: a worker that reads a newer
+ * job than its run's then sees the closed word, and its CAS on (g, t) fails; a CAS that
+ * succeeds proves the job it read was g's and task t (< n) unclaimed.
  *
  * Waiting spins first (decode issues ~130 runs per token, a run costs ~1 us while the
  * workers spin), then sleeps on a futex: workers on `gen`, the caller on `done`. A sleeping
@@ -32,7 +34,8 @@
  *
  * Invariants: one run at a time (pe_tp_run is not reentrant and the caller serializes);
  * the caller writes a job only while done == n_tasks of the previous one (no task of it is
- * running); each task index of a generation is claimed exactly once. Thread 0 is the
+ * running); each task index of a generation is claimed exactly once; the claim word's
+ * index never passes n_tasks + 1 (the caller's one claim past the end). Thread 0 is the
  * caller; workers are threads 1..n-1.
  */
 #include <errno.h>
@@ -65,6 +68,7 @@
  * a pure spin would starve it for a whole time slice (measured on the 2-vCPU VM: 1-10 ms
  * per run without the yield, 0.4 us with it). */
 enum { YIELD_EVERY = 256 };
+#define CLAIM_CLOSED 0xffffffffu /* the claim word's task index while a job is written */
 #define SPIN_WORKER_NS 2000000
 #define SPIN_CALLER_NS 100000
 
@@ -163,9 +167,9 @@ static void worker_tasks(pe_threadpool *tp, uint64_t c, uint32_t thread)
 {
     const uint64_t g = c >> 32;
     for (;;) {
-        pe_task_fn fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
-        uint32_t n = atomic_load_explicit(&tp->n_tasks, memory_order_relaxed);
+        pe_task_fn fn = atomic_load_explicit(&tp->fn, memory_order_acquire);
+        void *ctx = atomic_load_explicit(&tp->ctx, memory_order_acquire);
+        uint32_t n = atomic_load_explicit(&tp->n_tasks, memory_order_acquire);
         if ((c >> 32) != g || (uint32_t)c >= n) return;
         /* acquire on success: the caller's inputs of g; on failure: the job fields read
          * next are at least those of the run in c */
@@ -221,10 +225,19 @@ static void wait_done(pe_threadpool *tp, uint32_t n)
     }
 }
 
-/* Starts a generation for the job fields already set, open to n_workers workers. */
-static void publish(pe_threadpool *tp, uint32_t n_workers)
+/* Starts a generation: writes the job, then opens it to n_workers workers. */
+static void publish(pe_threadpool *tp, pe_task_fn fn, void *ctx, uint32_t n_tasks,
+                    uint32_t n_workers)
 {
     unsigned g = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
+    /* Close the previous run first: its claim word may still read (g - 1, n) past the
+     * end, which a late worker that read the new, larger n_tasks could otherwise claim.
+     * The job stores are release and the workers' loads acquire: a worker that reads any
+     * of them then sees the closed word, and its CAS on (g - 1, t) fails. */
+    atomic_store_explicit(&tp->claim, (uint64_t)g << 32 | CLAIM_CLOSED, memory_order_relaxed);
+    atomic_store_explicit(&tp->fn, fn, memory_order_release);
+    atomic_store_explicit(&tp->ctx, ctx, memory_order_release);
+    atomic_store_explicit(&tp->n_tasks, n_tasks, memory_order_release);
     atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->claim, (uint64_t)g << 32, memory_order_relaxed);
     atomic_store_explicit(&tp->seats, (uint64_t)g << 32 | n_workers, memory_order_release);
@@ -263,9 +276,8 @@ void pe_tp_destroy(pe_threadpool *tp)
     if (!tp) return;
     if (tp->n_started) {
         /* an empty job: a worker that reads it finds no task and checks `stop` next */
-        atomic_store_explicit(&tp->n_tasks, 0, memory_order_relaxed);
         atomic_store_explicit(&tp->stop, 1, memory_order_relaxed);
-        publish(tp, tp->n_started);
+        publish(tp, NULL, NULL, 0, tp->n_started);
         for (uint32_t i = 0; i < tp->n_started; i++)
             pthread_join(tp->workers[i].th, NULL);
     }
@@ -290,10 +302,7 @@ void pe_tp_run_max(pe_threadpool *tp, pe_task_fn fn, void *ctx, uint32_t n_tasks
             fn(ctx, t, 0);
         return;
     }
-    atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&tp->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&tp->n_tasks, n_tasks, memory_order_relaxed);
-    publish(tp, n_workers);
+    publish(tp, fn, ctx, n_tasks, n_workers);
     /* The caller's claims: no one else publishes, so the generation cannot change under
      * it and a plain increment does (an index past n_tasks only tells workers "none"). */
     uint32_t mine = 0;

@@ -20,6 +20,7 @@ typedef void (*pe_task_fn)(void *ctx, uint32_t task, uint32_t thread);
 pe_threadpool *pe_tp_create(uint32_t n_threads);
 void pe_tp_destroy(pe_threadpool *tp);
 uint32_t pe_tp_n_threads(const pe_threadpool *tp);
+/* n_tasks < 2^32 - 1. */
 void pe_tp_run(pe_threadpool *tp, pe_task_fn fn, void *ctx, uint32_t n_tasks);
 /* pe_tp_run on at most max_threads threads, the caller included (0: all; 1: inline, no
  * worker is woken). Which tasks run is the same; only who runs them changes, so a caller

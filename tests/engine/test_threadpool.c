@@ -76,6 +76,29 @@ static int test_many_tiny_runs(void)
     return 0;
 }
 
+/* Short runs, each followed by a long one: a late worker of a short run that reads the
+ * next, longer job must not claim the short run's past-the-end index (a race that ran
+ * extra tasks before the claim word was closed before each job). */
+static int test_short_then_long(void)
+{
+    static run_ctx c;
+    for (uint32_t n_threads = 2; n_threads <= 4; n_threads++) {
+        pe_threadpool *tp = pe_tp_create(n_threads);
+        T_ASSERT(tp);
+        memset(&c, 0, sizeof c);
+        c.n_threads = n_threads;
+        uint64_t expect = 0;
+        for (uint32_t run = 0; run < 20000; run++) {
+            const uint32_t n = run % 2 ? MAX_TASKS : 2 + run % 3;
+            pe_tp_run(tp, count_task, &c, n);
+            expect += n;
+            T_EQ(atomic_load(&c.total), expect);
+        }
+        pe_tp_destroy(tp);
+    }
+    return 0;
+}
+
 static int test_runs_after_sleep(void)
 {
     /* pauses of 3-6 ms put the workers (and maybe the caller) to sleep on the futex */
@@ -242,6 +265,7 @@ static int test_create_destroy(void)
 int main(void)
 {
     T_RUN(test_many_tiny_runs);
+    T_RUN(test_short_then_long);
     T_RUN(test_runs_after_sleep);
     T_RUN(test_runs_after_idle);
     T_RUN(test_caller_sleeps_on_slow_workers);
