@@ -61,16 +61,18 @@
  * depending on the CPU, so a count would not say how long). A worker spins 2 ms: longer
  * than the gap between two runs of a forward pass and than the ~0.5 ms it takes this VM
  * to wake a sleeping thread, much shorter than the gap between two requests. The caller
- * waits only for tasks already running: 100 us covers the uneven end of a product (a
- * 32-row chunk of a 1B model's FFN is ~30 us), and past that a worker is more likely
- * preempted than busy, so the caller sleeps and leaves its core free. Every YIELD_EVERY
+ * waits only for tasks already running: 1 ms covers the uneven end of a product (a
+ * 32-row chunk of a 1B model's FFN is ~30 us, a prefill tile of 128 rows x 256 tokens
+ * ~1 ms), and past that a worker is more likely preempted than busy, so the caller
+ * sleeps and leaves its core free (1B q8_0 decode beside a busy core, 2 threads: 1 ms
+ * measured 1.14x the t/s of 100 us, within this VM's noise). Every YIELD_EVERY
  * pauses a spinner yields: the scheduler likes to wake a worker on the caller's CPU, where
  * a pure spin would starve it for a whole time slice (measured on the 2-vCPU VM: 1-10 ms
  * per run without the yield, 0.4 us with it). */
 enum { YIELD_EVERY = 256 };
 #define CLAIM_CLOSED 0xffffffffu /* the claim word's task index while a job is written */
 #define SPIN_WORKER_NS 2000000
-#define SPIN_CALLER_NS 100000
+#define SPIN_CALLER_NS 1000000
 
 typedef struct spin {
     uint32_t i;

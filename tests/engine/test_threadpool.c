@@ -143,7 +143,7 @@ typedef struct slow_ctx {
 } slow_ctx;
 
 /* A task on a worker sleeps 5 ms, one on the caller does not: the caller runs out of tasks
- * long before the workers' end, outlasts its 100 us spin and sleeps on `done`. */
+ * long before the workers' end, outlasts its 1 ms spin and sleeps on `done`. */
 static void slow_task(void *ctx, uint32_t task, uint32_t thread)
 {
     slow_ctx *c = ctx;
