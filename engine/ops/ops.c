@@ -12,6 +12,9 @@
  *     AVX-512 kernel (and the AVX2 one, for Q8_0/Q4_0) repacks its rows into L1-sized
  *     panels and reuses every weight load across tokens.
  * Activations of quantized products are quantized once per call, before the tasks start.
+ * Each run takes at most one thread per MM_MIN_WORK_PER_THREAD multiply-adds (a small
+ * product runs on the calling thread): pe_tp_run_max changes who runs the tasks, never the
+ * tasks, so the results do not depend on it.
  * With PE_MM_INVARIANT the same split runs each task through the ISA's rows_invariant,
  * whose elements do not depend on the task's bounds (test_ops: test_batch_invariant).
  * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force;
@@ -41,6 +44,13 @@ enum {
     GEMM_TASK_TOK = 256,  /* tokens per task for large n_tok */
     QUANT_TASK_TOK = 16,  /* tokens per activation-quantization task */
 };
+
+/* The least multiply-adds (or activation elements to quantize) worth one more thread. A
+ * dispatch costs ~1-2 us while the workers spin (bench_threadpool) and much more when one
+ * sleeps or is descheduled, and one thread does ~10-30 multiply-adds per ns, so a thread
+ * must get ~5 us of work to pay for itself: stories260K's products (64 x 64 to 512 x 64,
+ * 4K-32K multiply-adds) run on the calling thread, a 1B model's (2048 x 2048, 4M) on all. */
+#define MM_MIN_WORK_PER_THREAD 65536u
 
 /* ---- ISA detection and dispatch ---- */
 
@@ -191,6 +201,20 @@ static const pe_kernels *kernels(void)
 static size_t round_up(size_t v, size_t a)
 {
     return (v + a - 1) / a * a;
+}
+
+/* The threads a run of `work` multiply-adds (or elements) is worth, at most the pool's:
+ * the max_threads of pe_tp_run_max, which changes who runs the tasks, never the tasks. */
+static uint32_t work_threads(const pe_threadpool *tp, uint64_t work)
+{
+    uint64_t n = work / MM_MIN_WORK_PER_THREAD;
+    uint32_t max = pe_tp_n_threads(tp);
+    return n < 1 ? 1 : n < max ? (uint32_t)n : max;
+}
+
+static uint64_t mm_work(const pe_mat *w, uint32_t n_tok)
+{
+    return (uint64_t)w->n_out * w->n_in * n_tok;
 }
 
 size_t pe_matmul_scratch_bytes(const pe_mat *w, uint32_t n_tok)
@@ -375,7 +399,7 @@ static void matmul_ext_avx512(pe_threadpool *tp, ext_plan *p)
     p->em.xsum = p->xsum;
     p->n_threads = n_threads;
     if (p->n_tok < pe__ext_gemm_min_tok(p->w->type)) {
-        pe_tp_run(tp, ext_gemv_task, p, n_threads);
+        pe_tp_run_max(tp, ext_gemv_task, p, n_threads, work_threads(tp, mm_work(p->w, p->n_tok)));
         return;
     }
     uint32_t rows = GEMM_TASK_ROWS;
@@ -384,7 +408,8 @@ static void matmul_ext_avx512(pe_threadpool *tp, ext_plan *p)
         rows /= 2;
     p->rows_per_task = rows;
     p->n_row_tasks = (n_out + rows - 1) / rows;
-    pe_tp_run(tp, ext_gemm_task, p, p->n_row_tasks * n_tt);
+    pe_tp_run_max(tp, ext_gemm_task, p, p->n_row_tasks * n_tt,
+                  work_threads(tp, mm_work(p->w, p->n_tok)));
 }
 #endif
 
@@ -411,14 +436,15 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
     if (avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_0)
         p.xsum = (int32_t *)(void *)(p.xq + (size_t)n_tok * p.xq_stride);
 #endif
-    pe_tp_run(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK);
+    pe_tp_run_max(tp, ext_quant_task, &p, (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK,
+                  work_threads(tp, (uint64_t)n_tok * w->n_in));
 #if defined(__x86_64__) || defined(__i386__)
     if (avx512) {
         matmul_ext_avx512(tp, &p);
         return;
     }
 #endif
-    pe_tp_run(tp, ext_rows_task, &p, pe_tp_n_threads(tp));
+    pe_tp_run_max(tp, ext_rows_task, &p, pe_tp_n_threads(tp), work_threads(tp, mm_work(w, n_tok)));
 }
 
 /* Invariance (PE_MM_INVARIANT) needs nothing of the task split below: every task computes
@@ -448,13 +474,13 @@ void pe_matmul_ex(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n
         p.m.xd = (const float *)(s + (size_t)n_tok * p.m.xq_stride);
         p.m.xc = (const int32_t *)(p.m.xd + (size_t)n_tok * p.m.nb);
         uint32_t n_qt = (n_tok + QUANT_TASK_TOK - 1) / QUANT_TASK_TOK;
-        pe_tp_run(tp, quant_task, &p, n_qt);
+        pe_tp_run_max(tp, quant_task, &p, n_qt, work_threads(tp, (uint64_t)n_tok * w->n_in));
     }
     uint32_t n_threads = pe_tp_n_threads(tp);
     if (n_tok < pe__gemm_min_tok(p.k, w->type)) {
         p.n_threads = n_threads;
         atomic_init(&p.next_row, 0);
-        pe_tp_run(tp, gemv_task, &p, n_threads);
+        pe_tp_run_max(tp, gemv_task, &p, n_threads, work_threads(tp, mm_work(w, n_tok)));
         return;
     }
     /* GEMM: large tiles reuse each panel across many tokens, but keep >= 4 tasks per thread
@@ -466,7 +492,7 @@ void pe_matmul_ex(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n
     p.rows_per_task = rows;
     p.tok_per_task = GEMM_TASK_TOK;
     p.n_row_tasks = (w->n_out + rows - 1) / rows;
-    pe_tp_run(tp, mm_task, &p, p.n_row_tasks * n_tt);
+    pe_tp_run_max(tp, mm_task, &p, p.n_row_tasks * n_tt, work_threads(tp, mm_work(w, n_tok)));
 }
 
 void pe_matmul(pe_threadpool *tp, const pe_mat *w, const float *x, uint32_t n_tok, float *y,
