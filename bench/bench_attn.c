@@ -72,6 +72,8 @@ typedef struct opts {
     int scores;      /* time decode with against without scores */
     int gemma;       /* time decode plain, soft-capped and windowed */
     uint32_t window; /* --gemma: the window layer's window */
+    int isa;         /* --isa: the attention level (pgd__attn_force_isa), -1: the CPU's best */
+    int prefetch;    /* --prefetch: pgd__attn_set_prefetch mode, -1: the library's default */
 } opts;
 
 static void usage(FILE *f)
@@ -108,6 +110,11 @@ static void usage(FILE *f)
                "  --gemma            decode plain, with soft-cap 50 and as a window layer, in\n"
                "                     turn on the same sequences (paged only, no prefill)\n"
                "  --window N         --gemma's window (default 1024)\n"
+               "  --isa NAME         attention level: scalar, avx2 (the AVX2 codec tables and\n"
+               "                     step, what an AVX2-only CPU runs) or avx512 (default: the\n"
+               "                     CPU's best)\n"
+               "  --prefetch N       software prefetch mode (0 none, 1 burst, 2 spread; default\n"
+               "                     the library's)\n"
                "  --seed N           K/V and query seed (default 1)\n"
                "  --json             one JSON object per result line\n"
                "  --smoke            tiny and fast (ctest)\n"
@@ -549,6 +556,15 @@ static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *
     return bench_median(t, (size_t)k);
 }
 
+/* Applies the options that tune an attention context (--isa, --prefetch, --wide); returns
+ * PGD_OK or the status of the forced level. */
+static int tune_attn(pgd_attn *a, const opts *o)
+{
+    pgd__attn_set_wide(a, o->wide);
+    if (o->prefetch >= 0) pgd__attn_set_prefetch(a, o->prefetch);
+    return o->isa >= 0 ? pgd__attn_force_isa(a, o->isa) : PGD_OK;
+}
+
 static void print_scores_header(void)
 {
     printf("%-6s %4s %6s %5s %12s %12s %8s\n", "type", "gqa", "ctx", "batch", "plain us",
@@ -588,20 +604,20 @@ int main(int argc, char **argv)
     o.prefill_depth = 2048;
     o.layouts = 3;
     o.window = 1024;
+    o.isa = -1;
+    o.prefetch = -1;
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
 
-    static const struct option lo[] = {{"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},
-                                       {"batch", 1, 0, 'b'},         {"gqa", 1, 0, 'g'},
-                                       {"kv-heads", 1, 0, 'k'},      {"head-dim", 1, 0, 'd'},
-                                       {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'},
-                                       {"threads", 1, 0, 'T'},       {"min-reps", 1, 0, 'r'},
-                                       {"min-ms", 1, 0, 'M'},        {"prefill", 1, 0, 'P'},
-                                       {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'},
-                                       {"hugepages", 0, 0, 'H'},     {"small-probe", 0, 0, 'B'},
-                                       {"cpu-time", 0, 0, 'C'},      {"wide", 1, 0, 'W'},
-                                       {"scores", 0, 0, 'S'},        {"gemma", 0, 0, 'G'},
-                                       {"window", 1, 0, 'w'},        {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},        {"batch", 1, 0, 'b'},
+        {"gqa", 1, 0, 'g'},           {"kv-heads", 1, 0, 'k'},   {"head-dim", 1, 0, 'd'},
+        {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 'T'},
+        {"min-reps", 1, 0, 'r'},      {"min-ms", 1, 0, 'M'},     {"prefill", 1, 0, 'P'},
+        {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'}, {"hugepages", 0, 0, 'H'},
+        {"small-probe", 0, 0, 'B'},   {"cpu-time", 0, 0, 'C'},   {"wide", 1, 0, 'W'},
+        {"scores", 0, 0, 'S'},        {"gemma", 0, 0, 'G'},      {"window", 1, 0, 'w'},
+        {"isa", 1, 0, 'I'},           {"prefetch", 1, 0, 'F'},   {0, 0, 0, 0}};
     bench_cli cli = {.prog = "bench_attn",
                      .usage = usage,
                      .own = lo,
@@ -611,7 +627,7 @@ int main(int argc, char **argv)
         int c = bench_cli_next(&cli, argc, argv);
         if (c == -1) break;
         int bad = 0, n;
-        uint32_t one[1];
+        uint32_t one[1] = {0};
         switch (c) {
         case 't':
             n = bench_parse_kv_types(optarg, o.types, 8);
@@ -680,6 +696,20 @@ int main(int argc, char **argv)
         case 'G':
             o.gemma = 1;
             break;
+        case 'I':
+            o.isa = !strcmp(optarg, "scalar")   ? PGD__ATTN_SCALAR
+                    : !strcmp(optarg, "avx2")   ? PGD__ATTN_AVX2
+                    : !strcmp(optarg, "avx512") ? PGD__ATTN_AVX512
+                                                : -2;
+            bad = o.isa == -2 || o.isa > pgd__attn_isa();
+            break;
+        case 'F': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            bad = *end || end == optarg || v < 0 || v > 2;
+            o.prefetch = (int)v;
+            break;
+        }
         }
         if (bad) {
             fprintf(stderr, "bench_attn: bad option value '%s' (see --help)\n",
@@ -751,10 +781,12 @@ int main(int argc, char **argv)
     pr->buf = buf;
     const double dram_gbs = (double)big / probe_time(&bp, pr, big, &o) * 1e-9;
     if (!o.b.json) {
+        static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
         printf("bench_attn: %u threads, %u KV heads, head_dim %u, %u tokens/page, probe on %s "
-               "pages, %s clock\n",
+               "pages, %s clock, isa %s%s\n",
                o.threads, o.n_kv, o.hd, o.pt, o.small_probe ? "4 KiB" : "huge",
-               o.cpu_time ? "thread CPU" : "wall");
+               o.cpu_time ? "thread CPU" : "wall", isa_names[o.isa >= 0 ? o.isa : pgd__attn_isa()],
+               o.isa >= 0 ? " (forced)" : "");
         printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
         if (o.scores)
             print_scores_header();
@@ -763,7 +795,8 @@ int main(int argc, char **argv)
         else
             print_header();
     } else {
-        printf("{\"probe_dram_gbs\": %.2f, \"threads\": %u}\n", dram_gbs, o.threads);
+        printf("{\"probe_dram_gbs\": %.2f, \"threads\": %u, \"isa\": %d}\n", dram_gbs, o.threads,
+               o.isa >= 0 ? o.isa : pgd__attn_isa());
     }
 
     uint32_t max_batch = 0;
@@ -828,12 +861,12 @@ int main(int argc, char **argv)
                     pgd_attn_item *itl[2] = {it[0], it[1]};
                     for (int l = 0; l < 2 && !rc; l++) {
                         if (!f[l].c) continue;
-                        if (pgd_attn_create(f[l].c, &ap, &a[l]) != PGD_OK) {
+                        if (pgd_attn_create(f[l].c, &ap, &a[l]) != PGD_OK ||
+                            tune_attn(a[l], &o) != PGD_OK) {
                             fprintf(stderr, "bench_attn: pgd_attn_create failed\n");
                             rc = 1;
                             break;
                         }
-                        pgd__attn_set_wide(a[l], o.wide);
                         for (uint32_t i = 0; i < batch; i++)
                             it[l][i] =
                                 (pgd_attn_item){f[l].seq[i], 1, q + (size_t)i * n_head * o.hd,
@@ -879,6 +912,7 @@ int main(int argc, char **argv)
                         double tv[3];
                         if (pgd_attn_create(f[0].c, &cp, &av[1]) != PGD_OK ||
                             pgd_attn_create(f[0].c, &wp, &av[2]) != PGD_OK ||
+                            tune_attn(av[1], &o) != PGD_OK || tune_attn(av[2], &o) != PGD_OK ||
                             time_variants(av, 3, it[0], batch, &o, tv) != 0) {
                             fprintf(stderr, "bench_attn: gemma runs failed\n");
                             rc = 1;
@@ -965,7 +999,8 @@ int main(int argc, char **argv)
             for (size_t i = 0; q && i < (size_t)o.prefill * n_head * o.hd; i++)
                 q[i] = bench_randf(&qr);
             pgd_attn *a = NULL;
-            if (!q || !out || pgd_attn_create(f.c, &ap, &a) != PGD_OK) {
+            if (!q || !out || pgd_attn_create(f.c, &ap, &a) != PGD_OK ||
+                tune_attn(a, &o) != PGD_OK) {
                 rc = 1;
             } else {
                 pgd_attn_item it = {f.seq[0], o.prefill, q, out};

@@ -129,6 +129,7 @@
 #endif
 
 #include "attn_int.h"
+#include "util/cpu.h" /* ISA levels of the forced codec tables */
 
 enum {
     TILE_Q = 64,           /* most query vectors (rows x group) per task */
@@ -389,10 +390,13 @@ int pgd__attn_force_isa(pgd_attn *a, int isa)
     a->step = f;
     a->axpy = pgd__attn_axpy(isa);
     a->softcap = pgd__attn_softcap(isa);
-    a->g.codec = isa == PGD__ATTN_SCALAR ? pgd__codec_ref(a->g.type) : pgd__codec_get(a->g.type);
-    if (a->g.ring)
-        a->g.ring =
-            isa == PGD__ATTN_SCALAR ? pgd__codec_ref(PGD_KV_F16) : pgd__codec_get(PGD_KV_F16);
+    /* The codec kernels of that level (AVX-512: the CPU's best, VNNI included), so that a
+     * forced AVX2 level runs what an AVX2-only CPU runs. */
+    const int level = isa == PGD__ATTN_SCALAR ? PGD__ISA_SCALAR
+                      : isa == PGD__ATTN_AVX2 ? PGD__ISA_AVX2
+                                              : pgd__cpu_isa();
+    a->g.codec = pgd__codec_at(a->g.type, level);
+    if (a->g.ring) a->g.ring = pgd__codec_at(PGD_KV_F16, level);
     return PGD_OK;
 }
 

@@ -102,6 +102,9 @@ enum { PGD__PREP_Q_HEAD_BYTES = 640 };
 const pgd__codec *pgd__codec_get(pgd_kv_type type);
 /* The scalar reference of a type (the spec the fast kernels are tested against). */
 const pgd__codec *pgd__codec_ref(pgd_kv_type type);
+/* The table of a type at an ISA level (util/cpu.h), or NULL when the type is unknown or this
+ * CPU or build lacks the level. For tests and benchmarks (attention's forced levels). */
+const pgd__codec *pgd__codec_at(pgd_kv_type type, int isa);
 
 /* Region bytes of a type (max of K and V layouts), 0 for an unknown type or overflow. */
 size_t pgd__codec_region_bytes(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim);
