@@ -292,6 +292,184 @@ PGD__I5 void pgd__va5(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
     }
 }
 
+/* ---- decode kernels with a spread software prefetch (k_scores_pf / v_accum_pf) ----
+ *
+ * The plain kernels above over rows [r0, r0 + n) that also prefetch region `next` (NULL:
+ * none), one share of next_bytes * PGD__PF_ROWS / pt bytes per group of PGD__PF_ROWS rows, so
+ * that the next page streams in at the pace this one is consumed, with no call per group.
+ * Bits: a K row's score is its own reduction (pgd__ks2_tile), a V output lane is the fma
+ * chain of the rows in row order, so neither depends on how rows are grouped, nor on a
+ * tile's width: the results equal k_scores / v_accum over the same rows.
+ * V keeps a tile of NH x CW output vectors in registers over all n rows (one head and a
+ * whole 128-value row: CW 8 on AVX-512, 2 x 8 on AVX2) and prefetches during the first tile. */
+enum { PGD__PF_ROWS = 4 };
+
+static inline __attribute__((always_inline)) void pgd__pf_share(const void *next, size_t off,
+                                                                size_t n)
+{
+    const char *c = (const char *)next + off;
+    for (size_t o = 0; o < n; o += 64)
+        __builtin_prefetch(c + o, 0, 3);
+}
+
+PGD__I2 void pgd__ks2_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *q, uint32_t nq, float scale, float *scores, size_t ld,
+                         const void *next, size_t next_bytes, pgd__ld8_fn load)
+{
+    const size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t j = 0; j < n; j += PGD__PF_ROWS) {
+        const uint32_t m = n - j < PGD__PF_ROWS ? n - j : PGD__PF_ROWS;
+        if (chunk) pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        pgd__ks2(region, pt, hd, r0 + j, m, q, nq, scale, scores + j, ld, load);
+    }
+}
+
+PGD__I5 void pgd__ks5_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *q, uint32_t nq, float scale, float *scores, size_t ld,
+                         const void *next, size_t next_bytes, pgd__ld16_fn load)
+{
+    const size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t j = 0; j < n; j += PGD__PF_ROWS) {
+        const uint32_t m = n - j < PGD__PF_ROWS ? n - j : PGD__PF_ROWS;
+        if (chunk) pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        pgd__ks5(region, pt, hd, r0 + j, m, q, nq, scale, scores + j, ld, load);
+    }
+}
+
+PGD__I2 void pgd__va2_pf_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                              const float *a, size_t lda, float *out, uint32_t d0, const int NH,
+                              const int CW, const void *next, size_t chunk, pgd__ld8_fn load)
+{
+    __m256 acc[2][8];
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            acc[h][c] = _mm256_loadu_ps(out + (size_t)h * hd + d0 + 8 * c);
+    for (uint32_t j = 0; j < n; j++) {
+        if (chunk && j % PGD__PF_ROWS == 0)
+            pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        for (int h = 0; h < NH; h++) {
+            __m256 w = _mm256_broadcast_ss(a + (size_t)h * lda + j);
+            for (int c = 0; c < CW; c++)
+                acc[h][c] =
+                    _mm256_fmadd_ps(w, load(reg, pt, hd, r0 + j, d0 + 8 * (uint32_t)c), acc[h][c]);
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            _mm256_storeu_ps(out + (size_t)h * hd + d0 + 8 * c, acc[h][c]);
+}
+
+PGD__I2 void pgd__va2_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *a, size_t lda, uint32_t nq, float *out, const void *next,
+                         size_t next_bytes, pgd__ld8_fn load)
+{
+    const uint8_t *reg = region;
+    size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t d0 = 0; d0 < hd;) {
+        /* One head: up to 8 vectors; more: two heads of up to 4 (8 accumulators). */
+        const uint32_t left = (hd - d0) / 8;
+        const uint32_t cw = left >= 8 && nq == 1 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        for (uint32_t h0 = 0; h0 < nq;) {
+            const uint32_t nh = nq - h0 >= 2 ? 2 : 1;
+            const float *ah = a + (size_t)h0 * lda;
+            float *oh = out + (size_t)h0 * hd;
+#define PGD__VA2_PF(NH, CW)                                                                        \
+    pgd__va2_pf_tile(reg, pt, hd, r0, n, ah, lda, oh, d0, NH, CW, next, chunk, load)
+            if (cw == 8)
+                PGD__VA2_PF(1, 8);
+            else if (nh == 2 && cw == 4)
+                PGD__VA2_PF(2, 4);
+            else if (nh == 2 && cw == 2)
+                PGD__VA2_PF(2, 2);
+            else if (nh == 2)
+                PGD__VA2_PF(2, 1);
+            else if (cw == 4)
+                PGD__VA2_PF(1, 4);
+            else if (cw == 2)
+                PGD__VA2_PF(1, 2);
+            else
+                PGD__VA2_PF(1, 1);
+#undef PGD__VA2_PF
+            chunk = 0; /* the first tile prefetches */
+            h0 += nh;
+        }
+        d0 += 8 * cw;
+    }
+}
+
+PGD__I5 void pgd__va5_pf_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                              const float *a, size_t lda, float *out, uint32_t d0, const int NH,
+                              const int CW, const void *next, size_t chunk, pgd__ld16_fn load)
+{
+    __m512 acc[4][8];
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            acc[h][c] = _mm512_loadu_ps(out + (size_t)h * hd + d0 + 16 * c);
+    for (uint32_t j = 0; j < n; j++) {
+        if (chunk && j % PGD__PF_ROWS == 0)
+            pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        __m512 x[8];
+        for (int c = 0; c < CW; c++)
+            x[c] = load(reg, pt, hd, r0 + j, d0 + 16 * (uint32_t)c);
+        for (int h = 0; h < NH; h++) {
+            __m512 w = _mm512_set1_ps(a[(size_t)h * lda + j]);
+            for (int c = 0; c < CW; c++)
+                acc[h][c] = _mm512_fmadd_ps(w, x[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            _mm512_storeu_ps(out + (size_t)h * hd + d0 + 16 * c, acc[h][c]);
+}
+
+PGD__I5 void pgd__va5_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *a, size_t lda, uint32_t nq, float *out, const void *next,
+                         size_t next_bytes, pgd__ld16_fn load)
+{
+    const uint8_t *reg = region;
+    size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t d0 = 0; d0 < hd;) {
+        const uint32_t left = (hd - d0) / 16;
+        /* Up to 16 accumulators: 1 head x 8 vectors, 2 x 8, 4 x 4. */
+        const uint32_t cw = left >= 8 && nq <= 2 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        for (uint32_t h0 = 0; h0 < nq;) {
+            const uint32_t nh = nq - h0 >= 4 && cw <= 4 ? 4
+                                : nq - h0 >= 2          ? 2
+                                                        : 1; /* cw 8: nq <= 2 */
+            const float *ah = a + (size_t)h0 * lda;
+            float *oh = out + (size_t)h0 * hd;
+#define PGD__VA5_PF(NH, CW)                                                                        \
+    pgd__va5_pf_tile(reg, pt, hd, r0, n, ah, lda, oh, d0, NH, CW, next, chunk, load)
+            if (nh == 4 && cw == 4)
+                PGD__VA5_PF(4, 4);
+            else if (nh == 4 && cw == 2)
+                PGD__VA5_PF(4, 2);
+            else if (nh == 4)
+                PGD__VA5_PF(4, 1);
+            else if (nh == 2 && cw == 8)
+                PGD__VA5_PF(2, 8);
+            else if (nh == 2 && cw == 4)
+                PGD__VA5_PF(2, 4);
+            else if (nh == 2 && cw == 2)
+                PGD__VA5_PF(2, 2);
+            else if (nh == 2)
+                PGD__VA5_PF(2, 1);
+            else if (cw == 8)
+                PGD__VA5_PF(1, 8);
+            else if (cw == 4)
+                PGD__VA5_PF(1, 4);
+            else if (cw == 2)
+                PGD__VA5_PF(1, 2);
+            else
+                PGD__VA5_PF(1, 1);
+#undef PGD__VA5_PF
+            chunk = 0; /* the first tile prefetches */
+            h0 += nh;
+        }
+        d0 += 16 * cw;
+    }
+}
+
 /* PGD__DEFINE_SIMD_K defines static PREFIX_k_scores_avx2 / _avx512 over loaders LD8 and
  * LD16, PGD__DEFINE_SIMD_V the v_accum pair, PGD__DEFINE_SIMD_KERNELS both. Each kernel
  * falls back to the narrower ISA (then to the reference REF) when head_dim is not a
@@ -334,6 +512,51 @@ PGD__I5 void pgd__va5(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
             pgd__va5(region, pt, hd, r0, n, a, lda, nq, out, LD16);                                \
         else                                                                                       \
             PREFIX##_v_accum_avx2(region, pt, hd, r0, n, a, lda, nq, out);                         \
+    }
+
+/* PGD__DEFINE_SIMD_PF defines static PREFIX_k_scores_pf_avx2 / _avx512 and
+ * PREFIX_v_accum_pf_avx2 / _avx512 (after PGD__DEFINE_SIMD_KERNELS): where head_dim is not a
+ * multiple of the vector width, the plain kernel after a burst prefetch of next. */
+#define PGD__DEFINE_SIMD_PF(PREFIX, LD8, LD16)                                                     \
+    static PGD__T2 void PREFIX##_k_scores_pf_avx2(                                                 \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *q,     \
+        uint32_t nq, float scale, float *scores, size_t ld, const void *next, size_t nb)           \
+    {                                                                                              \
+        if (hd % 8 == 0) {                                                                         \
+            pgd__ks2_pf(region, pt, hd, r0, n, q, nq, scale, scores, ld, next, nb, LD8);           \
+            return;                                                                                \
+        }                                                                                          \
+        if (next) pgd__pf_share(next, 0, nb);                                                      \
+        PREFIX##_k_scores_avx2(region, pt, hd, r0, n, q, nq, scale, scores, ld);                   \
+    }                                                                                              \
+    static PGD__T5 void PREFIX##_k_scores_pf_avx512(                                               \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *q,     \
+        uint32_t nq, float scale, float *scores, size_t ld, const void *next, size_t nb)           \
+    {                                                                                              \
+        if (hd % 16 == 0)                                                                          \
+            pgd__ks5_pf(region, pt, hd, r0, n, q, nq, scale, scores, ld, next, nb, LD16);          \
+        else                                                                                       \
+            PREFIX##_k_scores_pf_avx2(region, pt, hd, r0, n, q, nq, scale, scores, ld, next, nb);  \
+    }                                                                                              \
+    static PGD__T2 void PREFIX##_v_accum_pf_avx2(                                                  \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *a,     \
+        size_t lda, uint32_t nq, float *out, const void *next, size_t nb)                          \
+    {                                                                                              \
+        if (hd % 8 == 0) {                                                                         \
+            pgd__va2_pf(region, pt, hd, r0, n, a, lda, nq, out, next, nb, LD8);                    \
+            return;                                                                                \
+        }                                                                                          \
+        if (next) pgd__pf_share(next, 0, nb);                                                      \
+        PREFIX##_v_accum_avx2(region, pt, hd, r0, n, a, lda, nq, out);                             \
+    }                                                                                              \
+    static PGD__T5 void PREFIX##_v_accum_pf_avx512(                                                \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *a,     \
+        size_t lda, uint32_t nq, float *out, const void *next, size_t nb)                          \
+    {                                                                                              \
+        if (hd % 16 == 0)                                                                          \
+            pgd__va5_pf(region, pt, hd, r0, n, a, lda, nq, out, next, nb, LD16);                   \
+        else                                                                                       \
+            PREFIX##_v_accum_pf_avx2(region, pt, hd, r0, n, a, lda, nq, out, next, nb);            \
     }
 
 #define PGD__DEFINE_SIMD_KERNELS(PREFIX, LD8, LD16, REF_KS, REF_VA)                                \

@@ -158,6 +158,8 @@ const pgd__codec pgd__codec_q4_0_ref = {
     q4_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -260,10 +262,19 @@ static PGD__T5N void q4_k_scores_prep(const void *region, uint32_t pt, uint32_t 
 }
 
 const pgd__codec pgd__codec_q4_0_vnni = {
-    PGD_KV_Q4_0,     "q4_0",           1,
-    q4_region_bytes, q4_write_row,     q4_encode_page,
-    q4_decode_rows,  q4_k_scores_vnni, q4_v_accum_vnni,
-    q4_prepare_q,    q4_k_scores_prep,
+    PGD_KV_Q4_0,
+    "q4_0",
+    1,
+    q4_region_bytes,
+    q4_write_row,
+    q4_encode_page,
+    q4_decode_rows,
+    q4_k_scores_vnni,
+    q4_v_accum_vnni,
+    q4_prepare_q,
+    q4_k_scores_prep,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q4_0_avx2 = {
     PGD_KV_Q4_0,
@@ -277,6 +288,8 @@ const pgd__codec pgd__codec_q4_0_avx2 = {
     q4_v_accum_avx2,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q4_0_avx512 = {
     PGD_KV_Q4_0,
@@ -288,6 +301,8 @@ const pgd__codec pgd__codec_q4_0_avx512 = {
     q4_decode_rows,
     q4_k_scores_avx512,
     q4_v_accum_avx512,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };

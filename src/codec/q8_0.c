@@ -143,6 +143,8 @@ const pgd__codec pgd__codec_q8_0_ref = {
     q8_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -230,10 +232,19 @@ static PGD__T5N void q8_k_scores_prep(const void *region, uint32_t pt, uint32_t 
 }
 
 const pgd__codec pgd__codec_q8_0_vnni = {
-    PGD_KV_Q8_0,     "q8_0",           1,
-    q8_region_bytes, q8_write_row,     q8_encode_page,
-    q8_decode_rows,  q8_k_scores_vnni, q8_v_accum_vnni,
-    q8_prepare_q,    q8_k_scores_prep,
+    PGD_KV_Q8_0,
+    "q8_0",
+    1,
+    q8_region_bytes,
+    q8_write_row,
+    q8_encode_page,
+    q8_decode_rows,
+    q8_k_scores_vnni,
+    q8_v_accum_vnni,
+    q8_prepare_q,
+    q8_k_scores_prep,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q8_0_avx2 = {
     PGD_KV_Q8_0,
@@ -247,6 +258,8 @@ const pgd__codec pgd__codec_q8_0_avx2 = {
     q8_v_accum_avx2,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q8_0_avx512 = {
     PGD_KV_Q8_0,
@@ -258,6 +271,8 @@ const pgd__codec pgd__codec_q8_0_avx512 = {
     q8_decode_rows,
     q8_k_scores_avx512,
     q8_v_accum_avx512,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };
