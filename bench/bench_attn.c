@@ -37,6 +37,8 @@
  * The checksum folds every output, so a change that is fast but wrong shows up.
  * --cpu-time (one thread): times on the thread's CPU clock, for a shared machine where the
  * wall clock also counts the time the bench waits for a core.
+ * --isa avx2: the AVX2 level (its codec tables and softmax step, pgd__attn_force_isa) on a
+ * machine that has more, to measure what an AVX2-only CPU runs.
  * Threads: a persistent pthread pool (libpagoda has none), tasks claimed in order from an
  * atomic counter, workers spinning briefly between runs then sleeping.
  */

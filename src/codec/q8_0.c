@@ -167,127 +167,19 @@ PGD__I5 __m512 ld16_q8(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r,
 
 PGD__DEFINE_SIMD_KERNELS(q8, ld8_q8, ld16_q8, q8_k_scores_ref, q8_v_accum_ref)
 
-/* AVX2, head_dim a multiple of 32: the kernels of kern_x86.h with each row's block scale
- * loaded once per block of 32 values instead of once per 8 (ld8_q8 broadcasts and converts
- * it per call: 3 of its 9 uops). The values, code * scale (exact in float: 8-bit code, 11-bit
- * scale), and the fma chains are those of pgd__ks2_tile / pgd__va2_tile, so are the bits. */
+/* AVX2 with head_dim a multiple of 32: the block kernels of kern_x86.h (pgd__ks2b, pgd__va2b),
+ * which load a row's block scale once per 32 values instead of once per 8 (ld8_q8 broadcasts
+ * and converts it per call, 3 of its 9 uops); the bits of the kernels above. */
+PGD__I2 __m256 q8_scale8(const uint8_t *reg, uint32_t pt, uint32_t hd, size_t blk)
+{
+    return pgd__bcast_f16_8((const uint16_t *)(reg + (size_t)pt * hd) + blk);
+}
 PGD__I2 __m256 q8_codes8(const uint8_t *reg, size_t f, __m256 s)
 {
     return _mm256_mul_ps(
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(reg + f)))), s);
 }
-
-PGD__I2 void q8_ks2_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r, const float *q,
-                         const int R, const int NH, float scale, float *sc, size_t ld)
-{
-    const uint16_t *scl = (const uint16_t *)(reg + (size_t)pt * hd);
-    __m256 acc[4][2], s[4];
-    for (int i = 0; i < R; i++)
-        for (int h = 0; h < NH; h++)
-            acc[i][h] = _mm256_setzero_ps();
-    for (uint32_t d = 0; d < hd; d += 32) {
-        for (int i = 0; i < R; i++)
-            s[i] = pgd__bcast_f16_8(scl + ((size_t)(r + (uint32_t)i) * hd + d) / 32);
-        for (uint32_t k = 0; k < 32; k += 8) {
-            __m256 x[4];
-            for (int i = 0; i < R; i++)
-                x[i] = q8_codes8(reg, (size_t)(r + (uint32_t)i) * hd + d + k, s[i]);
-            for (int h = 0; h < NH; h++) {
-                __m256 qv = _mm256_loadu_ps(q + (size_t)h * hd + d + k);
-                for (int i = 0; i < R; i++)
-                    acc[i][h] = _mm256_fmadd_ps(qv, x[i], acc[i][h]);
-            }
-        }
-    }
-    if (R == 4) {
-        for (int h = 0; h < NH; h++)
-            _mm_storeu_ps(sc + (size_t)h * ld,
-                          _mm_mul_ps(pgd__reduce4_8(acc[0][h], acc[1][h], acc[2][h], acc[3][h]),
-                                     _mm_set1_ps(scale)));
-        return;
-    }
-    const __m256 z = _mm256_setzero_ps();
-    for (int i = 0; i < R; i++)
-        for (int h = 0; h < NH; h++)
-            sc[(size_t)h * ld + (size_t)i] =
-                _mm_cvtss_f32(pgd__reduce4_8(acc[i][h], z, z, z)) * scale;
-}
-
-static PGD__T2 void q8_k_scores_blk_avx2(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
-                                         uint32_t n, const float *q, uint32_t nq, float scale,
-                                         float *scores, size_t ld)
-{
-    if (hd % 32 != 0) {
-        q8_k_scores_avx2(region, pt, hd, r0, n, q, nq, scale, scores, ld);
-        return;
-    }
-    const uint8_t *reg = region;
-    for (uint32_t h0 = 0; h0 < nq; h0 += 2) {
-        const uint32_t nh = nq - h0 < 2 ? nq - h0 : 2;
-        const float *qh = q + (size_t)h0 * hd;
-        float *sh = scores + (size_t)h0 * ld;
-        uint32_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            if (nh == 1)
-                q8_ks2_tile(reg, pt, hd, r0 + j, qh, 4, 1, scale, sh + j, ld);
-            else
-                q8_ks2_tile(reg, pt, hd, r0 + j, qh, 4, 2, scale, sh + j, ld);
-        }
-        for (; j < n; j++) {
-            if (nh == 1)
-                q8_ks2_tile(reg, pt, hd, r0 + j, qh, 1, 1, scale, sh + j, ld);
-            else
-                q8_ks2_tile(reg, pt, hd, r0 + j, qh, 1, 2, scale, sh + j, ld);
-        }
-    }
-}
-
-/* One block of 32 output values (d0 % 32 == 0) for NH heads over rows [r0, r0 + n). */
-PGD__I2 void q8_va2_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
-                         const float *a, size_t lda, float *out, uint32_t d0, const int NH)
-{
-    const uint16_t *scl = (const uint16_t *)(reg + (size_t)pt * hd);
-    __m256 acc[2][4], x[4];
-    for (int h = 0; h < NH; h++)
-        for (int c = 0; c < 4; c++)
-            acc[h][c] = _mm256_loadu_ps(out + (size_t)h * hd + d0 + 8 * c);
-    for (uint32_t j = 0; j < n; j++) {
-        const size_t f = (size_t)(r0 + j) * hd + d0;
-        const __m256 s = pgd__bcast_f16_8(scl + f / 32);
-        for (int c = 0; c < 4; c++)
-            x[c] = q8_codes8(reg, f + 8 * (size_t)c, s);
-        for (int h = 0; h < NH; h++) {
-            __m256 w = _mm256_broadcast_ss(a + (size_t)h * lda + j);
-            for (int c = 0; c < 4; c++)
-                acc[h][c] = _mm256_fmadd_ps(w, x[c], acc[h][c]);
-        }
-    }
-    for (int h = 0; h < NH; h++)
-        for (int c = 0; c < 4; c++)
-            _mm256_storeu_ps(out + (size_t)h * hd + d0 + 8 * c, acc[h][c]);
-}
-
-static PGD__T2 void q8_v_accum_blk_avx2(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
-                                        uint32_t n, const float *a, size_t lda, uint32_t nq,
-                                        float *out)
-{
-    if (hd % 32 != 0) {
-        q8_v_accum_avx2(region, pt, hd, r0, n, a, lda, nq, out);
-        return;
-    }
-    const uint8_t *reg = region;
-    for (uint32_t d0 = 0; d0 < hd; d0 += 32)
-        for (uint32_t h0 = 0; h0 < nq;) {
-            const uint32_t nh = nq - h0 >= 2 ? 2 : 1;
-            if (nh == 2)
-                q8_va2_tile(reg, pt, hd, r0, n, a + (size_t)h0 * lda, lda, out + (size_t)h0 * hd,
-                            d0, 2);
-            else
-                q8_va2_tile(reg, pt, hd, r0, n, a + (size_t)h0 * lda, lda, out + (size_t)h0 * hd,
-                            d0, 1);
-            h0 += nh;
-        }
-}
+PGD__DEFINE_BLOCK_KERNELS(q8, q8_scale8, q8_codes8)
 
 /* VNNI: the codes with the sign bit flipped (k + 128) as the unsigned operand of vpdpbusd. */
 PGD__I5N __m512i kn_chunk_q8(const uint8_t *reg, size_t c)
