@@ -32,10 +32,13 @@
  *
  * Targets (issue 5): f16 at GQA 1 >= 85% of the probe; paged >= 0.97x contiguous; q8_0 and
  * q4_0 faster than f16 at long context (the summary lines). Each figure is the median of
- * timed repetitions (at least --min-reps, at least --min-ms) after one untimed warm-up.
+ * timed repetitions (at least --min-reps, at least --min-ms) after one untimed warm-up
+ * (--fastest: the fastest one).
  * The checksum folds every output, so a change that is fast but wrong shows up.
  * --cpu-time (one thread): times on the thread's CPU clock, for a shared machine where the
  * wall clock also counts the time the bench waits for a core.
+ * --isa avx2: the AVX2 level (its codec tables and softmax step, pgd__attn_force_isa) on a
+ * machine that has more, to measure what an AVX2-only CPU runs.
  * Threads: a persistent pthread pool (libpagoda has none), tasks claimed in order from an
  * atomic counter, workers spinning briefly between runs then sleeping.
  */
@@ -72,6 +75,9 @@ typedef struct opts {
     int scores;      /* time decode with against without scores */
     int gemma;       /* time decode plain, soft-capped and windowed */
     uint32_t window; /* --gemma: the window layer's window */
+    int isa;         /* --isa: the attention level (pgd__attn_force_isa), -1: the CPU's best */
+    int prefetch;    /* --prefetch: pgd__attn_set_prefetch mode, -1: the library's default */
+    int fastest;     /* --fastest: each figure is the fastest repetition, not the median */
 } opts;
 
 static void usage(FILE *f)
@@ -108,6 +114,14 @@ static void usage(FILE *f)
                "  --gemma            decode plain, with soft-cap 50 and as a window layer, in\n"
                "                     turn on the same sequences (paged only, no prefill)\n"
                "  --window N         --gemma's window (default 1024)\n"
+               "  --isa NAME         attention level: scalar, avx2 (the AVX2 codec tables and\n"
+               "                     step, what an AVX2-only CPU runs) or avx512 (default: the\n"
+               "                     CPU's best)\n"
+               "  --prefetch N       software prefetch mode (0 none, 1 burst, 2 spread; default\n"
+               "                     the library's)\n"
+               "  --fastest          each figure (attention and probe alike) is the fastest\n"
+               "                     repetition instead of the median: on a loaded machine the\n"
+               "                     closest to what the code does alone\n"
                "  --seed N           K/V and query seed (default 1)\n"
                "  --json             one JSON object per result line\n"
                "  --smoke            tiny and fast (ctest)\n"
@@ -134,6 +148,18 @@ static double now_s(void)
 static int more_reps(int k, double t_start, const opts *o)
 {
     return k < 4096 && (k < (int)o->min_reps || now_s() - t_start < o->min_ms * 1e-3);
+}
+
+static int pick_fastest; /* --fastest */
+
+/* The figure of n timed repetitions: their median, or with --fastest their minimum. */
+static double pick(double *t, size_t n)
+{
+    if (!pick_fastest) return bench_median(t, n);
+    double m = t[0];
+    for (size_t i = 1; i < n; i++)
+        m = t[i] < m ? t[i] : m;
+    return m;
 }
 
 /* ---- the thread pool (the bench's pgd_parallel_fn) ---- */
@@ -326,7 +352,7 @@ static double probe_time(bpool *bp, probe *pr, size_t bytes, const opts *o)
         bpool_run(bp, probe_task, pr, n_tasks);
         t[n++] = now_s() - t0;
     }
-    return bench_median(t, (size_t)n);
+    return pick(t, (size_t)n);
 }
 
 /* ---- K/V fill ---- */
@@ -480,7 +506,7 @@ static int time_decode(pgd_attn *a[2], pgd_attn_item *it[2], uint32_t n, bpool *
     for (int l = 0; l < 3; l++) {
         t[l] = 0;
         if (l < 2 && !a[l]) continue;
-        t[l] = bench_median(s[l], (size_t)k);
+        t[l] = pick(s[l], (size_t)k);
     }
     return 0;
 }
@@ -506,8 +532,8 @@ static int time_scores(pgd_attn *a, pgd_attn_item *it, const pgd_attn_scores *sc
         }
         k++;
     }
-    t[0] = bench_median(s[0], (size_t)k);
-    t[1] = bench_median(s[1], (size_t)k);
+    t[0] = pick(s[0], (size_t)k);
+    t[1] = pick(s[1], (size_t)k);
     return 0;
 }
 
@@ -530,7 +556,7 @@ static int time_variants(pgd_attn *const *a, int n_a, pgd_attn_item *it, uint32_
         k++;
     }
     for (int l = 0; l < n_a; l++)
-        t[l] = bench_median(s[l], (size_t)k);
+        t[l] = pick(s[l], (size_t)k);
     return 0;
 }
 
@@ -546,7 +572,16 @@ static double time_attn(pgd_attn *a, pgd_attn_item *it, uint32_t n, const opts *
         pgd_attn_run(a, 0, it, n);
         t[k++] = now_s() - t0;
     }
-    return bench_median(t, (size_t)k);
+    return pick(t, (size_t)k);
+}
+
+/* Applies the options that tune an attention context (--isa, --prefetch, --wide); returns
+ * PGD_OK or the status of the forced level. */
+static int tune_attn(pgd_attn *a, const opts *o)
+{
+    pgd__attn_set_wide(a, o->wide);
+    if (o->prefetch >= 0) pgd__attn_set_prefetch(a, o->prefetch);
+    return o->isa >= 0 ? pgd__attn_force_isa(a, o->isa) : PGD_OK;
 }
 
 static void print_scores_header(void)
@@ -588,20 +623,36 @@ int main(int argc, char **argv)
     o.prefill_depth = 2048;
     o.layouts = 3;
     o.window = 1024;
+    o.isa = -1;
+    o.prefetch = -1;
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
 
-    static const struct option lo[] = {{"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},
-                                       {"batch", 1, 0, 'b'},         {"gqa", 1, 0, 'g'},
-                                       {"kv-heads", 1, 0, 'k'},      {"head-dim", 1, 0, 'd'},
-                                       {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'},
-                                       {"threads", 1, 0, 'T'},       {"min-reps", 1, 0, 'r'},
-                                       {"min-ms", 1, 0, 'M'},        {"prefill", 1, 0, 'P'},
-                                       {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'},
-                                       {"hugepages", 0, 0, 'H'},     {"small-probe", 0, 0, 'B'},
-                                       {"cpu-time", 0, 0, 'C'},      {"wide", 1, 0, 'W'},
-                                       {"scores", 0, 0, 'S'},        {"gemma", 0, 0, 'G'},
-                                       {"window", 1, 0, 'w'},        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"types", 1, 0, 't'},
+                                       {"ctx", 1, 0, 'c'},
+                                       {"batch", 1, 0, 'b'},
+                                       {"gqa", 1, 0, 'g'},
+                                       {"kv-heads", 1, 0, 'k'},
+                                       {"head-dim", 1, 0, 'd'},
+                                       {"page-tokens", 1, 0, 'p'},
+                                       {"max-tokens", 1, 0, 'm'},
+                                       {"threads", 1, 0, 'T'},
+                                       {"min-reps", 1, 0, 'r'},
+                                       {"min-ms", 1, 0, 'M'},
+                                       {"prefill", 1, 0, 'P'},
+                                       {"prefill-depth", 1, 0, 'D'},
+                                       {"paged-only", 0, 0, 'O'},
+                                       {"hugepages", 0, 0, 'H'},
+                                       {"small-probe", 0, 0, 'B'},
+                                       {"cpu-time", 0, 0, 'C'},
+                                       {"wide", 1, 0, 'W'},
+                                       {"scores", 0, 0, 'S'},
+                                       {"gemma", 0, 0, 'G'},
+                                       {"window", 1, 0, 'w'},
+                                       {"isa", 1, 0, 'I'},
+                                       {"prefetch", 1, 0, 'F'},
+                                       {"fastest", 0, 0, 'X'},
+                                       {0, 0, 0, 0}};
     bench_cli cli = {.prog = "bench_attn",
                      .usage = usage,
                      .own = lo,
@@ -611,7 +662,7 @@ int main(int argc, char **argv)
         int c = bench_cli_next(&cli, argc, argv);
         if (c == -1) break;
         int bad = 0, n;
-        uint32_t one[1];
+        uint32_t one[1] = {0};
         switch (c) {
         case 't':
             n = bench_parse_kv_types(optarg, o.types, 8);
@@ -677,9 +728,26 @@ int main(int argc, char **argv)
         case 'S':
             o.scores = 1;
             break;
+        case 'X':
+            o.fastest = 1;
+            break;
         case 'G':
             o.gemma = 1;
             break;
+        case 'I':
+            o.isa = !strcmp(optarg, "scalar")   ? PGD__ATTN_SCALAR
+                    : !strcmp(optarg, "avx2")   ? PGD__ATTN_AVX2
+                    : !strcmp(optarg, "avx512") ? PGD__ATTN_AVX512
+                                                : -2;
+            bad = o.isa == -2 || o.isa > pgd__attn_isa();
+            break;
+        case 'F': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            bad = *end || end == optarg || v < 0 || v > 2;
+            o.prefetch = (int)v;
+            break;
+        }
         }
         if (bad) {
             fprintf(stderr, "bench_attn: bad option value '%s' (see --help)\n",
@@ -714,6 +782,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.cpu_time) bench_clock = CLOCK_THREAD_CPUTIME_ID;
+    pick_fastest = o.fastest;
     bpool bp;
     if (bpool_start(&bp, o.threads) != 0) {
         fprintf(stderr, "bench_attn: cannot start %u threads\n", o.threads);
@@ -751,10 +820,12 @@ int main(int argc, char **argv)
     pr->buf = buf;
     const double dram_gbs = (double)big / probe_time(&bp, pr, big, &o) * 1e-9;
     if (!o.b.json) {
+        static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
         printf("bench_attn: %u threads, %u KV heads, head_dim %u, %u tokens/page, probe on %s "
-               "pages, %s clock\n",
+               "pages, %s clock, isa %s%s, %s\n",
                o.threads, o.n_kv, o.hd, o.pt, o.small_probe ? "4 KiB" : "huge",
-               o.cpu_time ? "thread CPU" : "wall");
+               o.cpu_time ? "thread CPU" : "wall", isa_names[o.isa >= 0 ? o.isa : pgd__attn_isa()],
+               o.isa >= 0 ? " (forced)" : "", o.fastest ? "fastest repetition" : "median");
         printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
         if (o.scores)
             print_scores_header();
@@ -763,7 +834,8 @@ int main(int argc, char **argv)
         else
             print_header();
     } else {
-        printf("{\"probe_dram_gbs\": %.2f, \"threads\": %u}\n", dram_gbs, o.threads);
+        printf("{\"probe_dram_gbs\": %.2f, \"threads\": %u, \"isa\": %d}\n", dram_gbs, o.threads,
+               o.isa >= 0 ? o.isa : pgd__attn_isa());
     }
 
     uint32_t max_batch = 0;
@@ -828,12 +900,12 @@ int main(int argc, char **argv)
                     pgd_attn_item *itl[2] = {it[0], it[1]};
                     for (int l = 0; l < 2 && !rc; l++) {
                         if (!f[l].c) continue;
-                        if (pgd_attn_create(f[l].c, &ap, &a[l]) != PGD_OK) {
+                        if (pgd_attn_create(f[l].c, &ap, &a[l]) != PGD_OK ||
+                            tune_attn(a[l], &o) != PGD_OK) {
                             fprintf(stderr, "bench_attn: pgd_attn_create failed\n");
                             rc = 1;
                             break;
                         }
-                        pgd__attn_set_wide(a[l], o.wide);
                         for (uint32_t i = 0; i < batch; i++)
                             it[l][i] =
                                 (pgd_attn_item){f[l].seq[i], 1, q + (size_t)i * n_head * o.hd,
@@ -879,6 +951,7 @@ int main(int argc, char **argv)
                         double tv[3];
                         if (pgd_attn_create(f[0].c, &cp, &av[1]) != PGD_OK ||
                             pgd_attn_create(f[0].c, &wp, &av[2]) != PGD_OK ||
+                            tune_attn(av[1], &o) != PGD_OK || tune_attn(av[2], &o) != PGD_OK ||
                             time_variants(av, 3, it[0], batch, &o, tv) != 0) {
                             fprintf(stderr, "bench_attn: gemma runs failed\n");
                             rc = 1;
@@ -965,7 +1038,8 @@ int main(int argc, char **argv)
             for (size_t i = 0; q && i < (size_t)o.prefill * n_head * o.hd; i++)
                 q[i] = bench_randf(&qr);
             pgd_attn *a = NULL;
-            if (!q || !out || pgd_attn_create(f.c, &ap, &a) != PGD_OK) {
+            if (!q || !out || pgd_attn_create(f.c, &ap, &a) != PGD_OK ||
+                tune_attn(a, &o) != PGD_OK) {
                 rc = 1;
             } else {
                 pgd_attn_item it = {f.seq[0], o.prefill, q, out};

@@ -157,9 +157,11 @@ pgd__attn_softcap_fn pgd__attn_softcap(int isa);
 /* The axpy at an ISA level, NULL when this CPU lacks it. */
 pgd__attn_axpy_fn pgd__attn_axpy(int isa);
 
-/* Test hook: makes a pgd_attn use the scalar step and the reference codec kernels
- * (isa = PGD__ATTN_SCALAR) or a given step level with the fast codec kernels.
- * Returns PGD_OK or PGD_EINVAL (level not available). */
+/* Test / benchmark hook (bench_attn --isa): makes a pgd_attn use the scalar step and the
+ * reference codec kernels (isa = PGD__ATTN_SCALAR), or a given step level with the codec
+ * kernels of that level (PGD__ATTN_AVX2: the AVX2 tables, what an AVX2-only CPU runs;
+ * PGD__ATTN_AVX512: the CPU's best, VNNI included). Returns PGD_OK or PGD_EINVAL (level not
+ * available). */
 int pgd__attn_force_isa(pgd_attn *a, int isa);
 
 /* Benchmark hook: software prefetch. 0 none; 1 burst: the first 4 KiB (block codecs: all) of the

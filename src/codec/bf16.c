@@ -63,6 +63,8 @@ const pgd__codec pgd__codec_bf16_ref = {
     bf16_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -80,6 +82,7 @@ PGD__I5 __m512 ld16_bf16(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t 
 }
 
 PGD__DEFINE_SIMD_KERNELS(bf16, ld8_bf16, ld16_bf16, bf16_k_scores_ref, bf16_v_accum_ref)
+PGD__DEFINE_SIMD_PF(bf16, ld8_bf16, ld16_bf16)
 
 const pgd__codec pgd__codec_bf16_avx2 = {
     PGD_KV_BF16,
@@ -93,6 +96,8 @@ const pgd__codec pgd__codec_bf16_avx2 = {
     bf16_v_accum_avx2,
     NULL,
     NULL,
+    bf16_k_scores_pf_avx2,
+    bf16_v_accum_pf_avx2,
 };
 const pgd__codec pgd__codec_bf16_avx512 = {
     PGD_KV_BF16,
@@ -106,5 +111,7 @@ const pgd__codec pgd__codec_bf16_avx512 = {
     bf16_v_accum_avx512,
     NULL,
     NULL,
+    bf16_k_scores_pf_avx512,
+    bf16_v_accum_pf_avx512,
 };
 #endif

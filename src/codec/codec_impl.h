@@ -23,10 +23,6 @@
 #include "codec_int.h"
 #include "util/cpu.h" /* ISA levels, pgd__cpu_isa */
 
-/* The table of a type at an ISA level, or NULL when the type is unknown or this CPU or
- * build lacks the level. For tests and benchmarks. */
-const pgd__codec *pgd__codec_at(pgd_kv_type type, int isa);
-
 /* Rounds a byte count up to a multiple of 16 (region sizes). */
 static inline size_t pgd__round16(size_t n)
 {

@@ -83,6 +83,18 @@ typedef struct pgd__codec {
     void (*k_scores_prep)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
                           uint32_t n, const void *prep, uint32_t nq, float scale, float *scores,
                           size_t ld);
+
+    /* Optional (NULL where a codec has none; f32, f16 and bf16 at the SIMD levels): k_scores
+     * and v_accum that also prefetch the region `next` (NULL: none), next_bytes *
+     * PGD__PF_ROWS / page_tokens bytes before each group of PGD__PF_ROWS (4) rows, so that
+     * attention streams the next page in at the pace it consumes this one (decode rows,
+     * attn.c). They write exactly (bit for bit) what k_scores / v_accum write. */
+    void (*k_scores_pf)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
+                        uint32_t n, const float *q, uint32_t nq, float scale, float *scores,
+                        size_t ld, const void *next, size_t next_bytes);
+    void (*v_accum_pf)(const void *region, uint32_t page_tokens, uint32_t head_dim, uint32_t r0,
+                       uint32_t n, const float *a, size_t lda, uint32_t nq, float *out,
+                       const void *next, size_t next_bytes);
 } pgd__codec;
 
 /* Nonzero when a pool of this codec and head_dim stages its rows: kivi2 (not
@@ -102,6 +114,9 @@ enum { PGD__PREP_Q_HEAD_BYTES = 640 };
 const pgd__codec *pgd__codec_get(pgd_kv_type type);
 /* The scalar reference of a type (the spec the fast kernels are tested against). */
 const pgd__codec *pgd__codec_ref(pgd_kv_type type);
+/* The table of a type at an ISA level (util/cpu.h), or NULL when the type is unknown or this
+ * CPU or build lacks the level. For tests and benchmarks (attention's forced levels). */
+const pgd__codec *pgd__codec_at(pgd_kv_type type, int isa);
 
 /* Region bytes of a type (max of K and V layouts), 0 for an unknown type or overflow. */
 size_t pgd__codec_region_bytes(pgd_kv_type type, uint32_t page_tokens, uint32_t head_dim);

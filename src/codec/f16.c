@@ -63,6 +63,8 @@ const pgd__codec pgd__codec_f16_ref = {
     f16_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -78,6 +80,7 @@ PGD__I5 __m512 ld16_f16(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r
 }
 
 PGD__DEFINE_SIMD_KERNELS(f16, ld8_f16, ld16_f16, f16_k_scores_ref, f16_v_accum_ref)
+PGD__DEFINE_SIMD_PF(f16, ld8_f16, ld16_f16)
 
 /* F16C rounds to nearest even like pgd__f32_to_f16: the rows are bit-identical. */
 static void f16_write_row_fast(pgd__kv_kind kind, void *region, uint32_t pt, uint32_t hd,
@@ -105,6 +108,8 @@ const pgd__codec pgd__codec_f16_avx2 = {
     f16_v_accum_avx2,
     NULL,
     NULL,
+    f16_k_scores_pf_avx2,
+    f16_v_accum_pf_avx2,
 };
 const pgd__codec pgd__codec_f16_avx512 = {
     PGD_KV_F16,
@@ -118,5 +123,7 @@ const pgd__codec pgd__codec_f16_avx512 = {
     f16_v_accum_avx512,
     NULL,
     NULL,
+    f16_k_scores_pf_avx512,
+    f16_v_accum_pf_avx512,
 };
 #endif

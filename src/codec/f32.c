@@ -59,6 +59,8 @@ const pgd__codec pgd__codec_f32_ref = {
     f32_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -74,6 +76,7 @@ PGD__I5 __m512 ld16_f32(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r
 }
 
 PGD__DEFINE_SIMD_KERNELS(f32, ld8_f32, ld16_f32, f32_k_scores_ref, f32_v_accum_ref)
+PGD__DEFINE_SIMD_PF(f32, ld8_f32, ld16_f32)
 
 const pgd__codec pgd__codec_f32_avx2 = {
     PGD_KV_F32,
@@ -87,6 +90,8 @@ const pgd__codec pgd__codec_f32_avx2 = {
     f32_v_accum_avx2,
     NULL,
     NULL,
+    f32_k_scores_pf_avx2,
+    f32_v_accum_pf_avx2,
 };
 const pgd__codec pgd__codec_f32_avx512 = {
     PGD_KV_F32,
@@ -100,5 +105,7 @@ const pgd__codec pgd__codec_f32_avx512 = {
     f32_v_accum_avx512,
     NULL,
     NULL,
+    f32_k_scores_pf_avx512,
+    f32_v_accum_pf_avx512,
 };
 #endif

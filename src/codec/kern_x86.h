@@ -292,6 +292,184 @@ PGD__I5 void pgd__va5(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
     }
 }
 
+/* ---- decode kernels with a spread software prefetch (k_scores_pf / v_accum_pf) ----
+ *
+ * The plain kernels above over rows [r0, r0 + n) that also prefetch region `next` (NULL:
+ * none), one share of next_bytes * PGD__PF_ROWS / pt bytes per group of PGD__PF_ROWS rows, so
+ * that the next page streams in at the pace this one is consumed, with no call per group.
+ * Bits: a K row's score is its own reduction (pgd__ks2_tile), a V output lane is the fma
+ * chain of the rows in row order, so neither depends on how rows are grouped, nor on a
+ * tile's width: the results equal k_scores / v_accum over the same rows.
+ * V keeps a tile of NH x CW output vectors in registers over all n rows (one head and a
+ * whole 128-value row: CW 8 on AVX-512, 2 x 8 on AVX2) and prefetches during the first tile. */
+enum { PGD__PF_ROWS = 4 };
+
+static inline __attribute__((always_inline)) void pgd__pf_share(const void *next, size_t off,
+                                                                size_t n)
+{
+    const char *c = (const char *)next + off;
+    for (size_t o = 0; o < n; o += 64)
+        __builtin_prefetch(c + o, 0, 3);
+}
+
+PGD__I2 void pgd__ks2_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *q, uint32_t nq, float scale, float *scores, size_t ld,
+                         const void *next, size_t next_bytes, pgd__ld8_fn load)
+{
+    const size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t j = 0; j < n; j += PGD__PF_ROWS) {
+        const uint32_t m = n - j < PGD__PF_ROWS ? n - j : PGD__PF_ROWS;
+        if (chunk) pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        pgd__ks2(region, pt, hd, r0 + j, m, q, nq, scale, scores + j, ld, load);
+    }
+}
+
+PGD__I5 void pgd__ks5_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *q, uint32_t nq, float scale, float *scores, size_t ld,
+                         const void *next, size_t next_bytes, pgd__ld16_fn load)
+{
+    const size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t j = 0; j < n; j += PGD__PF_ROWS) {
+        const uint32_t m = n - j < PGD__PF_ROWS ? n - j : PGD__PF_ROWS;
+        if (chunk) pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        pgd__ks5(region, pt, hd, r0 + j, m, q, nq, scale, scores + j, ld, load);
+    }
+}
+
+PGD__I2 void pgd__va2_pf_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                              const float *a, size_t lda, float *out, uint32_t d0, const int NH,
+                              const int CW, const void *next, size_t chunk, pgd__ld8_fn load)
+{
+    __m256 acc[2][8];
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            acc[h][c] = _mm256_loadu_ps(out + (size_t)h * hd + d0 + 8 * c);
+    for (uint32_t j = 0; j < n; j++) {
+        if (chunk && j % PGD__PF_ROWS == 0)
+            pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        for (int h = 0; h < NH; h++) {
+            __m256 w = _mm256_broadcast_ss(a + (size_t)h * lda + j);
+            for (int c = 0; c < CW; c++)
+                acc[h][c] =
+                    _mm256_fmadd_ps(w, load(reg, pt, hd, r0 + j, d0 + 8 * (uint32_t)c), acc[h][c]);
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            _mm256_storeu_ps(out + (size_t)h * hd + d0 + 8 * c, acc[h][c]);
+}
+
+PGD__I2 void pgd__va2_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *a, size_t lda, uint32_t nq, float *out, const void *next,
+                         size_t next_bytes, pgd__ld8_fn load)
+{
+    const uint8_t *reg = region;
+    size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t d0 = 0; d0 < hd;) {
+        /* One head: up to 8 vectors; more: two heads of up to 4 (8 accumulators). */
+        const uint32_t left = (hd - d0) / 8;
+        const uint32_t cw = left >= 8 && nq == 1 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        for (uint32_t h0 = 0; h0 < nq;) {
+            const uint32_t nh = nq - h0 >= 2 ? 2 : 1;
+            const float *ah = a + (size_t)h0 * lda;
+            float *oh = out + (size_t)h0 * hd;
+#define PGD__VA2_PF(NH, CW)                                                                        \
+    pgd__va2_pf_tile(reg, pt, hd, r0, n, ah, lda, oh, d0, NH, CW, next, chunk, load)
+            if (cw == 8)
+                PGD__VA2_PF(1, 8);
+            else if (nh == 2 && cw == 4)
+                PGD__VA2_PF(2, 4);
+            else if (nh == 2 && cw == 2)
+                PGD__VA2_PF(2, 2);
+            else if (nh == 2)
+                PGD__VA2_PF(2, 1);
+            else if (cw == 4)
+                PGD__VA2_PF(1, 4);
+            else if (cw == 2)
+                PGD__VA2_PF(1, 2);
+            else
+                PGD__VA2_PF(1, 1);
+#undef PGD__VA2_PF
+            chunk = 0; /* the first tile prefetches */
+            h0 += nh;
+        }
+        d0 += 8 * cw;
+    }
+}
+
+PGD__I5 void pgd__va5_pf_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                              const float *a, size_t lda, float *out, uint32_t d0, const int NH,
+                              const int CW, const void *next, size_t chunk, pgd__ld16_fn load)
+{
+    __m512 acc[4][8];
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            acc[h][c] = _mm512_loadu_ps(out + (size_t)h * hd + d0 + 16 * c);
+    for (uint32_t j = 0; j < n; j++) {
+        if (chunk && j % PGD__PF_ROWS == 0)
+            pgd__pf_share(next, (size_t)j / PGD__PF_ROWS * chunk, chunk);
+        __m512 x[8];
+        for (int c = 0; c < CW; c++)
+            x[c] = load(reg, pt, hd, r0 + j, d0 + 16 * (uint32_t)c);
+        for (int h = 0; h < NH; h++) {
+            __m512 w = _mm512_set1_ps(a[(size_t)h * lda + j]);
+            for (int c = 0; c < CW; c++)
+                acc[h][c] = _mm512_fmadd_ps(w, x[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < CW; c++)
+            _mm512_storeu_ps(out + (size_t)h * hd + d0 + 16 * c, acc[h][c]);
+}
+
+PGD__I5 void pgd__va5_pf(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                         const float *a, size_t lda, uint32_t nq, float *out, const void *next,
+                         size_t next_bytes, pgd__ld16_fn load)
+{
+    const uint8_t *reg = region;
+    size_t chunk = next ? next_bytes * PGD__PF_ROWS / pt : 0;
+    for (uint32_t d0 = 0; d0 < hd;) {
+        const uint32_t left = (hd - d0) / 16;
+        /* Up to 16 accumulators: 1 head x 8 vectors, 2 x 8, 4 x 4. */
+        const uint32_t cw = left >= 8 && nq <= 2 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        for (uint32_t h0 = 0; h0 < nq;) {
+            const uint32_t nh = nq - h0 >= 4 && cw <= 4 ? 4
+                                : nq - h0 >= 2          ? 2
+                                                        : 1; /* cw 8: nq <= 2 */
+            const float *ah = a + (size_t)h0 * lda;
+            float *oh = out + (size_t)h0 * hd;
+#define PGD__VA5_PF(NH, CW)                                                                        \
+    pgd__va5_pf_tile(reg, pt, hd, r0, n, ah, lda, oh, d0, NH, CW, next, chunk, load)
+            if (nh == 4 && cw == 4)
+                PGD__VA5_PF(4, 4);
+            else if (nh == 4 && cw == 2)
+                PGD__VA5_PF(4, 2);
+            else if (nh == 4)
+                PGD__VA5_PF(4, 1);
+            else if (nh == 2 && cw == 8)
+                PGD__VA5_PF(2, 8);
+            else if (nh == 2 && cw == 4)
+                PGD__VA5_PF(2, 4);
+            else if (nh == 2 && cw == 2)
+                PGD__VA5_PF(2, 2);
+            else if (nh == 2)
+                PGD__VA5_PF(2, 1);
+            else if (cw == 8)
+                PGD__VA5_PF(1, 8);
+            else if (cw == 4)
+                PGD__VA5_PF(1, 4);
+            else if (cw == 2)
+                PGD__VA5_PF(1, 2);
+            else
+                PGD__VA5_PF(1, 1);
+#undef PGD__VA5_PF
+            chunk = 0; /* the first tile prefetches */
+            h0 += nh;
+        }
+        d0 += 16 * cw;
+    }
+}
+
 /* PGD__DEFINE_SIMD_K defines static PREFIX_k_scores_avx2 / _avx512 over loaders LD8 and
  * LD16, PGD__DEFINE_SIMD_V the v_accum pair, PGD__DEFINE_SIMD_KERNELS both. Each kernel
  * falls back to the narrower ISA (then to the reference REF) when head_dim is not a
@@ -334,6 +512,188 @@ PGD__I5 void pgd__va5(const void *region, uint32_t pt, uint32_t hd, uint32_t r0,
             pgd__va5(region, pt, hd, r0, n, a, lda, nq, out, LD16);                                \
         else                                                                                       \
             PREFIX##_v_accum_avx2(region, pt, hd, r0, n, a, lda, nq, out);                         \
+    }
+
+/* ---- AVX2 block kernels (q8_0, q4_0; head_dim a multiple of 32) ----
+ *
+ * pgd__ks2 / pgd__va2 over a block codec whose loader would fetch and convert the block's
+ * f16 scale for every 8 values: here a row's scale is loaded once per block of 32 values
+ * (SC(reg, pt, hd, block) broadcasts it) and CODES(reg, f, s) returns the 8 values from flat
+ * index f times s. The values and the fma chains are those of pgd__ks2_tile / pgd__va2_tile
+ * with the codec's loader (same products, same order), so the bits are too. */
+typedef __m256 (*pgd__sc8_fn)(const uint8_t *reg, uint32_t pt, uint32_t hd, size_t blk);
+typedef __m256 (*pgd__codes8_fn)(const uint8_t *reg, size_t f, __m256 s);
+
+PGD__I2 void pgd__ks2b_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r,
+                            const float *q, const int R, const int NH, float scale, float *sc,
+                            size_t ld, pgd__sc8_fn scl, pgd__codes8_fn codes)
+{
+    __m256 acc[4][2], s[4];
+    for (int i = 0; i < R; i++)
+        for (int h = 0; h < NH; h++)
+            acc[i][h] = _mm256_setzero_ps();
+    for (uint32_t d = 0; d < hd; d += 32) {
+        for (int i = 0; i < R; i++)
+            s[i] = scl(reg, pt, hd, ((size_t)(r + (uint32_t)i) * hd + d) / 32);
+        for (uint32_t k = 0; k < 32; k += 8) {
+            __m256 x[4];
+            for (int i = 0; i < R; i++)
+                x[i] = codes(reg, (size_t)(r + (uint32_t)i) * hd + d + k, s[i]);
+            for (int h = 0; h < NH; h++) {
+                __m256 qv = _mm256_loadu_ps(q + (size_t)h * hd + d + k);
+                for (int i = 0; i < R; i++)
+                    acc[i][h] = _mm256_fmadd_ps(qv, x[i], acc[i][h]);
+            }
+        }
+    }
+    if (R == 4) {
+        for (int h = 0; h < NH; h++)
+            _mm_storeu_ps(sc + (size_t)h * ld,
+                          _mm_mul_ps(pgd__reduce4_8(acc[0][h], acc[1][h], acc[2][h], acc[3][h]),
+                                     _mm_set1_ps(scale)));
+        return;
+    }
+    const __m256 z = _mm256_setzero_ps();
+    for (int i = 0; i < R; i++)
+        for (int h = 0; h < NH; h++)
+            sc[(size_t)h * ld + (size_t)i] =
+                _mm_cvtss_f32(pgd__reduce4_8(acc[i][h], z, z, z)) * scale;
+}
+
+PGD__I2 void pgd__ks2b(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                       const float *q, uint32_t nq, float scale, float *scores, size_t ld,
+                       pgd__sc8_fn scl, pgd__codes8_fn codes)
+{
+    const uint8_t *reg = region;
+    for (uint32_t h0 = 0; h0 < nq; h0 += 2) {
+        const uint32_t nh = nq - h0 < 2 ? nq - h0 : 2;
+        const float *qh = q + (size_t)h0 * hd;
+        float *sh = scores + (size_t)h0 * ld;
+        uint32_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            if (nh == 1)
+                pgd__ks2b_tile(reg, pt, hd, r0 + j, qh, 4, 1, scale, sh + j, ld, scl, codes);
+            else
+                pgd__ks2b_tile(reg, pt, hd, r0 + j, qh, 4, 2, scale, sh + j, ld, scl, codes);
+        }
+        for (; j < n; j++) {
+            if (nh == 1)
+                pgd__ks2b_tile(reg, pt, hd, r0 + j, qh, 1, 1, scale, sh + j, ld, scl, codes);
+            else
+                pgd__ks2b_tile(reg, pt, hd, r0 + j, qh, 1, 2, scale, sh + j, ld, scl, codes);
+        }
+    }
+}
+
+/* One block of 32 output values (d0 % 32 == 0) of NH heads over rows [r0, r0 + n). */
+PGD__I2 void pgd__va2b_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                            const float *a, size_t lda, float *out, uint32_t d0, const int NH,
+                            pgd__sc8_fn scl, pgd__codes8_fn codes)
+{
+    __m256 acc[2][4], x[4];
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < 4; c++)
+            acc[h][c] = _mm256_loadu_ps(out + (size_t)h * hd + d0 + 8 * c);
+    for (uint32_t j = 0; j < n; j++) {
+        const size_t f = (size_t)(r0 + j) * hd + d0;
+        const __m256 s = scl(reg, pt, hd, f / 32);
+        for (int c = 0; c < 4; c++)
+            x[c] = codes(reg, f + 8 * (size_t)c, s);
+        for (int h = 0; h < NH; h++) {
+            __m256 w = _mm256_broadcast_ss(a + (size_t)h * lda + j);
+            for (int c = 0; c < 4; c++)
+                acc[h][c] = _mm256_fmadd_ps(w, x[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(out + (size_t)h * hd + d0 + 8 * c, acc[h][c]);
+}
+
+PGD__I2 void pgd__va2b(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
+                       const float *a, size_t lda, uint32_t nq, float *out, pgd__sc8_fn scl,
+                       pgd__codes8_fn codes)
+{
+    const uint8_t *reg = region;
+    for (uint32_t d0 = 0; d0 < hd; d0 += 32)
+        for (uint32_t h0 = 0; h0 < nq;) {
+            const uint32_t nh = nq - h0 >= 2 ? 2 : 1;
+            const float *ah = a + (size_t)h0 * lda;
+            float *oh = out + (size_t)h0 * hd;
+            if (nh == 2)
+                pgd__va2b_tile(reg, pt, hd, r0, n, ah, lda, oh, d0, 2, scl, codes);
+            else
+                pgd__va2b_tile(reg, pt, hd, r0, n, ah, lda, oh, d0, 1, scl, codes);
+            h0 += nh;
+        }
+}
+
+/* PGD__DEFINE_BLOCK_KERNELS defines static PREFIX_k_scores_blk_avx2 / PREFIX_v_accum_blk_avx2
+ * (after PGD__DEFINE_SIMD_KERNELS): the block kernels for head_dim % 32 == 0, else
+ * PREFIX_k_scores_avx2 / PREFIX_v_accum_avx2. */
+#define PGD__DEFINE_BLOCK_KERNELS(PREFIX, SC, CODES)                                               \
+    static PGD__T2 void PREFIX##_k_scores_blk_avx2(                                                \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *q,     \
+        uint32_t nq, float scale, float *scores, size_t ld)                                        \
+    {                                                                                              \
+        if (hd % 32 == 0)                                                                          \
+            pgd__ks2b(region, pt, hd, r0, n, q, nq, scale, scores, ld, SC, CODES);                 \
+        else                                                                                       \
+            PREFIX##_k_scores_avx2(region, pt, hd, r0, n, q, nq, scale, scores, ld);               \
+    }                                                                                              \
+    static PGD__T2 void PREFIX##_v_accum_blk_avx2(const void *region, uint32_t pt, uint32_t hd,    \
+                                                  uint32_t r0, uint32_t n, const float *a,         \
+                                                  size_t lda, uint32_t nq, float *out)             \
+    {                                                                                              \
+        if (hd % 32 == 0)                                                                          \
+            pgd__va2b(region, pt, hd, r0, n, a, lda, nq, out, SC, CODES);                          \
+        else                                                                                       \
+            PREFIX##_v_accum_avx2(region, pt, hd, r0, n, a, lda, nq, out);                         \
+    }
+
+/* PGD__DEFINE_SIMD_PF defines static PREFIX_k_scores_pf_avx2 / _avx512 and
+ * PREFIX_v_accum_pf_avx2 / _avx512 (after PGD__DEFINE_SIMD_KERNELS): where head_dim is not a
+ * multiple of the vector width, the plain kernel after a burst prefetch of next. */
+#define PGD__DEFINE_SIMD_PF(PREFIX, LD8, LD16)                                                     \
+    static PGD__T2 void PREFIX##_k_scores_pf_avx2(                                                 \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *q,     \
+        uint32_t nq, float scale, float *scores, size_t ld, const void *next, size_t nb)           \
+    {                                                                                              \
+        if (hd % 8 == 0) {                                                                         \
+            pgd__ks2_pf(region, pt, hd, r0, n, q, nq, scale, scores, ld, next, nb, LD8);           \
+            return;                                                                                \
+        }                                                                                          \
+        if (next) pgd__pf_share(next, 0, nb);                                                      \
+        PREFIX##_k_scores_avx2(region, pt, hd, r0, n, q, nq, scale, scores, ld);                   \
+    }                                                                                              \
+    static PGD__T5 void PREFIX##_k_scores_pf_avx512(                                               \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *q,     \
+        uint32_t nq, float scale, float *scores, size_t ld, const void *next, size_t nb)           \
+    {                                                                                              \
+        if (hd % 16 == 0)                                                                          \
+            pgd__ks5_pf(region, pt, hd, r0, n, q, nq, scale, scores, ld, next, nb, LD16);          \
+        else                                                                                       \
+            PREFIX##_k_scores_pf_avx2(region, pt, hd, r0, n, q, nq, scale, scores, ld, next, nb);  \
+    }                                                                                              \
+    static PGD__T2 void PREFIX##_v_accum_pf_avx2(                                                  \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *a,     \
+        size_t lda, uint32_t nq, float *out, const void *next, size_t nb)                          \
+    {                                                                                              \
+        if (hd % 8 == 0) {                                                                         \
+            pgd__va2_pf(region, pt, hd, r0, n, a, lda, nq, out, next, nb, LD8);                    \
+            return;                                                                                \
+        }                                                                                          \
+        if (next) pgd__pf_share(next, 0, nb);                                                      \
+        PREFIX##_v_accum_avx2(region, pt, hd, r0, n, a, lda, nq, out);                             \
+    }                                                                                              \
+    static PGD__T5 void PREFIX##_v_accum_pf_avx512(                                                \
+        const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n, const float *a,     \
+        size_t lda, uint32_t nq, float *out, const void *next, size_t nb)                          \
+    {                                                                                              \
+        if (hd % 16 == 0)                                                                          \
+            pgd__va5_pf(region, pt, hd, r0, n, a, lda, nq, out, next, nb, LD16);                   \
+        else                                                                                       \
+            PREFIX##_v_accum_pf_avx2(region, pt, hd, r0, n, a, lda, nq, out, next, nb);            \
     }
 
 #define PGD__DEFINE_SIMD_KERNELS(PREFIX, LD8, LD16, REF_KS, REF_VA)                                \

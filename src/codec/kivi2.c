@@ -175,6 +175,8 @@ const pgd__codec pgd__codec_kivi2_ref = {
     kv2_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -329,6 +331,8 @@ const pgd__codec pgd__codec_kivi2_vnni = {
     kv2_v_accum_vnni,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_kivi2_avx2 = {
     PGD_KV_KIVI2,
@@ -342,6 +346,8 @@ const pgd__codec pgd__codec_kivi2_avx2 = {
     kv2v_v_accum_avx2,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_kivi2_avx512 = {
     PGD_KV_KIVI2,
@@ -353,6 +359,8 @@ const pgd__codec pgd__codec_kivi2_avx512 = {
     kv2_decode_rows,
     kv2k_k_scores_avx512,
     kv2v_v_accum_avx512,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };

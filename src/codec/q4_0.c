@@ -158,6 +158,8 @@ const pgd__codec pgd__codec_q4_0_ref = {
     q4_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -186,6 +188,23 @@ PGD__I5 __m512 ld16_q4(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r,
 }
 
 PGD__DEFINE_SIMD_KERNELS(q4, ld8_q4, ld16_q4, q4_k_scores_ref, q4_v_accum_ref)
+
+/* AVX2 with head_dim a multiple of 32: the block kernels of kern_x86.h (pgd__ks2b, pgd__va2b),
+ * which load a row's block scale once per 32 values instead of once per 8 (as ld8_q8 does,
+ * ld8_q4 broadcasts and converts it per call); the values of ld8_q4, so the bits of the
+ * kernels above. */
+PGD__I2 __m256 q4_scale8(const uint8_t *reg, uint32_t pt, uint32_t hd, size_t blk)
+{
+    return pgd__bcast_f16_8((const uint16_t *)(reg + (size_t)pt * hd / 2) + blk);
+}
+PGD__I2 __m256 q4_codes8(const uint8_t *reg, size_t f, __m256 s)
+{
+    __m128i b = _mm_loadl_epi64((const __m128i *)(reg + (f / 32) * 16 + (f % 16)));
+    if (f % 32 >= 16) b = _mm_srli_epi16(b, 4);
+    b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0f)), _mm_set1_epi8(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
+}
+PGD__DEFINE_BLOCK_KERNELS(q4, q4_scale8, q4_codes8)
 
 /* VNNI: chunk c is the 32 nibble bytes of blocks 2c, 2c + 1; each block's 16 bytes go to two
  * 128-bit lanes, shifted by 0 and 4: codes q in [0, 15] in natural order (bias 8). */
@@ -260,10 +279,19 @@ static PGD__T5N void q4_k_scores_prep(const void *region, uint32_t pt, uint32_t 
 }
 
 const pgd__codec pgd__codec_q4_0_vnni = {
-    PGD_KV_Q4_0,     "q4_0",           1,
-    q4_region_bytes, q4_write_row,     q4_encode_page,
-    q4_decode_rows,  q4_k_scores_vnni, q4_v_accum_vnni,
-    q4_prepare_q,    q4_k_scores_prep,
+    PGD_KV_Q4_0,
+    "q4_0",
+    1,
+    q4_region_bytes,
+    q4_write_row,
+    q4_encode_page,
+    q4_decode_rows,
+    q4_k_scores_vnni,
+    q4_v_accum_vnni,
+    q4_prepare_q,
+    q4_k_scores_prep,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q4_0_avx2 = {
     PGD_KV_Q4_0,
@@ -273,8 +301,10 @@ const pgd__codec pgd__codec_q4_0_avx2 = {
     q4_write_row,
     q4_encode_page,
     q4_decode_rows,
-    q4_k_scores_avx2,
-    q4_v_accum_avx2,
+    q4_k_scores_blk_avx2,
+    q4_v_accum_blk_avx2,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };
@@ -288,6 +318,8 @@ const pgd__codec pgd__codec_q4_0_avx512 = {
     q4_decode_rows,
     q4_k_scores_avx512,
     q4_v_accum_avx512,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };

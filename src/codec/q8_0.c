@@ -143,6 +143,8 @@ const pgd__codec pgd__codec_q8_0_ref = {
     q8_v_accum_ref,
     NULL,
     NULL,
+    NULL,
+    NULL,
 };
 
 #ifdef PGD__CODEC_X86
@@ -164,6 +166,20 @@ PGD__I5 __m512 ld16_q8(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r,
 }
 
 PGD__DEFINE_SIMD_KERNELS(q8, ld8_q8, ld16_q8, q8_k_scores_ref, q8_v_accum_ref)
+
+/* AVX2 with head_dim a multiple of 32: the block kernels of kern_x86.h (pgd__ks2b, pgd__va2b),
+ * which load a row's block scale once per 32 values instead of once per 8 (ld8_q8 broadcasts
+ * and converts it per call, 3 of its 9 uops); the bits of the kernels above. */
+PGD__I2 __m256 q8_scale8(const uint8_t *reg, uint32_t pt, uint32_t hd, size_t blk)
+{
+    return pgd__bcast_f16_8((const uint16_t *)(reg + (size_t)pt * hd) + blk);
+}
+PGD__I2 __m256 q8_codes8(const uint8_t *reg, size_t f, __m256 s)
+{
+    return _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(reg + f)))), s);
+}
+PGD__DEFINE_BLOCK_KERNELS(q8, q8_scale8, q8_codes8)
 
 /* VNNI: the codes with the sign bit flipped (k + 128) as the unsigned operand of vpdpbusd. */
 PGD__I5N __m512i kn_chunk_q8(const uint8_t *reg, size_t c)
@@ -230,10 +246,19 @@ static PGD__T5N void q8_k_scores_prep(const void *region, uint32_t pt, uint32_t 
 }
 
 const pgd__codec pgd__codec_q8_0_vnni = {
-    PGD_KV_Q8_0,     "q8_0",           1,
-    q8_region_bytes, q8_write_row,     q8_encode_page,
-    q8_decode_rows,  q8_k_scores_vnni, q8_v_accum_vnni,
-    q8_prepare_q,    q8_k_scores_prep,
+    PGD_KV_Q8_0,
+    "q8_0",
+    1,
+    q8_region_bytes,
+    q8_write_row,
+    q8_encode_page,
+    q8_decode_rows,
+    q8_k_scores_vnni,
+    q8_v_accum_vnni,
+    q8_prepare_q,
+    q8_k_scores_prep,
+    NULL,
+    NULL,
 };
 const pgd__codec pgd__codec_q8_0_avx2 = {
     PGD_KV_Q8_0,
@@ -243,8 +268,10 @@ const pgd__codec pgd__codec_q8_0_avx2 = {
     q8_write_row,
     q8_encode_page,
     q8_decode_rows,
-    q8_k_scores_avx2,
-    q8_v_accum_avx2,
+    q8_k_scores_blk_avx2,
+    q8_v_accum_blk_avx2,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };
@@ -258,6 +285,8 @@ const pgd__codec pgd__codec_q8_0_avx512 = {
     q8_decode_rows,
     q8_k_scores_avx512,
     q8_v_accum_avx512,
+    NULL,
+    NULL,
     NULL,
     NULL,
 };

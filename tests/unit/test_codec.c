@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_codec.c - the page codecs (src/codec/): f16 / bf16 conversions, the Hadamard
- * rotation, every codec's SIMD kernels against its scalar reference on random shapes,
+ * rotation, every codec's SIMD kernels against its scalar reference on random shapes, the
+ * prefetching decode kernels against the plain ones (bit for bit),
  * round-trip error within each codec's stated bound (codec_int.h / the codec files),
  * q8_0 / q4_0 blocks across rows (head_dim 8) including the re-scale path, and the cache's
  * write path (pgd_seq_write_kv): rotation, key bounds, kivi2's residual ring, encoding of
@@ -281,6 +282,70 @@ static int test_kernels_vs_ref(void)
                     if (check_kernels(all_types[t], isa, hds[i], pts[j])) return 1;
                 }
     printf("     isa level of this CPU: %d\n", pgd__cpu_isa());
+    return 0;
+}
+
+/* The prefetching decode kernels (k_scores_pf / v_accum_pf) write exactly what k_scores /
+ * v_accum write, for every shape, with and without a region to prefetch. */
+static int check_pf_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
+{
+    const pgd__codec *cd = pgd__codec_at(type, isa);
+    if (!cd || !cd->k_scores_pf) return 0;
+    T_ASSERT(cd->v_accum_pf != NULL);
+    const size_t rb = pgd__codec_region_bytes(type, pt, hd);
+    uint8_t *reg = calloc(1, rb), *next = calloc(1, rb);
+    float *rows = malloc((size_t)pt * hd * sizeof(float)), *q = malloc(8 * (size_t)hd * 4);
+    float *a = malloc(8 * 64 * sizeof(float)), *s1 = malloc(8 * 64 * 4), *s2 = malloc(8 * 64 * 4);
+    float *o1 = malloc(8 * (size_t)hd * 4), *o2 = malloc(8 * (size_t)hd * 4);
+    T_ASSERT(reg && next && rows && q && a && s1 && s2 && o1 && o2);
+    fill_region(cd, PGD__K, reg, pt, hd, rows, 1);
+    static const uint32_t nqs[] = {1, 2, 3, 4, 5, 8};
+    for (int trial = 0; trial < 24; trial++) {
+        const uint32_t nq = nqs[t_rand(&rng) % 6], r0 = (uint32_t)(t_rand(&rng) % pt);
+        const uint32_t n = 1 + (uint32_t)(t_rand(&rng) % (pt - r0));
+        const void *nx = trial % 3 ? next : NULL;
+        for (size_t i = 0; i < nq * (size_t)hd; i++) {
+            q[i] = frand();
+            o1[i] = o2[i] = frand();
+        }
+        for (size_t i = 0; i < 8 * 64; i++) {
+            a[i] = frand();
+            s1[i] = s2[i] = -1;
+        }
+        cd->k_scores(reg, pt, hd, r0, n, q, nq, 0.125f, s1, 64);
+        cd->k_scores_pf(reg, pt, hd, r0, n, q, nq, 0.125f, s2, 64, nx, rb);
+        if (memcmp(s1, s2, 8 * 64 * sizeof *s1) != 0)
+            T_FAIL("k_scores_pf type %d isa %d hd %u pt %u nq %u r0 %u n %u", type, isa, hd, pt, nq,
+                   r0, n);
+        cd->v_accum(reg, pt, hd, r0, n, a, 64, nq, o1);
+        cd->v_accum_pf(reg, pt, hd, r0, n, a, 64, nq, o2, nx, rb);
+        if (memcmp(o1, o2, nq * (size_t)hd * sizeof *o1) != 0)
+            T_FAIL("v_accum_pf type %d isa %d hd %u pt %u nq %u r0 %u n %u", type, isa, hd, pt, nq,
+                   r0, n);
+    }
+    free(reg);
+    free(next);
+    free(rows);
+    free(q);
+    free(a);
+    free(s1);
+    free(s2);
+    free(o1);
+    free(o2);
+    return 0;
+}
+
+static int test_prefetch_kernels_bitwise(void)
+{
+    static const uint32_t hds[] = {8, 24, 40, 64, 128, 136, 256};
+    static const uint32_t pts[] = {16, 32, 4, 5};
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int isa = PGD__ISA_AVX2; isa <= PGD__ISA_VNNI; isa++)
+            for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++)
+                for (size_t j = 0; j < sizeof pts / sizeof pts[0]; j++) {
+                    if (pgd__codec_geometry_error(all_types[t], pts[j], hds[i])) continue;
+                    if (check_pf_kernels(all_types[t], isa, hds[i], pts[j])) return 1;
+                }
     return 0;
 }
 
@@ -782,6 +847,7 @@ int main(void)
     T_RUN(test_bf16);
     T_RUN(test_hadamard);
     T_RUN(test_kernels_vs_ref);
+    T_RUN(test_prefetch_kernels_bitwise);
     T_RUN(test_roundtrip_bounds);
     T_RUN(test_blocks_across_rows);
     T_RUN(test_types_and_sizes);
