@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_matmul.c - speed of the engine's matrix kernels (engine/ops/ops.h) on 1B-model shapes:
- * matvec (decode, 1 token) and matmul (prefill, 512 tokens) for each weight type, thread
- * count and ISA, as GFLOP/s and GB/s of weight reads, with ratios against the scalar path
- * and the AVX2 path of the same run. A STREAM-like probe (summing a 256 MiB buffer) gives
- * the machine's read bandwidth (4 prefetched streams per thread), so matvec GB/s reads as
- * a fraction of it.
+ * matvec (decode, 1 token) and matmul (prefill, 512 tokens), or any token counts (--tok), for
+ * each weight type, thread count and ISA, as GFLOP/s, GB/s of weight reads and microseconds
+ * per token, with ratios against the scalar path and the AVX2 path of the same run. A STREAM-like
+ * probe (summing a 256 MiB buffer) gives the machine's read bandwidth (4 prefetched streams per
+ * thread), so matvec GB/s reads as a fraction of it.
  *
- * Matvec cycles through copies of the matrix filling --ws-mib MiB, so the weights come from
- * memory as in a real decode step (a 1B Q8_0 model reads ~1.2 GB per token), not from
- * cache. The scalar path at 512 tokens runs on the first rows only and is scaled up. Each
- * figure is the best of --reps timed runs after one untimed warm-up. "err" is the largest
- * difference to the scalar path's outputs relative to the largest output; the checksum
- * folds every output, so a change that is fast but wrong shows up. --invariant measures the
- * batch-invariant products (PE_MM_INVARIANT) that `--deterministic` selects.
+ * Matvec and the small products of a batched decode step (up to SWEEP_TOK tokens) cycle
+ * through copies of the matrix filling --ws-mib MiB, so the weights come from memory as in
+ * a real decode step (a 1B Q8_0 model reads ~1.2 GB per step), not from cache. The scalar path at
+ * 512 tokens runs on the first rows only and is scaled up. Each figure is the best of --reps timed
+ * runs after one untimed warm-up. "err" is the largest difference to the scalar path's outputs
+ * relative to the largest output; the checksum folds every output, so a change that is fast but
+ * wrong shows up. --invariant measures the batch-invariant products (PE_MM_INVARIANT) that
+ * `--deterministic` selects.
  */
 #include <sys/mman.h>
 #include <math.h>
@@ -40,13 +41,19 @@ static const uint32_t all_types[] = {
     PE_GGML_TYPE_Q4_1, PE_GGML_TYPE_Q5_0, PE_GGML_TYPE_Q5_1, PE_GGML_TYPE_IQ4_NL};
 enum { DEFAULT_TYPES = 0x1f }; /* the first five */
 enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
+enum {
+    MAX_TOKS = 16,  /* entries of --tok */
+    SWEEP_TOK = 64, /* products of at most this many tokens read their weights from memory */
+};
 
 typedef struct opts {
     bench_args b; /* --seed, --json, --smoke */
-    int reps, thp;
+    int reps, thp, cpu_time;
     uint32_t mm_flags; /* --invariant: PE_MM_INVARIANT */
     uint32_t ws_mib, probe_mib, gemm_tok;
-    uint32_t type_mask, shape_mask, thread_mask, isa_mask, tok_mask;
+    uint32_t type_mask, shape_mask, thread_mask, isa_mask;
+    uint32_t toks[MAX_TOKS]; /* --tok; n_toks 0: 1 and gemm_tok */
+    int n_toks;
 } opts;
 
 static void usage(FILE *f)
@@ -59,14 +66,16 @@ static void usage(FILE *f)
                "                  (n_in x n_out; default 0,1,2,3)\n"
                "  --threads LIST  thread counts, 1 and/or 2 (default 1,2)\n"
                "  --isa LIST      scalar,avx2,avx512 (default all this CPU has)\n"
-               "  --tok LIST      1 (matvec) and/or 512 (matmul) (default 1,512)\n"
-               "  --gemm-tok N    tokens of the matmul runs (default 512)\n"
+               "  --tok LIST      token counts, e.g. 1,2,4,8,16,32,64 (default 1,N of --gemm-tok)\n"
+               "  --gemm-tok N    tokens of the default matmul runs (default 512)\n"
                "  --reps N        timed runs per figure, best reported (default 3)\n"
                "  --ws-mib N      matvec working set in MiB: copies of the matrix (default 512)\n"
                "  --probe-mib N   bandwidth probe buffer in MiB (default 256)\n"
                "  --seed N        weights/activations seed (default 1)\n"
                "  --thp           back the matvec copies with transparent huge pages (madvise)\n"
                "  --invariant     batch-invariant products (PE_MM_INVARIANT, --deterministic)\n"
+               "  --cpu-time      1-thread runs timed by the thread's CPU clock, which leaves\n"
+               "                  out the time it was descheduled (a loaded machine)\n"
                "  --json          one JSON object per line instead of the table\n"
                "  --smoke         tiny and fast (for ctest)\n"
                "  --help          show this help\n");
@@ -235,22 +244,27 @@ int main(int argc, char **argv)
               .type_mask = DEFAULT_TYPES,
               .shape_mask = 0xf,
               .thread_mask = 0x3,
-              .isa_mask = 0x7,
-              .tok_mask = 0x3};
+              .isa_mask = 0x7};
     static const char *const type_names[] = {"f16",  "q8_0", "q4_0", "bf16",  "f32",
                                              "q4_k", "q5_k", "q6_k", "q2_k",  "q3_k",
                                              "q4_1", "q5_0", "q5_1", "iq4_nl"};
     static const char *const shape_names[] = {"0", "1", "2", "3"};
     static const char *const thread_names[] = {"1", "2"};
     static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
-    static const char *const tok_names[] = {"1", "512"};
     static const struct option lo[] = {
-        {"types", required_argument, 0, 'T'},     {"shapes", required_argument, 0, 'S'},
-        {"threads", required_argument, 0, 't'},   {"isa", required_argument, 0, 'I'},
-        {"tok", required_argument, 0, 'k'},       {"gemm-tok", required_argument, 0, 'g'},
-        {"reps", required_argument, 0, 'r'},      {"ws-mib", required_argument, 0, 'w'},
-        {"probe-mib", required_argument, 0, 'p'}, {"thp", no_argument, 0, 'H'},
-        {"invariant", no_argument, 0, 'V'},       {0, 0, 0, 0},
+        {"types", required_argument, 0, 'T'},
+        {"shapes", required_argument, 0, 'S'},
+        {"threads", required_argument, 0, 't'},
+        {"isa", required_argument, 0, 'I'},
+        {"tok", required_argument, 0, 'k'},
+        {"gemm-tok", required_argument, 0, 'g'},
+        {"reps", required_argument, 0, 'r'},
+        {"ws-mib", required_argument, 0, 'w'},
+        {"probe-mib", required_argument, 0, 'p'},
+        {"thp", no_argument, 0, 'H'},
+        {"invariant", no_argument, 0, 'V'},
+        {"cpu-time", no_argument, 0, 'C'},
+        {0, 0, 0, 0},
     };
     bench_cli cli = {.prog = "bench_matmul",
                      .usage = usage,
@@ -275,7 +289,8 @@ int main(int argc, char **argv)
             bad |= parse_list(optarg, isa_names, 3, &o.isa_mask);
             break;
         case 'k':
-            bad |= parse_list(optarg, tok_names, 2, &o.tok_mask);
+            o.n_toks = bench_parse_u32_list(optarg, o.toks, MAX_TOKS, 1);
+            bad |= o.n_toks < 0;
             break;
         case 'g':
         case 'r':
@@ -294,6 +309,9 @@ int main(int argc, char **argv)
             break;
         case 'V':
             o.mm_flags = PE_MM_INVARIANT;
+            break;
+        case 'C':
+            o.cpu_time = 1;
             break;
         }
     }
@@ -318,6 +336,14 @@ int main(int argc, char **argv)
         o.ws_mib = 1;
         o.probe_mib = 4;
     }
+    if (o.n_toks <= 0) {
+        o.toks[0] = 1;
+        o.toks[1] = o.gemm_tok;
+        o.n_toks = 2;
+    }
+    uint32_t max_tok = 1; /* x, y and scratch are sized for the largest */
+    for (int i = 0; i < o.n_toks; i++)
+        max_tok = o.toks[i] > max_tok ? o.toks[i] : max_tok;
     const pe_isa best_isa = pe_isa_detect();
     uint64_t check = 0;
 
@@ -333,8 +359,8 @@ int main(int argc, char **argv)
         printf(
             "isa %s; read bandwidth (sum over %u MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
             pe_isa_name(best_isa), o.probe_mib, bw[1], bw[2]);
-        printf("%-12s %-5s %4s %3s %-7s %9s %8s %7s %6s %8s %8s %8s\n", "shape", "type", "tok",
-               "thr", "isa", "ms", "GFLOP/s", "GB/s", "%bw", "x_scalar", "x_avx2", "err");
+        printf("%-12s %-5s %4s %3s %-7s %9s %9s %8s %7s %6s %8s %8s %8s\n", "shape", "type", "tok",
+               "thr", "isa", "ms", "us/tok", "GFLOP/s", "GB/s", "%bw", "x_scalar", "x_avx2", "err");
     }
 
     pe_threadpool *pools[3] = {NULL, pe_tp_create(1), pe_tp_create(2)};
@@ -355,22 +381,22 @@ int main(int argc, char **argv)
             if (posix_memalign((void **)&copies, 2u << 20, mat_bytes * n_copies) != 0)
                 copies = NULL;
             if (copies && o.thp) madvise(copies, mat_bytes * n_copies, MADV_HUGEPAGE);
-            float *x = malloc((size_t)o.gemm_tok * n_in * sizeof *x);
-            float *y = malloc((size_t)o.gemm_tok * n_out * sizeof *y);
-            float *ys = malloc((size_t)o.gemm_tok * n_out * sizeof *ys);
+            float *x = malloc((size_t)max_tok * n_in * sizeof *x);
+            float *y = malloc((size_t)max_tok * n_out * sizeof *y);
+            float *ys = malloc((size_t)max_tok * n_out * sizeof *ys);
             pe_mat wm = {type, n_in, n_out, w0, rb};
-            void *scratch = malloc(pe_matmul_scratch_bytes(&wm, o.gemm_tok));
+            void *scratch = malloc(pe_matmul_scratch_bytes(&wm, max_tok));
             if (!w0 || !copies || !x || !y || !ys || !scratch) {
                 fprintf(stderr, "bench_matmul: out of memory\n");
                 rc = 1;
             }
             for (size_t i = 0; rc == 0 && i < n_copies; i++)
                 memcpy(copies + i * mat_bytes, w0, mat_bytes);
-            for (size_t i = 0; rc == 0 && i < (size_t)o.gemm_tok * n_in; i++)
+            for (size_t i = 0; rc == 0 && i < (size_t)max_tok * n_in; i++)
                 x[i] = bench_randf(&seed);
-            for (int ki = 0; ki < 2 && rc == 0; ki++) {
-                if (!(o.tok_mask & (1u << ki))) continue;
-                const uint32_t n_tok = ki == 0 ? 1 : o.gemm_tok;
+            for (int ki = 0; ki < o.n_toks && rc == 0; ki++) {
+                const uint32_t n_tok = o.toks[ki];
+                const int sweep = n_tok <= SWEEP_TOK;
                 for (uint32_t nt = 1; nt <= 2; nt++) {
                     if (!(o.thread_mask & (1u << (nt - 1)))) continue;
                     double ms_isa[3] = {0};
@@ -384,20 +410,23 @@ int main(int argc, char **argv)
                             m.n_out = scalar_rows = n_out < 128 ? n_out : 128;
                         double best = 1e30;
                         size_t copy = 0;
+                        /* a 1-thread pool runs every task on this thread */
+                        const clockid_t clk =
+                            o.cpu_time && nt == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
                         for (int r = 0; r <= o.reps; r++) {
-                            m.data = n_tok == 1 ? copies + copy * mat_bytes : w0;
+                            m.data = sweep ? copies + copy * mat_bytes : w0;
                             copy = (copy + 1) % n_copies;
-                            double t0 = bench_now_s(), dt;
-                            if (n_tok == 1) { /* sweep the working set: one pass per rep */
+                            double t0 = bench_clock_s(clk), dt;
+                            if (sweep) { /* sweep the working set: one pass per rep */
                                 size_t passes = n_copies;
                                 for (size_t p = 0; p < passes; p++) {
                                     m.data = copies + ((copy + p) % n_copies) * mat_bytes;
                                     pe_matmul_ex(pools[nt], &m, x, n_tok, y, scratch, o.mm_flags);
                                 }
-                                dt = (bench_now_s() - t0) / (double)passes;
+                                dt = (bench_clock_s(clk) - t0) / (double)passes;
                             } else {
                                 pe_matmul_ex(pools[nt], &m, x, n_tok, y, scratch, o.mm_flags);
-                                dt = bench_now_s() - t0;
+                                dt = bench_clock_s(clk) - t0;
                             }
                             if (r > 0 && dt < best) best = dt;
                         }
@@ -443,16 +472,17 @@ int main(int argc, char **argv)
                         if (o.b.json) {
                             printf("{\"shape\": \"%s\", \"type\": \"%s\", \"n_tok\": %u, "
                                    "\"threads\": %u, \"isa\": \"%s\", \"ms\": %.4f, "
-                                   "\"gflops\": %.2f, \"gbs\": %.2f, \"bw_frac\": %.3f, "
+                                   "\"us_per_tok\": %.3f, \"gflops\": %.2f, \"gbs\": %.2f, "
+                                   "\"bw_frac\": %.3f, "
                                    "\"x_scalar\": %.2f, \"x_avx2\": %.2f, \"err\": %.2e}\n",
                                    shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
-                                   res.ms, res.gflops, res.gbs, bw[nt] > 0 ? res.gbs / bw[nt] : 0.0,
-                                   xs, xa, err);
+                                   res.ms, 1e3 * res.ms / n_tok, res.gflops, res.gbs,
+                                   bw[nt] > 0 ? res.gbs / bw[nt] : 0.0, xs, xa, err);
                         } else {
-                            printf("%-12s %-5s %4u %3u %-7s %9.3f %8.1f %7.2f %5.0f%% %8.2f %8.2f "
-                                   "%8.1e\n",
+                            printf("%-12s %-5s %4u %3u %-7s %9.3f %9.1f %8.1f %7.2f %5.0f%% %8.2f "
+                                   "%8.2f %8.1e\n",
                                    shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
-                                   res.ms, res.gflops, res.gbs,
+                                   res.ms, 1e3 * res.ms / n_tok, res.gflops, res.gbs,
                                    bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0, xs, xa, err);
                         }
                         fflush(stdout);
