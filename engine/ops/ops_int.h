@@ -151,6 +151,10 @@ static inline uint32_t pe__gemm_min_tok(const pe_kernels *k, uint32_t type)
     return 8;
 }
 
+/* AVX-512: Q8_0/Q4_0 products of pe__gemm_min_tok to this many tokens (the steps of batched
+ * decode) take the small-N kernel of ops_avx512.c, bit-identical to pe_matmul_ref. */
+#define PE_SMALL_N_TOK 64
+
 /* A type the kernels do not know is a caller bug (the loader refuses such tensors). */
 #define PE_UNREACHABLE_TYPE(t)                                                                     \
     do {                                                                                           \

@@ -21,6 +21,9 @@
  *     NaN, inf).
  *   the AVX-512 products (GEMV and repacked GEMM) == pe_matmul_ref bit for bit, on the same
  *     kinds of rows, n_tok 1..70, n_out 33 and 100, n_in 768 and 2304, 1 and 3 threads.
+ *   the AVX-512 small-N products of Q8_0 and Q4_0 (a serving decode step) == pe_matmul_ref
+ *     bit for bit, every n_tok from pe__gemm_min_tok to 40 (and the largest, PE_SMALL_N_TOK),
+ *     on the same kinds of rows and shapes.
  */
 #include <math.h>
 #include <stddef.h>
@@ -660,6 +663,83 @@ static int test_avx512_products_match_reference(void)
     free(scratch);
     return 0;
 }
+
+/* The AVX-512 small-N path of Q8_0 and Q4_0 (ops_avx512.c q_small_n: from pe__gemm_min_tok
+ * to PE_SMALL_N_TOK tokens) == pe_matmul_ref bit for bit: every n_tok up to 40 and the
+ * last, the micro-tile splits (1-6 tokens) and their tails, strips of 32 rows cut by n_out
+ * 33 and 100 and by the tasks of 1 and 3 threads, n_in of 24 blocks (one short panel) and
+ * 72 (two full panels and a short one), random rows, every quant byte 0x00 or 0xff, and
+ * +-1 activations (the largest integer dots). */
+static int test_q_small_n_matches_ref(void)
+{
+    if (pe_isa_detect() < PE_ISA_AVX512) {
+        printf("     no AVX-512 on this CPU: its kernels not run\n");
+        return 0;
+    }
+    static const uint32_t types[] = {PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0};
+    const uint32_t outs[] = {33, 100}, ins[] = {768, 2304}, threads[] = {1, 3};
+    enum { MAX_TOK = PE_SMALL_N_TOK, MAX_OUT = 100, MAX_IN = 2304 };
+    uint8_t *wdata = malloc((size_t)MAX_OUT * MAX_IN * 2);
+    float *x = malloc((size_t)MAX_TOK * MAX_IN * sizeof *x);
+    float *y = malloc((size_t)MAX_TOK * MAX_OUT * sizeof *y);
+    float *yr = malloc((size_t)MAX_TOK * MAX_OUT * sizeof *yr);
+    const pe_mat wmax = {PE_GGML_TYPE_Q8_0, MAX_IN, MAX_OUT, NULL, 0};
+    void *scratch = malloc(pe_matmul_scratch_bytes(&wmax, MAX_TOK));
+    pe_threadpool *tp[2] = {pe_tp_create(threads[0]), pe_tp_create(threads[1])};
+    T_ASSERT(wdata && x && y && yr && scratch && tp[0] && tp[1]);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const uint32_t type = types[i];
+        const uint32_t n_min = pe__gemm_min_tok(&pe__kernels_avx512, type);
+        for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+            const uint32_t n_in = ins[ii];
+            for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
+                const uint32_t n_out = outs[oi];
+                for (int pat = 0; pat < 4; pat++) {
+                    pe_mat w = {type, n_in, n_out, wdata, pe_ggml_row_size(type, n_in)};
+                    for (uint32_t r = 0; r < n_out; r++) {
+                        uint8_t *row = wdata + r * w.row_bytes;
+                        random_row(type, row, n_in);
+                        if (pat == 1 || pat == 2) { /* every byte 0x00 or 0xff, valid scales */
+                            memset(row, pat == 2 ? 0xff : 0x00, w.row_bytes);
+                            random_scales(type, row, n_in);
+                        }
+                    }
+                    for (size_t j = 0; j < (size_t)MAX_TOK * n_in; j++)
+                        x[j] = pat < 3 ? frand() * (j % 61 == 0 ? 8.0f : 1.0f)
+                                       : ((j * 7) % 3 == 0 ? -1.0f : 1.0f);
+                    pe_isa_force(PE_ISA_SCALAR);
+                    pe_matmul_ref(&w, x, MAX_TOK, yr);
+                    pe_isa_force(PE_ISA_AVX512);
+                    for (size_t ti = 0; ti < 2; ti++) {
+                        for (uint32_t n_tok = n_min; n_tok <= MAX_TOK; n_tok++) {
+                            if (n_tok > 40 && n_tok < MAX_TOK) continue;
+                            pe_matmul(tp[ti], &w, x, n_tok, y, scratch);
+                            const size_t n = (size_t)n_tok * n_out;
+                            for (size_t e = 0; e < n; e++) {
+                                if (memcmp(&y[e], &yr[e], sizeof *y) == 0) continue;
+                                T_FAIL("%s n_in %u n_out %u pattern %d threads %u n_tok %u: "
+                                       "y[%zu][%zu] avx512 %.9g != reference %.9g",
+                                       pe_ggml_type_name(type), n_in, n_out, pat, threads[ti],
+                                       n_tok, e / n_out, e % n_out, y[e], yr[e]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        printf("     %-6s avx512 small N (%u..40, %u tokens) bit-identical to the reference\n",
+               pe_ggml_type_name(type), n_min, (unsigned)PE_SMALL_N_TOK);
+    }
+    pe_isa_force(pe_isa_detect());
+    pe_tp_destroy(tp[0]);
+    pe_tp_destroy(tp[1]);
+    free(wdata);
+    free(x);
+    free(y);
+    free(yr);
+    free(scratch);
+    return 0;
+}
 #endif
 
 int main(void)
@@ -674,6 +754,7 @@ int main(void)
     T_RUN(test_avx2_panels_match_reference);
     T_RUN(test_avx512_quantizers);
     T_RUN(test_avx512_products_match_reference);
+    T_RUN(test_q_small_n_matches_ref);
 #endif
     if (!t_failed && !have_reference) {
         printf("%d passed; the ggml dequantization reference was not found\n", t_run);
