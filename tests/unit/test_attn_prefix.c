@@ -221,9 +221,75 @@ static int test_not_shared(void)
     return 0;
 }
 
+/* A mixed batch: the shared decode rows, a prefill chunk of 20 rows of a fork (its tiles
+ * plan after the shared ones) and a scored decode row of another fork (never in a shared
+ * tile): every output and the scores are the bits of each item alone, on 2 threads. */
+static int test_mixed_batch(void)
+{
+    pset ps;
+    T_OK(pset_make(&ps, PGD_KV_Q8_0, 0, 8, 7));
+    fx *f = &ps.f;
+    enum { N = N_SEQ + 2 };
+    pgd_seq *extra[2];
+    pgd_attn_item it[N];
+    memcpy(it, ps.it, sizeof ps.it);
+    for (int k = 0; k < 2; k++) {
+        T_OK(pgd_seq_fork(f->c, ps.s[0], &extra[k]));
+        T_OK(fx_extend(f, extra[k], 40));
+        const uint32_t rows = k == 0 ? 20 : 1;
+        it[N_SEQ + k] = (pgd_attn_item){extra[k], rows, fx_queries(f, rows, 8),
+                                        calloc((size_t)rows * 8 * f->hd, sizeof(float))};
+        T_ASSERT(it[N_SEQ + k].q && it[N_SEQ + k].out);
+    }
+    const size_t len = PREFIX + 40;
+    pgd_attn_scores sc[N];
+    memset(sc, 0, sizeof sc);
+    float *scores = calloc(2 * len, sizeof *scores), *scores1 = calloc(2 * len, sizeof *scores);
+    T_ASSERT(scores && scores1);
+    sc[N - 1] = (pgd_attn_scores){scores, 1, len};
+    fx_exec ex = {2};
+    pgd_attn_params p = pgd_attn_default_params();
+    p.n_head = 8;
+    p.score_keys = (uint32_t)len;
+    pgd_attn *alone, *many;
+    T_OK(pgd_attn_create(f->c, &p, &alone));
+    p.n_threads = 2;
+    p.parallel = fx_parallel;
+    p.parallel_ud = &ex;
+    T_OK(pgd_attn_create(f->c, &p, &many));
+    T_OK(pgd_attn_run_scored(many, 1, it, sc, N));
+    uint64_t r, saved;
+    pgd__attn_stats(many, &r, &saved);
+    T_ASSERT(saved > 0);
+    for (uint32_t i = 0; i < N; i++) {
+        const size_t m = (size_t)it[i].n_rows * 8 * f->hd;
+        float *x = malloc(m * sizeof *x);
+        T_ASSERT(x);
+        memcpy(x, it[i].out, m * sizeof *x);
+        pgd_attn_scores one = sc[i];
+        if (one.scores) one.scores = scores1;
+        T_OK(pgd_attn_run_scored(alone, 1, &it[i], &one, 1));
+        if (memcmp(x, it[i].out, m * sizeof *x) != 0) T_FAIL("item %u: alone differs", i);
+        free(x);
+    }
+    T_ASSERT(memcmp(scores, scores1, 2 * len * sizeof *scores) == 0);
+    pgd_attn_destroy(alone);
+    pgd_attn_destroy(many);
+    for (int k = 0; k < 2; k++) {
+        free((void *)it[N_SEQ + k].q);
+        free(it[N_SEQ + k].out);
+        pgd_seq_destroy(f->c, extra[k]);
+    }
+    free(scores);
+    free(scores1);
+    pset_free(&ps);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_shared_prefix_batch_invariant);
     T_RUN(test_not_shared);
+    T_RUN(test_mixed_batch);
     T_DONE();
 }
