@@ -146,12 +146,19 @@
  *                             q8_0 hd 128: 1.16-1.18 AVX-512, 1.08 AVX2; hd 64: 1.16, 1.07
  *     2 threads (--fastest)   f16 hd 128: 1.10, AVX2 0.98; hd 64: 1.07, AVX2 1.23
  *                             q8_0 hd 128: 1.20, AVX2 1.13; hd 64: 1.11, AVX2 1.03
- *   The time falls far less than the bytes: here the 8 rows' 38 MB stay in this machine's
- *   L3 between rows, and the kernels' work is per (key, query vector) either way (k_scores
- *   tiles 4 keys x at most 4 query vectors, so a shared call of 32 vectors decodes a page's
- *   rows 8 times, not once); sharing saves the traffic, not the arithmetic. A machine
- *   whose last-level cache does not hold a layer's K/V of a step (small cloud VMs) saves
- *   up to the bytes' ratio.
+ *   By GQA (head_dim 128, 1 thread, --cpu-time, batch 4 / 8 / 16): GQA 1 1.87 / 2.33 /
+ *   2.26 (f16), 1.82 / 2.02 / 2.15 (q8_0); GQA 4 1.15 / 1.24 / 1.11, 1.16 / 1.18 / 1.20;
+ *   GQA 8 1.02 / 1.08 / 1.11, 1.05 / 1.10 / 1.07.
+ *   The time falls far less than the bytes: here a step's K/V stays in this machine's L3
+ *   between rows, and the kernels' work is per (key, query vector) once a call has 4
+ *   vectors (k_scores tiles 4 keys x at most 4 query vectors, so a shared call of 32
+ *   vectors decodes a page's rows 8 times, as 8 rows of GQA 4 alone do): sharing saves the
+ *   traffic, and the arithmetic only where a row alone has fewer than 4 query vectors
+ *   (GQA 1, 2). A machine whose last-level cache does not hold a layer's K/V of a step
+ *   (small cloud VMs) saves up to the bytes' ratio. Engine level (pagoda serve, 1B q8_0,
+ *   f16 KV, head_dim 64, GQA 4, 8 requests x 1157 shared + 32 own tokens, 2 threads, this
+ *   loaded VM): 11.7 / 11.6 output tok/s against 11.8 / 12.0 for main, within the noise;
+ *   attention is a few % of that step (the q8_0 matrix products dominate).
  *
  * Figures: bench/bench_attn (decode GB/s against a read-bandwidth probe of the same bytes,
  * paged against contiguous page tables, prefill rows/s; --help lists the options).
