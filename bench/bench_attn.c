@@ -708,7 +708,8 @@ static int bench_shared(const opts *o, bpool *bp)
                     rc = -1;
                 }
                 double t[2];
-                /* time_variants runs a[l] on one item list: both lists hold the same rows. */
+                /* Timed in turn, repetition by repetition (each context on its own output buffers).
+                 */
                 if (!rc) {
                     static double s[2][4096];
                     for (int l = 0; l < 2; l++)
