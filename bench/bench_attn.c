@@ -29,6 +29,12 @@
  *               (layer_window --window, default 1024), timed in turn repetition by repetition:
  *               cap/plain is the soft-cap's cost, win/plain the window layer's against a
  *               global one (ideally about (window + page) / ctx)
+ *   --shared-prefix instead of the table above: batch decode rows of sequences forked
+ *               from one prefix of that many tokens, each with --tail own tokens (the
+ *               serving workload: one system prompt, many requests), timed in turn with
+ *               the fast path's shared tiles on and off (pgd__attn_set_shared) on the same
+ *               sequences: us per step, the K/V MB each read (pgd__attn_stats) and off/on;
+ *               the outputs of both must be the same bits
  *
  * Targets (issue 5): f16 at GQA 1 >= 85% of the probe; paged >= 0.97x contiguous; q8_0 and
  * q4_0 faster than f16 at long context (the summary lines). Each figure is the median of
@@ -78,6 +84,7 @@ typedef struct opts {
     int isa;         /* --isa: the attention level (pgd__attn_force_isa), -1: the CPU's best */
     int prefetch;    /* --prefetch: pgd__attn_set_prefetch mode, -1: the library's default */
     int fastest;     /* --fastest: each figure is the fastest repetition, not the median */
+    uint32_t shared_prefix, tail; /* --shared-prefix, --tail */
 } opts;
 
 static void usage(FILE *f)
@@ -114,6 +121,10 @@ static void usage(FILE *f)
                "  --gemma            decode plain, with soft-cap 50 and as a window layer, in\n"
                "                     turn on the same sequences (paged only, no prefill)\n"
                "  --window N         --gemma's window (default 1024)\n"
+               "  --shared-prefix N  decode of --batch sequences forked from one N-token\n"
+               "                     prefix, each with --tail own tokens, with the shared\n"
+               "                     tiles on and off in turn (paged only, no prefill)\n"
+               "  --tail N           --shared-prefix's own tokens per sequence (default 64)\n"
                "  --isa NAME         attention level: scalar, avx2 (the AVX2 codec tables and\n"
                "                     step, what an AVX2-only CPU runs) or avx512 (default: the\n"
                "                     CPU's best)\n"
@@ -604,6 +615,148 @@ static void print_header(void)
            "time us", "GB/s", "probe", "%bw", "p/c");
 }
 
+static void print_shared_header(uint32_t prefix, uint32_t tail)
+{
+    printf("shared prefix %u tokens, %u own tokens per sequence\n", prefix, tail);
+    printf("%-6s %4s %5s %10s %10s %7s %9s %9s %7s\n", "type", "gqa", "batch", "shared us",
+           "own us", "own/sh", "shared MB", "own MB", "MB o/s");
+}
+
+/* Grows s by n positions and writes seeded random K/V for them. */
+static int extend_seq(pgd_cache *c, pgd_seq *s, uint32_t n, const opts *o, uint64_t *rng)
+{
+    const size_t row = (size_t)o->n_kv * o->hd;
+    const uint64_t pos0 = pgd_seq_length(c, s);
+    float *k = malloc((size_t)n * row * sizeof *k), *v = malloc((size_t)n * row * sizeof *v);
+    int rc = k && v && pgd_seq_grow(c, s, n) == PGD_OK ? 0 : -1;
+    for (size_t j = 0; !rc && j < (size_t)n * row; j++) {
+        k[j] = bench_randf(rng) + 0.2f * (float)((j % o->hd) % 7) - 0.6f;
+        v[j] = bench_randf(rng);
+    }
+    if (!rc && pgd_seq_write_kv(c, s, pos0, n, 0, k, v) != PGD_OK) rc = -1;
+    free(k);
+    free(v);
+    return rc;
+}
+
+/* --shared-prefix: per type, GQA and batch, `batch` forks of one prefix, each extended by
+ * --tail tokens, on a shuffled pool; decode timed with shared tiles on and off in turn. */
+static int bench_shared(const opts *o, bpool *bp)
+{
+    const uint32_t P = o->shared_prefix;
+    for (uint32_t ti = 0; ti < o->n_types; ti++) {
+        const pgd_kv_type type = o->types[ti];
+        for (uint32_t bi = 0; bi < o->n_batch; bi++) {
+            const uint32_t batch = o->batch[bi];
+            const uint64_t tokens = P + (uint64_t)batch * (o->tail + o->pt);
+            uint64_t rng = o->b.seed;
+            pgd_cache *c = make_cache(type, o, tokens);
+            if (!c) return 1;
+            scatter_pages(c, (uint32_t)((tokens + o->pt - 1) / o->pt), &rng, o->pt);
+            pgd_seq *base = NULL, *seq[64] = {NULL};
+            int32_t *toks = malloc((size_t)P * sizeof *toks);
+            int rc = toks && pgd_seq_create(c, NULL, 0, &base) == PGD_OK ? 0 : -1;
+            for (uint32_t d = 0; !rc && d < P; d += 512)
+                rc = extend_seq(c, base, P - d < 512 ? P - d : 512, o, &rng);
+            for (uint32_t i = 0; toks && i < P; i++)
+                toks[i] = (int32_t)(i * 7 + 1);
+            if (!rc && pgd_seq_commit(c, base, toks, P) < 0) rc = -1;
+            for (uint32_t i = 0; !rc && i < batch; i++) {
+                if (pgd_seq_fork(c, base, &seq[i]) != PGD_OK) rc = -1;
+                if (!rc && o->tail) rc = extend_seq(c, seq[i], o->tail, o, &rng);
+            }
+            free(toks);
+            for (uint32_t gi = 0; gi < o->n_gqa && !rc; gi++) {
+                const uint32_t n_head = o->n_kv * o->gqa[gi];
+                const size_t per = (size_t)n_head * o->hd;
+                pgd_attn_params ap = pgd_attn_default_params();
+                ap.n_head = n_head;
+                ap.n_threads = o->threads;
+                ap.parallel = bpool_run;
+                ap.parallel_ud = bp;
+                ap.max_rows = batch;
+                float *q = malloc((size_t)batch * per * sizeof *q);
+                float *out = malloc((size_t)batch * per * 2 * sizeof *out);
+                pgd_attn *a[2] = {NULL, NULL};
+                pgd_attn_item it[2][64];
+                uint64_t qr = o->b.seed + 17;
+                for (size_t i = 0; q && i < (size_t)batch * per; i++)
+                    q[i] = bench_randf(&qr);
+                if (!q || !out) rc = -1;
+                for (int l = 0; l < 2 && !rc; l++) {
+                    if (pgd_attn_create(c, &ap, &a[l]) != PGD_OK || tune_attn(a[l], o) != PGD_OK)
+                        rc = -1;
+                    else
+                        pgd__attn_set_shared(a[l], l == 0);
+                    for (uint32_t i = 0; i < batch; i++)
+                        it[l][i] = (pgd_attn_item){seq[i], 1, q + i * per,
+                                                   out + ((size_t)l * batch + i) * per};
+                }
+                /* One run each: the bytes read (K and V regions), and equal bits. */
+                double mb[2] = {0, 0};
+                for (int l = 0; l < 2 && !rc; l++) {
+                    uint64_t r0, s0, r1, s1;
+                    pgd__attn_stats(a[l], &r0, &s0);
+                    if (pgd_attn_run(a[l], 0, it[l], batch) != PGD_OK) rc = -1;
+                    pgd__attn_stats(a[l], &r1, &s1);
+                    mb[l] = (double)(r1 - r0) * 2 *
+                            (double)pgd_pool_region_bytes(pgd_cache_pool(c)) / 1048576.0;
+                }
+                if (!rc &&
+                    memcmp(out, out + (size_t)batch * per, (size_t)batch * per * sizeof *out)) {
+                    fprintf(stderr, "bench_attn: shared tiles changed the outputs\n");
+                    rc = -1;
+                }
+                double t[2];
+                /* Timed in turn, repetition by repetition (each context on its own output buffers).
+                 */
+                if (!rc) {
+                    static double s[2][4096];
+                    for (int l = 0; l < 2; l++)
+                        pgd_attn_run(a[l], 0, it[l], batch);
+                    int k = 0;
+                    const double t_start = now_s();
+                    while (more_reps(k, t_start, o)) {
+                        for (int l = 0; l < 2; l++) {
+                            const double t0 = now_s();
+                            pgd_attn_run(a[l], 0, it[l], batch);
+                            s[l][k] = now_s() - t0;
+                        }
+                        k++;
+                    }
+                    t[0] = pick(s[0], (size_t)k);
+                    t[1] = pick(s[1], (size_t)k);
+                    fold(out, (size_t)batch * per);
+                    if (o->b.json)
+                        printf(
+                            "{\"type\": \"%s\", \"gqa\": %u, \"prefix\": %u, \"tail\": %u, "
+                            "\"batch\": %u, \"shared_us\": %.2f, \"own_us\": %.2f, "
+                            "\"own_over_shared\": %.4f, \"shared_mb\": %.3f, \"own_mb\": %.3f}\n",
+                            pgd_kv_type_name(type), o->gqa[gi], P, o->tail, batch, t[0] * 1e6,
+                            t[1] * 1e6, t[1] / t[0], mb[0], mb[1]);
+                    else
+                        printf("%-6s %4u %5u %10.1f %10.1f %7.3f %9.2f %9.2f %7.2f\n",
+                               pgd_kv_type_name(type), o->gqa[gi], batch, t[0] * 1e6, t[1] * 1e6,
+                               t[1] / t[0], mb[0], mb[1], mb[1] / mb[0]);
+                }
+                pgd_attn_destroy(a[0]);
+                pgd_attn_destroy(a[1]);
+                free(q);
+                free(out);
+            }
+            for (uint32_t i = 0; i < batch; i++)
+                if (seq[i]) pgd_seq_destroy(c, seq[i]);
+            if (base) pgd_seq_destroy(c, base);
+            pgd_cache_destroy(c);
+            if (rc) {
+                fprintf(stderr, "bench_attn: --shared-prefix %s failed\n", pgd_kv_type_name(type));
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -625,34 +778,20 @@ int main(int argc, char **argv)
     o.window = 1024;
     o.isa = -1;
     o.prefetch = -1;
+    o.tail = 64;
     for (int t = 0; strcmp(pgd_kv_type_name((pgd_kv_type)t), "?") != 0 && t < 8; t++)
         o.types[o.n_types++] = (pgd_kv_type)t;
 
-    static const struct option lo[] = {{"types", 1, 0, 't'},
-                                       {"ctx", 1, 0, 'c'},
-                                       {"batch", 1, 0, 'b'},
-                                       {"gqa", 1, 0, 'g'},
-                                       {"kv-heads", 1, 0, 'k'},
-                                       {"head-dim", 1, 0, 'd'},
-                                       {"page-tokens", 1, 0, 'p'},
-                                       {"max-tokens", 1, 0, 'm'},
-                                       {"threads", 1, 0, 'T'},
-                                       {"min-reps", 1, 0, 'r'},
-                                       {"min-ms", 1, 0, 'M'},
-                                       {"prefill", 1, 0, 'P'},
-                                       {"prefill-depth", 1, 0, 'D'},
-                                       {"paged-only", 0, 0, 'O'},
-                                       {"hugepages", 0, 0, 'H'},
-                                       {"small-probe", 0, 0, 'B'},
-                                       {"cpu-time", 0, 0, 'C'},
-                                       {"wide", 1, 0, 'W'},
-                                       {"scores", 0, 0, 'S'},
-                                       {"gemma", 0, 0, 'G'},
-                                       {"window", 1, 0, 'w'},
-                                       {"isa", 1, 0, 'I'},
-                                       {"prefetch", 1, 0, 'F'},
-                                       {"fastest", 0, 0, 'X'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"types", 1, 0, 't'},         {"ctx", 1, 0, 'c'},        {"batch", 1, 0, 'b'},
+        {"gqa", 1, 0, 'g'},           {"kv-heads", 1, 0, 'k'},   {"head-dim", 1, 0, 'd'},
+        {"page-tokens", 1, 0, 'p'},   {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 'T'},
+        {"min-reps", 1, 0, 'r'},      {"min-ms", 1, 0, 'M'},     {"prefill", 1, 0, 'P'},
+        {"prefill-depth", 1, 0, 'D'}, {"paged-only", 0, 0, 'O'}, {"hugepages", 0, 0, 'H'},
+        {"small-probe", 0, 0, 'B'},   {"cpu-time", 0, 0, 'C'},   {"wide", 1, 0, 'W'},
+        {"scores", 0, 0, 'S'},        {"gemma", 0, 0, 'G'},      {"window", 1, 0, 'w'},
+        {"isa", 1, 0, 'I'},           {"prefetch", 1, 0, 'F'},   {"fastest", 0, 0, 'X'},
+        {"shared-prefix", 1, 0, 'R'}, {"tail", 1, 0, 'L'},       {0, 0, 0, 0}};
     bench_cli cli = {.prog = "bench_attn",
                      .usage = usage,
                      .own = lo,
@@ -695,7 +834,11 @@ int main(int argc, char **argv)
         case 'D':
         case 'W':
         case 'w':
+        case 'R':
+        case 'L':
             bad = parse_list(optarg, one, 1) != 1;
+            if (c == 'R') o.shared_prefix = one[0];
+            if (c == 'L') o.tail = one[0];
             if (c == 'k') o.n_kv = one[0];
             if (c == 'd') o.hd = one[0];
             if (c == 'p') o.pt = one[0];
@@ -773,8 +916,12 @@ int main(int argc, char **argv)
         o.layouts = 1;
         o.prefill = 0;
     }
-    if (o.scores && o.gemma) {
-        fprintf(stderr, "bench_attn: --scores and --gemma are two separate modes\n");
+    if (o.shared_prefix) {
+        o.layouts = 1;
+        o.prefill = 0;
+    }
+    if (o.scores + o.gemma + (o.shared_prefix > 0) > 1) {
+        fprintf(stderr, "bench_attn: --scores, --gemma and --shared-prefix are separate modes\n");
         return 2;
     }
     if (o.cpu_time && o.threads != 1) {
@@ -827,7 +974,9 @@ int main(int argc, char **argv)
                o.cpu_time ? "thread CPU" : "wall", isa_names[o.isa >= 0 ? o.isa : pgd__attn_isa()],
                o.isa >= 0 ? " (forced)" : "", o.fastest ? "fastest repetition" : "median");
         printf("read probe (%zu MiB, beyond the caches): %.1f GB/s\n", big >> 20, dram_gbs);
-        if (o.scores)
+        if (o.shared_prefix)
+            print_shared_header(o.shared_prefix, o.tail);
+        else if (o.scores)
             print_scores_header();
         else if (o.gemma)
             print_gemma_header(o.window);
@@ -846,7 +995,8 @@ int main(int argc, char **argv)
     double f16_bw_gqa1 = -1, worst_pc = 10;
     int rc = 0;
 
-    for (uint32_t ti = 0; ti < o.n_types && !rc; ti++) {
+    if (o.shared_prefix) rc = bench_shared(&o, &bp);
+    for (uint32_t ti = 0; ti < o.n_types && !rc && !o.shared_prefix; ti++) {
         const pgd_kv_type type = o.types[ti];
         for (uint32_t ci = 0; ci < o.n_ctx && !rc; ci++) {
             const uint32_t ctx = o.ctx[ci];
@@ -1067,7 +1217,7 @@ int main(int argc, char **argv)
         }
     }
 
-    if (!rc && !o.b.json && !o.scores && !o.gemma) {
+    if (!rc && !o.b.json && !o.scores && !o.gemma && !o.shared_prefix) {
         printf("summary: f16 gqa 1 at ctx %u: %.0f%% of the read probe (target >= 85%%)\n",
                o.ctx[o.n_ctx - 1], 100.0 * f16_bw_gqa1);
         if (worst_pc < 10)

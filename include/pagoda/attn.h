@@ -114,8 +114,10 @@ typedef struct pgd_attn_item {
  * PGD_ENOMEM (staged pools only: the cache could not allocate the residual window of a sequence
  * that had none yet, the one allocation a run may cause). Nothing is written on error.
  * Cost: the K/V bytes of every row's pages, read once per tile of up to 64 / group rows
- * (at most 16) of one sequence and KV head; with Quest, the key bounds of every page of a
- * decode row and the K/V of the selected pages only. */
+ * (at most 16) of one sequence and KV head; a page that the decode rows of several
+ * sequences share (forks, prefix matches) is read once for up to 64 / group (at most 16)
+ * of them; with Quest, the key bounds of every page of a decode row and the K/V of the
+ * selected pages only. */
 PGD_API int pgd_attn_run(pgd_attn *a, uint32_t layer, const pgd_attn_item *items, uint32_t n);
 
 /* Scores for token budgets (budget.h), one per item of a run (parallel to the items). */

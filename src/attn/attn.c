@@ -113,6 +113,53 @@
  * V and in the scores; a row whose valid keys in a block are all dead treats the block as
  * one without valid keys (its state stays empty; merge_one skips empty states).
  *
+ * Shared prefix (shared tiles; ChunkAttention / Hydragen / FlashInfer's cascade, bit-exact):
+ * decode rows of sequences that share their first pages (forks, prefix-cache matches: one
+ * system prompt for many requests) read each shared page once per step for all of them.
+ *   plan     candidates are the decode rows (n_rows 1) of a global layer without a Quest
+ *            selection, scores or dead slots; each may share its pages before its own page
+ *            on staged pools (that one comes from its residual ring), else all of them.
+ *            Sorted by first page id (insertion sort, arrays sized at create), a group of k
+ *            >= 2 rows with one first page becomes ceil(k / tile_rows) tiles of nearly equal
+ *            size (tile_rows * group <= 64 query vectors), each with n_shared: its leading
+ *            page indices that hold the same page for every row. The rest plan as before.
+ *   task     one per (shared tile, KV head): its list is page indices 0 .. the longest
+ *            row's last page; split into ranges like any task (pieces, slots, merge_task).
+ *   piece    (run_shared) for a page index below n_shared, one k_scores and one v_accum
+ *            call serve all the tile's query vectors (nk: the most keys a row sees there);
+ *            any other page is read by its own row alone (nk its own), from the pool or its
+ *            ring. Page index i lies at column (i - block start) * pt of every row's S.
+ *   bits     each row gets the bits of its own decode task: its queries are prepared per
+ *            vector (prepare_q), a key's score does not depend on the call's other query
+ *            vectors nor on nk (the invariance prefill tiles already rely on); blocks and
+ *            ranges lie at the same page indices; the step sees the row's own valid count
+ *            (nb only sets the zeroed tail), so its weights past it are 0 and the extra keys
+ *            of a shared page's wider V call add exact zeros; the page-order V sums, the
+ *            per-range states and their merge are the row's; ranges past a row's last page
+ *            are empty states, which merge_one skips. test_attn_prefix checks the bits
+ *            against each row alone, with sharing off, on 1 and 2 threads, split or not.
+ *   counts   pgd__attn_stats: region-pair reads and the reads sharing saved.
+ *   Cost, bench_attn --shared-prefix 1157 --tail 64 --batch 8 --gqa 4 (8 KV heads, a loaded
+ *   2-core AVX-512 VM; own = the same run with shared tiles off; K/V read 5.5x less: f16
+ *   head_dim 128 7.0 MB against 38.5 per step and layer), own / shared time:
+ *     1 thread (--cpu-time)   f16 hd 128: 1.09-1.10 AVX-512, 1.05 AVX2; hd 64: 1.08, 1.04
+ *                             q8_0 hd 128: 1.16-1.18 AVX-512, 1.08 AVX2; hd 64: 1.16, 1.07
+ *     2 threads (--fastest)   f16 hd 128: 1.10, AVX2 0.98; hd 64: 1.07, AVX2 1.23
+ *                             q8_0 hd 128: 1.20, AVX2 1.13; hd 64: 1.11, AVX2 1.03
+ *   By GQA (head_dim 128, 1 thread, --cpu-time, batch 4 / 8 / 16): GQA 1 1.87 / 2.33 /
+ *   2.26 (f16), 1.82 / 2.02 / 2.15 (q8_0); GQA 4 1.15 / 1.24 / 1.11, 1.16 / 1.18 / 1.20;
+ *   GQA 8 1.02 / 1.08 / 1.11, 1.05 / 1.10 / 1.07.
+ *   The time falls far less than the bytes: here a step's K/V stays in this machine's L3
+ *   between rows, and the kernels' work is per (key, query vector) once a call has 4
+ *   vectors (k_scores tiles 4 keys x at most 4 query vectors, so a shared call of 32
+ *   vectors decodes a page's rows 8 times, as 8 rows of GQA 4 alone do): sharing saves the
+ *   traffic, and the arithmetic only where a row alone has fewer than 4 query vectors
+ *   (GQA 1, 2). A machine whose last-level cache does not hold a layer's K/V of a step
+ *   (small cloud VMs) saves up to the bytes' ratio. Engine level (pagoda serve, 1B q8_0,
+ *   f16 KV, head_dim 64, GQA 4, 8 requests x 1157 shared + 32 own tokens, 2 threads, this
+ *   loaded VM): 11.7 / 11.6 output tok/s against 11.8 / 12.0 for main, within the noise;
+ *   attention is a few % of that step (the q8_0 matrix products dominate).
+ *
  * Figures: bench/bench_attn (decode GB/s against a read-bandwidth probe of the same bytes,
  * paged against contiguous page tables, prefill rows/s; --help lists the options).
  *
@@ -161,10 +208,14 @@ typedef struct iview {
     const pgd_attn_scores *sc; /* scores asked for (rows > 0), or NULL */
     uint32_t sc_row0;          /* first scored row: n_rows - sc->rows */
     uint32_t tile_end;         /* one past the view's last tile */
+    uint32_t share;            /* shared tiles: the pages it may share (0: not a candidate) */
+    int in_shared;             /* its row runs in a shared tile */
 } iview;
 
 typedef struct tile {
     uint32_t view, row0, n_rows;
+    uint32_t n_shared; /* a shared tile: its leading pages common to all rows (> 0), else 0 */
+    uint32_t sv0;      /* a shared tile: row t is the decode row of view srow[sv0 + t] */
 } tile;
 
 typedef struct task {
@@ -191,6 +242,7 @@ struct pgd_attn {
     uint32_t *window; /* [n_layers] copy of params.layer_window, or NULL */
     uint32_t tile_rows, nq_max, ld_s, block_pages, range_pages, max_tasks, max_pieces;
     int prefetch;
+    int shared;        /* shared tiles on (pgd__attn_set_shared) */
     uint32_t wide;     /* KV heads per decode task (1: one per task; see pgd__attn_set_wide) */
     uint32_t wide_min; /* ... for decode rows of at least this many pages */
     int spread;        /* f32 / f16 / bf16: spread prefetch of the next page (see spread_*) */
@@ -206,10 +258,13 @@ struct pgd_attn {
     uint32_t *sel_view; /* [max_rows] views that need a selection */
     uint32_t *sel;      /* [max_rows][n_kv_heads][select_pages] */
     tile *tiles;        /* [max_rows] */
-    task *tasks;        /* [max_tasks] */
-    piece *pieces;      /* [max_pieces] */
-    atomic_uint *done;  /* [max_tasks] pieces finished, split tasks */
-    float *slots;       /* [slot_cap] */
+    uint32_t *cand;     /* [max_rows] shared-tile candidates (views), sorted by first page */
+    uint32_t *srow;     /* [max_rows] the views of the shared tiles' rows */
+    atomic_ullong st_reads, st_saved; /* pgd__attn_stats */
+    task *tasks;                      /* [max_tasks] */
+    piece *pieces;                    /* [max_pieces] */
+    atomic_uint *done;                /* [max_tasks] pieces finished, split tasks */
+    float *slots;                     /* [slot_cap] */
     size_t slot_cap;
 
     /* per-thread scratch: Q O [nq_max][hd], m l [nq_max], S [nq_max][ld_s], heap, block;
@@ -255,6 +310,8 @@ void pgd_attn_destroy(pgd_attn *a)
     pgd__free(&a->al, a->sel_view);
     pgd__free(&a->al, a->sel);
     pgd__free(&a->al, a->tiles);
+    pgd__free(&a->al, a->cand);
+    pgd__free(&a->al, a->srow);
     pgd__free(&a->al, a->tasks);
     pgd__free(&a->al, a->pieces);
     pgd__free(&a->al, a->done);
@@ -321,6 +378,7 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
                               : (float)(1.4426950408889634 / sqrt((double)hd));
     a->region_bytes = (size_t)pgd_pool_region_bytes(a->g.pool);
     a->prefetch = 2;
+    a->shared = 1;
     a->spread = a->g.type == PGD_KV_F32 || a->g.type == PGD_KV_F16 || a->g.type == PGD_KV_BF16;
     a->max_tasks = R * a->g.n_kv_heads;
     a->max_pieces = a->max_tasks + SPARE_PIECES + 2 * PIECES_PER_THREAD * T;
@@ -364,6 +422,8 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     a->views = pgd__calloc(&al, R, sizeof *a->views);
     a->sel_view = pgd__calloc(&al, R, sizeof *a->sel_view);
     a->tiles = pgd__calloc(&al, R, sizeof *a->tiles);
+    a->cand = pgd__calloc(&al, R, sizeof *a->cand);
+    a->srow = pgd__calloc(&al, R, sizeof *a->srow);
     a->tasks = pgd__calloc(&al, a->max_tasks, sizeof *a->tasks);
     a->pieces = pgd__calloc(&al, a->max_pieces, sizeof *a->pieces);
     a->done = pgd__calloc(&al, a->max_tasks, sizeof *a->done);
@@ -371,8 +431,8 @@ int pgd_attn_create(pgd_cache *c, const pgd_attn_params *p, pgd_attn **out)
     a->scratch = pgd__malloc(&al, a->scratch_stride * T + 64);
     if (a->scratch && a->p.score_keys) advise_huge(a->scratch, a->scratch_stride * T + 64);
     if (B) a->sel = pgd__calloc(&al, (size_t)R * a->g.n_kv_heads, (size_t)B * sizeof *a->sel);
-    if (!a->views || !a->sel_view || !a->tiles || !a->tasks || !a->pieces || !a->done ||
-        !a->slots || !a->scratch || (B && !a->sel))
+    if (!a->views || !a->sel_view || !a->tiles || !a->cand || !a->srow || !a->tasks || !a->pieces ||
+        !a->done || !a->slots || !a->scratch || (B && !a->sel))
         goto fail;
     for (uint32_t i = 0; i < R; i++)
         a->views[i].sel = B ? a->sel + (size_t)i * a->g.n_kv_heads * B : NULL;
@@ -411,6 +471,17 @@ void pgd__attn_set_wide(pgd_attn *a, uint32_t n)
     a->wide = n == 0 ? mx : n > mx ? mx : n;
     a->wide_min =
         n == 0 ? (WIDE_MIN_KEYS / a->g.page_tokens ? WIDE_MIN_KEYS / a->g.page_tokens : 1) : 0;
+}
+
+void pgd__attn_set_shared(pgd_attn *a, int on)
+{
+    a->shared = on;
+}
+
+void pgd__attn_stats(const pgd_attn *a, uint64_t *page_reads, uint64_t *shared_saved)
+{
+    *page_reads = atomic_load_explicit(&a->st_reads, memory_order_relaxed);
+    *shared_saved = atomic_load_explicit(&a->st_saved, memory_order_relaxed);
 }
 
 void pgd__attn_last_plan(const pgd_attn *a, uint32_t *n_pieces, uint32_t *n_split_pieces)
@@ -581,6 +652,19 @@ static __attribute__((noinline)) void merge_one(uint32_t hd, float *oa, float *m
     *ma = mx;
 }
 
+/* Writes query vector qi of task tk (tile tl, of view iv) as store_out does; a shared tile's
+ * vectors are [row t][group h], row t being the decode row of view srow[sv0 + t]. */
+static void task_out(const pgd_attn *a, const task *tk, const tile *tl, const iview *iv,
+                     uint32_t qi, float *o, float inv_l)
+{
+    if (!tl->n_shared) {
+        store_out(a, iv->it, tl->row0, tl->n_rows, tk->kvh, qi, o, inv_l);
+        return;
+    }
+    const uint32_t G = a->g.group;
+    store_out(a, a->views[a->srow[tl->sv0 + qi / G]].it, 0, 1, tk->kvh, qi % G, o, inv_l);
+}
+
 /* The last piece of a split task: merges the pieces' states (one page range each) in page
  * order, as piece_task merges the ranges of a whole task, so both give the same bits. */
 static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview *iv, float *o)
@@ -595,7 +679,7 @@ static void merge_task(pgd_attn *a, const task *tk, const tile *tl, const iview 
             merge_one(hd, o, &mx, &l, s + (size_t)qi * hd, s[(size_t)nq * hd + qi],
                       s[(size_t)nq * hd + nq + qi]);
         }
-        store_out(a, iv->it, tl->row0, tl->n_rows, tk->kvh, qi, o, 1.0f / l);
+        task_out(a, tk, tl, iv, qi, o, 1.0f / l);
     }
 }
 
@@ -721,6 +805,7 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
      * the ring, every other page from the pool. */
     const uint32_t rpage = pgd__attn_ring_page(g, &iv->v, pos0);
     PGD_CHECK(NH <= WIDE_HEADS);
+    atomic_fetch_add_explicit(&a->st_reads, (uint64_t)(pb - pa) * NH, memory_order_relaxed);
     uint32_t p0 = 0;
     if (!tk->sel) (void)tile_pages(a, iv, tl, &p0);
     const uint32_t R = a->range_pages, BP = a->block_pages;
@@ -941,12 +1026,186 @@ static void run_piece(pgd_attn *a, const task *tk, uint32_t ti, uint32_t pa, uin
     if (prev + 1 == tk->n_pieces) merge_task(a, tk, tl, iv, O);
 }
 
+/* One piece of a shared tile's task (one KV head; see "Shared prefix" above): list entries
+ * [pa, pb) are page indices (a global layer's list starts at page 0), up to the longest row's
+ * last page. A page index below the tile's n_shared holds the same page for every row: one
+ * k_scores and one v_accum call serve all the tile's query vectors. Every other page is read
+ * by its own row alone, from the pool or (its own page) from its residual ring. Blocks and
+ * ranges are those of the row alone (fixed by page index), the columns of page index i lie at
+ * (i - block start) * pt for every row, and each row's step gets its own valid count, so each
+ * row computes the bits of its own decode task. */
+static void run_shared(pgd_attn *a, const task *tk, uint32_t pa, uint32_t pb, uint32_t pk,
+                       uint32_t thread)
+{
+    const pgd__attn_geom *g = &a->g;
+    const tile *tl = &a->tiles[tk->tile];
+    const uint32_t hd = g->head_dim, pt = g->page_tokens, G = g->group, kvh = tk->kvh;
+    const uint32_t nr = tl->n_rows, nq = nr * G, P = tl->n_shared;
+    const uint32_t R = a->range_pages, BP = a->block_pages;
+    const iview *vw[TILE_ROWS];
+    uint64_t last[TILE_ROWS];
+    uint32_t rpage[TILE_ROWS], npg[TILE_ROWS];
+    PGD_CHECK(nr <= TILE_ROWS && nq <= a->nq_max && tk->nh == 1);
+
+    unsigned char *sc = scratch_of(a, thread);
+    float *Q = (float *)sc, *O = (float *)(sc + a->off_o), *M = (float *)(sc + a->off_m);
+    float *L = (float *)(sc + a->off_l), *S = (float *)(sc + a->off_s);
+    float *OA = (float *)(sc + a->off_oa), *MA = (float *)(sc + a->off_ma);
+    float *LA = (float *)(sc + a->off_la);
+    const size_t ld = a->ld_s;
+    for (uint32_t t = 0; t < nr; t++) {
+        vw[t] = &a->views[a->srow[tl->sv0 + t]];
+        last[t] = vw[t]->v.len - 1;
+        rpage[t] = pgd__attn_ring_page(g, &vw[t]->v, last[t]);
+        npg[t] = vw[t]->v.n_pages;
+        load_queries(a, vw[t]->it, 0, 1, kvh, 1, Q + (size_t)t * G * hd);
+    }
+    const unsigned char *PQ = NULL;
+    if (g->codec->prepare_q && g->codec->prepare_q(hd, Q, nq, sc + a->off_pq)) PQ = sc + a->off_pq;
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        MA[qi] = -INFINITY;
+        LA[qi] = 0;
+    }
+    uint64_t reads = 0, saved = 0;
+    for (uint32_t i = pa; i < pb;) {
+        const uint32_t rs = i / R * R, rend = rs + R < pb ? rs + R : pb;
+        memset(O, 0, (size_t)nq * hd * sizeof *O);
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            M[qi] = -INFINITY;
+            L[qi] = 0;
+        }
+        while (i < rend) {
+            const uint32_t i0 = i, bend0 = rs + ((i - rs) / BP + 1) * BP;
+            const uint32_t bend = bend0 < rend ? bend0 : rend;
+            /* K: page index i at column (i - i0) * pt of every row. */
+            for (; i < bend; i++) {
+                const uint64_t start = (uint64_t)i * pt;
+                const uint32_t col = (i - i0) * pt;
+                if (i < P) {
+                    uint32_t nk = 0;
+                    for (uint32_t t = 0; t < nr; t++) {
+                        const uint32_t n =
+                            last[t] + 1 - start < pt ? (uint32_t)(last[t] + 1 - start) : pt;
+                        nk = n > nk ? n : nk;
+                    }
+                    const uint32_t pg = vw[0]->v.pages[i];
+                    if (a->prefetch) {
+                        if (i + 1 < P)
+                            prefetch(pgd_pool_k(g->pool, vw[0]->v.pages[i + 1], a->layer, kvh),
+                                     a->region_bytes);
+                        prefetch(pgd_pool_v(g->pool, pg, a->layer, kvh), a->region_bytes);
+                    }
+                    k_call(a, g->codec, pgd_pool_k(g->pool, pg, a->layer, kvh), pt, 0, nk, Q, PQ,
+                           nq, S + col, ld);
+                    reads++;
+                    saved += nr - 1;
+                    continue;
+                }
+                for (uint32_t t = 0; t < nr; t++) {
+                    if (i >= npg[t]) continue;
+                    const uint32_t nk =
+                        last[t] + 1 - start < pt ? (uint32_t)(last[t] + 1 - start) : pt;
+                    const pgd__codec *cd;
+                    uint32_t rpt, r0;
+                    const void *reg = pgd__attn_src(g, &vw[t]->v, i, rpage[t], a->layer, PGD__K,
+                                                    kvh, &cd, &rpt, &r0);
+                    if (a->prefetch && i != rpage[t]) {
+                        if (i + 1 < npg[t] && i + 1 != rpage[t])
+                            prefetch(pgd_pool_k(g->pool, vw[t]->v.pages[i + 1], a->layer, kvh),
+                                     a->region_bytes);
+                        prefetch(pgd_pool_v(g->pool, vw[t]->v.pages[i], a->layer, kvh),
+                                 a->region_bytes);
+                    }
+                    k_call(a, cd, reg, rpt, r0, nk, Q + (size_t)t * G * hd,
+                           PQ ? PQ + (size_t)t * G * PGD__PREP_Q_HEAD_BYTES : NULL, G,
+                           S + (size_t)t * G * ld + col, ld);
+                    reads++;
+                }
+            }
+            /* Each row's valid keys are the columns [0, nv) (its pages before its last are
+             * full); nb, the block's widest row, is what the step zeroes up to. */
+            const uint64_t b0 = (uint64_t)i0 * pt, b1 = (uint64_t)bend * pt;
+            uint32_t nvr[TILE_ROWS], nb = 0;
+            for (uint32_t t = 0; t < nr; t++) {
+                const uint64_t e = last[t] + 1 < b1 ? last[t] + 1 : b1;
+                nvr[t] = e > b0 ? (uint32_t)(e - b0) : 0;
+                nb = nvr[t] > nb ? nvr[t] : nb;
+            }
+            for (uint32_t t = 0; t < nr; t++)
+                for (uint32_t h = 0; h < G; h++) {
+                    const uint32_t qi = t * G + h, nv = nvr[t];
+                    float *s = S + (size_t)qi * ld, sum;
+                    if (!nv) {
+                        memset(s, 0, nb * sizeof *s);
+                        continue;
+                    }
+                    if (a->cap > 0) a->softcap(s, nv, a->cap);
+                    const float alpha = a->step(s, nv, nb, &M[qi], &sum);
+                    L[qi] = L[qi] * alpha + sum;
+                    if (alpha != 1.0f) {
+                        float *o = O + (size_t)qi * hd;
+                        for (uint32_t d = 0; d < hd; d++)
+                            o[d] *= alpha;
+                    }
+                }
+            /* V, page by page in the same order: shared pages once for all rows. */
+            for (uint32_t j = i0; j < bend; j++) {
+                const uint64_t start = (uint64_t)j * pt;
+                const uint32_t col = (j - i0) * pt;
+                if (j < P) {
+                    uint32_t nk = 0;
+                    for (uint32_t t = 0; t < nr; t++) {
+                        const uint32_t n =
+                            last[t] + 1 - start < pt ? (uint32_t)(last[t] + 1 - start) : pt;
+                        nk = n > nk ? n : nk;
+                    }
+                    g->codec->v_accum(pgd_pool_v(g->pool, vw[0]->v.pages[j], a->layer, kvh), pt, hd,
+                                      0, nk, S + col, ld, nq, O);
+                    continue;
+                }
+                for (uint32_t t = 0; t < nr; t++) {
+                    if (j >= npg[t]) continue;
+                    const uint32_t nk =
+                        last[t] + 1 - start < pt ? (uint32_t)(last[t] + 1 - start) : pt;
+                    const pgd__codec *cd;
+                    uint32_t rpt, r0;
+                    const void *reg = pgd__attn_src(g, &vw[t]->v, j, rpage[t], a->layer, PGD__V,
+                                                    kvh, &cd, &rpt, &r0);
+                    cd->v_accum(reg, rpt, hd, r0, nk, S + (size_t)t * G * ld + col, ld, G,
+                                O + (size_t)t * G * hd);
+                }
+            }
+        }
+        for (uint32_t qi = 0; qi < nq; qi++)
+            merge_one(hd, OA + (size_t)qi * hd, &MA[qi], &LA[qi], O + (size_t)qi * hd, M[qi],
+                      L[qi]);
+    }
+    atomic_fetch_add_explicit(&a->st_reads, reads, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->st_saved, saved, memory_order_relaxed);
+
+    if (tk->n_pieces == 1) {
+        for (uint32_t qi = 0; qi < nq; qi++)
+            task_out(a, tk, tl, vw[0], qi, OA + (size_t)qi * hd, 1.0f / LA[qi]);
+        return;
+    }
+    float *slot = tk->slots + (size_t)pk * nq * (hd + 2);
+    memcpy(slot, OA, (size_t)nq * hd * sizeof *OA);
+    memcpy(slot + (size_t)nq * hd, MA, nq * sizeof *MA);
+    memcpy(slot + (size_t)nq * hd + nq, LA, nq * sizeof *LA);
+    unsigned prev = atomic_fetch_add_explicit(&a->done[tk - a->tasks], 1, memory_order_acq_rel);
+    if (prev + 1 == tk->n_pieces) merge_task(a, tk, tl, vw[0], O);
+}
+
 static void piece_task(void *ud, uint32_t idx, uint32_t thread)
 {
     pgd_attn *a = ud;
     PGD_CHECK(thread < a->p.n_threads);
     const piece *pc = &a->pieces[idx];
     const task *tk = &a->tasks[pc->task];
+    if (a->tiles[tk->tile].n_shared) {
+        run_shared(a, tk, pc->a, pc->b, pc->k, thread);
+        return;
+    }
     if (tk->n_tiles == 1) {
         run_piece(a, tk, tk->tile, pc->a, pc->b, pc->k, thread);
         return;
@@ -973,6 +1232,78 @@ static void run_tasks(pgd_attn *a, pgd_task_fn fn, uint32_t n)
         fn(a, i, 0);
 }
 
+/* The first page id of a candidate view (the shared tiles' sort key). */
+static uint32_t first_page(const pgd_attn *a, uint32_t vi)
+{
+    return a->views[vi].v.pages[0];
+}
+
+/* Shared tiles (see "Shared prefix" above): the decode rows of a global layer without a
+ * selection, scores or dead slots whose first page is another such row's first page, up to
+ * tile_rows rows per tile, written to tiles[0 ..) (returns their number). Candidates are
+ * sorted by (first page, view) by insertion sort: a step's decode rows are few, and a
+ * sorted run costs n compares. Allocation-free: cand and srow are sized at create. */
+static uint32_t plan_shared(pgd_attn *a)
+{
+    const pgd__attn_geom *g = &a->g;
+    uint32_t nc = 0, n_tiles = 0, n_srow = 0;
+    for (uint32_t vi = 0; vi < a->n_views; vi++) {
+        iview *iv = &a->views[vi];
+        iv->in_shared = 0;
+        iv->share = 0;
+        if (!a->shared || a->win || iv->it->n_rows != 1 || iv->select || iv->sc || iv->v.n_live)
+            continue;
+        /* A row's own page comes from its residual ring on staged pools: never shared. */
+        const uint32_t rp = pgd__attn_ring_page(g, &iv->v, iv->v.len - 1);
+        iv->share = rp != PGD__NO_PAGE && rp < iv->v.n_pages ? rp : iv->v.n_pages;
+        if (!iv->share) continue;
+        uint32_t k = nc++;
+        for (; k > 0; k--) {
+            const uint32_t o = a->cand[k - 1];
+            if (first_page(a, o) < first_page(a, vi) ||
+                (first_page(a, o) == first_page(a, vi) && o < vi))
+                break;
+            a->cand[k] = o;
+        }
+        a->cand[k] = vi;
+    }
+    for (uint32_t c0 = 0; c0 < nc;) {
+        uint32_t c1 = c0 + 1;
+        while (c1 < nc && first_page(a, a->cand[c1]) == first_page(a, a->cand[c0]))
+            c1++;
+        /* A group of k sharers: ceil(k / tile_rows) tiles of nearly equal size. */
+        const uint32_t k = c1 - c0, nt = (k + a->tile_rows - 1) / a->tile_rows;
+        for (uint32_t j = 0; k >= 2 && j < nt; j++) {
+            const uint32_t b0 = c0 + (uint32_t)((uint64_t)k * j / nt);
+            const uint32_t b1 = c0 + (uint32_t)((uint64_t)k * (j + 1) / nt);
+            if (b1 - b0 < 2) continue;
+            /* The leading page indices where every row has the same page. */
+            const iview *v0 = &a->views[a->cand[b0]];
+            uint32_t P = v0->share;
+            for (uint32_t r = b0 + 1; r < b1; r++) {
+                const iview *vr = &a->views[a->cand[r]];
+                if (vr->share < P) P = vr->share;
+                uint32_t i = 1;
+                while (i < P && vr->v.pages[i] == v0->v.pages[i])
+                    i++;
+                P = i;
+            }
+            tile *tl = &a->tiles[n_tiles++];
+            tl->view = a->cand[b0];
+            tl->row0 = 0;
+            tl->n_rows = b1 - b0;
+            tl->n_shared = P;
+            tl->sv0 = n_srow;
+            for (uint32_t r = b0; r < b1; r++) {
+                a->srow[n_srow++] = a->cand[r];
+                a->views[a->cand[r]].in_shared = 1;
+            }
+        }
+        c0 = c1;
+    }
+    return n_tiles;
+}
+
 /* Builds tiles, tasks and the piece queue for the views of this run. */
 static void plan(pgd_attn *a)
 {
@@ -981,10 +1312,11 @@ static void plan(pgd_attn *a)
     const uint32_t hd = g->head_dim;
     uint64_t total = 0;
 
-    a->n_tiles = 0;
+    a->n_tiles = plan_shared(a);
     for (uint32_t vi = 0; vi < a->n_views; vi++) {
         iview *iv = &a->views[vi];
         const uint32_t rows = iv->it->n_rows;
+        if (iv->in_shared) continue;
         for (uint32_t r0 = 0; r0 < rows;) {
             tile *tl = &a->tiles[a->n_tiles++];
             tl->view = vi;
@@ -996,6 +1328,7 @@ static void plan(pgd_attn *a)
                 const uint32_t left = pt - (uint32_t)(pos % pt);
                 if (tl->n_rows > left) tl->n_rows = left;
             }
+            tl->n_shared = 0;
             r0 += tl->n_rows;
         }
         iv->tile_end = a->n_tiles;
@@ -1004,6 +1337,27 @@ static void plan(pgd_attn *a)
     for (uint32_t ti = 0; ti < a->n_tiles; ti++) {
         const tile *tl = &a->tiles[ti];
         const iview *iv = &a->views[tl->view];
+        if (tl->n_shared) {
+            /* A shared tile: one task per KV head over page indices 0 .. the longest row's
+             * last page. */
+            uint32_t np = 0;
+            for (uint32_t t = 0; t < tl->n_rows; t++) {
+                const uint32_t n = a->views[a->srow[tl->sv0 + t]].v.n_pages;
+                np = n > np ? n : np;
+            }
+            for (uint32_t kvh = 0; kvh < nkv; kvh++) {
+                task *tk = &a->tasks[a->n_tasks++];
+                memset(tk, 0, sizeof *tk);
+                tk->tile = ti;
+                tk->kvh = kvh;
+                tk->nh = 1;
+                tk->n_pieces = 1;
+                tk->n_tiles = 1;
+                tk->n_list = np;
+                total += (uint64_t)np * tl->n_rows;
+            }
+            continue;
+        }
         uint32_t p0;
         const uint32_t np = tile_pages(a, iv, tl, &p0);
         /* A scored item's scored tiles: one task per KV head runs them all, in order. */

@@ -178,6 +178,17 @@ void pgd__attn_set_prefetch(pgd_attn *a, int on);
  * task per (row, KV head). */
 void pgd__attn_set_wide(pgd_attn *a, uint32_t n);
 
+/* Test / benchmark hook: shared tiles (attn.c, "Shared prefix") on (the default, on != 0) or
+ * off: with them off, every decode row reads its own pages, as before they existed. The
+ * outputs are the same bits either way. */
+void pgd__attn_set_shared(pgd_attn *a, int on);
+
+/* Test / benchmark hook: counters since a's create. *page_reads: (page, KV head) K/V region
+ * pairs the runs read (a page read once for the several rows of a tile counts once);
+ * *shared_saved: the reads that shared tiles avoided (a shared page read once for n rows
+ * saves n - 1). Without shared tiles the runs would have read page_reads + shared_saved. */
+void pgd__attn_stats(const pgd_attn *a, uint64_t *page_reads, uint64_t *shared_saved);
+
 /* Test hook: the plan of a's last run: work items queued, and how many of them are pieces
  * of split tasks. */
 void pgd__attn_last_plan(const pgd_attn *a, uint32_t *n_pieces, uint32_t *n_split_pieces);
