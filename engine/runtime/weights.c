@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "model_int.h"
+#include "threadpool.h"
 
 /* ---- loading ---- */
 
@@ -296,17 +297,25 @@ static void unpack_weights(pe_model *m)
     pe_mat_unpack(&m->output);
 }
 
-/* Packs w (pe_mat_pack), then releases the file pages of its stored rows from the process
- * (the packer faulted them in). Returns -1 out of memory. */
-static int pack_one(pe_mat *w, size_t page, uint64_t *bytes)
+/* The matrices pack_weights packs, and what became of each (pack_task). */
+typedef struct pack_job {
+    pe_mat **mats;
+    int *rc; /* pe_mat_pack's */
+    size_t page;
+} pack_job;
+
+/* Packs mats[task] (pe_mat_pack), then releases the file pages of its stored rows from the
+ * process (the packer faulted them in). */
+static void pack_task(void *ctx, uint32_t task, uint32_t thread)
 {
-    const int rc = pe_mat_pack(w);
-    if (rc <= 0) return rc;
-    *bytes += pe_mat_packed_bytes(w);
-    uintptr_t a = ((uintptr_t)w->data + page - 1) / page * page;
-    uintptr_t e = ((uintptr_t)w->data + (size_t)w->n_out * w->row_bytes) / page * page;
+    (void)thread;
+    pack_job *j = ctx;
+    pe_mat *w = j->mats[task];
+    j->rc[task] = pe_mat_pack(w);
+    if (j->rc[task] <= 0) return;
+    uintptr_t a = ((uintptr_t)w->data + j->page - 1) / j->page * j->page;
+    uintptr_t e = ((uintptr_t)w->data + (size_t)w->n_out * w->row_bytes) / j->page * j->page;
     if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
-    return 0;
 }
 
 /* Packs every Q8_0 product weight for the AVX-512 kernels (pe_mat_pack: they then read
@@ -318,22 +327,31 @@ static int pack_one(pe_mat *w, size_t page, uint64_t *bytes)
  * (MADV_DONTNEED on the page-aligned interior of its rows: the mapping is private and
  * read-only, so they refault from the file if anything reads them again, e.g. get_rows of
  * a tied embedding or the AVX2 and reference kernels after pe_isa_force), so that RSS
- * holds the packed copy only. */
+ * holds the packed copy only. The matrices are packed on a pool of every core, one task
+ * each. */
 static int pack_weights(pe_model *m, char *err, size_t errlen)
 {
     const char *env = getenv("PGD_PACK");
     if (env && !strcmp(env, "0")) return 0;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    pe_mat *mats[LAYER_MATS];
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        layer_mats(&m->layers[l], mats);
-        for (size_t i = 0; i < LAYER_MATS; i++)
-            if (pack_one(mats[i], page, &m->packed_bytes)) goto oom;
+    const size_t n = (size_t)m->hp.n_layer * LAYER_MATS + 1;
+    pack_job j = {calloc(n, sizeof *j.mats), calloc(n, sizeof *j.rc),
+                  (size_t)sysconf(_SC_PAGESIZE)};
+    pe_threadpool *tp = j.mats && j.rc ? pe_tp_create(0) : NULL;
+    int rc = tp ? 0 : -1;
+    if (tp) {
+        for (uint32_t l = 0; l < m->hp.n_layer; l++)
+            layer_mats(&m->layers[l], j.mats + (size_t)l * LAYER_MATS);
+        j.mats[n - 1] = &m->output;
+        pe_tp_run(tp, pack_task, &j, (uint32_t)n);
+        pe_tp_destroy(tp);
+        for (size_t i = 0; i < n; i++) {
+            if (j.rc[i] < 0) rc = -1;
+            if (j.rc[i] > 0) m->packed_bytes += pe_mat_packed_bytes(j.mats[i]);
+        }
     }
-    if (pack_one(&m->output, page, &m->packed_bytes)) goto oom;
-    return 0;
-oom:
-    return pe__errf(err, errlen, "out of memory packing the weights");
+    free(j.mats);
+    free(j.rc);
+    return rc ? pe__errf(err, errlen, "out of memory packing the weights") : 0;
 }
 
 uint64_t pe_model_packed_bytes(const pe_model *m)
