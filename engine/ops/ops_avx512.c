@@ -21,6 +21,12 @@
  * Up to PE_SMALL_N_TOK tokens (serving steps) the panels sum in the reference's order
  * (q_small_n): bit-identical to pe_matmul_ref.
  *
+ * Packed Q8_0 weights (pe_mat_pack, w->packed; the engine packs at load): the panels made
+ * once for the whole matrix, per group of 16 rows its f16 row scales, then qpanel.q of
+ * every block (ops_int.h pe__pk_group_bytes), as many bytes as the stored rows. All three
+ * paths then read that copy (q_gemm_t pk, pk_gemv), so the stored rows need not stay in
+ * memory; every output is bit-identical to the one on the stored rows.
+ *
  *   quantized panel, per block b and group g of 16 rows (576 bytes):
  *       float dw[16]                 row scales
  *       u8    q[8][16][4]            chunk k of 4 values for each of the 16 rows
@@ -468,10 +474,14 @@ INL qsrc qsrc_packed(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0)
     return s;
 }
 
-/* Accumulates T tokens from t over blocks [b0, b0 + kb) of panels S into y (rows r, nr);
- * pf: prefetch the packed copy ahead (the first token tile of a panel). */
-INL void q_micro(const pe_mm *m, qsrc S, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
-                 uint32_t t, int first, int pf, const int ord, const int pk, const int T)
+/* Accumulates T tokens from t over blocks [b0, b0 + kb) of panels S into y (rows r, nr).
+ * pk: pf (the first token tile of a panel) prefetches the panel q_gemm_t reads next, N
+ * (N.q[0] NULL: none), block by block into L2, and pf_cur (the task's first panel) this one
+ * PF_AHEAD bytes ahead. Without it a 32-token product on packed weights ran 30% slower than
+ * on repacked ones: the first tile of each panel waited on L3 (PF_AHEAD is 2 blocks). */
+INL void q_micro(const pe_mm *m, qsrc S, qsrc N, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
+                 uint32_t t, int first, int pf, int pf_cur, const int ord, const int pk,
+                 const int T)
 {
     const size_t QS = pk ? 512 : 2 * sizeof(qpanel), DS = pk ? 32 : 2 * sizeof(qpanel);
     const uint32_t n_out = m->w->n_out;
@@ -489,12 +499,20 @@ INL void q_micro(const pe_mm *m, qsrc S, uint32_t b0, uint32_t kb, uint32_t r, u
     }
     for (uint32_t b = 0; b < kb; b++) {
         const uint8_t *q0 = S.q[0] + b * QS, *q1 = S.q[1] + b * QS;
-        if (pk && pf) {
+        if (pk && pf && pf_cur) {
             pf_range(q0 + PF_AHEAD, 512);
             pf_range(q1 + PF_AHEAD, 512);
             if (b % 2 == 0) {
                 pf_range(S.d[0] + b * DS + PF_AHEAD / 16, 64);
                 pf_range(S.d[1] + b * DS + PF_AHEAD / 16, 64);
+            }
+        }
+        if (pk && pf && N.q[0]) {
+            pf_range(N.q[0] + b * QS, 512);
+            pf_range(N.q[1] + b * QS, 512);
+            if (b % 2 == 0) {
+                pf_range(N.d[0] + b * DS, 64);
+                pf_range(N.d[1] + b * DS, 64);
             }
         }
         __m512i ia[2][GQT];
@@ -551,7 +569,7 @@ INL void q_micro(const pe_mm *m, qsrc S, uint32_t b0, uint32_t kb, uint32_t r, u
     }
 }
 
-#define Q_MICRO(T) q_micro(m, S, b0, kb, r, nr, t, b0 == 0, t == t0, ord, pk, T)
+#define Q_MICRO(T) q_micro(m, S, N, b0, kb, r, nr, t, b0 == 0, t == t0, pf_cur, ord, pk, T)
 
 /* pk: the panels come from w->packed (Q8_0) instead of a repack per task. */
 INL void q_gemm_t(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1, const int ord,
@@ -562,9 +580,15 @@ INL void q_gemm_t(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_
         const uint32_t kb = m->nb - b0 < KB ? m->nb - b0 : KB;
         for (uint32_t r = r0; r < r1; r += 32) {
             const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
-            qsrc S;
+            qsrc S, N = {{NULL, NULL}, {NULL, NULL}};
+            const int pf_cur = r == r0 && b0 == 0;
             if (pk) {
                 S = qsrc_packed(m->w, r, nr, b0);
+                /* the next panel: the next strip, or the next K chunk's first */
+                if (r + 32 < r1)
+                    N = qsrc_packed(m->w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, b0);
+                else if (b0 + KB < m->nb)
+                    N = qsrc_packed(m->w, r0, r1 - r0 < 32 ? r1 - r0 : 32, b0 + KB);
             } else {
                 q_repack(m->w, r, nr, b0, kb, P);
                 S = qsrc_panel(P);
@@ -618,8 +642,8 @@ TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
  * ms per token, against 0.18 ms for the 1-token GEMV, so at 8 tokens 60% of the time goes
  * into repacking weights that each serve 8 tokens only. Prefetching the next panel into L2
  * and walking the panels strip by strip (32 sequential row streams) did not beat it from
- * memory (2048x8192, CPU time, 2 alternated runs of 5). Weights repacked once at load would
- * remove that cost. */
+ * memory (2048x8192, CPU time, 2 alternated runs of 5). Weights packed once at load
+ * (pe_mat_pack) remove that cost: q_gemm_t then reads its panels from w->packed. */
 TGT static void q_small_n(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
     if (m->w->type == PE_GGML_TYPE_Q4_0)
