@@ -18,6 +18,10 @@
  * packed copy (anonymous memory, as many bytes as the stored weights) instead of the file
  * pages. Other ISAs, forced after load, read the stored rows, which refault from the file.
  * Every logit is bit-identical with and without packing (tests/engine/test_packed.c).
+ * 1B q8_0 on AVX-512 (2 vCPUs): load 0.08 -> 0.73-0.91 s (the repack on every core);
+ * VmRSS of pagoda run while it generates 1099 -> 1148 MB (1083 MB of packed copies; the
+ * rest are embedding rows get_rows refaults, in 2 MiB file folios), of pagoda serve at
+ * 'listening' 851 MB (file pages, partly faulted) -> 1093 MB.
  *
  * Invariant: a loaded pe_model is immutable; forward passes on any number of contexts
  * may read it at once. Callers: tools, the server (through pe_model_load), forward.c and
