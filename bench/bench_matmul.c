@@ -13,7 +13,9 @@
  * figure is the best of --reps timed runs after one untimed warm-up. "err" is the largest
  * difference to the scalar path's outputs relative to the largest output; the checksum
  * folds every output, so a change that is fast but wrong shows up. --invariant measures the
- * batch-invariant products (PE_MM_INVARIANT) that `--deterministic` selects.
+ * batch-invariant products (PE_MM_INVARIANT) that `--deterministic` selects. --packed runs
+ * the AVX-512 Q8_0 products on weights packed once (pe_mat_pack, as the engine loads them;
+ * each matvec copy packed on its own), shown as isa "avx512pk".
  *
  * "%peak" is the share of the machine's peak for the ISA and thread count, measured here
  * (not from a data sheet): each thread runs 12 independent chains of the ISA's widest
@@ -58,6 +60,7 @@ typedef struct opts {
     bench_args b; /* --seed, --json, --smoke */
     int reps, thp;
     uint32_t mm_flags; /* --invariant: PE_MM_INVARIANT */
+    int packed;        /* --packed: pe_mat_pack the AVX-512 Q8_0 weights */
     uint32_t ws_mib, probe_mib, gemm_tok;
     uint32_t type_mask, shape_mask, thread_mask, isa_mask, tok_mask;
 } opts;
@@ -80,6 +83,7 @@ static void usage(FILE *f)
                "  --seed N        weights/activations seed (default 1)\n"
                "  --thp           back the matvec copies with transparent huge pages (madvise)\n"
                "  --invariant     batch-invariant products (PE_MM_INVARIANT, --deterministic)\n"
+               "  --packed        AVX-512 Q8_0: weights packed once (pe_mat_pack), as loaded\n"
                "  --json          one JSON object per line instead of the table\n"
                "  --smoke         tiny and fast (for ctest)\n"
                "  --help          show this help\n");
@@ -401,12 +405,19 @@ int main(int argc, char **argv)
     static const char *const isa_names[] = {"scalar", "avx2", "avx2vnni", "avx512"};
     static const char *const tok_names[] = {"1", "512"};
     static const struct option lo[] = {
-        {"types", required_argument, 0, 'T'},     {"shapes", required_argument, 0, 'S'},
-        {"threads", required_argument, 0, 't'},   {"isa", required_argument, 0, 'I'},
-        {"tok", required_argument, 0, 'k'},       {"gemm-tok", required_argument, 0, 'g'},
-        {"reps", required_argument, 0, 'r'},      {"ws-mib", required_argument, 0, 'w'},
-        {"probe-mib", required_argument, 0, 'p'}, {"thp", no_argument, 0, 'H'},
-        {"invariant", no_argument, 0, 'V'},       {0, 0, 0, 0},
+        {"types", required_argument, 0, 'T'},
+        {"shapes", required_argument, 0, 'S'},
+        {"threads", required_argument, 0, 't'},
+        {"isa", required_argument, 0, 'I'},
+        {"tok", required_argument, 0, 'k'},
+        {"gemm-tok", required_argument, 0, 'g'},
+        {"reps", required_argument, 0, 'r'},
+        {"ws-mib", required_argument, 0, 'w'},
+        {"probe-mib", required_argument, 0, 'p'},
+        {"thp", no_argument, 0, 'H'},
+        {"invariant", no_argument, 0, 'V'},
+        {"packed", no_argument, 0, 'P'},
+        {0, 0, 0, 0},
     };
     bench_cli cli = {.prog = "bench_matmul",
                      .usage = usage,
@@ -450,6 +461,9 @@ int main(int argc, char **argv)
             break;
         case 'V':
             o.mm_flags = PE_MM_INVARIANT;
+            break;
+        case 'P':
+            o.packed = 1;
             break;
         }
     }
@@ -536,7 +550,7 @@ int main(int argc, char **argv)
             float *x = malloc((size_t)o.gemm_tok * n_in * sizeof *x);
             float *y = malloc((size_t)o.gemm_tok * n_out * sizeof *y);
             float *ys = malloc((size_t)o.gemm_tok * n_out * sizeof *ys);
-            pe_mat wm = {type, n_in, n_out, w0, rb};
+            pe_mat wm = {type, n_in, n_out, w0, rb, NULL};
             void *scratch = malloc(pe_matmul_scratch_bytes(&wm, o.gemm_tok));
             if (!w0 || !copies || !x || !y || !ys || !scratch) {
                 fprintf(stderr, "bench_matmul: out of memory\n");
@@ -561,16 +575,33 @@ int main(int argc, char **argv)
                         pe_mat m = wm;
                         if (isa == 0 && n_tok > 1 && !o.b.smoke) /* scaled-up estimate */
                             m.n_out = scalar_rows = n_out < 128 ? n_out : 128;
+                        /* --packed: one packed pe_mat per matvec copy, or w0's */
+                        const size_t n_pk = n_tok == 1 ? n_copies : 1;
+                        pe_mat *pkm = NULL;
+                        if (o.packed && isa == PE_ISA_AVX512 && pe_mat_packed_bytes(&m)) {
+                            pkm = calloc(n_pk, sizeof *pkm);
+                            for (size_t i = 0; pkm && i < n_pk; i++) {
+                                pkm[i] = m;
+                                pkm[i].data = n_tok == 1 ? copies + i * mat_bytes : w0;
+                                if (pe_mat_pack(&pkm[i]) != 1) {
+                                    fprintf(stderr, "bench_matmul: out of memory\n");
+                                    return 1;
+                                }
+                            }
+                            if (!pkm) return 1;
+                        }
                         double best = 1e30;
                         size_t copy = 0;
                         for (int r = 0; r <= o.reps; r++) {
                             m.data = n_tok == 1 ? copies + copy * mat_bytes : w0;
+                            if (pkm) m = pkm[n_tok == 1 ? copy : 0];
                             copy = (copy + 1) % n_copies;
                             double t0 = bench_now_s(), dt;
                             if (n_tok == 1) { /* sweep the working set: one pass per rep */
                                 size_t passes = n_copies;
                                 for (size_t p = 0; p < passes; p++) {
                                     m.data = copies + ((copy + p) % n_copies) * mat_bytes;
+                                    if (pkm) m = pkm[(copy + p) % n_copies];
                                     pe_matmul_ex(pools[nt], &m, x, n_tok, y, scratch, o.mm_flags);
                                 }
                                 dt = (bench_now_s() - t0) / (double)passes;
@@ -580,6 +611,12 @@ int main(int argc, char **argv)
                             }
                             if (r > 0 && dt < best) best = dt;
                         }
+                        char isa_name[16]; /* "avx512pk": on packed weights */
+                        snprintf(isa_name, sizeof isa_name, "%s%s", pe_isa_name((pe_isa)isa),
+                                 pkm ? "pk" : "");
+                        for (size_t i = 0; pkm && i < n_pk; i++)
+                            pe_mat_unpack(&pkm[i]);
+                        free(pkm);
                         best *= (double)n_out / m.n_out;
                         ms_isa[isa] = best * 1e3;
                         /* outputs to compare: token-major [n_tok][m.n_out] */
@@ -629,17 +666,16 @@ int main(int argc, char **argv)
                                    "\"gflops\": %.2f, \"gbs\": %.2f, \"bw_frac\": %.3f, "
                                    "\"peak_frac\": %.3f, \"x_scalar\": %.2f, \"x_avx2\": %.2f, "
                                    "\"err\": %.2e}\n",
-                                   shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
-                                   res.ms, res.gflops, res.gbs, bw[nt] > 0 ? res.gbs / bw[nt] : 0.0,
-                                   pfrac, xs, xa, err);
+                                   shape, pe_ggml_type_name(type), n_tok, nt, isa_name, res.ms,
+                                   res.gflops, res.gbs, bw[nt] > 0 ? res.gbs / bw[nt] : 0.0, pfrac,
+                                   xs, xa, err);
                         } else {
                             printf(
                                 "%-12s %-5s %4u %3u %-8s %9.3f %8.1f %7.2f %5.0f%% %5.1f%% %8.2f "
                                 "%8.2f %8.1e\n",
-                                shape, pe_ggml_type_name(type), n_tok, nt, pe_isa_name(res.isa),
-                                res.ms, res.gflops, res.gbs,
-                                bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0, 100.0 * pfrac, xs, xa,
-                                err);
+                                shape, pe_ggml_type_name(type), n_tok, nt, isa_name, res.ms,
+                                res.gflops, res.gbs, bw[nt] > 0 ? 100.0 * res.gbs / bw[nt] : 0.0,
+                                100.0 * pfrac, xs, xa, err);
                         }
                         fflush(stdout);
                         if (err > 1e-4) {

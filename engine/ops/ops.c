@@ -19,6 +19,8 @@
  * whose elements do not depend on the task's bounds (test_ops: test_batch_invariant).
  * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force;
  * PE_ISA_AVX2_VNNI (AVX2 + AVX-VNNI) runs the AVX2 kernels with vpdpbusd panels.
+ * pe_mat_pack (AVX-512, Q8_0) repacks a matrix once into the panels of ops_avx512.c, whose
+ * kernels then read that copy (pe_mat.packed) at every token count; the others read data.
  * The environment variable PGD_ISA (scalar, avx2, avx2vnni, avx512; read once, at the first
  * product) lowers the default for every program of the engine (pagoda run/serve/bench, the
  * benches): a level this CPU cannot run falls back to the best it has, and an unknown value
@@ -194,6 +196,42 @@ static const pe_kernels *kernels(void)
     if (v == PE_ISA_AVX2) return &pe__kernels_avx2;
 #endif
     return &pe__kernels_scalar;
+}
+
+/* ---- packed weights (pe_mat_pack) ---- */
+
+size_t pe_mat_packed_bytes(const pe_mat *m)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (m->type != PE_GGML_TYPE_Q8_0 || pe_isa_active() != PE_ISA_AVX512 || m->n_out == 0 ||
+        m->n_in % QK8_0 || !m->data)
+        return 0;
+    return (size_t)((m->n_out + 15) / 16) * pe__pk_group_bytes(m->n_in / QK8_0);
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
+int pe_mat_pack(pe_mat *m)
+{
+    size_t n = pe_mat_packed_bytes(m);
+    if (!n || m->packed) return 0;
+#if defined(__x86_64__) || defined(__i386__)
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n) != 0) return -1;
+    pe__q8_pack_avx512(m, p);
+    m->packed = p;
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void pe_mat_unpack(pe_mat *m)
+{
+    free((void *)(uintptr_t)m->packed);
+    m->packed = NULL;
 }
 
 /* ---- pe_matmul ---- */

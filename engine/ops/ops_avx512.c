@@ -21,6 +21,22 @@
  * Up to PE_SMALL_N_TOK tokens (serving steps) the panels sum in the reference's order
  * (q_small_n): bit-identical to pe_matmul_ref.
  *
+ * Packed Q8_0 weights (pe_mat_pack, w->packed; the engine packs at load): the panels made
+ * once for the whole matrix, per group of 16 rows its f16 row scales, then qpanel.q of
+ * every block (ops_int.h pe__pk_group_bytes), as many bytes as the stored rows. All three
+ * paths then read that copy (q_gemm_t pk, pk_gemv), so the stored rows need not stay in
+ * memory; every output is bit-identical to the one on the stored rows. Measured
+ * (bench_matmul q8_0 2048x8192, --packed or not, alternated runs, best of 5-9 reps, this
+ * shared 2-vCPU Xeon where the second core comes and goes, so 2-thread figures are lower
+ * bounds): 8 tokens 1.43-2.33 -> 0.68-1.57 ms (best 2 threads 0.96 -> 0.68), 16 tokens
+ * 2.06-3.67 -> 0.88-2.30 (best 1.39 -> 0.88), 32 tokens 3.2-3.4 -> 2.8-2.9 (1 thread);
+ * 1 token from memory (--ws-mib 512, 1 thread, 4 alternated runs) 1.22-1.38 -> 1.23-1.53
+ * (best 1.215 vs 1.233-1.244: within the noise); 512 tokens 2048x8192 44.0 -> 41.5,
+ * 8192x2048 44.0-49.2 -> 45.7-46.2 (within the noise). Serving (pagoda serve -t 2 on the
+ * 1B q8_0, pagoda bench --url, 8 prompts sharing 1157 tokens, 32-token questions, 64-token
+ * answers, 8 concurrent; 2 sets of 3 alternated runs): output tokens/s packed / unpacked
+ * per run 1.40, 1.46, 1.28 and 1.15, 1.34, 1.50 (medians 19.4 vs 15.2 and 30.3 vs 22.6).
+ *
  *   quantized panel, per block b and group g of 16 rows (576 bytes):
  *       float dw[16]                 row scales
  *       u8    q[8][16][4]            chunk k of 4 values for each of the 16 rows
@@ -434,10 +450,50 @@ TGT static void q_repack(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0, 
  * pe__dot_q8_0_q8_0_ref or pe__dot_q4_0_q8_0_ref rounds it: bit-identical to it). */
 enum { ORD_BLOCK, ORD_REF_Q8, ORD_REF_Q4 };
 
-/* Accumulates T tokens from t over blocks [b0, b0 + kb) of panel P into y (rows r, nr). */
-INL void q_micro(const pe_mm *m, const qpanel *P, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
-                 uint32_t t, int first, const int ord, const int T)
+/* Where q_micro reads its two groups of 16 rows: block b's chunk k of group g at
+ * q[g] + b * QS + 64 k and its row scales at d[g] + b * DS, f32 in a qpanel (pk 0: P[2 b + g]
+ * of q_repack) or f16 in the packed copy (pk 1: pe__pk_group_bytes per group). */
+typedef struct qsrc {
+    const uint8_t *q[2], *d[2];
+} qsrc;
+
+INL qsrc qsrc_panel(const qpanel *P)
 {
+    qsrc s = {{(const uint8_t *)P[0].q, (const uint8_t *)P[1].q},
+              {(const uint8_t *)P[0].dw, (const uint8_t *)P[1].dw}};
+    return s;
+}
+
+/* Group g of the packed copy of w, from block b0 on. */
+INL void pk_group(const pe_mat *w, uint32_t g, uint32_t b0, const uint8_t **q, const uint8_t **d)
+{
+    const uint32_t nb = w->n_in / QK8_0;
+    const uint8_t *base = (const uint8_t *)w->packed + (size_t)g * pe__pk_group_bytes(nb);
+    *d = base + (size_t)b0 * 32;
+    *q = base + ((size_t)nb * 32 + 63) / 64 * 64 + (size_t)b0 * 512;
+}
+
+/* Rows [r, r + nr) (nr <= 32, r a multiple of 16) of the packed copy from block b0: the
+ * second group is the first again when nr <= 16 (read, never stored), so that no group past
+ * the last is touched. */
+INL qsrc qsrc_packed(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t b0)
+{
+    qsrc s;
+    pk_group(w, r / 16, b0, &s.q[0], &s.d[0]);
+    pk_group(w, r / 16 + (nr > 16), b0, &s.q[1], &s.d[1]);
+    return s;
+}
+
+/* Accumulates T tokens from t over blocks [b0, b0 + kb) of panels S into y (rows r, nr).
+ * pk: pf (the first token tile of a panel) prefetches the panel q_gemm_t reads next, N
+ * (N.q[0] NULL: none), block by block into L2, and pf_cur (the task's first panel) this one
+ * PF_AHEAD bytes ahead. Without it a 32-token product on packed weights ran 30% slower than
+ * on repacked ones: the first tile of each panel waited on L3 (PF_AHEAD is 2 blocks). */
+INL void q_micro(const pe_mm *m, qsrc S, qsrc N, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
+                 uint32_t t, int first, int pf, int pf_cur, const int ord, const int pk,
+                 const int T)
+{
+    const size_t QS = pk ? 512 : 2 * sizeof(qpanel), DS = pk ? 32 : 2 * sizeof(qpanel);
     const uint32_t n_out = m->w->n_out;
     const __mmask16 m0 = mask16(nr), m1 = mask16(nr > 16 ? nr - 16 : 0);
     const int8_t *xq = m->xq + (size_t)t * m->xq_stride + (size_t)b0 * 32;
@@ -452,7 +508,23 @@ INL void q_micro(const pe_mm *m, const qpanel *P, uint32_t b0, uint32_t kb, uint
         fa[1][j] = run ? _mm512_maskz_loadu_ps(m1, yj + 16) : _mm512_setzero_ps();
     }
     for (uint32_t b = 0; b < kb; b++) {
-        const qpanel *p0 = &P[2 * b], *p1 = &P[2 * b + 1];
+        const uint8_t *q0 = S.q[0] + b * QS, *q1 = S.q[1] + b * QS;
+        if (pk && pf && pf_cur) {
+            pf_range(q0 + PF_AHEAD, 512);
+            pf_range(q1 + PF_AHEAD, 512);
+            if (b % 2 == 0) {
+                pf_range(S.d[0] + b * DS + PF_AHEAD / 16, 64);
+                pf_range(S.d[1] + b * DS + PF_AHEAD / 16, 64);
+            }
+        }
+        if (pk && pf && N.q[0]) {
+            pf_range(N.q[0] + b * QS, 512);
+            pf_range(N.q[1] + b * QS, 512);
+            if (b % 2 == 0) {
+                pf_range(N.d[0] + b * DS, 64);
+                pf_range(N.d[1] + b * DS, 64);
+            }
+        }
         __m512i ia[2][GQT];
 #pragma GCC unroll 12
         for (int j = 0; j < T; j++) {
@@ -461,8 +533,8 @@ INL void q_micro(const pe_mm *m, const qpanel *P, uint32_t b0, uint32_t kb, uint
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            const __m512i w0 = _mm512_load_si512(p0->q[k]);
-            const __m512i w1 = _mm512_load_si512(p1->q[k]);
+            const __m512i w0 = _mm512_load_si512(q0 + 64 * k);
+            const __m512i w1 = _mm512_load_si512(q1 + 64 * k);
 #pragma GCC unroll 12
             for (int j = 0; j < T; j++) {
                 const __m512i xb =
@@ -471,7 +543,12 @@ INL void q_micro(const pe_mm *m, const qpanel *P, uint32_t b0, uint32_t kb, uint
                 ia[1][j] = _mm512_dpbusd_epi32(ia[1][j], w1, xb);
             }
         }
-        const __m512 d0 = _mm512_load_ps(p0->dw), d1 = _mm512_load_ps(p1->dw);
+        const __m512 d0 =
+            pk ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(S.d[0] + b * DS)))
+               : _mm512_load_ps((const float *)(const void *)(S.d[0] + b * DS));
+        const __m512 d1 =
+            pk ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(S.d[1] + b * DS)))
+               : _mm512_load_ps((const float *)(const void *)(S.d[1] + b * DS));
 #pragma GCC unroll 12
         for (int j = 0; j < T; j++) {
             const __m512 dx = _mm512_set1_ps(xd[(size_t)j * m->nb + b]);
@@ -502,16 +579,30 @@ INL void q_micro(const pe_mm *m, const qpanel *P, uint32_t b0, uint32_t kb, uint
     }
 }
 
-#define Q_MICRO(T) q_micro(m, P, b0, kb, r, nr, t, b0 == 0, ord, T)
+#define Q_MICRO(T) q_micro(m, S, N, b0, kb, r, nr, t, b0 == 0, t == t0, pf_cur, ord, pk, T)
 
-INL void q_gemm_t(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1, const int ord)
+/* pk: the panels come from w->packed (Q8_0) instead of a repack per task. */
+INL void q_gemm_t(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1, const int ord,
+                  const int pk)
 {
-    _Alignas(64) qpanel P[2 * KB];
+    _Alignas(64) qpanel P[2 * KB]; /* unused when pk */
     for (uint32_t b0 = 0; b0 < m->nb; b0 += KB) {
         const uint32_t kb = m->nb - b0 < KB ? m->nb - b0 : KB;
         for (uint32_t r = r0; r < r1; r += 32) {
             const uint32_t nr = r1 - r < 32 ? r1 - r : 32;
-            q_repack(m->w, r, nr, b0, kb, P);
+            qsrc S, N = {{NULL, NULL}, {NULL, NULL}};
+            const int pf_cur = r == r0 && b0 == 0;
+            if (pk) {
+                S = qsrc_packed(m->w, r, nr, b0);
+                /* the next panel: the next strip, or the next K chunk's first */
+                if (r + 32 < r1)
+                    N = qsrc_packed(m->w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, b0);
+                else if (b0 + KB < m->nb)
+                    N = qsrc_packed(m->w, r0, r1 - r0 < 32 ? r1 - r0 : 32, b0 + KB);
+            } else {
+                q_repack(m->w, r, nr, b0, kb, P);
+                S = qsrc_panel(P);
+            }
             /* tiles of at most GQT tokens, as even as possible: 8 = 4 + 4, not 6 + 2 */
             for (uint32_t t = t0; t < t1;) {
                 const uint32_t left = t1 - t, n_tiles = (left + GQT - 1) / GQT;
@@ -544,7 +635,10 @@ INL void q_gemm_t(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_
 
 TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    q_gemm_t(m, r0, r1, t0, t1, ORD_BLOCK);
+    if (m->w->packed)
+        q_gemm_t(m, r0, r1, t0, t1, ORD_BLOCK, 1);
+    else
+        q_gemm_t(m, r0, r1, t0, t1, ORD_BLOCK, 0);
 }
 
 /* ---- small N: the products of a batched decode step ----
@@ -558,14 +652,162 @@ TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
  * ms per token, against 0.18 ms for the 1-token GEMV, so at 8 tokens 60% of the time goes
  * into repacking weights that each serve 8 tokens only. Prefetching the next panel into L2
  * and walking the panels strip by strip (32 sequential row streams) did not beat it from
- * memory (2048x8192, CPU time, 2 alternated runs of 5). Weights repacked once at load would
- * remove that cost. */
+ * memory (2048x8192, CPU time, 2 alternated runs of 5). Weights packed once at load
+ * (pe_mat_pack) remove that cost: q_gemm_t then reads its panels from w->packed. */
 TGT static void q_small_n(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
     if (m->w->type == PE_GGML_TYPE_Q4_0)
-        q_gemm_t(m, r0, r1, t0, t1, ORD_REF_Q4);
+        q_gemm_t(m, r0, r1, t0, t1, ORD_REF_Q4, 0);
+    else if (m->w->packed)
+        q_gemm_t(m, r0, r1, t0, t1, ORD_REF_Q8, 1);
     else
-        q_gemm_t(m, r0, r1, t0, t1, ORD_REF_Q8);
+        q_gemm_t(m, r0, r1, t0, t1, ORD_REF_Q8, 0);
+}
+
+/* ---- packed Q8_0 weights (pe_mat_pack) ----
+ * The panels of q_repack made once, at load, for the whole matrix: group g (rows 16 g..)
+ * holds the f16 scales of its rows for every block, then the values of every block as
+ * qpanel.q (see pe__pk_group_bytes): as many bytes as the stored matrix, each group two
+ * sequential streams. The GEMM and small-N kernels read their panels from it (q_gemm_t
+ * pk), with the same arithmetic as on a repacked panel; the GEMV reads it too (pk_gemv),
+ * so that the stored copy need not stay in memory. */
+
+/* Writes the packed copy of Q8_0 matrix w into dst (pe_mat_packed_bytes). */
+TGT void pe__q8_pack_avx512(const pe_mat *w, uint8_t *dst)
+{
+    const uint32_t nb = w->n_in / QK8_0, ng_all = (w->n_out + 15) / 16;
+    const size_t rb = w->row_bytes, gb = pe__pk_group_bytes(nb);
+    const size_t qo = ((size_t)nb * 32 + 63) / 64 * 64;
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)rb));
+    _Alignas(64) qpanel p;
+    for (uint32_t g = 0; g < ng_all; g++) {
+        const uint32_t ng = w->n_out - 16 * g < 16 ? w->n_out - 16 * g : 16;
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)g * 16 * rb;
+        uint8_t *o = dst + (size_t)g * gb;
+        memset(o + (size_t)nb * 32, 0, qo - (size_t)nb * 32);
+        for (uint32_t b = 0; b < nb; b++) {
+            const uint8_t *bb = base + (size_t)b * sizeof(block_q8_0);
+            __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask16(ng), idx, bb, 1);
+            _mm256_store_si256((__m256i *)(void *)(o + (size_t)b * 32), _mm512_cvtepi32_epi16(d));
+            if (ng == 16)
+                q8_group(bb, rb, 16, &p);
+            else
+                q8_group(bb, rb, ng, &p);
+            memcpy(o + qo + (size_t)b * 512, p.q, 512);
+        }
+    }
+}
+
+/* G groups (16 G rows from r) x T tokens from t of a 1-2 token product on the packed copy,
+ * in the order of q_tile, so that each output is bit-identical to gemv()'s on the stored
+ * rows: q_tile's 8 lanes of a row (the 8 chunks of 4 values of each block) are 8 vectors
+ * here, one per chunk, with the rows in the lanes; each is summed as q_tile sums its lane
+ * (vpdpbusd from xc / 8, cvt, fma by d_w * d_x) and the 8 are added as hsum8 adds its
+ * lanes. No horizontal sums, one dword broadcast per chunk and token, half the vpdpbusd of
+ * q_tile (512-bit), and the values of each group stream front to back. */
+INL void pk_tile(const pe_mm *m, uint32_t r, uint32_t r1, uint32_t t, const int G, const int T)
+{
+    const uint8_t *q[2], *d[2];
+    __m512 acc[2][2][8]; /* [G][T][chunk] */
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        pk_group(m->w, r / 16 + (uint32_t)g, 0, &q[g], &d[g]);
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                acc[g][j][k] = _mm512_setzero_ps();
+    }
+    for (uint32_t b = 0; b < m->nb; b++) {
+        __m512i cv[2];
+        __m512 sc[2][2];
+        __m512 dw[2];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const uint8_t *qb = q[g] + (size_t)b * 512;
+            pf_range(qb + PF_AHEAD, 512);
+            if (b % 2 == 0) pf_range(d[g] + (size_t)b * 32 + PF_AHEAD / 16, 64);
+            dw[g] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(d[g] + (size_t)b * 32)));
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++) {
+            const size_t o = (size_t)(t + j) * m->nb + b;
+            cv[j] = _mm512_set1_epi32(m->xc[o] >> 3);
+            const __m512 dx = _mm512_set1_ps(m->xd[o]);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                sc[g][j] = _mm512_mul_ps(dw[g], dx);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i wv[2];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                wv[g] = _mm512_load_si512(q[g] + (size_t)b * 512 + 64 * k);
+#pragma GCC unroll 2
+            for (int j = 0; j < T; j++) {
+                const __m512i xb = _mm512_set1_epi32(
+                    i32_at(m->xq + (size_t)(t + j) * m->xq_stride + (size_t)b * 32 + 4 * k));
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    const __m512i dot = _mm512_dpbusd_epi32(cv[j], wv[g], xb);
+                    acc[g][j][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc[g][j], acc[g][j][k]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        const uint32_t r_g = r + 16 * (uint32_t)g;
+        const __mmask16 mk = mask16(r1 > r_g ? r1 - r_g : 0);
+#pragma GCC unroll 2
+        for (int j = 0; j < T; j++) {
+            __m512 *a = acc[g][j]; /* hsum8: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+            const __m512 s0 = _mm512_add_ps(a[0], a[4]), s1 = _mm512_add_ps(a[1], a[5]);
+            const __m512 s2 = _mm512_add_ps(a[2], a[6]), s3 = _mm512_add_ps(a[3], a[7]);
+            const __m512 v = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+            _mm512_mask_storeu_ps(m->y + (size_t)(t + j) * m->w->n_out + r_g, mk, v);
+        }
+    }
+}
+
+TGT __attribute__((noinline)) static void pk_tile_2_1(const pe_mm *m, uint32_t r, uint32_t r1,
+                                                      uint32_t t)
+{
+    pk_tile(m, r, r1, t, 2, 1);
+}
+
+TGT __attribute__((noinline)) static void pk_tile_1_1(const pe_mm *m, uint32_t r, uint32_t r1,
+                                                      uint32_t t)
+{
+    pk_tile(m, r, r1, t, 1, 1);
+}
+
+TGT __attribute__((noinline)) static void pk_tile_1_2(const pe_mm *m, uint32_t r, uint32_t r1,
+                                                      uint32_t t)
+{
+    pk_tile(m, r, r1, t, 1, 2);
+}
+
+/* gemv() on the packed copy: rows [r0, r1) (r0 a multiple of 16, as ops.c's row claims are)
+ * x tokens [t0, t1), 32 rows x 1 token or 16 rows x 2 tokens at a time. */
+TGT static void pk_gemv(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    for (uint32_t t = t0; t < t1;) {
+        if (t1 - t >= 2) {
+            for (uint32_t r = r0; r < r1; r += 16)
+                pk_tile_1_2(m, r, r1, t);
+            t += 2;
+            continue;
+        }
+        uint32_t r = r0;
+        for (; r + 16 < r1; r += 32)
+            pk_tile_2_1(m, r, r1, t);
+        if (r < r1) pk_tile_1_1(m, r, r1, t);
+        t++;
+    }
 }
 
 /* ---- GEMM: float panels ---- */
@@ -736,7 +978,9 @@ TGT static void f_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
 
 TGT static void rows_avx512(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    if (t1 - t0 < pe__gemm_min_tok(&pe__kernels_avx512, m->w->type))
+    if (t1 - t0 < pe__gemm_min_tok(&pe__kernels_avx512, m->w->type) && m->w->packed)
+        pk_gemv(m, r0, r1, t0, t1);
+    else if (t1 - t0 < pe__gemm_min_tok(&pe__kernels_avx512, m->w->type))
         gemv(m, r0, r1, t0, t1);
     else if (pe__type_is_quant(m->w->type) && t1 - t0 <= PE_SMALL_N_TOK)
         q_small_n(m, r0, r1, t0, t1);

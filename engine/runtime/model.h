@@ -125,6 +125,9 @@ const char *pe_model_name(const pe_model *m);         /* general.name, or the fi
  * not change it. */
 pgd_hash pe_model_fingerprint(const pe_model *m);
 uint64_t pe_model_weight_bytes(const pe_model *m); /* bytes of all weight tensors */
+/* Bytes of the weights' packed copies (pe_mat_pack: Q8_0 products on AVX-512, unless
+ * PGD_PACK=0 at load); 0 when none. */
+uint64_t pe_model_packed_bytes(const pe_model *m);
 
 typedef struct pe_ctx_params {
     uint32_t n_ctx;           /* max tokens of one sequence; 0: the model's n_ctx_train */

@@ -43,6 +43,7 @@ struct pe_model {
     pe_vocab *vocab;
     pgd_hash fingerprint; /* see pe_model_fingerprint */
     uint64_t weight_bytes;
+    uint64_t packed_bytes; /* of the pe_mat.packed copies (weights.c pack_weights) */
 };
 
 /* Writes one formatted line into err (when err and errlen are set) and returns -1. */

@@ -357,7 +357,7 @@ static double *magnitudes(const pe_mat *w, const float *x, uint32_t n_tok)
 
 static int check_case(const mm_case *c, pe_threadpool *tp, int raw)
 {
-    pe_mat w = {c->type, c->n_in, c->n_out, NULL, 0};
+    pe_mat w = {c->type, c->n_in, c->n_out, NULL, 0, NULL};
     w.data = make_weights(c->type, c->n_in, c->n_out, raw, &w.row_bytes);
     size_t ny = (size_t)c->n_tok * c->n_out;
     float *x = malloc((size_t)c->n_tok * c->n_in * sizeof *x);
@@ -513,7 +513,7 @@ static int test_matmul_quantized_exact(void)
         }
     }
     for (int q4 = 0; q4 < 2; q4++) {
-        pe_mat w = {q4 ? PE_GGML_TYPE_Q4_0 : PE_GGML_TYPE_Q8_0, N_IN, N_OUT, NULL, 0};
+        pe_mat w = {q4 ? PE_GGML_TYPE_Q4_0 : PE_GGML_TYPE_Q8_0, N_IN, N_OUT, NULL, 0, NULL};
         w.row_bytes = pe_ggml_row_size(w.type, N_IN);
         uint8_t *wd = malloc(w.row_bytes * N_OUT);
         int8_t *wi = malloc((size_t)N_OUT * N_IN);
@@ -588,7 +588,7 @@ static int test_batch_invariant(void)
         for (int ti = 0; ti < N_TYPES; ti++) {
             const uint32_t type = types[ti];
             if (pe__type_is_quant(type) && n_in % 32) continue;
-            pe_mat w = {type, n_in, n_out, NULL, 0};
+            pe_mat w = {type, n_in, n_out, NULL, 0, NULL};
             w.data = make_weights(type, n_in, n_out, 0, &w.row_bytes);
             void *scratch = malloc(pe_matmul_scratch_bytes(&w, MAX_TOK));
             T_ASSERT(scratch);
