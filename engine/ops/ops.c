@@ -426,7 +426,7 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
     p.xq_stride = round_up(pe__act_row_bytes(w->type, w->n_in), 64);
 #if defined(__x86_64__) || defined(__i386__)
     if (kernels() != &pe__kernels_scalar) /* AVX2 or AVX-512 (which includes AVX2) */
-        p.rows = pe__ext_rows_avx2;
+        p.rows = kernels() == &pe__kernels_avx2_vnni ? pe__ext_rows_avx2_vnni : pe__ext_rows_avx2;
 #endif
     atomic_init(&p.next_row, 0);
 #if defined(__x86_64__) || defined(__i386__)

@@ -96,6 +96,9 @@ float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
  * tokens; each element bit-identical to pe__vec_dot_ext_ref (ops_avx2.c). */
 void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
                        uint32_t r1, uint32_t t0, uint32_t t1);
+/* The same for CPUs with AVX-VNNI (256-bit): the K-quant panels on vpdpbusd. */
+void pe__ext_rows_avx2_vnni(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y,
+                            uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
 
 /* One product of an ext type: the activations of token t quantized by pe__quant_act_ref at
  * xq + t * xq_stride (xq_stride a multiple of 64), y[n_tok][n_out]. For Q8_0 activations
