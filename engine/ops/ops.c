@@ -288,9 +288,9 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
  * the scratch. On AVX-512 the tasks then split as for Q8_0/Q4_0 (GEMV row claims below
  * pe__ext_gemm_min_tok tokens, rows x tokens tiles from it on) and run
  * pe__ext_rows_avx512; elsewhere the threads claim chunks of rows and run
- * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: pe__ext_rows_avx2, rows x tokens
- * tiles bit-identical to it). Each element depends on its weight row and token only
- * (batch-invariant). */
+ * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: pe__ext_rows_avx2, or _vnni with
+ * AVX-VNNI: rows x tokens tiles, K-quant panels from 8 tokens, bit-identical to it).
+ * Each element depends on its weight row and token only (batch-invariant). */
 
 typedef struct ext_plan {
     const pe_mat *w;

@@ -17,7 +17,14 @@
  *   then y += float(dot) * d_w * d_x per block (f32, like ggml).
  *   F32/F16/BF16: weights converted to f32 in registers, FMA with f32 activations.
  *   The types of issue 15 (pe__ext_rows_avx2, below): tiles of R rows x T tokens too,
- *   R * T <= 8, one f32 lane per (row, token) running the reference's statements.
+ *   R * T <= 8, one f32 lane per (row, token) running the reference's statements; the
+ *   K-quants (Q2_K..Q6_K) from 8 tokens on run on repacked panels instead (see "GEMM:
+ *   K-quant panels": 16 rows x 2 super-blocks unpacked to bytes with the rows in the lanes,
+ *   scales decoded once; maddubs in int16 runs + madd, or vpdpbusd + mullo on AVX-VNNI via
+ *   pe__ext_rows_avx2_vnni), bit-identical to pe__vec_dot_ext_ref. Measured on a shared
+ *   2-core AVX-512 machine, levels forced, against main in alternated runs: bench_matmul
+ *   2048x8192, 512 tokens, 1 thread: q4_K 1.3-2.5x (avx2), 1.7-2.0x (avx2vnni), q6_K
+ *   1.6x, 1.9x; bench_engine pp512 (1B Q4_K_M) 1.4-1.8x per CPU second (figures there).
  * Invariant: the integer part of every quantized dot is exact; the activation quantizer is
  * bit-identical to pe__quant_q8_0_ref.
  */
@@ -1575,8 +1582,21 @@ EXT_SET(iq4_nl, IQ4_NL_TILE)
  *   exact (the bounds of the one-dot kernels above: < 2^31), so sumi and summ equal the
  *   reference's. Then per (row, token) and super-block the reference's f32 statements in
  *   its order and without contraction: s += (d_x * d) * (float)sumi; s -= (d_x * dmin) *
- *   (float)summ, the running sum living in y between K chunks: every element is
- *   bit-identical to pe__vec_dot_ext_ref (and so batch-invariant). */
+ *   (float)summ, the running sums living in a buffer between K chunks (k_gemm): every
+ *   element is bit-identical to pe__vec_dot_ext_ref (and so batch-invariant).
+ *
+ * Measured on a shared 2-core AVX-512 machine (load 2.5-6) with the levels forced, 3 runs
+ * alternated with main's tiles: bench_matmul 2048x8192, 512 tokens, 1 thread, GFLOP/s,
+ * tiles -> panels: avx2 q4_K 53-71 -> 89-132, q6_K 55-80 -> 88-129, q5_K 47-70 -> 84-155;
+ * avx2vnni q4_K 56-72 -> 102-134, q6_K 56-79 -> 104-150, q5_K 47-68 -> 103-179 (q2_K and
+ * q3_K alike). Kernel cycles (perf, same runs): q4_K 1.7x fewer on avx2, 1.6x on
+ * avx2vnni; q6_K 1.5x, 2.5x. bench_engine pp512 of the 1B Q4_K_M shape, 2 threads,
+ * tokens per CPU second: avx2 31-34 -> 45-58 (1.45-1.71x within a pair of runs),
+ * avx2vnni 28-35 -> 47-64 (1.41-1.84x); decode (1 token) and AVX-512 unchanged. 65% of
+ * the time there is then in the Q4_K micro-kernel, near maddubs' throughput (2 per cycle:
+ * 9 per 8 chunks and token), 4% in the repacks, 4.5% in the scalar Q8_K quantizer. On Intel the
+ * int16 adds of the plain AVX2 runs go to a third port, so vpdpbusd + mullo (both on the
+ * maddubs ports) gains little for Q4_K; more for Q6_K (2-chunk runs). */
 
 enum {
     KS = 2,         /* super-blocks per K chunk: 2 groups x 2 x 2880 bytes = 11.5 KB */
