@@ -122,6 +122,8 @@ void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t 
 uint32_t pe__ext_gemm_min_tok(uint32_t type);
 /* pe__quant_q8_k_ref by vector, bit-identical to it (ops_avx512.c). */
 void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n);
+/* The same on AVX2 (ops_avx2.c; x86 CPUs with AVX2 only). */
+void pe__quant_q8_k_avx2(const float *x, block_q8_K *y, size_t n);
 /* pe__quant_q8_0_ref (q8_1 0) or pe__quant_q8_1_ref (q8_1 1) by vector, bit-identical to
  * them; xsum (or NULL): the sum of each block's values (ops_avx512.c). */
 void pe__quant_q8_0_avx512(const float *x, void *y, size_t n, int q8_1, int32_t *xsum);

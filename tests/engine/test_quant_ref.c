@@ -536,16 +536,18 @@ static int test_avx2_kpanels_match_reference(void)
                              sizeof toks / sizeof toks[0], 2);
 }
 
-/* pe__quant_q8_k_avx512 == pe__quant_q8_k_ref and pe__quant_q8_0_avx512 ==
- * pe__quant_q8_0_ref / pe__quant_q8_1_ref byte for byte (and its block sums exact): random
- * blocks over 8 decades, all-zero blocks, ties of the rounding, repeated maxima of either
- * sign, subnormals, NaN and inf. */
-static int test_avx512_quantizers(void)
+/* pe__quant_q8_k_avx2 and pe__quant_q8_k_avx512 == pe__quant_q8_k_ref and
+ * pe__quant_q8_0_avx512 == pe__quant_q8_0_ref / pe__quant_q8_1_ref byte for byte (and its
+ * block sums exact): random blocks over 8 decades, all-zero blocks, ties of the rounding,
+ * repeated maxima of either sign, subnormals, NaN and inf. */
+static int test_x86_quantizers(void)
 {
-    if (pe_isa_detect() < PE_ISA_AVX512) {
-        printf("     no AVX-512 on this CPU: its quantizer not run\n");
+    if (pe_isa_detect() < PE_ISA_AVX2) {
+        printf("     no AVX2 on this CPU: its quantizers not run\n");
         return 0;
     }
+    const int avx512 = pe_isa_detect() >= PE_ISA_AVX512;
+    if (!avx512) printf("     no AVX-512 on this CPU: its quantizers not run\n");
     enum { NB = 4 };
     float x[NB * QK_K];
     block_q8_K want[NB], got[NB];
@@ -583,6 +585,11 @@ static int test_avx512_quantizers(void)
         memset(want, 0xa5, sizeof want);
         memset(got, 0xa5, sizeof got);
         pe__quant_q8_k_ref(x, want, NB * QK_K);
+        pe__quant_q8_k_avx2(x, got, NB * QK_K);
+        if (memcmp(want, got, sizeof want) != 0)
+            T_FAIL("rep %d (case %d): avx2 Q8_K blocks differ from the reference", rep, rep % 8);
+        if (!avx512) continue;
+        memset(got, 0xa5, sizeof got);
         pe__quant_q8_k_avx512(x, got, NB * QK_K);
         if (memcmp(want, got, sizeof want) != 0)
             T_FAIL("rep %d (case %d): avx512 Q8_K blocks differ from the reference", rep, rep % 8);
@@ -780,7 +787,7 @@ int main(void)
     T_RUN(test_avx2_tiles_match_reference);
     T_RUN(test_avx2_panels_match_reference);
     T_RUN(test_avx2_kpanels_match_reference);
-    T_RUN(test_avx512_quantizers);
+    T_RUN(test_x86_quantizers);
     T_RUN(test_avx512_products_match_reference);
     T_RUN(test_q_small_n_matches_ref);
 #endif
