@@ -289,7 +289,7 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
  * pe__ext_gemm_min_tok tokens, rows x tokens tiles from it on) and run
  * pe__ext_rows_avx512; elsewhere the threads claim chunks of rows and run
  * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: pe__ext_rows_avx2, or _vnni with
- * AVX-VNNI: rows x tokens tiles, K-quant panels from 8 tokens, bit-identical to it).
+ * AVX-VNNI: rows x tokens tiles, K-quant panels from 12 tokens, bit-identical to it).
  * Each element depends on its weight row and token only (batch-invariant). */
 
 typedef struct ext_plan {

@@ -18,7 +18,7 @@
  *   F32/F16/BF16: weights converted to f32 in registers, FMA with f32 activations.
  *   The types of issue 15 (pe__ext_rows_avx2, below): tiles of R rows x T tokens too,
  *   R * T <= 8, one f32 lane per (row, token) running the reference's statements; the
- *   K-quants (Q2_K..Q6_K) from 8 tokens on run on repacked panels instead (see "GEMM:
+ *   K-quants (Q2_K..Q6_K) from 12 tokens on run on repacked panels instead (see "GEMM:
  *   K-quant panels": 16 rows x 2 super-blocks unpacked to bytes with the rows in the lanes,
  *   scales decoded once; maddubs in int16 runs + madd, or vpdpbusd + mullo on AVX-VNNI via
  *   pe__ext_rows_avx2_vnni), bit-identical to pe__vec_dot_ext_ref. Measured on a shared
@@ -1664,9 +1664,11 @@ EXT_SET(iq4_nl, IQ4_NL_TILE)
  * maddubs ports) gains little for Q4_K; more for Q6_K (2-chunk runs). */
 
 enum {
-    KS = 2,         /* super-blocks per K chunk: 2 groups x 2 x 2880 bytes = 11.5 KB */
-    KP_MIN_TOK = 8, /* tokens from which the products run on panels */
-    KP_TC = 256,    /* tokens per chunk of k_gemm (its running sums: 16 KB) */
+    KS = 2,          /* super-blocks per K chunk: 2 groups x 2 x 2880 bytes = 11.5 KB */
+    KP_MIN_TOK = 12, /* tokens from which the products run on panels: at 8 the tiles' 1 x 8
+                      * tile was as fast or faster (q6_K avx2 75 vs 87 GFLOP/s), at 12 the
+                      * panels ahead (q4_K avx2 105 vs 86, avx2vnni 119 vs 86) */
+    KP_TC = 256,     /* tokens per chunk of k_gemm (its running sums: 16 KB) */
 };
 
 typedef struct kpanel {

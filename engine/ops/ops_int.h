@@ -93,7 +93,7 @@ float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
 /* y[t][r] (row stride w->n_out) for rows [r0, r1) and tokens [t0, t1) of an ext type, on
  * activations quantized by pe__quant_act_ref (token stride xq_stride), in tiles of rows x
- * tokens (the K-quants from 8 tokens on: repacked panels); each element bit-identical to
+ * tokens (the K-quants from 12 tokens on: repacked panels); each element bit-identical to
  * pe__vec_dot_ext_ref (ops_avx2.c). */
 void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
                        uint32_t r1, uint32_t t0, uint32_t t1);

@@ -17,8 +17,9 @@
  *   pe_matmul on AVX2 (its row x token tiles) == pe_matmul_ref bit for bit, n_tok 1..70.
  *   the AVX2 Q8_0/Q4_0 panels (plain AVX2 and AVX-VNNI, each forced) == pe_matmul_ref bit
  *     for bit, from 8 tokens on: K chunks, partial row groups, every micro-tile, raw blocks.
- *   the AVX-512 Q8_K, Q8_0 and Q8_1 quantizers == the references byte for byte (zeros, ties,
- *     NaN, inf).
+ *   the AVX2 K-quant panels (Q2_K..Q6_K, the same way) == pe_matmul_ref bit for bit.
+ *   the AVX2 Q8_K and the AVX-512 Q8_K, Q8_0 and Q8_1 quantizers == the references byte
+ *     for byte (zeros, ties, NaN, inf).
  *   the AVX-512 products (GEMV and repacked GEMM) == pe_matmul_ref bit for bit, on the same
  *     kinds of rows, n_tok 1..70, n_out 33 and 100, n_in 768 and 2304, 1 and 3 threads.
  *   the AVX-512 small-N products of Q8_0 and Q4_0 (a serving decode step) == pe_matmul_ref
@@ -522,16 +523,17 @@ static int test_avx2_panels_match_reference(void)
     return check_avx2_panels(types, 2, ins, toks, sizeof toks / sizeof toks[0], 3);
 }
 
-/* The K-quant panels (from KP_MIN_TOK = 8 tokens: 16-row panels, K chunks of 2
- * super-blocks, chunks of 256 tokens, micro-tiles of 1..4 tokens): n_in 768 (a K chunk and
- * 1 super-block) and 2048, n_tok 8..13, 16, 37, 257 and 600 (a token chunk and a tail), 1
- * and 2 threads. Q6_K or Q5_K int16 runs one chunk too long fail the 0xff rows at +127. */
+/* The K-quant panels (from KP_MIN_TOK = 12 tokens, the tiles below: 16-row panels, K
+ * chunks of 2 super-blocks, chunks of 256 tokens, micro-tiles of 1..4 tokens): n_in 768 (a
+ * K chunk and 1 super-block) and 2048, n_tok 8..16, 37, 257, 258, 261 (a token chunk and a
+ * tail of 1, 2 or 3 + 2) and 600, 1 and 2 threads. Q6_K or Q5_K int16 runs one chunk too
+ * long fail the 0xff rows at +127. */
 static int test_avx2_kpanels_match_reference(void)
 {
     static const uint32_t types[] = {PE_GGML_TYPE_Q4_K, PE_GGML_TYPE_Q6_K, PE_GGML_TYPE_Q5_K,
                                      PE_GGML_TYPE_Q3_K, PE_GGML_TYPE_Q2_K};
     static const uint32_t ins[2] = {768, 2048};
-    static const uint32_t toks[] = {8, 9, 10, 11, 12, 13, 16, 37, 257, 600};
+    static const uint32_t toks[] = {8, 9, 10, 11, 12, 13, 14, 15, 16, 37, 257, 258, 261, 600};
     return check_avx2_panels(types, sizeof types / sizeof types[0], ins, toks,
                              sizeof toks / sizeof toks[0], 2);
 }
