@@ -326,9 +326,9 @@ static void gemv_task(void *ctx, uint32_t task, uint32_t thread)
  * the scratch. On AVX-512 the tasks then split as for Q8_0/Q4_0 (GEMV row claims below
  * pe__ext_gemm_min_tok tokens, rows x tokens tiles from it on) and run
  * pe__ext_rows_avx512; elsewhere the threads claim chunks of rows and run
- * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: pe__ext_rows_avx2, rows x tokens
- * tiles bit-identical to it). Each element depends on its weight row and token only
- * (batch-invariant). */
+ * pe__vec_dot_ext_ref for every token (on AVX2 CPUs: pe__ext_rows_avx2, or _vnni with
+ * AVX-VNNI: rows x tokens tiles, K-quant panels from 12 tokens, bit-identical to it).
+ * Each element depends on its weight row and token only (batch-invariant). */
 
 typedef struct ext_plan {
     const pe_mat *w;
@@ -344,6 +344,7 @@ typedef struct ext_plan {
     pe_ext_mm em;
     uint32_t n_threads, rows_per_task, n_row_tasks;
     int q8_k_avx512; /* Q8_K activations by pe__quant_q8_k_avx512 */
+    int q8_k_avx2;   /* Q8_K activations by pe__quant_q8_k_avx2 (AVX2 kernels) */
     int q8_avx512;   /* Q8_0/Q8_1 activations by pe__quant_q8_0_avx512 */
     int32_t *xsum;   /* AVX-512 with Q8_0 activations: pe_ext_mm.xsum (by q8_avx512) */
 } ext_plan;
@@ -358,6 +359,10 @@ static void ext_quant_task(void *ctx, uint32_t task, uint32_t thread)
 #if defined(__x86_64__) || defined(__i386__)
         if (p->q8_k_avx512) {
             pe__quant_q8_k_avx512(x, (block_q8_K *)(void *)xq, p->w->n_in);
+            continue;
+        }
+        if (p->q8_k_avx2) {
+            pe__quant_q8_k_avx2(x, (block_q8_K *)(void *)xq, p->w->n_in);
             continue;
         }
         if (p->q8_avx512) { /* Q8_0 with the block sums, or Q8_1 */
@@ -464,13 +469,15 @@ static void matmul_ext(pe_threadpool *tp, const pe_mat *w, const float *x, uint3
     p.xq_stride = round_up(pe__act_row_bytes(w->type, w->n_in), 64);
 #if defined(__x86_64__) || defined(__i386__)
     if (kernels() != &pe__kernels_scalar) /* AVX2 or AVX-512 (which includes AVX2) */
-        p.rows = pe__ext_rows_avx2;
+        p.rows = kernels() == &pe__kernels_avx2_vnni ? pe__ext_rows_avx2_vnni : pe__ext_rows_avx2;
 #endif
     atomic_init(&p.next_row, 0);
 #if defined(__x86_64__) || defined(__i386__)
     const int avx512 = kernels() == &pe__kernels_avx512 && pe__ext_avx512_has(w->type);
     p.q8_k_avx512 = avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_K;
     p.q8_avx512 = avx512 && !p.q8_k_avx512;
+    p.q8_k_avx2 = (kernels() == &pe__kernels_avx2 || kernels() == &pe__kernels_avx2_vnni) &&
+                  pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_K;
     if (avx512 && pe__vec_dot_type(w->type) == PE_GGML_TYPE_Q8_0)
         p.xsum = (int32_t *)(void *)(p.xq + (size_t)n_tok * p.xq_stride);
 #endif

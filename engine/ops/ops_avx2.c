@@ -17,7 +17,14 @@
  *   then y += float(dot) * d_w * d_x per block (f32, like ggml).
  *   F32/F16/BF16: weights converted to f32 in registers, FMA with f32 activations.
  *   The types of issue 15 (pe__ext_rows_avx2, below): tiles of R rows x T tokens too,
- *   R * T <= 8, one f32 lane per (row, token) running the reference's statements.
+ *   R * T <= 8, one f32 lane per (row, token) running the reference's statements; the
+ *   K-quants (Q2_K..Q6_K) from 12 tokens on run on repacked panels instead (see "GEMM:
+ *   K-quant panels": 16 rows x 2 super-blocks unpacked to bytes with the rows in the lanes,
+ *   scales decoded once; maddubs in int16 runs + madd, or vpdpbusd + mullo on AVX-VNNI via
+ *   pe__ext_rows_avx2_vnni), bit-identical to pe__vec_dot_ext_ref. Measured on a shared
+ *   2-core AVX-512 machine, levels forced, against main in alternated runs: bench_matmul
+ *   2048x8192, 512 tokens, 1 thread: q4_K 1.3-2.5x (avx2), 1.7-2.0x (avx2vnni), q6_K
+ *   1.6x, 1.9x; bench_engine pp512 (1B Q4_K_M) 1.4-1.8x per CPU second (figures there).
  * Invariant: the integer part of every quantized dot is exact; the activation quantizer is
  * bit-identical to pe__quant_q8_0_ref.
  */
@@ -355,13 +362,11 @@ INL __m128i row16(const uint8_t *bb, size_t rb, uint32_t i, uint32_t ng, size_t 
                   : _mm_setzero_si128();
 }
 
-/* Q8_0: an 8x8 transpose of dwords (row i, chunk k -> q[k] lane i), xor flip. */
-INL void q8_group8(const uint8_t *bb, size_t rb, uint32_t ng, __m256i flip, apanel *p)
+/* An 8x8 transpose of dwords: out[k] lane i = dword k of v[i] (row i, chunk k -> chunk k,
+ * lane i). Shared by the Q8_0 and the K-quant panels. */
+INL void tr8x8(const __m256i v[8], __m256i out[8])
 {
-    __m256i v[8], t[8], s[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        v[i] = row32(bb, rb, (uint32_t)i, ng, 2);
+    __m256i t[8], s[8];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
@@ -377,11 +382,22 @@ INL void q8_group8(const uint8_t *bb, size_t rb, uint32_t ng, __m256i flip, apan
     }
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
-        __m256i a = _mm256_permute2x128_si256(s[c], s[4 + c], 0x20);
-        __m256i b = _mm256_permute2x128_si256(s[c], s[4 + c], 0x31);
-        _mm256_store_si256((__m256i *)p->q[c], _mm256_xor_si256(a, flip));
-        _mm256_store_si256((__m256i *)p->q[c + 4], _mm256_xor_si256(b, flip));
+        out[c] = _mm256_permute2x128_si256(s[c], s[4 + c], 0x20);
+        out[c + 4] = _mm256_permute2x128_si256(s[c], s[4 + c], 0x31);
     }
+}
+
+/* Q8_0: the dword transpose (row i, chunk k -> q[k] lane i), xor flip. */
+INL void q8_group8(const uint8_t *bb, size_t rb, uint32_t ng, __m256i flip, apanel *p)
+{
+    __m256i v[8], o[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        v[i] = row32(bb, rb, (uint32_t)i, ng, 2);
+    tr8x8(v, o);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        _mm256_store_si256((__m256i *)p->q[k], _mm256_xor_si256(o[k], flip));
 }
 
 /* Q4_0: rows i | i + 4 in the two 128-bit lanes, a 4x4 dword transpose in each; dword k
@@ -797,6 +813,70 @@ TGT static void swiglu(float *g, const float *u, size_t n)
     }
     for (; i < n; i++)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---- Q8_K activations (the K-quants' vec_dot_type) ----
+ * pe__quant_q8_k_ref by vector, bit for bit, as pe__quant_q8_k_avx512 (ops_avx512.c): the
+ * first value of the largest magnitude (a block with a NaN goes to the reference, whose
+ * comparisons skip NaNs), iscale = -127 / max, each value through nearest_int's 1.5 * 2^23
+ * trick as the same f32 operations, capped at 127, stored truncated to 8 bits as the
+ * reference's cast, and the bsums as exact integer sums. 4.5% of a forced-AVX2 pp512 of
+ * the 1B Q4_K_M shape ran in the scalar reference. */
+TGT void pe__quant_q8_k_avx2(const float *x, block_q8_K *y, size_t n)
+{
+    const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000);
+    const __m256i cap = _mm256_set1_epi32(127), lo8 = _mm256_set1_epi32(0xff);
+    const __m256 sign = _mm256_set1_ps(-0.0f), magic = _mm256_set1_ps(12582912.f);
+    for (size_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 am = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K / 8; k++) {
+            const __m256 v = _mm256_loadu_ps(x + 8 * k);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            am = _mm256_max_ps(am, _mm256_andnot_ps(sign, v));
+        }
+        if (_mm256_movemask_ps(nan)) {
+            pe__quant_q8_k_ref(x, &y[i], QK_K);
+            continue;
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const __m256 av = _mm256_set1_ps(amax);
+        int first = 0;
+        for (int k = 0; k < QK_K / 8; k++) {
+            const int eq = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), av, _CMP_EQ_OQ));
+            if (eq) {
+                first = 8 * k + __builtin_ctz((unsigned)eq);
+                break;
+            }
+        }
+        const float iscale = -127.f / x[first];
+        const __m256 is = _mm256_set1_ps(iscale);
+        for (int k = 0; k < QK_K / 16; k++) {
+            __m256i v[2];
+            for (int h = 0; h < 2; h++) {
+                const __m256 val =
+                    _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 16 * k + 8 * h)), magic);
+                v[h] = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(val), mant), half);
+                v[h] = _mm256_min_epi32(v[h], cap);
+            }
+            y[i].bsums[k] = (int16_t)hsum8i(_mm256_add_epi32(v[0], v[1]));
+            /* the low bytes, in order: no saturation in the packs of values <= 255 */
+            const __m256i p = _mm256_permute4x64_epi64(
+                _mm256_packus_epi32(_mm256_and_si256(v[0], lo8), _mm256_and_si256(v[1], lo8)),
+                0xd8);
+            _mm_storeu_si128(
+                (__m128i *)(void *)(y[i].qs + 16 * k),
+                _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+        }
+        y[i].d = 1 / iscale;
+    }
 }
 
 /* ---- Q4_K, Q5_K and Q6_K x Q8_K (issue 15) ----
@@ -1328,21 +1408,41 @@ INL __m256i k_unpack(const int type, const uint8_t *blk, const int s)
     }
 }
 
+/* The constants of a K-quant type: bytes per super-block; whether it has mins (else its
+ * values are unsigned with an offset, subtracted as offset * sum(scale_k * bsum_k)); log2
+ * of that offset; the 32 bits holding d (and dmin): d first for Q2_K/Q4_K/Q5_K, d last in
+ * Q3_K/Q6_K blocks. */
+INL size_t k_bsize(const int type)
+{
+    return type == PE_GGML_TYPE_Q2_K   ? sizeof(block_q2_K)
+           : type == PE_GGML_TYPE_Q3_K ? sizeof(block_q3_K)
+           : type == PE_GGML_TYPE_Q4_K ? sizeof(block_q4_K)
+           : type == PE_GGML_TYPE_Q5_K ? sizeof(block_q5_K)
+                                       : sizeof(block_q6_K);
+}
+
+INL int k_has_min(const int type)
+{
+    return type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K;
+}
+
+INL int k_shift(const int type)
+{
+    return type == PE_GGML_TYPE_Q3_K ? 2 : 5;
+}
+
+INL size_t k_doff(const int type)
+{
+    return type == PE_GGML_TYPE_Q2_K   ? offsetof(block_q2_K, d)
+           : type == PE_GGML_TYPE_Q3_K ? offsetof(block_q3_K, d) - 2
+           : type == PE_GGML_TYPE_Q6_K ? offsetof(block_q6_K, d) - 2
+                                       : 0;
+}
+
 INL void k_tile(const int type, const ext_tile *a, const int R, const int T)
 {
-    const size_t bs = type == PE_GGML_TYPE_Q2_K   ? sizeof(block_q2_K)
-                      : type == PE_GGML_TYPE_Q3_K ? sizeof(block_q3_K)
-                      : type == PE_GGML_TYPE_Q4_K ? sizeof(block_q4_K)
-                      : type == PE_GGML_TYPE_Q5_K ? sizeof(block_q5_K)
-                                                  : sizeof(block_q6_K);
-    const int has_min =
-        type == PE_GGML_TYPE_Q2_K || type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K;
-    /* 32 bits holding d (and dmin): d first for Q2_K/Q4_K/Q5_K, d last in Q3_K/Q6_K blocks */
-    const size_t doff = type == PE_GGML_TYPE_Q2_K   ? offsetof(block_q2_K, d)
-                        : type == PE_GGML_TYPE_Q3_K ? offsetof(block_q3_K, d) - 2
-                        : type == PE_GGML_TYPE_Q6_K ? offsetof(block_q6_K, d) - 2
-                                                    : 0;
-    const int shift = type == PE_GGML_TYPE_Q3_K ? 2 : 5; /* log2 of the offset */
+    const size_t bs = k_bsize(type), doff = k_doff(type);
+    const int has_min = k_has_min(type), shift = k_shift(type);
     const __m256i wo = lane_off(a->rb, 1, R, T), xo = lane_off(a->xs, 0, R, T);
     __m256 sumf = _mm256_setzero_ps();
     for (uint32_t ib = 0; ib < a->nb; ib++) {
@@ -1519,12 +1619,426 @@ EXT_SET(q5_0, Q5_0_TILE)
 EXT_SET(q5_1, Q5_1_TILE)
 EXT_SET(iq4_nl, IQ4_NL_TILE)
 
+/* ---- GEMM: K-quant panels (Q2_K..Q6_K x Q8_K) ----
+ * From KP_MIN_TOK tokens on, pe__ext_rows_avx2(_vnni) repacks 16 rows x KS super-blocks at
+ * a time into panels with the rows in the lanes (two groups of 8, as the Q8_0/Q4_0 panels
+ * above), the values unpacked to bytes and the scales, mins and d, dmin of each row decoded
+ * once per panel, so that the inner loop is integer dot products of the panel with the Q8_K
+ * activations broadcast 4 bytes at a time, and no horizontal sums are needed:
+ *
+ *   panel, per super-block and group of 8 rows (2880 bytes):
+ *       f32 d[8], dmin[8]      (dmin 0 for Q3_K/Q6_K)
+ *       i32 sc[16][8]          sub-block k's scale of each row: plain AVX2 the int16 pair
+ *                              (s, s) for madd, AVX-VNNI s for mullo
+ *       i32 c[8][8]            the int16 pair (mv[2p], mv[2p + 1]) of each row: k_scales'
+ *                              mins (Q2_K/Q4_K/Q5_K) or scales (Q3_K/Q6_K) per bsum
+ *       u8  q[64][8][4]        chunk k (values 4k..4k+3) of each row, as k_unpack: q + 32
+ *                              (Q6_K), q + 4 (Q3_K), q (the others)
+ *
+ * Per 2 groups x T tokens (T <= GT) and super-block, in int32 lanes (row) per token:
+ *   plain AVX2: maddubs(u, x) summed in int16 over H chunks, then madd with the sub-block
+ *               scale pair. A maddubs pair is at most 2 * umax * 127, so H chunks stay
+ *               below 2^15: Q4_K H 8 (8 x 2 x 15 x 127 = 30480), Q5_K H 4 (4 x 2 x 31 x 127
+ *               = 31496), Q6_K H 2 (2 x 2 x 63 x 127 = 32004), Q3_K/Q2_K H 4 (7112, 3048);
+ *   AVX-VNNI:   vpdpbusd over the sub-block (at most 32 x 63 x 127), then mullo by s;
+ *   then the mins or corrections madd(c[p], bsums[2p..2p+1]) (vpdpwssd on AVX-VNNI): the
+ *   mins term summ (Q2_K/Q4_K/Q5_K), or sumi -= offset * sum (Q3_K/Q6_K). Each int32 sum is
+ *   exact (the bounds of the one-dot kernels above: < 2^31), so sumi and summ equal the
+ *   reference's. Then per (row, token) and super-block the reference's f32 statements in
+ *   its order and without contraction: s += (d_x * d) * (float)sumi; s -= (d_x * dmin) *
+ *   (float)summ, the running sums living in a buffer between K chunks (k_gemm): every
+ *   element is bit-identical to pe__vec_dot_ext_ref (and so batch-invariant).
+ *
+ * Measured on a shared 2-core AVX-512 machine (load 2.5-6) with the levels forced, 3 runs
+ * alternated with main's tiles: bench_matmul 2048x8192, 512 tokens, 1 thread, GFLOP/s,
+ * tiles -> panels: avx2 q4_K 53-71 -> 89-132, q6_K 55-80 -> 88-129, q5_K 47-70 -> 84-155;
+ * avx2vnni q4_K 56-72 -> 102-134, q6_K 56-79 -> 104-150, q5_K 47-68 -> 103-179 (q2_K and
+ * q3_K alike). Kernel cycles (perf, same runs): q4_K 1.7x fewer on avx2, 1.6x on
+ * avx2vnni; q6_K 1.5x, 2.5x. bench_engine pp512 of the 1B Q4_K_M shape, 2 threads,
+ * tokens per CPU second: avx2 31-34 -> 45-58 (1.45-1.71x within a pair of runs),
+ * avx2vnni 28-35 -> 47-64 (1.41-1.84x); decode (1 token) and AVX-512 unchanged. 65% of
+ * the time there is then in the Q4_K micro-kernel, near maddubs' throughput (2 per cycle:
+ * 9 per 8 chunks and token), 4% in the repacks, 4.5% in the scalar Q8_K quantizer (1.7%
+ * since in pe__quant_q8_k_avx2: then 53.7-67.6 against main's 31.9-35.5). On Intel the
+ * int16 adds of the plain AVX2 runs go to a third port, so vpdpbusd + mullo (both on the
+ * maddubs ports) gains little for Q4_K; more for Q6_K (2-chunk runs). */
+
+enum {
+    KS = 2,          /* super-blocks per K chunk: 2 groups x 2 x 2880 bytes = 11.5 KB */
+    KP_MIN_TOK = 12, /* tokens from which the products run on panels: at 8 the tiles' 1 x 8
+                      * tile was as fast or faster (q6_K avx2 75 vs 87 GFLOP/s), at 12 the
+                      * panels ahead (q4_K avx2 105 vs 86, avx2vnni 119 vs 86) */
+    KP_TC = 256,     /* tokens per chunk of k_gemm (its running sums: 16 KB) */
+};
+
+typedef struct kpanel {
+    float d[8], dmin[8];
+    int32_t sc[16][8];
+    int32_t c[8][8];
+    uint8_t q[64][32];
+} kpanel; /* one super-block of one group of 8 rows */
+
+/* The arguments of a K-quant product on panels: y and w for fa_load / fa_store. */
+typedef struct kp_mm {
+    pe_mm m;
+    const uint8_t *xq; /* the activations (block_q8_K rows), token stride xs */
+    size_t xs;
+} kp_mm;
+
+/* Repacks rows [r, r + nr) (nr <= 16) x super-blocks [s0, s0 + ks) into P[ks][2]. */
+INL void k_repack(const int type, const pe_mat *w, uint32_t r, uint32_t nr, uint32_t s0,
+                  uint32_t ks, const int vnni, kpanel *P)
+{
+    const size_t bs = k_bsize(type), rb = w->row_bytes, doff = k_doff(type);
+    const int has_min = k_has_min(type);
+    for (uint32_t g = 0; g < 2; g++) {
+        const uint32_t ng = nr > 8 * g ? (nr - 8 * g < 8 ? nr - 8 * g : 8) : 0;
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(r + 8 * g) * rb;
+        for (uint32_t sb = 0; sb < ks; sb++) {
+            kpanel *p = &P[2 * sb + g];
+            if (ng == 0) {
+                memset(p, 0, sizeof *p);
+                continue;
+            }
+            const uint8_t *blk[8];
+            __m256i mv[8], o[8];
+            _Alignas(32) int16_t sc[8][16];
+            for (uint32_t i = 0; i < 8; i++) {
+                blk[i] = i < ng ? base + (size_t)i * rb + (size_t)(s0 + sb) * bs : NULL;
+                if (!blk[i]) {
+                    mv[i] = _mm256_setzero_si256();
+                    memset(sc[i], 0, sizeof sc[i]);
+                    p->d[i] = p->dmin[i] = 0.0f;
+                    continue;
+                }
+                __m256i lo, hi;
+                k_scales(type, blk[i], &lo, &hi, &mv[i]);
+                _mm_store_si128((__m128i *)sc[i], _mm256_castsi256_si128(lo));
+                _mm_store_si128((__m128i *)(sc[i] + 8), _mm256_castsi256_si128(hi));
+                uint32_t dd;
+                memcpy(&dd, blk[i] + doff, sizeof dd);
+                p->d[i] = pe_f16_to_f32((uint16_t)(has_min ? dd & 0xffff : dd >> 16));
+                p->dmin[i] = has_min ? pe_f16_to_f32((uint16_t)(dd >> 16)) : 0.0f;
+            }
+            for (int k = 0; k < 16; k++)
+                for (int i = 0; i < 8; i++)
+                    p->sc[k][i] = vnni ? sc[i][k] : (int32_t)((uint16_t)sc[i][k] * 0x10001u);
+            tr8x8(mv, o);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++)
+                _mm256_store_si256((__m256i *)(void *)p->c[q], o[q]);
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) {
+                __m256i u[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    u[i] = blk[i] ? k_unpack(type, blk[i], s) : _mm256_setzero_si256();
+                tr8x8(u, o);
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++)
+                    _mm256_store_si256((__m256i *)p->q[8 * s + k], o[k]);
+            }
+        }
+    }
+}
+
+/* The 32 bits at byte o of super-block sb of token t + j, broadcast. */
+INL __m256i kx_u32(const kp_mm *a, uint32_t t, int j, uint32_t sb, size_t o)
+{
+    int32_t v;
+    memcpy(&v, a->xq + (size_t)(t + j) * a->xs + (size_t)sb * sizeof(block_q8_K) + o, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* The chunk runs of a K-quant type: sub-blocks per super-block, chunks per sub-block, and
+ * chunks per int16 run of the plain AVX2 pass (see the bounds above). */
+INL int k_nsub(const int type)
+{
+    return type == PE_GGML_TYPE_Q4_K || type == PE_GGML_TYPE_Q5_K ? 8 : 16;
+}
+
+INL int k_run(const int type)
+{
+    return type == PE_GGML_TYPE_Q6_K ? 2 : type == PE_GGML_TYPE_Q5_K ? 4 : 64 / k_nsub(type);
+}
+
+/* The mins (summ into im) or the offset correction (out of ia) of super-block xb for T
+ * tokens from t and both groups, after the dots of the super-block are in ia. */
+INL void k_corr(const int type, const kp_mm *a, const kpanel *p0, const kpanel *p1, uint32_t t,
+                uint32_t xb, __m256i ia[2][GT], __m256i im[2][GT], const int T)
+{
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            const __m256i bv = kx_u32(a, t, j, xb, offsetof(block_q8_K, bsums) + 4 * (size_t)q);
+            const __m256i c0 = _mm256_load_si256((const __m256i *)(const void *)p0->c[q]);
+            const __m256i c1 = _mm256_load_si256((const __m256i *)(const void *)p1->c[q]);
+            m0 = _mm256_add_epi32(m0, _mm256_madd_epi16(c0, bv));
+            m1 = _mm256_add_epi32(m1, _mm256_madd_epi16(c1, bv));
+        }
+        if (k_has_min(type)) {
+            im[0][j] = m0;
+            im[1][j] = m1;
+        } else {
+            ia[0][j] = _mm256_sub_epi32(ia[0][j], _mm256_slli_epi32(m0, k_shift(type)));
+            ia[1][j] = _mm256_sub_epi32(ia[1][j], _mm256_slli_epi32(m1, k_shift(type)));
+        }
+    }
+}
+
+/* The f32 pass of a micro-tile (the reference's statements, see above) over super-blocks
+ * [s0, s0 + ks) from their integer sums is (sumi) and im (summ); fa_load / fa_store keep
+ * the running sums in y between K chunks. */
+INL void k_fpass(const int type, const kp_mm *a, const kpanel *P, uint32_t s0, uint32_t ks,
+                 uint32_t r, uint32_t nr, uint32_t t, __m256i is[KS][2][GT], __m256i im[KS][2][GT],
+                 const int T)
+{
+    const __m256i mk[2] = {lanes(nr < 8 ? nr : 8), lanes(nr > 8 ? nr - 8 : 0)};
+    __m256 fa[2][GT];
+    fa_load(&a->m, r, t, s0 == 0, mk, fa, T);
+    for (uint32_t sb = 0; sb < ks; sb++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            float xd;
+            memcpy(&xd, a->xq + (size_t)(t + j) * a->xs + (size_t)(s0 + sb) * sizeof(block_q8_K),
+                   sizeof xd);
+            const __m256 dx = _mm256_set1_ps(xd);
+#pragma GCC unroll 2
+            for (int g = 0; g < 2; g++) {
+                const kpanel *p = &P[2 * sb + g];
+                const __m256 d = _mm256_load_ps(p->d), dmin = _mm256_load_ps(p->dmin);
+                const __m256 sumi = _mm256_cvtepi32_ps(is[sb][g][j]);
+                const __m256 summ =
+                    k_has_min(type) ? _mm256_cvtepi32_ps(im[sb][g][j]) : _mm256_setzero_ps();
+                fa[g][j] = _mm256_add_ps(fa[g][j], _mm256_mul_ps(_mm256_mul_ps(dx, d), sumi));
+                fa[g][j] = _mm256_sub_ps(fa[g][j], _mm256_mul_ps(_mm256_mul_ps(dx, dmin), summ));
+            }
+        }
+    }
+    fa_store(&a->m, r, t, mk, fa, T);
+}
+
+/* Plain AVX2: accumulates T tokens from t over super-blocks [s0, s0 + ks) of P into y. */
+INL void ka_micro(const int type, const kp_mm *a, const kpanel *P, uint32_t s0, uint32_t ks,
+                  uint32_t r, uint32_t nr, uint32_t t, const int T)
+{
+    const int nsub = k_nsub(type), cps = 64 / nsub, H = k_run(type);
+    _Alignas(32) __m256i is[KS][2][GT], im[KS][2][GT];
+    for (uint32_t sb = 0; sb < ks; sb++) {
+        const kpanel *p0 = &P[2 * sb], *p1 = p0 + 1;
+        __m256i(*ia)[GT] = is[sb];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            ia[0][j] = ia[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+        for (int k = 0; k < nsub; k++) {
+            const __m256i c0 = _mm256_load_si256((const __m256i *)(const void *)p0->sc[k]);
+            const __m256i c1 = _mm256_load_si256((const __m256i *)(const void *)p1->sc[k]);
+#pragma GCC unroll 8
+            for (int h = k * cps; h < (k + 1) * cps; h += H) {
+                __m256i s[2][GT];
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++)
+                    s[0][j] = s[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int c = h; c < h + H; c++) {
+                    const __m256i w0 = _mm256_load_si256((const __m256i *)p0->q[c]);
+                    const __m256i w1 = _mm256_load_si256((const __m256i *)p1->q[c]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < T; j++) {
+                        const __m256i xv =
+                            kx_u32(a, t, j, s0 + sb, offsetof(block_q8_K, qs) + 4 * (size_t)c);
+                        s[0][j] = _mm256_add_epi16(s[0][j], _mm256_maddubs_epi16(w0, xv));
+                        s[1][j] = _mm256_add_epi16(s[1][j], _mm256_maddubs_epi16(w1, xv));
+                        in_reg(&s[0][j], &s[1][j]);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) {
+                    ia[0][j] = _mm256_add_epi32(ia[0][j], _mm256_madd_epi16(s[0][j], c0));
+                    ia[1][j] = _mm256_add_epi32(ia[1][j], _mm256_madd_epi16(s[1][j], c1));
+                }
+            }
+        }
+        k_corr(type, a, p0, p1, t, s0 + sb, ia, im[sb], T);
+    }
+    k_fpass(type, a, P, s0, ks, r, nr, t, is, im, T);
+}
+
+/* The same on AVX-VNNI: vpdpbusd over each sub-block, mullo by its scale. */
+static inline __attribute__((always_inline)) TGTV void
+kv_micro(const int type, const kp_mm *a, const kpanel *P, uint32_t s0, uint32_t ks, uint32_t r,
+         uint32_t nr, uint32_t t, const int T)
+{
+    const int nsub = k_nsub(type), cps = 64 / nsub;
+    _Alignas(32) __m256i is[KS][2][GT], im[KS][2][GT];
+    for (uint32_t sb = 0; sb < ks; sb++) {
+        const kpanel *p0 = &P[2 * sb], *p1 = p0 + 1;
+        __m256i(*ia)[GT] = is[sb];
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            ia[0][j] = ia[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+        for (int k = 0; k < nsub; k++) {
+            __m256i s[2][GT];
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++)
+                s[0][j] = s[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int c = k * cps; c < (k + 1) * cps; c++) {
+                const __m256i w0 = _mm256_load_si256((const __m256i *)p0->q[c]);
+                const __m256i w1 = _mm256_load_si256((const __m256i *)p1->q[c]);
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) {
+                    const __m256i xv =
+                        kx_u32(a, t, j, s0 + sb, offsetof(block_q8_K, qs) + 4 * (size_t)c);
+                    s[0][j] = _mm256_dpbusd_avx_epi32(s[0][j], w0, xv);
+                    s[1][j] = _mm256_dpbusd_avx_epi32(s[1][j], w1, xv);
+                }
+            }
+            const __m256i c0 = _mm256_load_si256((const __m256i *)(const void *)p0->sc[k]);
+            const __m256i c1 = _mm256_load_si256((const __m256i *)(const void *)p1->sc[k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                ia[0][j] = _mm256_add_epi32(ia[0][j], _mm256_mullo_epi32(s[0][j], c0));
+                ia[1][j] = _mm256_add_epi32(ia[1][j], _mm256_mullo_epi32(s[1][j], c1));
+            }
+        }
+        k_corr(type, a, p0, p1, t, s0 + sb, ia, im[sb], T);
+    }
+    k_fpass(type, a, P, s0, ks, r, nr, t, is, im, T);
+}
+
+/* One noinline function per (variant, type, T), as the Q8_0/Q4_0 micro-kernels; a table
+ * per (variant, type) for T = 1..GT. */
+typedef void (*kmicro_fn)(const kp_mm *a, const kpanel *P, uint32_t s0, uint32_t ks, uint32_t r,
+                          uint32_t nr, uint32_t t);
+
+#define KMICRO_FN(name, attr, fn, type, T)                                                         \
+    attr __attribute__((noinline)) static void name(const kp_mm *a, const kpanel *P, uint32_t s0,  \
+                                                    uint32_t ks, uint32_t r, uint32_t nr,          \
+                                                    uint32_t t)                                    \
+    {                                                                                              \
+        fn(type, a, P, s0, ks, r, nr, t, T);                                                       \
+    }
+#define KMICRO_SET(pfx, attr, fn, type)                                                            \
+    KMICRO_FN(pfx##_1, attr, fn, type, 1)                                                          \
+    KMICRO_FN(pfx##_2, attr, fn, type, 2)                                                          \
+    KMICRO_FN(pfx##_3, attr, fn, type, 3)                                                          \
+    KMICRO_FN(pfx##_4, attr, fn, type, 4)                                                          \
+    static const kmicro_fn pfx##_kmicro[GT] = {pfx##_1, pfx##_2, pfx##_3, pfx##_4};
+
+KMICRO_SET(aq2k, TGT, ka_micro, PE_GGML_TYPE_Q2_K)
+KMICRO_SET(aq3k, TGT, ka_micro, PE_GGML_TYPE_Q3_K)
+KMICRO_SET(aq4k, TGT, ka_micro, PE_GGML_TYPE_Q4_K)
+KMICRO_SET(aq5k, TGT, ka_micro, PE_GGML_TYPE_Q5_K)
+KMICRO_SET(aq6k, TGT, ka_micro, PE_GGML_TYPE_Q6_K)
+KMICRO_SET(vq2k, TGTV, kv_micro, PE_GGML_TYPE_Q2_K)
+KMICRO_SET(vq3k, TGTV, kv_micro, PE_GGML_TYPE_Q3_K)
+KMICRO_SET(vq4k, TGTV, kv_micro, PE_GGML_TYPE_Q4_K)
+KMICRO_SET(vq5k, TGTV, kv_micro, PE_GGML_TYPE_Q5_K)
+KMICRO_SET(vq6k, TGTV, kv_micro, PE_GGML_TYPE_Q6_K)
+
+#undef KMICRO_SET
+#undef KMICRO_FN
+
+/* k_repack for each type and variant, as one function each. */
+#define KREPACK_FN(name, type, vnni)                                                               \
+    TGT __attribute__((noinline)) static void name(const pe_mat *w, uint32_t r, uint32_t nr,       \
+                                                   uint32_t s0, uint32_t ks, kpanel *P)            \
+    {                                                                                              \
+        k_repack(type, w, r, nr, s0, ks, vnni, P);                                                 \
+    }
+KREPACK_FN(aq2k_repack, PE_GGML_TYPE_Q2_K, 0)
+KREPACK_FN(aq3k_repack, PE_GGML_TYPE_Q3_K, 0)
+KREPACK_FN(aq4k_repack, PE_GGML_TYPE_Q4_K, 0)
+KREPACK_FN(aq5k_repack, PE_GGML_TYPE_Q5_K, 0)
+KREPACK_FN(aq6k_repack, PE_GGML_TYPE_Q6_K, 0)
+KREPACK_FN(vq2k_repack, PE_GGML_TYPE_Q2_K, 1)
+KREPACK_FN(vq3k_repack, PE_GGML_TYPE_Q3_K, 1)
+KREPACK_FN(vq4k_repack, PE_GGML_TYPE_Q4_K, 1)
+KREPACK_FN(vq5k_repack, PE_GGML_TYPE_Q5_K, 1)
+KREPACK_FN(vq6k_repack, PE_GGML_TYPE_Q6_K, 1)
+#undef KREPACK_FN
+
+typedef void (*krepack_fn)(const pe_mat *w, uint32_t r, uint32_t nr, uint32_t s0, uint32_t ks,
+                           kpanel *P);
+
+/* The panel kernels of type for a variant, or 0 (no panels: the tiles below). */
+static int k_panels(uint32_t type, int vnni, const kmicro_fn **micro, krepack_fn *repack)
+{
+#define K_PANELS(ty, a, v)                                                                         \
+    case ty:                                                                                       \
+        *micro = vnni ? v##_kmicro : a##_kmicro;                                                   \
+        *repack = vnni ? v##_repack : a##_repack;                                                  \
+        return 1;
+    switch (type) {
+        K_PANELS(PE_GGML_TYPE_Q2_K, aq2k, vq2k)
+        K_PANELS(PE_GGML_TYPE_Q3_K, aq3k, vq3k)
+        K_PANELS(PE_GGML_TYPE_Q4_K, aq4k, vq4k)
+        K_PANELS(PE_GGML_TYPE_Q5_K, aq5k, vq5k)
+        K_PANELS(PE_GGML_TYPE_Q6_K, aq6k, vq6k)
+    default:
+        return 0;
+    }
+#undef K_PANELS
+}
+
+/* y[t][r] for rows [r0, r1) and tokens [t0, t1) of a K-quant product on panels: chunks of
+ * KP_TC tokens, 16 rows at a time, K chunks of KS super-blocks, micro-tiles of up to GT
+ * tokens. The running sums live in sums[KP_TC][16] until the row group is done, not in y:
+ * y's token stride is n_out floats, often a multiple of 4 KiB (8192 rows: 32 KiB), whose
+ * lines all fall in a few cache sets (masked loads of y were the hottest instructions). */
+TGT static void k_gemm(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
+                       uint32_t r1, uint32_t t0, uint32_t t1, const kmicro_fn *micro,
+                       krepack_fn repack)
+{
+    pe_mat sw = *w; /* fa_load / fa_store address sums through m.y and m.w->n_out */
+    sw.n_out = 16;
+    _Alignas(32) float sums[KP_TC * 16];
+    kp_mm a;
+    memset(&a, 0, sizeof a);
+    a.m.w = &sw;
+    a.m.y = sums;
+    a.xs = xq_stride;
+    const uint32_t nsb = w->n_in / QK_K;
+    _Alignas(32) kpanel P[2 * KS];
+    for (uint32_t tc = t0; tc < t1; tc += KP_TC) {
+        const uint32_t nc = t1 - tc < KP_TC ? t1 - tc : KP_TC;
+        a.xq = xq + (size_t)tc * xq_stride;
+        for (uint32_t r = r0; r < r1; r += 16) {
+            const uint32_t nr = r1 - r < 16 ? r1 - r : 16;
+            for (uint32_t s0 = 0; s0 < nsb; s0 += KS) {
+                const uint32_t ks = nsb - s0 < KS ? nsb - s0 : KS;
+                repack(w, r, nr, s0, ks, P);
+                for (uint32_t t = 0; t < nc;) { /* as q_gemm: 6 = 3 + 3, not 4 + 2 */
+                    const uint32_t left = nc - t, n_tiles = (left + GT - 1) / GT;
+                    const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+                    micro[nt - 1](&a, P, s0, ks, 0, nr, t);
+                    t += nt;
+                }
+            }
+            for (uint32_t t = 0; t < nc; t++)
+                memcpy(y + (size_t)(tc + t) * w->n_out + r, sums + (size_t)t * 16,
+                       nr * sizeof(float));
+        }
+    }
+}
+
 /* Tokens 8 at a time (T = 8, R = 1: each weight block is unpacked once for 8 tokens),
  * fewer tokens in wide tiles (R = 8 / T, so that all 8 lanes work), the last rows of a
  * chunk one at a time. Loop order: the T tokens' activations stay in L1/L2 over the rows. */
 TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y,
                            uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
+    const kmicro_fn *micro;
+    krepack_fn repack;
+    if (t1 - t0 >= KP_MIN_TOK && k_panels(w->type, 0, &micro, &repack)) {
+        k_gemm(w, xq, xq_stride, y, r0, r1, t0, t1, micro, repack);
+        return;
+    }
     const ext_tile_fn(*tiles)[9];
     switch (w->type) {
     case PE_GGML_TYPE_Q4_K:
@@ -1577,6 +2091,19 @@ TGT void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride,
         }
         t += nt;
     }
+}
+
+/* The same with the K-quant panels on AVX-VNNI (the tiles below KP_MIN_TOK tokens, and for
+ * the types without panels). */
+TGTV void pe__ext_rows_avx2_vnni(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y,
+                                 uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
+{
+    const kmicro_fn *micro;
+    krepack_fn repack;
+    if (t1 - t0 >= KP_MIN_TOK && k_panels(w->type, 1, &micro, &repack))
+        k_gemm(w, xq, xq_stride, y, r0, r1, t0, t1, micro, repack);
+    else
+        pe__ext_rows_avx2(w, xq, xq_stride, y, r0, r1, t0, t1);
 }
 
 #undef IQ4_NL_TILE

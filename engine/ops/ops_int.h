@@ -93,9 +93,13 @@ float pe__vec_dot_q3_k_avx2(const void *w, const void *xq, size_t n);
 float pe__vec_dot_q2_k_avx2(const void *w, const void *xq, size_t n);
 /* y[t][r] (row stride w->n_out) for rows [r0, r1) and tokens [t0, t1) of an ext type, on
  * activations quantized by pe__quant_act_ref (token stride xq_stride), in tiles of rows x
- * tokens; each element bit-identical to pe__vec_dot_ext_ref (ops_avx2.c). */
+ * tokens (the K-quants from 12 tokens on: repacked panels); each element bit-identical to
+ * pe__vec_dot_ext_ref (ops_avx2.c). */
 void pe__ext_rows_avx2(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y, uint32_t r0,
                        uint32_t r1, uint32_t t0, uint32_t t1);
+/* The same for CPUs with AVX-VNNI (256-bit): the K-quant panels on vpdpbusd. */
+void pe__ext_rows_avx2_vnni(const pe_mat *w, const uint8_t *xq, size_t xq_stride, float *y,
+                            uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1);
 
 /* One product of an ext type: the activations of token t quantized by pe__quant_act_ref at
  * xq + t * xq_stride (xq_stride a multiple of 64), y[n_tok][n_out]. For Q8_0 activations
@@ -118,6 +122,8 @@ void pe__ext_rows_avx512(const pe_ext_mm *m, uint32_t r0, uint32_t r1, uint32_t 
 uint32_t pe__ext_gemm_min_tok(uint32_t type);
 /* pe__quant_q8_k_ref by vector, bit-identical to it (ops_avx512.c). */
 void pe__quant_q8_k_avx512(const float *x, block_q8_K *y, size_t n);
+/* The same on AVX2 (ops_avx2.c; x86 CPUs with AVX2 only). */
+void pe__quant_q8_k_avx2(const float *x, block_q8_K *y, size_t n);
 /* pe__quant_q8_0_ref (q8_1 0) or pe__quant_q8_1_ref (q8_1 1) by vector, bit-identical to
  * them; xsum (or NULL): the sum of each block's values (ops_avx512.c). */
 void pe__quant_q8_0_avx512(const float *x, void *y, size_t n, int q8_1, int32_t *xsum);

@@ -17,8 +17,9 @@
  *   pe_matmul on AVX2 (its row x token tiles) == pe_matmul_ref bit for bit, n_tok 1..70.
  *   the AVX2 Q8_0/Q4_0 panels (plain AVX2 and AVX-VNNI, each forced) == pe_matmul_ref bit
  *     for bit, from 8 tokens on: K chunks, partial row groups, every micro-tile, raw blocks.
- *   the AVX-512 Q8_K, Q8_0 and Q8_1 quantizers == the references byte for byte (zeros, ties,
- *     NaN, inf).
+ *   the AVX2 K-quant panels (Q2_K..Q6_K, the same way) == pe_matmul_ref bit for bit.
+ *   the AVX2 Q8_K and the AVX-512 Q8_K, Q8_0 and Q8_1 quantizers == the references byte
+ *     for byte (zeros, ties, NaN, inf).
  *   the AVX-512 products (GEMV and repacked GEMM) == pe_matmul_ref bit for bit, on the same
  *     kinds of rows, n_tok 1..70, n_out 33 and 100, n_in 768 and 2304, 1 and 3 threads.
  *   the AVX-512 small-N products of Q8_0 and Q4_0 (a serving decode step) == pe_matmul_ref
@@ -422,28 +423,33 @@ static int test_avx2_tiles_match_reference(void)
     return 0;
 }
 
-/* The AVX2 Q8_0/Q4_0 panels (pe_matmul from pe__gemm_min_tok() tokens: 16-row panels, K
- * chunks of 32 blocks, micro-tiles of 1..4 tokens), plain AVX2 (maddubs) and AVX-VNNI
- * (vpdpbusd) each forced, == pe_matmul_ref bit for bit: n_in 1056 (a K chunk and 1 block)
- * and 2048, n_out 7, 16, 33 and 100 (partial groups and panels), n_tok 8..13, 16, 37 and
- * 264 (two token tasks, the second of 8), 1 and 3 threads; random rows, rows of raw bytes
- * 0x00, 0xff, 0x80 (q8 -128) or random (f16 scales random), activations at +-127. */
-static int test_avx2_panels_match_reference(void)
+/* pe_matmul with the AVX2 panels of types, plain AVX2 (maddubs) and AVX-VNNI (vpdpbusd)
+ * each forced, == pe_matmul_ref bit for bit: n_in ins[0] and ins[1], n_out 7, 16, 33 and
+ * 100 (partial groups and panels, 1 and 4 rows in the last 32-row claim), n_tok toks
+ * (ascending; those above 16 on random rows only, those above 300 at ins[1] only), 1 and
+ * threads2 threads; random rows, rows of raw bytes 0x00, 0xff (the largest values and
+ * scales), 0x80 (q8 -128, Q6_K scale -128) or random (f16 scales random); activations
+ * random, all +127 (with 0xff rows: the largest sums) or at +-127. */
+static int check_avx2_panels(const uint32_t *types, size_t n_types, const uint32_t ins[2],
+                             const uint32_t *toks, size_t n_toks, uint32_t threads2)
 {
     static const pe_isa isas[] = {PE_ISA_AVX2, PE_ISA_AVX2_VNNI};
-    static const uint32_t types[] = {PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0};
-    const uint32_t ins[] = {1056, 2048}, outs[] = {7, 16, 33, 100};
-    const uint32_t toks[] = {8, 9, 10, 11, 12, 13, 16, 37, 264};
-    const uint32_t max_tok = 264, max_out = 100, max_in = 2048;
+    static const uint8_t fill[6] = {0, 0x00, 0xff, 0xff, 0x80, 0};
+    const uint32_t outs[] = {7, 16, 33, 100};
+    const uint32_t max_tok = toks[n_toks - 1], max_out = 100, max_in = ins[1];
     if (pe_isa_detect() < PE_ISA_AVX2) {
         printf("     no AVX2 on this CPU: its panels not run\n");
         return 0;
     }
-    uint8_t *wd = malloc((size_t)max_out * pe_ggml_row_size(PE_GGML_TYPE_Q8_0, max_in));
+    size_t row_max = 0;
+    for (size_t ti = 0; ti < n_types; ti++)
+        if (pe_ggml_row_size(types[ti], max_in) > row_max)
+            row_max = pe_ggml_row_size(types[ti], max_in);
+    uint8_t *wd = malloc((size_t)max_out * row_max);
     float *x = malloc((size_t)max_tok * max_in * sizeof *x);
     float *y = malloc((size_t)max_tok * max_out * sizeof *y),
           *yr = malloc((size_t)max_tok * max_out * sizeof *yr);
-    pe_threadpool *tp[2] = {pe_tp_create(1), pe_tp_create(3)};
+    pe_threadpool *tp[2] = {pe_tp_create(1), pe_tp_create(threads2)};
     T_ASSERT(wd && x && y && yr && tp[0] && tp[1]);
     for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
         if (!pe_isa_has(isas[ii])) {
@@ -451,33 +457,31 @@ static int test_avx2_panels_match_reference(void)
             continue;
         }
         T_EQ(pe_isa_force(isas[ii]), isas[ii]);
-        for (size_t ti = 0; ti < 2; ti++) {
+        for (size_t ti = 0; ti < n_types; ti++) {
             const uint32_t type = types[ti];
             const pe_ggml_type_traits *tr = pe_ggml_get_traits(type);
             for (size_t ni = 0; ni < 2; ni++) {
                 for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
                     const uint32_t n_in = ins[ni];
                     pe_mat w = {type, n_in, outs[oi], wd, pe_ggml_row_size(type, n_in), NULL};
-                    /* random; 0x00; 0xff; 0x80; random bytes at +-127 */
-                    for (int pat = 0; pat < 5; pat++) {
-                        if (ni == 1 && pat != 0 && pat != 4) continue;
+                    /* random; 0x00; 0xff; 0xff at +127; 0x80; random bytes at +-127 */
+                    for (int pat = 0; pat < 6; pat++) {
+                        if (ni == 1 && pat != 0 && pat != 3 && pat != 5) continue;
                         for (uint32_t r = 0; r < w.n_out; r++) {
                             uint8_t *row = wd + r * w.row_bytes;
                             random_row(type, row, n_in);
-                            if (pat > 0 && pat < 4) {
-                                memset(row,
-                                       pat == 1   ? 0x00
-                                       : pat == 2 ? 0xff
-                                                  : 0x80,
-                                       n_in / tr->blck_size * tr->type_size);
+                            if (pat > 0 && pat < 5) {
+                                memset(row, fill[pat], n_in / tr->blck_size * tr->type_size);
                                 random_scales(type, row, n_in);
                             }
                         }
                         for (size_t j = 0; j < (size_t)max_tok * n_in; j++)
-                            x[j] = pat < 4 ? frand() * (j % 61 == 0 ? 8.0f : 1.0f)
-                                           : (j * 7 % 3 ? 1.0f : -1.0f);
-                        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+                            x[j] = pat == 3   ? 1.0f
+                                   : pat == 5 ? (j * 7 % 3 ? 1.0f : -1.0f)
+                                              : frand() * (j % 61 == 0 ? 8.0f : 1.0f);
+                        for (size_t k = 0; k < n_toks; k++) {
                             if (toks[k] > 16 && (pat != 0 || oi == 1)) continue;
+                            if (toks[k] > 300 && ni == 0) continue;
                             void *scratch = malloc(pe_matmul_scratch_bytes(&w, toks[k]));
                             T_ASSERT(scratch != NULL);
                             pe_matmul_ref(&w, x, toks[k], yr);
@@ -485,10 +489,10 @@ static int test_avx2_panels_match_reference(void)
                                 memset(y, 0xff, (size_t)toks[k] * w.n_out * sizeof *y);
                                 pe_matmul(tp[th], &w, x, toks[k], y, scratch);
                                 if (memcmp(y, yr, (size_t)toks[k] * w.n_out * sizeof *y) != 0)
-                                    T_FAIL("%s %s n_in %u n_out %u pattern %d threads %d n_tok "
+                                    T_FAIL("%s %s n_in %u n_out %u pattern %d threads %u n_tok "
                                            "%u: panels != pe_matmul_ref",
                                            pe_isa_name(isas[ii]), pe_ggml_type_name(type), n_in,
-                                           w.n_out, pat, th ? 3 : 1, toks[k]);
+                                           w.n_out, pat, th ? threads2 : 1, toks[k]);
                             }
                             free(scratch);
                         }
@@ -509,16 +513,43 @@ static int test_avx2_panels_match_reference(void)
     return 0;
 }
 
-/* pe__quant_q8_k_avx512 == pe__quant_q8_k_ref and pe__quant_q8_0_avx512 ==
- * pe__quant_q8_0_ref / pe__quant_q8_1_ref byte for byte (and its block sums exact): random
- * blocks over 8 decades, all-zero blocks, ties of the rounding, repeated maxima of either
- * sign, subnormals, NaN and inf. */
-static int test_avx512_quantizers(void)
+/* The Q8_0/Q4_0 panels (from pe__gemm_min_tok() tokens: 16-row panels, K chunks of 32
+ * blocks, micro-tiles of 1..4 tokens): n_in 1056 (a K chunk and 1 block) and 2048, n_tok
+ * 8..13, 16, 37 and 264 (two token tasks, the second of 8), 1 and 3 threads. */
+static int test_avx2_panels_match_reference(void)
 {
-    if (pe_isa_detect() < PE_ISA_AVX512) {
-        printf("     no AVX-512 on this CPU: its quantizer not run\n");
+    static const uint32_t types[] = {PE_GGML_TYPE_Q8_0, PE_GGML_TYPE_Q4_0};
+    static const uint32_t ins[2] = {1056, 2048}, toks[] = {8, 9, 10, 11, 12, 13, 16, 37, 264};
+    return check_avx2_panels(types, 2, ins, toks, sizeof toks / sizeof toks[0], 3);
+}
+
+/* The K-quant panels (from KP_MIN_TOK = 12 tokens, the tiles below: 16-row panels, K
+ * chunks of 2 super-blocks, chunks of 256 tokens, micro-tiles of 1..4 tokens): n_in 768 (a
+ * K chunk and 1 super-block) and 2048, n_tok 8..16, 37, 257, 258, 261 (a token chunk and a
+ * tail of 1, 2 or 3 + 2) and 600, 1 and 2 threads. Q6_K or Q5_K int16 runs one chunk too
+ * long fail the 0xff rows at +127. */
+static int test_avx2_kpanels_match_reference(void)
+{
+    static const uint32_t types[] = {PE_GGML_TYPE_Q4_K, PE_GGML_TYPE_Q6_K, PE_GGML_TYPE_Q5_K,
+                                     PE_GGML_TYPE_Q3_K, PE_GGML_TYPE_Q2_K};
+    static const uint32_t ins[2] = {768, 2048};
+    static const uint32_t toks[] = {8, 9, 10, 11, 12, 13, 14, 15, 16, 37, 257, 258, 261, 600};
+    return check_avx2_panels(types, sizeof types / sizeof types[0], ins, toks,
+                             sizeof toks / sizeof toks[0], 2);
+}
+
+/* pe__quant_q8_k_avx2 and pe__quant_q8_k_avx512 == pe__quant_q8_k_ref and
+ * pe__quant_q8_0_avx512 == pe__quant_q8_0_ref / pe__quant_q8_1_ref byte for byte (and its
+ * block sums exact): random blocks over 8 decades, all-zero blocks, ties of the rounding,
+ * repeated maxima of either sign, subnormals, NaN and inf. */
+static int test_x86_quantizers(void)
+{
+    if (pe_isa_detect() < PE_ISA_AVX2) {
+        printf("     no AVX2 on this CPU: its quantizers not run\n");
         return 0;
     }
+    const int avx512 = pe_isa_detect() >= PE_ISA_AVX512;
+    if (!avx512) printf("     no AVX-512 on this CPU: its quantizers not run\n");
     enum { NB = 4 };
     float x[NB * QK_K];
     block_q8_K want[NB], got[NB];
@@ -556,6 +587,11 @@ static int test_avx512_quantizers(void)
         memset(want, 0xa5, sizeof want);
         memset(got, 0xa5, sizeof got);
         pe__quant_q8_k_ref(x, want, NB * QK_K);
+        pe__quant_q8_k_avx2(x, got, NB * QK_K);
+        if (memcmp(want, got, sizeof want) != 0)
+            T_FAIL("rep %d (case %d): avx2 Q8_K blocks differ from the reference", rep, rep % 8);
+        if (!avx512) continue;
+        memset(got, 0xa5, sizeof got);
         pe__quant_q8_k_avx512(x, got, NB * QK_K);
         if (memcmp(want, got, sizeof want) != 0)
             T_FAIL("rep %d (case %d): avx512 Q8_K blocks differ from the reference", rep, rep % 8);
@@ -844,7 +880,8 @@ int main(void)
     T_RUN(test_avx2_dots_match_reference);
     T_RUN(test_avx2_tiles_match_reference);
     T_RUN(test_avx2_panels_match_reference);
-    T_RUN(test_avx512_quantizers);
+    T_RUN(test_avx2_kpanels_match_reference);
+    T_RUN(test_x86_quantizers);
     T_RUN(test_avx512_products_match_reference);
     T_RUN(test_q_small_n_matches_ref);
     T_RUN(test_q8_packed_matches_stored);
