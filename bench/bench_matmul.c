@@ -578,7 +578,7 @@ int main(int argc, char **argv)
                         /* --packed: one packed pe_mat per matvec copy, or w0's */
                         const size_t n_pk = n_tok == 1 ? n_copies : 1;
                         pe_mat *pkm = NULL;
-                        if (o.packed && isa == PE_ISA_AVX512 && pe_mat_packed_bytes(&m)) {
+                        if (o.packed && isa != PE_ISA_SCALAR && pe_mat_packed_bytes(&m)) {
                             pkm = calloc(n_pk, sizeof *pkm);
                             for (size_t i = 0; pkm && i < n_pk; i++) {
                                 pkm[i] = m;

@@ -203,7 +203,7 @@ static const pe_kernels *kernels(void)
 size_t pe_mat_packed_bytes(const pe_mat *m)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    if (m->type != PE_GGML_TYPE_Q8_0 || pe_isa_active() != PE_ISA_AVX512 || m->n_out == 0 ||
+    if (m->type != PE_GGML_TYPE_Q8_0 || pe_isa_active() == PE_ISA_SCALAR || m->n_out == 0 ||
         m->n_in % QK8_0 || !m->data)
         return 0;
     return (size_t)((m->n_out + 15) / 16) * pe__pk_group_bytes(m->n_in / QK8_0);
@@ -220,7 +220,10 @@ int pe_mat_pack(pe_mat *m)
 #if defined(__x86_64__) || defined(__i386__)
     void *p = NULL;
     if (posix_memalign(&p, 64, n) != 0) return -1;
-    pe__q8_pack_avx512(m, p);
+    if (pe_isa_active() == PE_ISA_AVX512)
+        pe__q8_pack_avx512(m, p);
+    else
+        pe__q8_pack_avx2(m, p);
     m->packed = p;
     return 1;
 #else

@@ -466,6 +466,27 @@ INL __m256i lanes(uint32_t n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* The panel source of the micro-kernels: pk 0, repacked panels P[2 b + g] (apanel); pk 1,
+ * the packed copy of a Q8_0 matrix (pe_mat_pack, the layout of pe__pk_group_bytes): P the
+ * values of block b0 of a group of 16 rows (512 bytes per block: chunk k, then rows), D its
+ * f16 scales (16 per block), both indexed from b0 by bi. */
+INL __m256i p_q(const void *P, const int pk, uint32_t bi, int g, int k)
+{
+    if (pk)
+        return _mm256_load_si256((const __m256i *)(const void *)((const uint8_t *)P +
+                                                                 (size_t)bi * 512 + 64 * k +
+                                                                 32 * g));
+    return _mm256_load_si256((const __m256i *)((const apanel *)P)[2 * bi + (uint32_t)g].q[k]);
+}
+
+INL __m256 p_d(const void *P, const void *D, const int pk, uint32_t bi, int g)
+{
+    if (pk)
+        return _mm256_cvtph_ps(_mm_load_si128(
+            (const __m128i *)(const void *)((const uint8_t *)D + (size_t)bi * 32 + 16 * g)));
+    return _mm256_load_ps(((const apanel *)P)[2 * bi + (uint32_t)g].dw);
+}
+
 /* The running sums of T tokens from t, rows r.. (groups of 8, masks mk): 0 on the first K
  * chunk, else what the previous chunk left in y. */
 INL void fa_load(const pe_mm *m, uint32_t r, uint32_t t, int first, const __m256i mk[2],
@@ -490,11 +511,12 @@ INL void fa_store(const pe_mm *m, uint32_t r, uint32_t t, const __m256i mk[2], _
     }
 }
 
-/* The reference's f32 statement of one block for both groups and T tokens (see above). */
-INL void fa_block(const pe_mm *m, const apanel *p0, const apanel *p1, uint32_t t, uint32_t b,
-                  const int q4, __m256i ia[2][GT], __m256 fa[2][GT], const int T)
+/* The reference's f32 statement of one block (bi from b0) for both groups and T tokens. */
+INL void fa_block(const pe_mm *m, const void *P, const void *D, const int pk, uint32_t bi,
+                  uint32_t t, uint32_t b, const int q4, __m256i ia[2][GT], __m256 fa[2][GT],
+                  const int T)
 {
-    const __m256 d0 = _mm256_load_ps(p0->dw), d1 = _mm256_load_ps(p1->dw);
+    const __m256 d0 = p_d(P, D, pk, bi, 0), d1 = p_d(P, D, pk, bi, 1);
 #pragma GCC unroll 4
     for (int j = 0; j < T; j++) {
         const __m256 dx = _mm256_broadcast_ss(m->xd + (size_t)(t + j) * m->nb + b);
@@ -513,14 +535,15 @@ INL void fa_block(const pe_mm *m, const apanel *p0, const apanel *p1, uint32_t t
  * kb) from the integer block sums is[b - b0], after the integer pass. Two passes, so that
  * neither holds both the int32 and the f32 accumulators (16 ymm registers): one pass with
  * both spilled the int32 sums of every chunk to the stack (GCC 12). */
-INL void fa_blocks(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r,
-                   uint32_t nr, uint32_t t, const int q4, __m256i is[KB][2][GT], const int T)
+INL void fa_blocks(const pe_mm *m, const void *P, const void *D, const int pk, uint32_t b0,
+                   uint32_t kb, uint32_t r, uint32_t nr, uint32_t t, const int q4,
+                   __m256i is[KB][2][GT], const int T)
 {
     const __m256i mk[2] = {lanes(nr < 8 ? nr : 8), lanes(nr > 8 ? nr - 8 : 0)};
     __m256 fa[2][GT];
     fa_load(m, r, t, b0 == 0, mk, fa, T);
     for (uint32_t b = b0; b < b0 + kb; b++)
-        fa_block(m, &P[2 * (b - b0)], &P[2 * (b - b0) + 1], t, b, q4, is[b - b0], fa, T);
+        fa_block(m, P, D, pk, b - b0, t, b, q4, is[b - b0], fa, T);
     fa_store(m, r, t, mk, fa, T);
 }
 
@@ -539,15 +562,16 @@ INL void in_reg(__m256i *a, __m256i *b)
     __asm__("" : "+x"(*a), "+x"(*b));
 }
 
-/* Plain AVX2: accumulates T tokens from t over blocks [b0, b0 + kb) of P into y. */
-INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r, uint32_t nr,
-                 uint32_t t, const int q4, const int T)
+/* Plain AVX2: accumulates T tokens from t over blocks [b0, b0 + kb) of P (pk: the packed
+ * copy, whose values are q ^ 0x80: flipped back here) into y. */
+INL void a_micro(const pe_mm *m, const void *P, const void *D, uint32_t b0, uint32_t kb, uint32_t r,
+                 uint32_t nr, uint32_t t, const int q4, const int T, const int pk)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     _Alignas(32) __m256i is[KB][2][GT];
     for (uint32_t b = b0; b < b0 + kb; b++) {
-        const apanel *p0 = &P[2 * (b - b0)], *p1 = p0 + 1;
-        __m256i(*ia)[GT] = is[b - b0];
+        const uint32_t bi = b - b0;
+        __m256i(*ia)[GT] = is[bi];
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             ia[0][j] = _mm256_setzero_si256();
@@ -555,8 +579,11 @@ INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            const __m256i w0 = _mm256_load_si256((const __m256i *)p0->q[k]);
-            const __m256i w1 = _mm256_load_si256((const __m256i *)p1->q[k]);
+            __m256i w0 = p_q(P, pk, bi, 0, k), w1 = p_q(P, pk, bi, 1, k);
+            if (pk) {
+                w0 = _mm256_xor_si256(w0, flip);
+                w1 = _mm256_xor_si256(w1, flip);
+            }
             if (q4) {
 #pragma GCC unroll 4
                 for (int j = 0; j < T; j++) {
@@ -587,21 +614,20 @@ INL void a_micro(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint
             }
         }
     }
-    fa_blocks(m, P, b0, kb, r, nr, t, q4, is, T);
+    fa_blocks(m, P, D, pk, b0, kb, r, nr, t, q4, is, T);
 }
 
 /* The same on AVX-VNNI: one vpdpbusd per chunk, row and token group; both types. */
 #define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
 
-static inline __attribute__((always_inline)) TGTV void v_micro(const pe_mm *m, const apanel *P,
-                                                               uint32_t b0, uint32_t kb, uint32_t r,
-                                                               uint32_t nr, uint32_t t,
-                                                               const int q4, const int T)
+static inline __attribute__((always_inline)) TGTV void
+v_micro(const pe_mm *m, const void *P, const void *D, uint32_t b0, uint32_t kb, uint32_t r,
+        uint32_t nr, uint32_t t, const int q4, const int T, const int pk)
 {
     _Alignas(32) __m256i is[KB][2][GT];
     for (uint32_t b = b0; b < b0 + kb; b++) {
-        const apanel *p0 = &P[2 * (b - b0)], *p1 = p0 + 1;
-        __m256i(*ia)[GT] = is[b - b0];
+        const uint32_t bi = b - b0;
+        __m256i(*ia)[GT] = is[bi];
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
             ia[0][j] = _mm256_set1_epi32(m->xc[(size_t)(t + j) * m->nb + b]);
@@ -609,8 +635,7 @@ static inline __attribute__((always_inline)) TGTV void v_micro(const pe_mm *m, c
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            const __m256i w0 = _mm256_load_si256((const __m256i *)p0->q[k]);
-            const __m256i w1 = _mm256_load_si256((const __m256i *)p1->q[k]);
+            const __m256i w0 = p_q(P, pk, bi, 0, k), w1 = p_q(P, pk, bi, 1, k);
 #pragma GCC unroll 4
             for (int j = 0; j < T; j++) {
                 const __m256i xb = x_chunk(m, t, j, b, k);
@@ -619,34 +644,48 @@ static inline __attribute__((always_inline)) TGTV void v_micro(const pe_mm *m, c
             }
         }
     }
-    fa_blocks(m, P, b0, kb, r, nr, t, q4, is, T);
+    fa_blocks(m, P, D, pk, b0, kb, r, nr, t, q4, is, T);
 }
 
 /* One noinline function per (variant, type, T), as the GEMV tiles (ops_gemv.h). */
-typedef void (*micro_fn)(const pe_mm *m, const apanel *P, uint32_t b0, uint32_t kb, uint32_t r,
-                         uint32_t nr, uint32_t t);
+typedef void (*micro_fn)(const pe_mm *m, const void *P, const void *D, uint32_t b0, uint32_t kb,
+                         uint32_t r, uint32_t nr, uint32_t t);
 
 #define MICRO_FN(name, attr, call)                                                                 \
-    attr __attribute__((noinline)) static void name(const pe_mm *m, const apanel *P, uint32_t b0,  \
-                                                    uint32_t kb, uint32_t r, uint32_t nr,          \
-                                                    uint32_t t)                                    \
+    attr __attribute__((noinline)) static void name(const pe_mm *m, const void *P, const void *D,  \
+                                                    uint32_t b0, uint32_t kb, uint32_t r,          \
+                                                    uint32_t nr, uint32_t t)                       \
     {                                                                                              \
         call;                                                                                      \
     }
-#define MICRO_SET(pfx, attr, fn, q4)                                                               \
-    MICRO_FN(pfx##_1, attr, fn(m, P, b0, kb, r, nr, t, q4, 1))                                     \
-    MICRO_FN(pfx##_2, attr, fn(m, P, b0, kb, r, nr, t, q4, 2))                                     \
-    MICRO_FN(pfx##_3, attr, fn(m, P, b0, kb, r, nr, t, q4, 3))                                     \
-    MICRO_FN(pfx##_4, attr, fn(m, P, b0, kb, r, nr, t, q4, 4))                                     \
+#define MICRO_SET(pfx, attr, fn, q4, pk)                                                           \
+    MICRO_FN(pfx##_1, attr, fn(m, P, D, b0, kb, r, nr, t, q4, 1, pk))                              \
+    MICRO_FN(pfx##_2, attr, fn(m, P, D, b0, kb, r, nr, t, q4, 2, pk))                              \
+    MICRO_FN(pfx##_3, attr, fn(m, P, D, b0, kb, r, nr, t, q4, 3, pk))                              \
+    MICRO_FN(pfx##_4, attr, fn(m, P, D, b0, kb, r, nr, t, q4, 4, pk))                              \
     static const micro_fn pfx##_micro[GT] = {pfx##_1, pfx##_2, pfx##_3, pfx##_4};
 
-MICRO_SET(a8, TGT, a_micro, 0)
-MICRO_SET(a4, TGT, a_micro, 1)
-MICRO_SET(v8, TGTV, v_micro, 0)
-MICRO_SET(v4, TGTV, v_micro, 1)
+MICRO_SET(a8, TGT, a_micro, 0, 0)
+MICRO_SET(a4, TGT, a_micro, 1, 0)
+MICRO_SET(v8, TGTV, v_micro, 0, 0)
+MICRO_SET(v4, TGTV, v_micro, 1, 0)
+MICRO_SET(pa8, TGT, a_micro, 0, 1) /* the packed copy (Q8_0) */
+MICRO_SET(pv8, TGTV, v_micro, 0, 1)
 
 #undef MICRO_SET
 #undef MICRO_FN
+
+/* The tiles of at most GT tokens of [t0, t1), as even as possible: 6 = 3 + 3, not 4 + 2. */
+INL void tok_tiles(const micro_fn *micro, const pe_mm *m, const void *P, const void *D, uint32_t b0,
+                   uint32_t kb, uint32_t r, uint32_t nr, uint32_t t0, uint32_t t1)
+{
+    for (uint32_t t = t0; t < t1;) {
+        const uint32_t left = t1 - t, n_tiles = (left + GT - 1) / GT;
+        const uint32_t nt = (left + n_tiles - 1) / n_tiles;
+        micro[nt - 1](m, P, D, b0, kb, r, nr, t);
+        t += nt;
+    }
+}
 
 /* y[t][r] for rows [r0, r1) and tokens [t0, t1) of a Q8_0/Q4_0 product on panels. */
 TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1, int vnni)
@@ -659,22 +698,80 @@ TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
         for (uint32_t r = r0; r < r1; r += 16) {
             const uint32_t nr = r1 - r < 16 ? r1 - r : 16;
             a_repack(m->w, r, nr, b0, kb, vnni && !q4 ? 0x80 : 0, P);
-            /* tiles of at most GT tokens, as even as possible: 6 = 3 + 3, not 4 + 2 */
-            for (uint32_t t = t0; t < t1;) {
-                const uint32_t left = t1 - t, n_tiles = (left + GT - 1) / GT;
-                const uint32_t nt = (left + n_tiles - 1) / n_tiles;
-                micro[nt - 1](m, P, b0, kb, r, nr, t);
-                t += nt;
+            tok_tiles(micro, m, P, NULL, b0, kb, r, nr, t0, t1);
+        }
+    }
+}
+
+/* q_gemm on the packed copy of a Q8_0 matrix (w->packed), from pe__gemm_min_tok tokens on
+ * (below, the GEMV tiles read the stored rows: bench_matmul 2048x8192 1 thread, 1 token,
+ * plain AVX2 0.725 ms stored vs 0.812 packed; 8 tokens 4.10 vs 2.44 ms, AVX-VNNI 2.99 vs
+ * 1.54; bit-identical to pe_matmul_ref, as the stored GEMV tiles are not): each group
+ * of 16 rows (r0 a multiple of 16, as ops.c's row claims and tasks are) is read once, block
+ * chunk after block chunk, as two sequential streams (scales, values), with no repack; its
+ * running sums wait in y between the chunks. */
+TGT static void q_gemm_pk(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1,
+                          int vnni)
+{
+    const micro_fn *micro = vnni ? pv8_micro : pa8_micro;
+    const size_t gb = pe__pk_group_bytes(m->nb), qo = ((size_t)m->nb * 32 + 63) / 64 * 64;
+    for (uint32_t r = r0; r < r1; r += 16) {
+        const uint32_t nr = r1 - r < 16 ? r1 - r : 16;
+        const uint8_t *g = (const uint8_t *)m->w->packed + (size_t)(r / 16) * gb;
+        for (uint32_t b0 = 0; b0 < m->nb; b0 += KB) {
+            const uint32_t kb = m->nb - b0 < KB ? m->nb - b0 : KB;
+            tok_tiles(micro, m, g + qo + (size_t)b0 * 512, g + (size_t)b0 * 32, b0, kb, r, nr, t0,
+                      t1);
+        }
+    }
+}
+
+/* Writes the packed copy of Q8_0 matrix w into dst (pe_mat_packed_bytes): the layout of
+ * pe__pk_group_bytes, which pe__q8_pack_avx512 writes too, so that either ISA's kernels
+ * read either's copy. Group halves of 8 rows get q8_group8's transpose. */
+TGT void pe__q8_pack_avx2(const pe_mat *w, uint8_t *dst)
+{
+    const uint32_t nb = w->n_in / QK8_0, ng_all = (w->n_out + 15) / 16;
+    const size_t rb = w->row_bytes, gb = pe__pk_group_bytes(nb);
+    const size_t qo = ((size_t)nb * 32 + 63) / 64 * 64;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    _Alignas(32) apanel p;
+    for (uint32_t g = 0; g < ng_all; g++) {
+        const uint32_t ng = w->n_out - 16 * g < 16 ? w->n_out - 16 * g : 16;
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)g * 16 * rb;
+        uint8_t *o = dst + (size_t)g * gb;
+        memset(o, 0, qo);
+        for (uint32_t b = 0; b < nb; b++) {
+            const uint8_t *bb = base + (size_t)b * sizeof(block_q8_0);
+            for (uint32_t i = 0; i < ng; i++)
+                memcpy(o + (size_t)b * 32 + 2 * i, bb + (size_t)i * rb, 2);
+            for (uint32_t h = 0; h < 2; h++) {
+                const uint32_t nh = ng > 8 * h ? (ng - 8 * h < 8 ? ng - 8 * h : 8) : 0;
+                if (nh == 8)
+                    q8_group8(bb + (size_t)8 * h * rb, rb, 8, flip, &p);
+                else
+                    q8_group8(bb + (size_t)8 * h * rb, rb, nh, flip, &p);
+                if (nh < 8) /* rows past n_out: zero values, as pe__q8_pack_avx512 */
+                    for (uint32_t k = 0; k < 8; k++)
+                        for (uint32_t i = nh; i < 8; i++)
+                            memset(p.q[k] + 4 * i, 0, 4);
+                for (uint32_t k = 0; k < 8; k++)
+                    memcpy(o + qo + (size_t)b * 512 + 64 * k + 32 * h, p.q[k], 32);
             }
         }
     }
 }
 
-/* The products: panels for quantized weights from pe__gemm_min_tok() tokens, the GEMV
- * tiles otherwise (and for float weights). */
+/* The products: panels for quantized weights from pe__gemm_min_tok() tokens (read from the
+ * packed copy where there is one), the GEMV tiles on the stored rows otherwise (and for
+ * float weights). */
 TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    if (pe__type_is_quant(m->w->type) && t1 - t0 >= pe__gemm_min_tok(&pe__kernels_avx2, m->w->type))
+    const int panels =
+        pe__type_is_quant(m->w->type) && t1 - t0 >= pe__gemm_min_tok(&pe__kernels_avx2, m->w->type);
+    if (panels && m->w->packed)
+        q_gemm_pk(m, r0, r1, t0, t1, 0);
+    else if (panels)
         q_gemm(m, r0, r1, t0, t1, 0);
     else
         gemv(m, r0, r1, t0, t1);
@@ -682,8 +779,11 @@ TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0,
 
 TGT static void rows_avx2_vnni(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)
 {
-    if (pe__type_is_quant(m->w->type) &&
-        t1 - t0 >= pe__gemm_min_tok(&pe__kernels_avx2_vnni, m->w->type))
+    const int panels = pe__type_is_quant(m->w->type) &&
+                       t1 - t0 >= pe__gemm_min_tok(&pe__kernels_avx2_vnni, m->w->type);
+    if (panels && m->w->packed)
+        q_gemm_pk(m, r0, r1, t0, t1, 1);
+    else if (panels)
         q_gemm(m, r0, r1, t0, t1, 1);
     else
         gemv(m, r0, r1, t0, t1);

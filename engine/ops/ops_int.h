@@ -132,12 +132,14 @@ void pe__quant_q8_0_avx512(const float *x, void *y, size_t n, int q8_1, int32_t 
  * of 16 rows, each pe__pk_group_bytes(nb) bytes, 64-byte aligned: first the f16 scales
  * u16[nb][16] of the group's rows (padded to 64 bytes), then the values u8[nb][8][16][4]
  * (block, chunk of 4 values, row), each q ^ 0x80; rows past n_out are zero.
- * pe__q8_pack_avx512 writes it (ops_avx512.c; x86 CPUs with AVX-512 only). */
+ * pe__q8_pack_avx512 writes it (ops_avx512.c; x86 CPUs with AVX-512 only), pe__q8_pack_avx2
+ * the same bytes (ops_avx2.c); the AVX-512 and AVX2 kernels read it at every token count. */
 static inline size_t pe__pk_group_bytes(uint32_t nb)
 {
     return ((size_t)nb * 32 + 63) / 64 * 64 + (size_t)nb * 512;
 }
 void pe__q8_pack_avx512(const pe_mat *w, uint8_t *dst);
+void pe__q8_pack_avx2(const pe_mat *w, uint8_t *dst);
 
 /* Activation offset of a weight type (see above). */
 static inline int32_t pe__act_offset(uint32_t type)

@@ -316,15 +316,18 @@ static void pack_task(void *ctx, uint32_t task, uint32_t thread)
     pack_job *j = ctx;
     pe_mat *w = j->mats[task];
     j->rc[task] = pe_mat_pack(w);
-    if (j->rc[task] <= 0) return;
+    /* the AVX2 levels read the packed copy from pe__gemm_min_tok tokens on only: their
+     * decode GEMV keeps the stored rows */
+    if (j->rc[task] <= 0 || pe_isa_active() != PE_ISA_AVX512) return;
     uintptr_t a = ((uintptr_t)w->data + j->page - 1) / j->page * j->page;
     uintptr_t e = ((uintptr_t)w->data + (size_t)w->n_out * w->row_bytes) / j->page * j->page;
     if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-/* Packs every Q8_0 product weight for the AVX-512 kernels (pe_mat_pack: they then read
- * the packed copy at every token count, the other ISAs the stored one), unless PGD_PACK=0
- * or the active kernels are not AVX-512 (pe_mat_pack declines). Each view of phi3's fused
+/* Packs every Q8_0 product weight for the x86 kernels (pe_mat_pack: AVX-512 then reads
+ * the packed copy at every token count; AVX2 and AVX-VNNI from pe__gemm_min_tok tokens on,
+ * the stored rows below), unless PGD_PACK=0 or the kernels are scalar (pe_mat_pack
+ * declines). Each view of phi3's fused
  * tensors is packed on its own (any first row: the packer reads rows from the view's
  * data); token_embd only as a tied output, whose stored rows get_rows keeps reading. Then
  * the file pages of each packed tensor's stored copy are released from the process

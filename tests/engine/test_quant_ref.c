@@ -777,16 +777,17 @@ static int test_q_small_n_matches_ref(void)
     return 0;
 }
 
-/* Q8_0 weights packed once (pe_mat_pack, AVX-512) give the same bits as the stored rows at
- * every token count: the GEMV (1-2 tokens, its own kernel on the packed groups), small N
- * (3..64) and the GEMM (65+), plain and batch-invariant, for row counts cut inside a group
- * of 16 and a strip of 32 (7, 33, 100), a view whose first row is not a multiple of 16
- * (phi3's fused tensors), 1 and 2 threads; forced to AVX2 after packing, the products
- * read the stored rows. pe_mat_pack refuses Q4_0 and other ISAs. */
+/* Q8_0 weights packed once (pe_mat_pack) give the same bits as the stored rows at every
+ * token count, packed and read by each x86 level (AVX-512: the GEMV of 1-2 tokens on the
+ * packed groups, small N 3..64, the GEMM 65+; AVX2 and AVX-VNNI: q_gemm_pk at every count),
+ * plain and batch-invariant, for row counts cut inside a group of 16 and a strip of 32 (7,
+ * 33, 100), a view whose first row is not a multiple of 16 (phi3's fused tensors), 1 and 2
+ * threads; a copy packed by one level is read by another (both packers write the same
+ * bytes). pe_mat_pack refuses Q4_0 and the scalar level. */
 static int test_q8_packed_matches_stored(void)
 {
-    if (pe_isa_detect() < PE_ISA_AVX512) {
-        printf("     no AVX-512 on this CPU: its kernels not run\n");
+    if (pe_isa_detect() < PE_ISA_AVX2) {
+        printf("     no AVX2 on this CPU: the packed kernels not run\n");
         return 0;
     }
     const uint32_t outs[] = {7, 33, 100}, ins[] = {768, 2304}, threads[] = {1, 2};
@@ -800,63 +801,71 @@ static int test_q8_packed_matches_stored(void)
     void *scratch = malloc(pe_matmul_scratch_bytes(&wmax, MAX_TOK));
     pe_threadpool *tp[2] = {pe_tp_create(threads[0]), pe_tp_create(threads[1])};
     T_ASSERT(wdata && x && y && yp && scratch && tp[0] && tp[1]);
-    pe_isa_force(PE_ISA_AVX512);
     for (size_t j = 0; j < (size_t)MAX_TOK * MAX_IN; j++)
         x[j] = frand() * (j % 61 == 0 ? 8.0f : 1.0f);
     uint32_t n_checked = 0;
-    for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
-        const uint32_t n_in = ins[ii];
-        const size_t rb = pe_ggml_row_size(PE_GGML_TYPE_Q8_0, n_in);
-        for (uint32_t r = 0; r < MAX_OUT; r++) {
-            random_row(PE_GGML_TYPE_Q8_0, wdata + r * rb, n_in);
-            if (r % 5 == 0) { /* every value -1 (0xff) or 0 */
-                memset(wdata + r * rb, r % 10 ? 0xff : 0x00, rb);
-                random_scales(PE_GGML_TYPE_Q8_0, wdata + r * rb, n_in);
+    const pe_isa levels[] = {PE_ISA_AVX512, PE_ISA_AVX2_VNNI, PE_ISA_AVX2};
+    for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+        const pe_isa lv = levels[li];
+        if (!pe_isa_has(lv)) continue;
+        pe_isa_force(lv);
+        for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+            const uint32_t n_in = ins[ii];
+            const size_t rb = pe_ggml_row_size(PE_GGML_TYPE_Q8_0, n_in);
+            for (uint32_t r = 0; r < MAX_OUT; r++) {
+                random_row(PE_GGML_TYPE_Q8_0, wdata + r * rb, n_in);
+                if (r % 5 == 0) { /* every value -1 (0xff) or 0 */
+                    memset(wdata + r * rb, r % 10 ? 0xff : 0x00, rb);
+                    random_scales(PE_GGML_TYPE_Q8_0, wdata + r * rb, n_in);
+                }
             }
-        }
-        for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
-            for (uint32_t first = 0; first <= 21; first += 21) { /* 21: a view */
-                pe_mat w = {PE_GGML_TYPE_Q8_0, n_in, outs[oi], wdata + first * rb, rb, NULL};
-                pe_mat wp = w;
-                T_ASSERT(pe_mat_pack(&wp) == 1 && wp.packed);
-                T_ASSERT(((uintptr_t)wp.packed & 63) == 0);
-                T_ASSERT(pe_mat_packed_bytes(&w) ==
-                         (size_t)(outs[oi] + 15) / 16 * pe__pk_group_bytes(n_in / 32));
-                for (size_t ti = 0; ti < 2; ti++) {
-                    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
-                        for (uint32_t fl = 0; fl <= PE_MM_INVARIANT; fl += PE_MM_INVARIANT) {
-                            const uint32_t n_tok = toks[k];
-                            pe_matmul_ex(tp[ti], &w, x, n_tok, y, scratch, fl);
-                            pe_matmul_ex(tp[ti], &wp, x, n_tok, yp, scratch, fl);
-                            const size_t n = (size_t)n_tok * w.n_out;
-                            for (size_t e = 0; e < n; e++) {
-                                if (memcmp(&y[e], &yp[e], sizeof *y) == 0) continue;
-                                T_FAIL("n_in %u n_out %u first row %u threads %u n_tok %u "
-                                       "flags %u: y[%zu][%zu] packed %.9g != stored %.9g",
-                                       n_in, w.n_out, first, threads[ti], n_tok, fl, e / w.n_out,
-                                       e % w.n_out, yp[e], y[e]);
+            for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
+                for (uint32_t first = 0; first <= 21; first += 21) { /* 21: a view */
+                    pe_mat w = {PE_GGML_TYPE_Q8_0, n_in, outs[oi], wdata + first * rb, rb, NULL};
+                    pe_mat wp = w;
+                    T_ASSERT(pe_mat_pack(&wp) == 1 && wp.packed);
+                    T_ASSERT(((uintptr_t)wp.packed & 63) == 0);
+                    T_ASSERT(pe_mat_packed_bytes(&w) ==
+                             (size_t)(outs[oi] + 15) / 16 * pe__pk_group_bytes(n_in / 32));
+                    for (size_t ti = 0; ti < 2; ti++) {
+                        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+                            for (uint32_t fl = 0; fl <= PE_MM_INVARIANT; fl += PE_MM_INVARIANT) {
+                                const uint32_t n_tok = toks[k];
+                                pe_matmul_ex(tp[ti], &w, x, n_tok, y, scratch, fl);
+                                pe_matmul_ex(tp[ti], &wp, x, n_tok, yp, scratch, fl);
+                                const size_t n = (size_t)n_tok * w.n_out;
+                                for (size_t e = 0; e < n; e++) {
+                                    if (memcmp(&y[e], &yp[e], sizeof *y) == 0) continue;
+                                    T_FAIL("n_in %u n_out %u first row %u threads %u n_tok %u "
+                                           "flags %u: y[%zu][%zu] packed %.9g != stored %.9g",
+                                           n_in, w.n_out, first, threads[ti], n_tok, fl,
+                                           e / w.n_out, e % w.n_out, yp[e], y[e]);
+                                }
+                                n_checked++;
                             }
-                            n_checked++;
                         }
                     }
+                    /* another level reads this level's copy */
+                    pe_isa_force(lv == PE_ISA_AVX2 ? pe_isa_detect() : PE_ISA_AVX2);
+                    for (uint32_t n_tok = 1; n_tok <= 8; n_tok += 7) {
+                        pe_matmul(tp[1], &w, x, n_tok, y, scratch);
+                        pe_matmul(tp[1], &wp, x, n_tok, yp, scratch);
+                        T_ASSERT(memcmp(y, yp, (size_t)n_tok * w.n_out * sizeof *y) == 0);
+                    }
+                    pe_isa_force(PE_ISA_SCALAR);
+                    pe_mat w2 = w;
+                    T_ASSERT(pe_mat_pack(&w2) == 0 && !w2.packed);
+                    pe_isa_force(lv);
+                    pe_mat_unpack(&wp);
+                    T_ASSERT(wp.packed == NULL);
                 }
-                /* forced below AVX-512 after packing: the stored rows, as unpacked */
-                pe_isa_force(PE_ISA_AVX2);
-                pe_matmul(tp[1], &w, x, 8, y, scratch);
-                pe_matmul(tp[1], &wp, x, 8, yp, scratch);
-                T_ASSERT(memcmp(y, yp, (size_t)8 * w.n_out * sizeof *y) == 0);
-                pe_mat w2 = w;
-                T_ASSERT(pe_mat_pack(&w2) == 0 && !w2.packed);
-                pe_isa_force(PE_ISA_AVX512);
-                pe_mat_unpack(&wp);
-                T_ASSERT(wp.packed == NULL);
             }
         }
     }
     pe_mat w4 = {PE_GGML_TYPE_Q4_0, 64, 16, wdata, pe_ggml_row_size(PE_GGML_TYPE_Q4_0, 64), NULL};
     T_ASSERT(pe_mat_pack(&w4) == 0 && !w4.packed && pe_mat_packed_bytes(&w4) == 0);
     printf("     q8_0 packed == stored bit for bit (%u products: 1..512 tokens, plain and "
-           "invariant)\n",
+           "invariant, each x86 level)\n",
            n_checked);
     pe_isa_force(pe_isa_detect());
     pe_tp_destroy(tp[0]);
