@@ -95,12 +95,52 @@ PGD__I2 void pgd__ks2_tile(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_
                 _mm_cvtss_f32(pgd__reduce4_8(acc[i][h], z, z, z)) * scale;
 }
 
+/* Four K rows x 3 query vectors (prefill tiles, nq >= 6): each converted row serves 3
+ * queries instead of 2 (12 accumulators, the 3 query vectors and one row in the 16
+ * registers). The same fma chains and reduction per (row, query) as pgd__ks2_tile, so the
+ * same bits. */
+PGD__I2 void pgd__ks2_tile3(const uint8_t *reg, uint32_t pt, uint32_t hd, uint32_t r,
+                            const float *q, float scale, float *sc, size_t ld, pgd__ld8_fn load)
+{
+    __m256 acc[4][3];
+    for (int i = 0; i < 4; i++)
+        for (int h = 0; h < 3; h++)
+            acc[i][h] = _mm256_setzero_ps();
+    for (uint32_t d = 0; d < hd; d += 8) {
+        __m256 qv[3];
+        for (int h = 0; h < 3; h++)
+            qv[h] = _mm256_loadu_ps(q + (size_t)h * hd + d);
+        for (int i = 0; i < 4; i++) {
+            const __m256 x = load(reg, pt, hd, r + (uint32_t)i, d);
+            for (int h = 0; h < 3; h++)
+                acc[i][h] = _mm256_fmadd_ps(qv[h], x, acc[i][h]);
+        }
+    }
+    for (int h = 0; h < 3; h++)
+        _mm_storeu_ps(sc + (size_t)h * ld,
+                      _mm_mul_ps(pgd__reduce4_8(acc[0][h], acc[1][h], acc[2][h], acc[3][h]),
+                                 _mm_set1_ps(scale)));
+}
+
 PGD__I2 void pgd__ks2(const void *region, uint32_t pt, uint32_t hd, uint32_t r0, uint32_t n,
                       const float *q, uint32_t nq, float scale, float *scores, size_t ld,
                       pgd__ld8_fn load)
 {
     const uint8_t *reg = region;
-    for (uint32_t h0 = 0; h0 < nq; h0 += 2) {
+    uint32_t h0 = 0;
+    /* Many query vectors (a prefill tile): groups of 3 while at least 5 are left (the last
+     * 4 go as 2 + 2), then the groups of 2 below. */
+    if (nq >= 6)
+        for (; nq - h0 >= 5; h0 += 3) {
+            const float *qh = q + (size_t)h0 * hd;
+            float *sh = scores + (size_t)h0 * ld;
+            uint32_t j = 0;
+            for (; j + 4 <= n; j += 4)
+                pgd__ks2_tile3(reg, pt, hd, r0 + j, qh, scale, sh + j, ld, load);
+            for (; j < n; j++)
+                pgd__ks2_tile(reg, pt, hd, r0 + j, qh, 1, 3, scale, sh + j, ld, load);
+        }
+    for (; h0 < nq; h0 += 2) {
         uint32_t nh = nq - h0 < 2 ? nq - h0 : 2, j = 0;
         const float *qh = q + (size_t)h0 * hd;
         float *sh = scores + (size_t)h0 * ld;

@@ -153,8 +153,9 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
     float *o1 = malloc(8 * (size_t)hd * sizeof(float)),
           *o2 = malloc(8 * (size_t)hd * sizeof(float));
     float *kd = malloc((size_t)pt * hd * sizeof(float)), *s3 = malloc(8 * 64 * sizeof(float));
+    float *o3 = malloc(8 * (size_t)hd * sizeof(float));
     void *prep = malloc(8 * (size_t)PGD__PREP_Q_HEAD_BYTES);
-    T_ASSERT(kreg && vreg && rows && q && a && s1 && s2 && o1 && o2 && kd && s3 && prep);
+    T_ASSERT(kreg && vreg && rows && q && a && s1 && s2 && o1 && o2 && o3 && kd && s3 && prep);
     uint32_t n_prep = 0;
     fill_region(ref, PGD__K, kreg, pt, hd, rows, 1);
     fill_region(ref, PGD__V, vreg, pt, hd, rows, 0);
@@ -176,9 +177,9 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
     ref->decode_rows(PGD__V, vreg, pt, hd, 0, pt, rows);
     for (size_t i = 0; i < (size_t)pt * hd; i++)
         vmax = fmax(vmax, fabs(rows[i]));
-    static const uint32_t nqs[] = {1, 2, 3, 4, 8};
-    for (int trial = 0; trial < 20; trial++) {
-        uint32_t nq = nqs[t_rand(&rng) % 5];
+    static const uint32_t nqs[] = {1, 2, 3, 4, 6, 7, 8};
+    for (int trial = 0; trial < 28; trial++) {
+        uint32_t nq = nqs[t_rand(&rng) % 7];
         uint32_t r0 = (uint32_t)(t_rand(&rng) % pt);
         uint32_t n = 1 + (uint32_t)(t_rand(&rng) % (pt - r0));
         size_t ld = 64, lda = 64;
@@ -238,8 +239,30 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
                     T_FAIL("%s isa %d hd %u nq %u r0 %u n %u: score %u,%u %g vs %g",
                            pgd_kv_type_name(type), isa, hd, nq, r0, n, h, j, x, y);
             }
+        /* AVX2: a query's scores are the bits of a call with that query alone, whatever
+         * tile of query vectors it went through (kern_x86.h: tiles of 2, or 3 from nq 6). */
+        if (isa == PGD__ISA_AVX2)
+            for (uint32_t h = 0; h < nq; h++) {
+                for (size_t i = 0; i < 64; i++)
+                    s3[i] = -1;
+                fast->k_scores(kreg, pt, hd, r0, n, q + (size_t)h * hd, 1, 0.125f, s3, ld);
+                if (memcmp(s3, s2 + (size_t)h * ld, 64 * sizeof *s3) != 0)
+                    T_FAIL("%s isa %d hd %u nq %u r0 %u n %u: query %u alone differs",
+                           pgd_kv_type_name(type), isa, hd, nq, r0, n, h);
+            }
+        memcpy(o3, o2, nq * (size_t)hd * sizeof *o3);
         ref->v_accum(vreg, pt, hd, r0, n, a, lda, nq, o1);
         fast->v_accum(vreg, pt, hd, r0, n, a, lda, nq, o2);
+        /* ... and its outputs those of v_accum with that query alone (tiles of 1 or 2
+         * query vectors). */
+        if (isa == PGD__ISA_AVX2)
+            for (uint32_t h = 0; h < nq; h++) {
+                fast->v_accum(vreg, pt, hd, r0, n, a + (size_t)h * lda, lda, 1,
+                              o3 + (size_t)h * hd);
+                if (memcmp(o3 + (size_t)h * hd, o2 + (size_t)h * hd, hd * sizeof *o3) != 0)
+                    T_FAIL("%s isa %d hd %u nq %u r0 %u n %u: v_accum of query %u alone differs",
+                           pgd_kv_type_name(type), isa, hd, nq, r0, n, h);
+            }
         /* int16 weights: |err| <= sw / 2 sum_j |u_j| <= n max|a| max(ks |u|) / 65534, with
          * ks |u| <= 2 max |v| (q8_0: |v|; q4_0: |v| + 8 ks; kivi2: v - min). */
         double werr = iq ? n * amax * 2.1 * vmax / 65534.0 : 0;
@@ -261,6 +284,7 @@ static int check_kernels(pgd_kv_type type, int isa, uint32_t hd, uint32_t pt)
     free(s2);
     free(o1);
     free(o2);
+    free(o3);
     free(kd);
     free(s3);
     free(prep);
