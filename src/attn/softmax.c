@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "attn_int.h"
+#include "util/cpu.h"
 
 /* ---- scalar ---- */
 
@@ -340,10 +341,11 @@ axpy_avx512(float *restrict y, const float *restrict x, float c, uint32_t n)
 
 static int cpu_level(void)
 {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return PGD__ATTN_SCALAR;
-    if (!__builtin_cpu_supports("avx512f")) return PGD__ATTN_AVX2;
-    return PGD__ATTN_AVX512;
+    /* util/cpu.c's level (PGD_ISA may lower it): AVX2 + FMA + F16C, AVX-512 F/BW/VL/DQ */
+    const int isa = pgd__cpu_isa();
+    return isa >= PGD__ISA_AVX512 ? PGD__ATTN_AVX512
+           : isa >= PGD__ISA_AVX2 ? PGD__ATTN_AVX2
+                                  : PGD__ATTN_SCALAR;
 }
 #else
 static int cpu_level(void)

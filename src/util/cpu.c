@@ -6,6 +6,8 @@
  * the first call both detect and store the same value.
  */
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "util/cpu.h"
 
@@ -35,11 +37,30 @@ static int detect(void)
     return PGD__ISA_SCALAR;
 }
 
+/* PGD_ISA (the engine's switch, engine/ops/ops.c) lowers the library's level too, so that
+ * an AVX-512 machine runs what an AVX2-only CPU runs, attention and codecs included:
+ * scalar -> SCALAR, avx2 and avx2vnni -> AVX2 (the library has no AVX-VNNI kernels),
+ * avx512 -> AVX512 without the VNNI tables. Anything else (auto, unset, a typo, which the
+ * engine reports) leaves the detected level; a level above the CPU's is ignored. */
+static int env_cap(int best)
+{
+    const char *s = getenv("PGD_ISA");
+    int want = best;
+    if (!s) return best;
+    if (!strcmp(s, "scalar"))
+        want = PGD__ISA_SCALAR;
+    else if (!strcmp(s, "avx2") || !strcmp(s, "avx2vnni"))
+        want = PGD__ISA_AVX2;
+    else if (!strcmp(s, "avx512"))
+        want = PGD__ISA_AVX512;
+    return want < best ? want : best;
+}
+
 int pgd__cpu_isa(void)
 {
     int v = atomic_load_explicit(&isa_level, memory_order_relaxed);
     if (v < 0) {
-        v = detect();
+        v = env_cap(detect());
         atomic_store_explicit(&isa_level, v, memory_order_relaxed);
     }
     return v;
