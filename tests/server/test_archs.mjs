@@ -2,7 +2,9 @@
 // test_archs.mjs - `pagoda serve` on the reference set's architecture files (issue 15):
 // llama, llama3, qwen2, qwen3, gemma2, gemma3 and phi3 (f16), each served by a real server.
 //   - a greedy completion of both reference prompts equals llama.cpp's server output
-//     (server-completion.json: `content`, 32 tokens, temperature 0);
+//     (server-completion.json: `content`, 32 tokens, temperature 0), or, where NEAR_TIES
+//     lists a step whose two best logits lie closer than rounding can order, its first
+//     tokens up to that step (the text is then a prefix of llama.cpp's);
 //   - the prefix cache serves a longer prompt (the prompt + llama.cpp's 32 generated ids)
 //     from the pages the first request registered, past gemma's 32-token window, and the
 //     answer equals the same request computed cold (another cache_salt: no hit);
@@ -29,6 +31,15 @@ if (!ARCHS.every((a) => existsSync(file(a)))) {
 }
 const T = { timeout: 120000 }; // a bound on each test, not a timing assertion
 
+// Steps where llama.cpp's greedy pick and another token are tied within rounding: which of
+// the two wins depends on the order of the sums (the ISA level, the batch's product path),
+// so the completion is compared up to the step. Measured with test_arch_ref, which prints
+// both logits (llama.cpp's pick first): llama, prompt 1, step 24: 413 't' 9.04585, 422 'y'
+// 9.04631 (PGD_ISA=avx2, an AVX2-only CPU's path; AVX-512 picks 't'); gemma2, prompt 1,
+// step 18: 420 9.58194, 421 9.58198 (PGD_ISA=scalar). Both gaps are 5e-5 relative or
+// less, below one f16 rounding of the activations.
+const NEAR_TIES = { 'llama/0': 24, 'gemma2/0': 18 };
+
 const servers = new Map();
 before(async () => {
   for (const a of ARCHS) servers.set(a, await startServer(file(a), ['--ctx', '512']));
@@ -50,14 +61,24 @@ for (const a of ARCHS) {
   test(`${a}: greedy completions equal llama.cpp's, and a prefix hit equals a cold answer`, T,
     async () => {
       const srv = servers.get(a);
-      for (const ref of reference(a)) {
-        const r = await complete(srv, ref.prompt, ref.tokens.length);
+      for (const [i, ref] of reference(a).entries()) {
+        const tie = NEAR_TIES[`${a}/${i}`];
+        const n = tie ?? ref.tokens.length;
+        const r = await complete(srv, ref.prompt, n);
         assert.equal(r.usage.prompt_tokens, ref.prompt_tokens.length, JSON.stringify(r.usage));
-        assert.equal(r.text, ref.content, `${a}, prompt ${JSON.stringify(ref.prompt)}`);
+        assert.equal(r.usage.completion_tokens, n, JSON.stringify(r.usage));
+        if (tie === undefined) {
+          assert.equal(r.text, ref.content, `${a}, prompt ${JSON.stringify(ref.prompt)}`);
+        } else {
+          assert.ok(r.text.length > 0 && ref.content.startsWith(r.text),
+            `${a}, prompt ${JSON.stringify(ref.prompt)}, ${n} tokens (a near tie follows): ` +
+            `${JSON.stringify(r.text)} is not the start of ${JSON.stringify(ref.content)}`);
+        }
 
         // The prompt and llama.cpp's 32 ids (BOS included): its full pages were registered
         // by the request above, so a warm request hits them.
         const ids = [...ref.prompt_tokens, ...ref.tokens];
+        if (tie !== undefined) await complete(srv, ids, 1); // registers the pages it did not reach
         const warm = await complete(srv, ids, 8);
         const cold = await complete(srv, ids, 8, { cache_salt: `cold-${a}-${Math.random()}` });
         const hit = warm.usage.prompt_tokens_details.cached_tokens;
