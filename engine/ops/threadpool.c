@@ -20,6 +20,9 @@
  *
  * The seat word carries the generation, so a run of max_threads k never has more than
  * k - 1 workers, even with a late one that finds a newer run than the one it woke for.
+ * Such a worker counts the newer run as seen, so it checks `stop` again after it: the
+ * newer run may be destroy's, which it would otherwise sleep through (a hang in
+ * pthread_join, seen under TSan: test_threadpool's test_run_then_destroy).
  *
  * The job fields are atomics that a worker reads before its claim CAS, as in a seqlock.
  * A worker works only on the run of its seat, whose acquire shows it that run's job (or a
@@ -202,9 +205,14 @@ static void *worker_main(void *arg)
                                                       memory_order_acquire)) {
         }
         seen = (unsigned)(s >> 32);
-        if ((uint32_t)s == 0) continue; /* the run is full */
-        uint64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
-        if ((c >> 32) == (s >> 32)) worker_tasks(tp, c, w->id);
+        if ((uint32_t)s) {
+            uint64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
+            if ((c >> 32) == (s >> 32)) worker_tasks(tp, c, w->id);
+        }
+        /* The seat's run may be newer than the one we woke for, and may be destroy's:
+         * `seen` now counts it, so wait_gen would not return for it again. The seats'
+         * acquire shows the stop stored before that run was published. */
+        if (atomic_load_explicit(&tp->stop, memory_order_relaxed)) break;
     }
     return NULL;
 }

@@ -3,14 +3,16 @@
  * test_threadpool.c - engine/ops/threadpool.h under stress: many runs of many tiny tasks on
  * pools of 1..4 threads, with exact per-task counts, thread ids in range, runs separated
  * by pauses longer than the workers' spin (so the futex sleep/wake paths run too), and
- * create/destroy cycles. The blocking pool: runs after 50 ms idle periods (every worker
- * asleep on the futex), n_tasks 0, 1 and many, slow worker tasks that put the caller to
- * sleep on its own futex, destroy while the workers sleep, and pe_tp_run_max's bound on
- * the threads of a run. Label "thread": the TSan pass of scripts/test.sh runs it.
+ * create/destroy cycles (also a run destroyed at once, while its worker is late). The
+ * blocking pool: runs after 50 ms idle periods (every worker asleep on the futex), n_tasks
+ * 0, 1 and many, slow worker tasks that put the caller to sleep on its own futex, destroy
+ * while the workers sleep, and pe_tp_run_max's bound on the threads of a run. Label
+ * "thread": the TSan pass of scripts/test.sh runs it.
  * The cost of a run is measured by bench/bench_threadpool.c.
  */
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "t.h"
 #include "threadpool.h"
@@ -262,6 +264,31 @@ static int test_create_destroy(void)
     return 0;
 }
 
+static void noop_task(void *ctx, uint32_t task, uint32_t thread)
+{
+    (void)ctx, (void)task, (void)thread;
+}
+
+/* A run of no-op tasks, then destroy at once (weights.c packs a model's weights so): the
+ * caller does every task before the new worker wakes, and publishes the stop generation
+ * while the worker is still on its way to the first run's seat. A worker that took the
+ * stop run's seat there once went back to sleep without seeing stop, and destroy's join
+ * hung (seen under TSan at model load). A hang here is a failure: the watchdog (SIGALRM,
+ * default action) kills the test after 60 s. */
+static int test_run_then_destroy(void)
+{
+    alarm(60);
+    for (int i = 0; i < 4000; i++) {
+        pe_threadpool *tp = pe_tp_create((uint32_t)(i % 3) + 2);
+        T_ASSERT(tp);
+        pe_tp_run(tp, noop_task, NULL, 15);
+        if (i % 2) pe_tp_run(tp, noop_task, NULL, 15);
+        pe_tp_destroy(tp);
+    }
+    alarm(0);
+    return 0;
+}
+
 int main(void)
 {
     T_RUN(test_many_tiny_runs);
@@ -272,5 +299,6 @@ int main(void)
     T_RUN(test_destroy_while_blocked);
     T_RUN(test_run_max);
     T_RUN(test_create_destroy);
+    T_RUN(test_run_then_destroy);
     T_DONE();
 }
