@@ -78,7 +78,21 @@ typedef struct pgd_attn_params {
                                      positions: a compacted sequence counts its kept slots).
                                      A window layer attends densely inside its window: no
                                      Quest selection there */
+    uint64_t parallel_min_work;   /* the least work a run must have for the parallel fn
+                                     to be called, in multiply-adds: keys x query vectors x
+                                     (head_dim x 2, K and V, + 32, the softmax's share).
+                                     Below it the caller's thread runs it alone: waking
+                                     another thread costs more than a small run, and far
+                                     more when that thread's core is busy.
+                                     0: PGD_ATTN_PARALLEL_MIN_WORK; 1: whenever there are
+                                     two tasks or more. Who runs the tasks never changes
+                                     the results */
 } pgd_attn_params;                /* append fields only */
+
+/* The default parallel_min_work: two threads' worth of ~64K multiply-adds each, several
+ * times the ~1-2 us a dispatch costs while the workers spin. stories260K's decode rows go
+ * parallel from 342 keys (2 threads measured slower than 1 below ~300, faster above). */
+#define PGD_ATTN_PARALLEL_MIN_WORK 131072u
 
 /* Returns the defaults: n_head 0 (must be set), 1 thread, serial, 512 rows, dense. */
 PGD_API pgd_attn_params pgd_attn_default_params(void);

@@ -187,6 +187,11 @@ enum {
                               GQA 4, against the cost-split planner: 512 keys cost f16 6-8%
                               at 32k, 2048 within 1% (f16, q8_0, kivi2; 4k and 32k) */
     PIECES_PER_THREAD = 4, /* automatic split: aim at this many pieces of work per thread */
+    ATTN_SCORE_WORK = 32,  /* a score's softmax, in multiply-adds (parallel_min_work): with
+                              it, stories260K (8 heads, head_dim 8: 384 per key) goes
+                              parallel from 342 keys; 2 threads / 1 measured 0.77x with
+                              every row parallel up to 100 keys, 0.88x up to 300, 1.27x up
+                              to 1,000 (bench/contention.sh, quiet) */
     SPARE_PIECES = 1024,   /* pieces beyond one per task (forced splits in tests) */
     SLOTS_PER_THREAD = 16, /* partial states of split tasks: slots per thread (min 64) */
     PREFETCH_BYTES = 4096, /* software prefetch of a region's first bytes: q8_0 / q4_0
@@ -239,6 +244,7 @@ struct pgd_attn {
     pgd__attn_axpy_fn axpy;
     pgd__attn_softcap_fn softcap;
     float cap;        /* the soft-cap in the scores' log2 domain (log2(e) * softcap); 0: none */
+    uint64_t work;    /* the planned run's multiply-adds (plan; run_tasks' choice) */
     uint32_t *window; /* [n_layers] copy of params.layer_window, or NULL */
     uint32_t tile_rows, nq_max, ld_s, block_pages, range_pages, max_tasks, max_pieces;
     int prefetch;
@@ -1221,10 +1227,14 @@ static void piece_task(void *ud, uint32_t idx, uint32_t thread)
 
 /* ---- planning ---- */
 
-static void run_tasks(pgd_attn *a, pgd_task_fn fn, uint32_t n)
+/* Runs tasks 0 .. n-1 of fn: on the caller's parallel fn when there are several and their
+ * work (multiply-adds, see parallel_min_work) is worth waking other threads, else here. */
+static void run_tasks(pgd_attn *a, pgd_task_fn fn, uint32_t n, uint64_t work)
 {
     if (!n) return;
-    if (a->p.parallel && n > 1) {
+    const uint64_t min_work =
+        a->p.parallel_min_work ? a->p.parallel_min_work : PGD_ATTN_PARALLEL_MIN_WORK;
+    if (a->p.parallel && n > 1 && work >= min_work) {
         a->p.parallel(a->p.parallel_ud, fn, a, n);
         return;
     }
@@ -1390,6 +1400,12 @@ static void plan(pgd_attn *a)
         ti += n_chain - 1;
     }
 
+    /* total counts pages x rows x KV heads; each page row is page_tokens keys for every
+     * query head of the group: head_dim multiply-adds in K and in V, and the score's share
+     * of the softmax, which costs about ATTN_SCORE_WORK multiply-adds' time (a vector exp,
+     * max and scale): it dominates at small head_dim (stories260K's 8) */
+    a->work = total * pt * g->group * (hd * 2 + ATTN_SCORE_WORK);
+
     /* How many pieces each task gets: one, or one per page range (the ranges of a task are
      * fixed by its own pages, so the batch and the thread count only choose between the
      * two, which give the same bits). */
@@ -1479,9 +1495,16 @@ int pgd_attn_run_scored(pgd_attn *a, uint32_t layer, const pgd_attn_item *items,
         a->n_views++;
     }
     a->layer = local;
-    if (a->n_select) run_tasks(a, select_task, a->n_select * a->g.n_kv_heads);
+    if (a->n_select) {
+        /* Quest's bounds: two multiply-adds per channel of each page, per query vector */
+        uint64_t work = 0;
+        for (uint32_t k = 0; k < a->n_select; k++)
+            work += (uint64_t)a->views[a->sel_view[k]].v.n_pages * 2 * a->g.head_dim;
+        run_tasks(a, select_task, a->n_select * a->g.n_kv_heads,
+                  work * a->g.n_kv_heads * a->g.group);
+    }
     plan(a);
-    run_tasks(a, piece_task, a->n_pieces);
+    run_tasks(a, piece_task, a->n_pieces, a->work);
     return PGD_OK;
 }
 

@@ -135,6 +135,7 @@ static inline double fx_nmse(const float *a, const float *b, size_t n)
 
 typedef struct fx_exec {
     uint32_t n_threads;
+    atomic_uint n_calls; /* fx_parallel calls */
 } fx_exec;
 
 typedef struct fx_worker {
@@ -160,6 +161,7 @@ static void *fx_worker_main(void *arg)
 static void fx_parallel(void *exec_ud, pgd_task_fn fn, void *fn_ud, uint32_t n_tasks)
 {
     fx_exec *e = exec_ud;
+    atomic_fetch_add(&e->n_calls, 1);
     pthread_t th[16];
     fx_worker w[16];
     atomic_uint next = 0;

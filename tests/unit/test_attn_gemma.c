@@ -483,7 +483,7 @@ static int window_bits(pgd_kv_type type, uint32_t hd, uint32_t G, uint32_t W, fl
     for (uint32_t split = 0; split <= 2; split++) {
         float *first = NULL;
         for (uint32_t nt = 1; nt <= 4; nt *= 2) {
-            fx_exec ex = {nt};
+            fx_exec ex = {.n_threads = nt};
             pgd_attn_params p = pgd_attn_default_params();
             p.n_head = n_head;
             p.layer_window = &W;
@@ -492,6 +492,7 @@ static int window_bits(pgd_kv_type type, uint32_t hd, uint32_t G, uint32_t W, fl
             p.n_threads = nt;
             p.parallel = nt > 1 ? fx_parallel : NULL;
             p.parallel_ud = &ex;
+            p.parallel_min_work = 1; /* on the threads however small the run */
             pgd_attn *a;
             T_OK(pgd_attn_create(f.c, &p, &a));
             T_OK(pgd_attn_run(a, 0, chunk.it, chunk.n));
@@ -611,10 +612,11 @@ static int test_scores_window_softcap(void)
             memcpy(ref + o, sref[i], (size_t)nkv * (len[i] + 2) * sizeof *ref);
         for (uint32_t nt = 1; nt <= 4; nt *= 2)
             for (int isa = -1; isa <= 0; isa++) {
-                fx_exec ex = {nt};
+                fx_exec ex = {.n_threads = nt};
                 p.n_threads = nt;
                 p.parallel = nt > 1 ? fx_parallel : NULL;
                 p.parallel_ud = &ex;
+                p.parallel_min_work = 1; /* on the threads however small the run */
                 pgd_attn *a;
                 T_OK(pgd_attn_create(f.c, &p, &a));
                 if (isa >= 0) T_OK(pgd__attn_force_isa(a, isa));

@@ -111,6 +111,7 @@ static int make_attn(pset *ps, uint32_t threads, uint32_t split, float softcap, 
     if (threads > 1) {
         p.parallel = fx_parallel;
         p.parallel_ud = ex;
+        p.parallel_min_work = 1; /* on the threads however small the run */
     }
     T_OK(pgd_attn_create(ps->f.c, &p, a));
     if (isa >= 0) T_OK(pgd__attn_force_isa(*a, isa));
@@ -122,7 +123,7 @@ static int check(pset *ps, uint32_t threads, uint32_t split, float softcap, int 
 {
     const char *name = pgd_kv_type_name(ps->f.type);
     const size_t m = (size_t)ps->n_head * ps->f.hd;
-    fx_exec ex = {threads};
+    fx_exec ex = {.n_threads = threads};
     pgd_attn *many, *alone;
     T_OK(make_attn(ps, threads, split, softcap, isa, &ex, &many));
     T_OK(make_attn(ps, 1, split, softcap, isa, &ex, &alone));
@@ -247,7 +248,7 @@ static int test_mixed_batch(void)
     float *scores = calloc(2 * len, sizeof *scores), *scores1 = calloc(2 * len, sizeof *scores);
     T_ASSERT(scores && scores1);
     sc[N - 1] = (pgd_attn_scores){scores, 1, len};
-    fx_exec ex = {2};
+    fx_exec ex = {.n_threads = 2};
     pgd_attn_params p = pgd_attn_default_params();
     p.n_head = 8;
     p.score_keys = (uint32_t)len;
@@ -256,6 +257,7 @@ static int test_mixed_batch(void)
     p.n_threads = 2;
     p.parallel = fx_parallel;
     p.parallel_ud = &ex;
+    p.parallel_min_work = 1; /* on the threads however small the run */
     T_OK(pgd_attn_create(f->c, &p, &many));
     T_OK(pgd_attn_run_scored(many, 1, it, sc, N));
     uint64_t r, saved;

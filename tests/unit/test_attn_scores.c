@@ -286,10 +286,11 @@ static int test_scores_deterministic(void)
         T_ASSERT(memcmp(x, s1, b.score_floats * sizeof *x) == 0);
         pgd_attn_destroy(a);
         for (uint32_t nth = 2; nth <= 4; nth += 2) {
-            fx_exec ex = {nth};
+            fx_exec ex = {.n_threads = nth};
             p.n_threads = nth;
             p.parallel = fx_parallel;
             p.parallel_ud = &ex;
+            p.parallel_min_work = 1; /* on the threads however small the run */
             T_OK(pgd_attn_create(f.c, &p, &a));
             for (int rep = 0; rep < 2; rep++) {
                 sb_zero(&b);
@@ -566,7 +567,7 @@ static int test_mask_attends_like_live_rows(void)
         float *oa = malloc(one * sizeof *oa), *orf = malloc(one * sizeof *orf);
         float *sa = malloc(MK_KV * ld * sizeof *sa), *sr = malloc(MK_KV * ld * sizeof *sr);
         T_ASSERT(q && oa && orf && sa && sr);
-        fx_exec ex = {3};
+        fx_exec ex = {.n_threads = 3};
         for (int cfg = 0; cfg < 6; cfg++) {
             /* cfg / 2: 0 reference, 1 fast, 2 fast on 3 threads with ranges of 2 pages;
              * cfg % 2: the prefill chunk of the new rows, or the last row alone */
@@ -579,6 +580,7 @@ static int test_mask_attends_like_live_rows(void)
                 p.n_threads = 3;
                 p.parallel = fx_parallel;
                 p.parallel_ud = &ex;
+                p.parallel_min_work = 1; /* on the threads however small the run */
                 p.split_pages = 2;
             }
             pgd_attn *a = NULL;

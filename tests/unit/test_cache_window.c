@@ -195,10 +195,11 @@ static int attend(pgd_cache *c, pgd_seq *s, uint32_t layer, uint32_t n_rows, con
     p.n_head = NHEAD;
     p.layer_window = WINDOWS;
     p.split_pages = 1; /* page ranges split: the merge across pages is compared too */
-    fx_exec ex = {2};
+    fx_exec ex = {.n_threads = 2};
     p.n_threads = 2;
     p.parallel = fx_parallel;
     p.parallel_ud = &ex;
+    p.parallel_min_work = 1; /* on the threads however small the run */
     pgd_attn *a;
     T_OK(pgd_attn_create(c, &p, &a));
     pgd_attn_item it = {s, n_rows, q, fast};

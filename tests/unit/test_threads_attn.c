@@ -46,7 +46,7 @@ static int test_split_pieces_on_threads(void)
         T_OK(fx_extend(&f, s[i], 1 + 37 * (uint32_t)i));
     }
 
-    fx_exec ex = {4};
+    fx_exec ex = {.n_threads = 4};
     pgd_attn_params p = pgd_attn_default_params();
     p.n_head = NH;
     p.n_threads = 4;
@@ -71,6 +71,7 @@ static int test_split_pieces_on_threads(void)
     }
     p.parallel = fx_parallel;
     p.parallel_ud = &ex;
+    p.parallel_min_work = 1; /* on the threads however small the run */
     for (int k = 0; k < 2; k++)
         T_OK(pgd_attn_create(f.c, &p, &cl[k].a));
     pthread_t th;
