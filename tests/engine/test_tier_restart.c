@@ -211,6 +211,11 @@ static int test_eval_promotion(void)
         return 0;
     }
     snprintf(tdir, sizeof tdir, "%s/tier_eval", dir);
+    /* A fresh directory: the disk tier survives restarts, so a record left by an earlier
+     * run (another build, or PGD_ISA lowered, whose K/V round differently) would be
+     * promoted instead of this run's pages, and the lossless check would see that. */
+    snprintf(args, sizeof args, "rm -rf '%s'", tdir);
+    T_EQ(t_sh(args, out, sizeof out), 0);
     for (int i = 0; i < 4; i++) {
         char spec[1200];
         snprintf(spec, sizeof spec, tiers[i], tdir);
