@@ -692,6 +692,11 @@ static int test_quest_selection(void)
 
 /* ---- threads ---- */
 
+/* The batch on 4 threads gives the serial bits, every run on the threads
+ * (parallel_min_work 1) and with the default parallel_min_work; with the default, a run
+ * too small for two threads stays on the caller's (the parallel fn is not called): the
+ * 64-key decode row alone (4 heads x 64 keys x (2 x 64 + 32) = 40K multiply-adds), while
+ * the batch (a 3000-key row among others, millions) goes to the threads. */
 static int test_parallel_threads_equal_serial(void)
 {
     fx f;
@@ -699,48 +704,6 @@ static int test_parallel_threads_equal_serial(void)
     uint32_t len[5] = {3000, 700, 120, 64, 9}, rows[5] = {1, 1, 30, 1, 9};
     batch b;
     T_OK(batch_make(&f, &b, 4, 5, len, rows));
-    fx_exec ex = {.n_threads = 4};
-    pgd_attn_params p = pgd_attn_default_params();
-    p.n_head = 4;
-    p.n_threads = 4;
-    pgd_attn *a;
-    T_OK(pgd_attn_create(f.c, &p, &a));
-    T_OK(pgd_attn_run(a, 0, b.it, b.n));
-    float *serial = malloc(b.out_floats * sizeof *serial), *x = malloc(b.out_floats * sizeof *x);
-    batch_out(&f, &b, 4, serial);
-    pgd_attn_destroy(a);
-    p.parallel = fx_parallel;
-    p.parallel_ud = &ex;
-    p.parallel_min_work = 1; /* on the threads however small the run */
-    T_OK(pgd_attn_create(f.c, &p, &a));
-    T_OK(pgd_attn_run(a, 0, b.it, b.n));
-    uint32_t np, nsplit;
-    pgd__attn_last_plan(a, &np, &nsplit);
-    T_ASSERT(nsplit >= 4 && np > nsplit); /* long sequences split, short ones whole */
-    for (int rep = 0; rep < 3; rep++) {
-        T_OK(pgd_attn_run(a, 0, b.it, b.n));
-        batch_out(&f, &b, 4, x);
-        T_ASSERT(memcmp(x, serial, b.out_floats * sizeof *x) == 0);
-    }
-    pgd_attn_destroy(a);
-    free(serial);
-    free(x);
-    batch_free(&f, &b);
-    fx_deinit(&f);
-    return 0;
-}
-
-/* parallel_min_work: a small run stays on the caller's thread (the parallel fn is not
- * called), a large one goes to the threads, and both give the serial bits. Small: one
- * decode row of 64 keys (4 heads x 64 keys x 64 x 2 = 32K multiply-adds); large: one
- * row of 3000 keys (1.5M). */
-static int test_parallel_min_work(void)
-{
-    fx f;
-    T_OK(fx_init(&f, PGD_KV_F16, 1, 2, 64, 16, 600, 0, 0, 23));
-    uint32_t len[2] = {64, 3000}, rows[2] = {1, 1};
-    batch b;
-    T_OK(batch_make(&f, &b, 4, 2, len, rows));
     pgd_attn_params p = pgd_attn_default_params();
     p.n_head = 4;
     p.n_threads = 4;
@@ -751,18 +714,24 @@ static int test_parallel_min_work(void)
     T_ASSERT(serial && x);
     batch_out(&f, &b, 4, serial);
     pgd_attn_destroy(a);
-    for (int forced = 0; forced < 2; forced++) {
+    for (int forced = 1; forced >= 0; forced--) {
         fx_exec ex = {.n_threads = 4};
         p.parallel = fx_parallel;
         p.parallel_ud = &ex;
-        p.parallel_min_work = forced; /* 0: PGD_ATTN_PARALLEL_MIN_WORK */
+        p.parallel_min_work = (uint64_t)forced; /* 0: PGD_ATTN_PARALLEL_MIN_WORK */
         T_OK(pgd_attn_create(f.c, &p, &a));
-        T_OK(pgd_attn_run(a, 0, b.it, 1)); /* the short row alone */
-        T_EQ(atomic_load(&ex.n_calls), forced ? 1u : 0u);
-        T_OK(pgd_attn_run(a, 0, b.it, b.n)); /* with the long one */
-        T_EQ(atomic_load(&ex.n_calls), forced ? 2u : 1u);
-        batch_out(&f, &b, 4, x);
-        T_ASSERT(memcmp(x, serial, b.out_floats * sizeof *x) == 0);
+        T_OK(pgd_attn_run(a, 0, b.it, b.n));
+        T_EQ(atomic_load(&ex.n_calls), 1);
+        uint32_t np, nsplit;
+        pgd__attn_last_plan(a, &np, &nsplit);
+        T_ASSERT(nsplit >= 4 && np > nsplit); /* long sequences split, short ones whole */
+        for (int rep = 0; rep < 3; rep++) {
+            T_OK(pgd_attn_run(a, 0, b.it, b.n));
+            batch_out(&f, &b, 4, x);
+            T_ASSERT(memcmp(x, serial, b.out_floats * sizeof *x) == 0);
+        }
+        T_OK(pgd_attn_run(a, 0, b.it + 3, 1)); /* the 64-key row alone */
+        T_EQ(atomic_load(&ex.n_calls), forced ? 5 : 4);
         pgd_attn_destroy(a);
     }
     free(serial);
@@ -897,7 +866,6 @@ int main(void)
     T_RUN(test_quest_full_budget_is_dense);
     T_RUN(test_quest_selection);
     T_RUN(test_parallel_threads_equal_serial);
-    T_RUN(test_parallel_min_work);
     T_RUN(test_batch_invariant);
     T_RUN(test_bad_input);
     T_DONE();
