@@ -22,8 +22,9 @@
 # be the same in every repetition of a KV type (a kernel that is fast but wrong changes it).
 #
 # ISA: PGD_ISA (engine/ops/ops.c) lowers the engine's kernels (matrix products, norms,
-# softmax, activations) for bench_engine and pagoda serve; libpagoda's own attention and KV
-# codec kernels keep the CPU's best, as with bench_matmul --isa. llama.cpp runs as built;
+# softmax, activations) for bench_engine and pagoda serve, and libpagoda's own attention and
+# KV codec kernels (src/util/cpu.c), so the avx2 level runs what an AVX2-only CPU runs.
+# llama.cpp runs as built;
 # LLAMA_CPP_DIR_AVX2 may name a second build (e.g. -DGGML_NATIVE=OFF -DGGML_AVX2=ON) for
 # the avx2 level.
 #
