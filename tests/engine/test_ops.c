@@ -456,6 +456,11 @@ static int test_matmul_odd_shapes(void)
         {PE_GGML_TYPE_Q8_0, 1024, 3, 8},
         {PE_GGML_TYPE_BF16, 272, 300, 7},
         {PE_GGML_TYPE_Q4_0, 1056, 33, 16},
+        /* GEMV tiles (decode) over rows whose block count is not a multiple of 8: the
+         * last chunk of scales and activation scales is a partial one */
+        {PE_GGML_TYPE_Q8_0, 1056, 37, 1},
+        {PE_GGML_TYPE_Q4_0, 96, 9, 2},
+        {PE_GGML_TYPE_Q8_0, 224, 6, 3},
         /* float GEMM (from 20 tokens) over several K chunks, ragged rows and tokens */
         {PE_GGML_TYPE_F32, 4128, 40, 25},
         {PE_GGML_TYPE_F16, 2064, 33, 21},
