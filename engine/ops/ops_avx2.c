@@ -51,6 +51,7 @@
 #endif
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
+#define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define INL static inline __attribute__((always_inline)) TGT
 
 INL float hsum8(__m256 v)
@@ -278,6 +279,75 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
             m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
 }
 
+/* q_tile on AVX-VNNI (PE_ISA_AVX2_VNNI), as ops_avx512.c's: one vpdpbusd per block, row
+ * and token instead of sign, sign, maddubs and madd. Q8_0 weights enter as q ^ 0x80 = q +
+ * 128 and Q4_0 nibbles as q + 8 (unsigned), and each lane starts at the activation's
+ * correction xc / 8 (-128 or -8 times the block's sum of x, over 8 lanes), so the block's
+ * integer dot (the sum of the 8 lanes) is exact; the lanes themselves differ from q_tile's,
+ * so the bits of this level's decode differ from the plain AVX2 level's (as every level's
+ * do). */
+static inline __attribute__((always_inline)) TGTV void
+q_tile_vnni(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep, uint32_t t,
+            const int q4, const int R, const int T)
+{
+    const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    __m256 acc[4][4];               /* [R][T] */
+    _Alignas(32) float sc[4][4][8]; /* [R][T][block]: d_w * d_x */
+    _Alignas(32) int32_t cs[4][8];  /* [T][block]: correction per lane, xc / 8 */
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (uint32_t b8 = 0; b8 < m->nb; b8 += 8) {
+        const uint32_t nj = m->nb - b8 < 8 ? m->nb - b8 : 8;
+        __m256 dw[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            pf_range(w0 + (size_t)i * rs + b8 * bsz + PF_AHEAD, 8 * bsz);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            dw[i] = q_scales8(w0 + (size_t)i * rs + b8 * bsz, bsz, nj);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++) {
+            const size_t o = (size_t)(t + j) * m->nb + b8;
+            const __m256 dx = load8_ps(m->xd + o, nj);
+            _mm256_store_si256((__m256i *)cs[j], _mm256_srai_epi32(load8_epi32(m->xc + o, nj), 3));
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                _mm256_store_ps(sc[i][j], _mm256_mul_ps(dw[i], dx));
+        }
+        for (uint32_t k = 0; k < nj; k++) {
+            const uint32_t b = b8 + k;
+            __m256i wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const uint8_t *blk = w0 + (size_t)i * rs + b * bsz;
+                wv[i] = q4 ? q4_nibbles(blk + 2)
+                           : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
+                                              _mm256_set1_epi8((char)0x80));
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < T; j++) {
+                const __m256i xv = _mm256_loadu_si256(
+                    (const __m256i *)(m->xq + (size_t)(t + j) * m->xq_stride + b * 32));
+                const __m256i cv = _mm256_set1_epi32(cs[j][k]);
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) {
+                    const __m256i dot = _mm256_dpbusd_avx_epi32(cv, wv[i], xv);
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                                _mm256_set1_ps(sc[i][j][k]), acc[i][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
+}
+
 /* ---- float tiles ---- */
 
 /* 8 weights of row p at k, as f32. */
@@ -340,9 +410,17 @@ INL void f_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
 
 /* ---- tile drivers ---- */
 
-/* The GEMV tile tables, walk() and gemv(): shared with the other ISA (ops_gemv.h). */
+/* The GEMV tile tables, walk() and gemv(): shared with the other ISA (ops_gemv.h); then
+ * again as gemv_vnni, the AVX-VNNI level's, with q_tile_vnni for the quantized tiles. */
 #define GEMV_TILE_T 2
 #include "ops_gemv.h"
+#undef TGT
+#define TGT TGTV
+#define GEMV_SFX _vnni
+#define GEMV_QTILE q_tile_vnni
+#include "ops_gemv.h"
+#undef TGT
+#define TGT __attribute__((target("avx2,fma,f16c")))
 
 /* ---- GEMM: quantized panels ----
  * From pe__gemm_min_tok() tokens on, a Q8_0/Q4_0 task repacks 16 rows x one K chunk of KB
@@ -670,7 +748,6 @@ INL void a_micro(const pe_mm *m, const void *P, const void *D, uint32_t b0, uint
 }
 
 /* The same on AVX-VNNI: one vpdpbusd per chunk, row and token group; both types. */
-#define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 static inline __attribute__((always_inline)) TGTV void
 v_micro(const pe_mm *m, const void *P, const void *D, uint32_t b0, uint32_t kb, uint32_t r,
@@ -838,7 +915,7 @@ TGT static void rows_avx2_vnni(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_
     else if (panels)
         q_gemm(m, r0, r1, t0, t1, 1);
     else
-        gemv(m, r0, r1, t0, t1);
+        gemv_vnni(m, r0, r1, t0, t1);
 }
 
 /* ---- vector helpers ---- */
@@ -2274,13 +2351,14 @@ TGTV void pe__ext_rows_avx2_vnni(const pe_mat *w, const uint8_t *xq, size_t xq_s
  * of a tile has its own accumulator and the same instruction sequence whatever the tile's
  * shape (R, T) and bounds. */
 /* rows_invariant stays the GEMV tiles at every token count: their bits depend on the row
- * and the token only (the panels' too, but they round differently from the tiles). */
+ * and the token only (the panels' too, but they round differently from the tiles). The
+ * AVX-VNNI level's are gemv_vnni's tiles (q_tile_vnni), as its decode products. */
 const pe_kernels pe__kernels_avx2 = {
     quant_act, rows_avx2, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 const pe_kernels pe__kernels_avx2_vnni = {
-    quant_act, rows_avx2_vnni, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, rows_avx2_vnni, gemv_vnni, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 #endif /* x86 */
