@@ -42,6 +42,7 @@
 #   THREADS           threads (default 2)
 #   PP, TG            prompt tokens per prefill test, tokens per decode test (512, 32)
 #   SERVE             0: no serving rows (default 1)
+#   KERNELS           0: no prefill and decode rows, the serving rows only (default 1)
 #   MODEL             a GGUF to use instead of the synthetic 1b q8_0 one
 #   QUICK             1: a smoke run: one repetition, depth 0, PP 64, TG 8, serving with a
 #                     128-token system prompt, 16-token questions and answers, 2 groups of 4
@@ -71,6 +72,7 @@ threads=${THREADS:-2}
 pp=${PP:-512}
 tg=${TG:-32}
 serve=${SERVE:-1}
+kernels=${KERNELS:-1}
 sys_tokens=1157
 q_tokens=32
 o_tokens=64
@@ -79,6 +81,8 @@ groups_b=4
 if [ "$quick" = 1 ]; then
     reps=1 depths=0 pp=64 tg=8 sys_tokens=128 q_tokens=16 o_tokens=16 per_group=4 groups_b=2
 fi
+[ "$kernels" = 1 ] || [ "$serve" = 1 ] || { echo "$me: KERNELS=0 and SERVE=0: nothing to run" >&2; exit 2; }
+[ "$kernels" = 1 ] || kv_types=f16
 for n in "$reps" "$threads" "$pp" "$tg"; do
     case "$n" in '' | *[!0-9]* | 0) echo "$me: '$n' is not a positive number" >&2; exit 2 ;; esac
 done
@@ -169,6 +173,8 @@ run_llama() {
     [ "$lb_depth" = 1 ] && args+=(-d "$depths")
     "$lb" "${args[@]}" >"$dir/lb.out" 2>"$dir/lb.err" ||
         { cat "$dir/lb.err" >&2; die "llama-bench failed: $lb ${args[*]}"; }
+    # its "build: <commit> (<number>)" line, for the table's header
+    sed -n 's/^build: //p' "$dir/lb.out" | head -1 >"$dir/llama_build.$1"
     # md rows: | model | ... | test | t/s |, test "pp512", "tg32", "pp512 @ d2048" (older: "pp 512")
     awk -F'|' -v isa="$1" -v rep="$2" -v kv="$3" '
         NF > 3 && $(NF - 1) ~ /[0-9]/ && $(NF - 2) ~ /(pp|tg) ?[0-9]/ {
@@ -277,6 +283,7 @@ for isa in $isas; do
     fi
     for r in $(seq 1 "$reps"); do
         for kv in "${kvs[@]}"; do
+            [ "$kernels" = 1 ] || break
             if [ -z "$lb" ]; then
                 run_pagoda "$isa" "$r" "$kv"
             elif [ $((r % 2)) = 1 ]; then
@@ -315,7 +322,8 @@ echo
 awk -v isas="$isas" -v depths="$depths" -v kvs="$kv_types" -v pp="$pp" -v tg="$tg" \
     -v threads="$threads" -v reps="$reps" -v have_llama="${llama:+1}" -v serve="$serve" \
     -v sys="$sys_tokens" -v q="$q_tokens" -v o="$o_tokens" -v pg="$per_group" \
-    -v gb="$groups_b" -v model="$(basename "$model")" -v quick="$quick" '
+    -v gb="$groups_b" -v model="$(basename "$model")" -v quick="$quick" -v kernels="$kernels" \
+    -v lbuild="$(cat "$dir"/llama_build.* 2>/dev/null | head -1)" '
 function median(a, n,   i, j, t, b) {
     for (i = 1; i <= n; i++) b[i] = a[i]
     for (i = 2; i <= n; i++) for (j = i; j > 1 && b[j] < b[j - 1]; j--) {
@@ -365,7 +373,7 @@ END {
             printf "| %s, %s threads | Pagoda (bench_engine) |\n", model, threads
             print "|---|---:|"
         }
-        for (t = 0; t < 2; t++) for (d = 1; d <= nd; d++) for (k = 1; k <= nk; k++) {
+        for (t = 0; kernels && t < 2; t++) for (d = 1; d <= nd; d++) for (k = 1; k <= nk; k++) {
             test = t ? "tg" : "pp"
             label = t ? sprintf("decode tg%d, %s KV, depth %d", tg, kl[k], dl[d]) \
                       : sprintf("prefill pp%d, %s KV, depth %d", pp, kl[k], dl[d])
@@ -384,10 +392,11 @@ END {
             if (ck[isa, kl[k], r] != ck[isa, kl[k], 1]) bad = 1
         printf "\n"
     }
+    if (have_llama && lbuild != "") print "llama.cpp build: " lbuild
     if (have_llama) print "(t/s: median (min-max) over the reps; ratio: the median of each rep'"'"'s paired ratio)"
     else print "(t/s: median (min-max) over the reps; llama.cpp skipped: LLAMA_CPP_DIR not set)"
-    print "checksums (bench_engine greedy tokens per isa and KV type, the same in every rep):"
-    for (i = 1; i <= ni; i++) for (k = 1; k <= nk; k++)
+    if (kernels) print "checksums (bench_engine greedy tokens per isa and KV type, the same in every rep):"
+    for (i = 1; kernels && i <= ni; i++) for (k = 1; k <= nk; k++)
         printf "  %s %s: %s\n", il[i], kl[k], ck[il[i], kl[k], 1]
     if (bad) { print "vs_llama.sh: checksums differ between reps" > "/dev/stderr"; exit 1 }
 }' "$dir/results"
