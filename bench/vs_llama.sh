@@ -363,7 +363,8 @@ END {
     bad = 0
     for (i = 1; i <= ni; i++) {
         isa = il[i]
-        printf "### Pagoda isa %s (PGD_ISA=%s), %s, %s threads, %d rep%s%s\n\n", got_isa[isa],
+        printf "### Pagoda isa %s (PGD_ISA=%s), %s, %s threads, %d rep%s%s\n\n",
+            (got_isa[isa] != "" ? got_isa[isa] : isa),
             (isa == "default" ? "unset" : isa), model, threads, reps, (reps > 1 ? "s" : ""),
             (quick ? ", QUICK (smoke sizes: timings meaningless)" : "")
         if (have_llama) {
