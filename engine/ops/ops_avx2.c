@@ -201,8 +201,46 @@ INL __m256i load8_epi32(const int32_t *p, uint32_t n)
                   : _mm256_maskload_epi32((const int *)p, mask8(n));
 }
 
+/* The start of a tile's chunk of 8 blocks from b8 (nj of them): prefetch of each row stream,
+ * sc[i][j][k] = d_w * d_x of row i, token j, block k, and (when corr, as Q4_0 and the VNNI
+ * tiles need) cs[j][k] = xc / 8, the activation's correction per lane. */
+INL void q_chunk(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t b8, uint32_t nj, uint32_t t,
+                 const int q4, const int corr, const int R, const int T, float sc[4][4][8],
+                 int32_t cs[4][8])
+{
+    const size_t bsz = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    __m256 dw[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        pf_range(w0 + (size_t)i * rs + b8 * bsz + PF_AHEAD, 8 * bsz);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        dw[i] = q_scales8(w0 + (size_t)i * rs + b8 * bsz, bsz, nj);
+#pragma GCC unroll 4
+    for (int j = 0; j < T; j++) {
+        const size_t o = (size_t)(t + j) * m->nb + b8;
+        const __m256 dx = load8_ps(m->xd + o, nj);
+        if (corr)
+            _mm256_store_si256((__m256i *)cs[j], _mm256_srai_epi32(load8_epi32(m->xc + o, nj), 3));
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            _mm256_store_ps(sc[i][j], _mm256_mul_ps(dw[i], dx));
+    }
+}
+
+/* Each (row, token) sum of a tile's accumulators into y. */
+INL void q_store(const pe_mm *m, __m256 acc[4][4], uint32_t r, uint32_t rstep, uint32_t t,
+                 const int R, const int T)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
+}
+
 /* y[t][r] for R rows from w0 (row stride rb) and T tokens from t. The scales d_w * d_x are
- * made 8 blocks at a time (gather + cvtph + mul) and read back by broadcast FMAs, instead
+ * made 8 blocks at a time (q_chunk) and read back by broadcast FMAs, instead
  * of converting and broadcasting each f16 scale (as in ops_avx512.c, where this took a
  * q4_0 GEMV from 1.45 to 1.25 ns per row and block with L2-resident weights). */
 INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t rstep,
@@ -220,24 +258,7 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
             acc[i][j] = _mm256_setzero_ps();
     for (uint32_t b8 = 0; b8 < m->nb; b8 += 8) {
         const uint32_t nj = m->nb - b8 < 8 ? m->nb - b8 : 8;
-        __m256 dw[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            pf_range(w0 + (size_t)i * rs + b8 * bsz + PF_AHEAD, 8 * bsz);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            dw[i] = q_scales8(w0 + (size_t)i * rs + b8 * bsz, bsz, nj);
-#pragma GCC unroll 4
-        for (int j = 0; j < T; j++) {
-            const size_t o = (size_t)(t + j) * m->nb + b8;
-            const __m256 dx = load8_ps(m->xd + o, nj);
-            if (q4)
-                _mm256_store_si256((__m256i *)cs[j],
-                                   _mm256_srai_epi32(load8_epi32(m->xc + o, nj), 3));
-#pragma GCC unroll 4
-            for (int i = 0; i < R; i++)
-                _mm256_store_ps(sc[i][j], _mm256_mul_ps(dw[i], dx));
-        }
+        q_chunk(m, w0, rs, b8, nj, t, q4, q4, R, T, sc, cs);
         for (uint32_t k = 0; k < nj; k++) {
             const uint32_t b = b8 + k;
             __m256i wv[4], aw[4];
@@ -272,11 +293,7 @@ INL void q_tile(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32
             }
         }
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < T; j++)
-            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
+    q_store(m, acc, r, rstep, t, R, T);
 }
 
 /* q_tile on AVX-VNNI (PE_ISA_AVX2_VNNI), as ops_avx512.c's: one vpdpbusd per block, row
@@ -301,22 +318,7 @@ q_tile_vnni(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t r
             acc[i][j] = _mm256_setzero_ps();
     for (uint32_t b8 = 0; b8 < m->nb; b8 += 8) {
         const uint32_t nj = m->nb - b8 < 8 ? m->nb - b8 : 8;
-        __m256 dw[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            pf_range(w0 + (size_t)i * rs + b8 * bsz + PF_AHEAD, 8 * bsz);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            dw[i] = q_scales8(w0 + (size_t)i * rs + b8 * bsz, bsz, nj);
-#pragma GCC unroll 4
-        for (int j = 0; j < T; j++) {
-            const size_t o = (size_t)(t + j) * m->nb + b8;
-            const __m256 dx = load8_ps(m->xd + o, nj);
-            _mm256_store_si256((__m256i *)cs[j], _mm256_srai_epi32(load8_epi32(m->xc + o, nj), 3));
-#pragma GCC unroll 4
-            for (int i = 0; i < R; i++)
-                _mm256_store_ps(sc[i][j], _mm256_mul_ps(dw[i], dx));
-        }
+        q_chunk(m, w0, rs, b8, nj, t, q4, 1, R, T, sc, cs);
         for (uint32_t k = 0; k < nj; k++) {
             const uint32_t b = b8 + k;
             __m256i wv[4];
@@ -341,11 +343,7 @@ q_tile_vnni(const pe_mm *m, const uint8_t *w0, size_t rs, uint32_t r, uint32_t r
             }
         }
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < T; j++)
-            m->y[(size_t)(t + j) * m->w->n_out + r + i * rstep] = hsum8(acc[i][j]);
+    q_store(m, acc, r, rstep, t, R, T);
 }
 
 /* ---- float tiles ---- */
