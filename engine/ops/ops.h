@@ -23,9 +23,9 @@
 #include "threadpool.h"
 
 /* A weight matrix: n_out rows of n_in values of type. packed (NULL: none) is a copy of a
- * Q8_0 matrix repacked once by pe_mat_pack for the AVX-512 kernels, which then read it
- * instead of data at every token count; every other ISA and the reference read data, which
- * stays valid. */
+ * Q8_0 matrix repacked once by pe_mat_pack for the x86 kernels (AVX-512, AVX-VNNI, AVX2),
+ * which then read it instead of data at every token count; the scalar kernels and the
+ * reference read data, which stays valid. */
 typedef struct pe_mat {
     uint32_t type; /* pe_ggml_type: F32 F16 BF16 Q8_0 Q4_0, or one of the types above */
     uint32_t n_in, n_out;
@@ -60,13 +60,15 @@ pe_isa pe_isa_force(pe_isa isa);
  * stderr and keeps the detected one). Thread-safe. */
 pe_isa pe_isa_active(void);
 
-/* Repacks m (Q8_0 only, and only while the active kernels are AVX-512) into m->packed:
+/* Repacks m (Q8_0 only, and only while the active kernels are x86 ones) into m->packed:
  * per group of 16 rows (the last zero-padded), the f16 row scales of every block, then the
  * values as the panels of ops_avx512.c hold them (ops_avx512.c: "packed layout"), as many
  * bytes as m->data (plus at most 15 zero rows and 32 bytes of padding per group), 64-byte
- * aligned. The products on it are bit-identical to those on m->data. The caller owns the
- * copy and frees it with pe_mat_unpack before m's data goes away. Returns 1 when packed, 0
- * when m does not qualify (left as it was), -1 when out of memory (left as it was). */
+ * aligned. On AVX-512 the products on it are bit-identical to those on m->data; on the AVX2
+ * levels they are bit-identical to pe_matmul_ref at every token count (on m->data, their
+ * decode tiles sum in another order). The caller owns the copy and frees it with
+ * pe_mat_unpack before m's data goes away. Returns 1 when packed, 0 when m does not qualify
+ * (left as it was), -1 when out of memory (left as it was). */
 int pe_mat_pack(pe_mat *m);
 /* Frees m->packed (if any) and sets it to NULL. */
 void pe_mat_unpack(pe_mat *m);

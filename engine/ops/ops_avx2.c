@@ -6,7 +6,10 @@
  * library builds without -march flags and runs anywhere.
  *
  * Quantized products from pe__gemm_min_tok() tokens on (prefill) run on repacked panels
- * (see "GEMM: quantized panels" below), bit-identical to pe_matmul_ref. The others (decode,
+ * (see "GEMM: quantized panels" below), bit-identical to pe_matmul_ref. A Q8_0 matrix packed
+ * at load (pe_mat_pack) is read from its packed copy at every token count (panels, and
+ * "GEMV on the packed copy": decode, bit-identical to pe_matmul_ref too), so its stored
+ * rows need not stay in memory. The others (decode,
  * float weights, the batch-invariant mode) work on the weights as stored (GGUF layout), a
  * tile of R rows x T tokens at a time: each weight block is loaded and unpacked once and
  * used for T tokens, each activation block once for R rows. Accumulators hold 8 partial
@@ -831,9 +834,9 @@ TGT static void q_gemm(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, ui
 }
 
 /* q_gemm on the packed copy of a Q8_0 matrix (w->packed), from pe__gemm_min_tok tokens on
- * (below, the GEMV tiles read the stored rows: bench_matmul 2048x8192 1 thread, 1 token,
- * plain AVX2 0.725 ms stored vs 0.812 packed; 8 tokens 4.10 vs 2.44 ms, AVX-VNNI 2.99 vs
- * 1.54; bit-identical to pe_matmul_ref, as the stored GEMV tiles are not): each group
+ * (below, pk_gemv; bench_matmul 2048x8192 1 thread, 8 tokens: stored 4.10 ms vs packed 2.44,
+ * AVX-VNNI 2.99 vs 1.54; bit-identical to pe_matmul_ref, as the stored GEMV tiles are not):
+ * each group
  * of 16 rows (r0 a multiple of 16, as ops.c's row claims and tasks are) is read once, block
  * chunk after block chunk, as two sequential streams (scales, values), with no repack; its
  * running sums wait in y between the chunks. */
@@ -852,6 +855,149 @@ TGT static void q_gemm_pk(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0,
         }
     }
 }
+
+/* ---- GEMV on the packed copy (fewer than pe__gemm_min_tok tokens) ----
+ * The decode products of a packed Q8_0 matrix read the packed copy too, so that the stored
+ * rows need not stay in memory (weights.c releases them at every x86 level). A tile is G
+ * groups of 16 rows x T tokens (2 x 1 or 1 x 2, as ops_avx512.c's pk_tile): per block, the
+ * integer dot of each row comes whole (the 8 chunks of a half group summed in int32 lanes,
+ * one row per lane: plain AVX2 madd(maddubs(|w|, sign(x, w)), 1) with w the packed byte ^
+ * 0x80; AVX-VNNI vpdpbusd on the packed bytes from xc), then the reference's f32 statement
+ * s += (float)sumi * (d_w * d_x), block after block: every output is bit-identical to
+ * pe_matmul_ref, as q_gemm_pk's (the GEMV tiles on the stored rows sum each row in 8 lanes
+ * and are not). The G groups are G streams read side by side, each prefetched PK_AHEAD
+ * bytes ahead. Only 4 vector registers per group and token, so the tiles never spill
+ * (one that kept q_tile's 8 lane sums per row needed 16 per group and token: it ran from
+ * L1 at q_tile's speed but read memory at 17-20 GB/s on one thread against q_tile's 27-29,
+ * bench_matmul --tok 1 2048x8192, Zen 5 at the AVX2 level). */
+
+#ifndef PK_AHEAD
+#define PK_AHEAD 2048
+#endif
+
+/* Rows 8 h.. of a group (values q of its block, 512 bytes: chunk k at 64 k, half h at 32 h)
+ * against token x (32 int8 values): the whole block's int32 dot of each row, in its lane. */
+INL __m256i pk_sum_plain(const uint8_t *q, int h, const int8_t *x, int32_t xc)
+{
+    (void)xc;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        int32_t v;
+        memcpy(&v, x + 4 * k, 4);
+        const __m256i w = _mm256_xor_si256(
+            _mm256_load_si256((const __m256i *)(const void *)(q + 64 * k + 32 * h)), flip);
+        s = _mm256_add_epi32(
+            s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w),
+                                                      _mm256_sign_epi8(_mm256_set1_epi32(v), w)),
+                                 ones));
+    }
+    return s;
+}
+
+static inline __attribute__((always_inline)) TGTV __m256i pk_sum_vnni(const uint8_t *q, int h,
+                                                                      const int8_t *x, int32_t xc)
+{
+    __m256i s = _mm256_set1_epi32(xc);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        int32_t v;
+        memcpy(&v, x + 4 * k, 4);
+        s = _mm256_dpbusd_avx_epi32(
+            s, _mm256_load_si256((const __m256i *)(const void *)(q + 64 * k + 32 * h)),
+            _mm256_set1_epi32(v));
+    }
+    return s;
+}
+
+/* G groups from row r (r1 the range's end) x T tokens from t. One function per level
+ * (ATTR, SUM) and shape. */
+#define PK_TILE(NAME, ATTR, SUM, G, T)                                                             \
+    ATTR __attribute__((noinline)) static void NAME(const pe_mm *m, uint32_t r, uint32_t rstep,    \
+                                                    uint32_t r1, uint32_t t)                       \
+    {                                                                                              \
+        const size_t gb = pe__pk_group_bytes(m->nb), qo = ((size_t)m->nb * 32 + 63) / 64 * 64;     \
+        const uint8_t *D[G];                                                                       \
+        __m256 fa[G][T][2];                                                                        \
+        _Pragma("GCC unroll 2") for (int g = 0; g < G; g++)                                        \
+        {                                                                                          \
+            D[g] = (const uint8_t *)m->w->packed + (size_t)((r + (uint32_t)g * rstep) / 16) * gb;  \
+            _Pragma("GCC unroll 2") for (int j = 0; j < T; j++) fa[g][j][0] = fa[g][j][1] =        \
+                _mm256_setzero_ps();                                                               \
+        }                                                                                          \
+        for (uint32_t b = 0; b < m->nb; b++) {                                                     \
+            _Pragma("GCC unroll 2") for (int g = 0; g < G; g++)                                    \
+            {                                                                                      \
+                const uint8_t *q = D[g] + qo + (size_t)b * 512;                                    \
+                pf_range(q + PK_AHEAD, 512);                                                       \
+                if (b % 2 == 0) pf_range(D[g] + (size_t)b * 32 + PK_AHEAD / 16, 64);               \
+                const __m256 d0 = _mm256_cvtph_ps(                                                 \
+                    _mm_load_si128((const __m128i *)(const void *)(D[g] + (size_t)b * 32)));       \
+                const __m256 d1 = _mm256_cvtph_ps(                                                 \
+                    _mm_load_si128((const __m128i *)(const void *)(D[g] + (size_t)b * 32 + 16)));  \
+                _Pragma("GCC unroll 2") for (int j = 0; j < T; j++)                                \
+                {                                                                                  \
+                    const size_t o = (size_t)(t + (uint32_t)j) * m->nb + b;                        \
+                    const int8_t *x = m->xq + (size_t)(t + (uint32_t)j) * m->xq_stride + b * 32;   \
+                    const __m256 dx = _mm256_set1_ps(m->xd[o]);                                    \
+                    const __m256 s0 = _mm256_cvtepi32_ps(SUM(q, 0, x, m->xc[o]));                  \
+                    const __m256 s1 = _mm256_cvtepi32_ps(SUM(q, 1, x, m->xc[o]));                  \
+                    fa[g][j][0] =                                                                  \
+                        _mm256_add_ps(fa[g][j][0], _mm256_mul_ps(s0, _mm256_mul_ps(d0, dx)));      \
+                    fa[g][j][1] =                                                                  \
+                        _mm256_add_ps(fa[g][j][1], _mm256_mul_ps(s1, _mm256_mul_ps(d1, dx)));      \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 2") for (int g = 0; g < G; g++)                                        \
+            _Pragma("GCC unroll 2") for (int j = 0; j < T; j++)                                    \
+                _Pragma("GCC unroll 2") for (uint32_t h = 0; h < 2; h++)                           \
+        {                                                                                          \
+            const uint32_t rh = r + (uint32_t)g * rstep + 8 * h;                                   \
+            if (rh >= r1) continue;                                                                \
+            float *y = m->y + (size_t)(t + (uint32_t)j) * m->w->n_out + rh;                        \
+            if (r1 - rh >= 8)                                                                      \
+                _mm256_storeu_ps(y, fa[g][j][h]);                                                  \
+            else                                                                                   \
+                _mm256_maskstore_ps(y, mask8(r1 - rh), fa[g][j][h]);                               \
+        }                                                                                          \
+    }
+
+PK_TILE(pk_tile_2_1, TGT, pk_sum_plain, 2, 1)
+PK_TILE(pk_tile_1_1, TGT, pk_sum_plain, 1, 1)
+PK_TILE(pk_tile_1_2, TGT, pk_sum_plain, 1, 2)
+PK_TILE(pk_tile_vnni_2_1, TGTV, pk_sum_vnni, 2, 1)
+PK_TILE(pk_tile_vnni_1_1, TGTV, pk_sum_vnni, 1, 1)
+PK_TILE(pk_tile_vnni_1_2, TGTV, pk_sum_vnni, 1, 2)
+#undef PK_TILE
+
+/* y[t][r] for rows [r0, r1) (r0 a multiple of 16, as ops.c's row claims are) and tokens
+ * [t0, t1) on the packed copy: tokens 2 at a time (16 rows x 2 tokens), a last single one
+ * 2 groups at a time, one from each half of the range, so that each thread reads two
+ * streams (as walk() reads 4): with adjacent groups, one stream, 1B decode at the AVX2
+ * level read 20% slower than the stored rows. */
+#define PK_GEMV(NAME, ATTR, T21, T11, T12)                                                         \
+    ATTR static void NAME(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0, uint32_t t1)      \
+    {                                                                                              \
+        const uint32_t ng = (r1 - r0 + 15) / 16, nh = ng / 2;                                      \
+        for (uint32_t t = t0; t < t1;) {                                                           \
+            if (t1 - t >= 2) {                                                                     \
+                for (uint32_t r = r0; r < r1; r += 16)                                             \
+                    T12(m, r, 0, r1, t);                                                           \
+                t += 2;                                                                            \
+                continue;                                                                          \
+            }                                                                                      \
+            for (uint32_t i = 0; i < nh; i++)                                                      \
+                T21(m, r0 + 16 * i, 16 * nh, r1, t);                                               \
+            if (ng % 2) T11(m, r0 + 16 * (ng - 1), 0, r1, t);                                      \
+            t++;                                                                                   \
+        }                                                                                          \
+    }
+
+PK_GEMV(pk_gemv, TGT, pk_tile_2_1, pk_tile_1_1, pk_tile_1_2)
+PK_GEMV(pk_gemv_vnni, TGTV, pk_tile_vnni_2_1, pk_tile_vnni_1_1, pk_tile_vnni_1_2)
+#undef PK_GEMV
 
 /* Writes the packed copy of Q8_0 matrix w into dst (pe_mat_packed_bytes): the layout of
  * pe__pk_group_bytes, which pe__q8_pack_avx512 writes too, so that either ISA's kernels
@@ -900,6 +1046,8 @@ TGT static void rows_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0,
         q_gemm_pk(m, r0, r1, t0, t1, 0);
     else if (panels)
         q_gemm(m, r0, r1, t0, t1, 0);
+    else if (m->w->packed)
+        pk_gemv(m, r0, r1, t0, t1);
     else
         gemv(m, r0, r1, t0, t1);
 }
@@ -912,6 +1060,8 @@ TGT static void rows_avx2_vnni(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_
         q_gemm_pk(m, r0, r1, t0, t1, 1);
     else if (panels)
         q_gemm(m, r0, r1, t0, t1, 1);
+    else if (m->w->packed)
+        pk_gemv_vnni(m, r0, r1, t0, t1);
     else
         gemv_vnni(m, r0, r1, t0, t1);
 }
@@ -2350,13 +2500,34 @@ TGTV void pe__ext_rows_avx2_vnni(const pe_mat *w, const uint8_t *xq, size_t xq_s
  * shape (R, T) and bounds. */
 /* rows_invariant stays the GEMV tiles at every token count: their bits depend on the row
  * and the token only (the panels' too, but they round differently from the tiles). The
- * AVX-VNNI level's are gemv_vnni's tiles (q_tile_vnni), as its decode products. */
+ * AVX-VNNI level's are gemv_vnni's tiles (q_tile_vnni), as its decode products. A packed
+ * matrix takes pk_gemv (pk_gemv_vnni): pe_matmul_ref's bits, as every product on the packed
+ * copy, so that the stored rows are never read again. */
+TGT static void rows_invariant_avx2(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0,
+                                    uint32_t t1)
+{
+    if (m->w->packed)
+        pk_gemv(m, r0, r1, t0, t1);
+    else
+        gemv(m, r0, r1, t0, t1);
+}
+
+TGTV static void rows_invariant_avx2_vnni(const pe_mm *m, uint32_t r0, uint32_t r1, uint32_t t0,
+                                          uint32_t t1)
+{
+    if (m->w->packed)
+        pk_gemv_vnni(m, r0, r1, t0, t1);
+    else
+        gemv_vnni(m, r0, r1, t0, t1);
+}
+
 const pe_kernels pe__kernels_avx2 = {
-    quant_act, rows_avx2, gemv, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, rows_avx2, rows_invariant_avx2, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
 };
 
 const pe_kernels pe__kernels_avx2_vnni = {
-    quant_act, rows_avx2_vnni, gemv_vnni, dot_f32, axpy_f32, rmsnorm, softmax, swiglu,
+    quant_act, rows_avx2_vnni, rows_invariant_avx2_vnni, dot_f32, axpy_f32, rmsnorm,
+    softmax,   swiglu,
 };
 
 #endif /* x86 */

@@ -8,16 +8,21 @@
  *                         (refused unless floats are finite and in range, integers sane),
  *                         point each pe_mat at its tensor in the mapping (no copy; norms
  *                         stored as f16/bf16 are converted to f32 into one owned array),
- *                         load the tokenizer, compute the fingerprint, then (AVX-512,
+ *                         load the tokenizer, compute the fingerprint, then (x86 kernels,
  *                         unless PGD_PACK=0) pack the Q8_0 product weights (pack_weights)
  *
  * Packing (pe_mat_pack): each Q8_0 matrix of a product (attention, FFN, output; phi3's views
- * each on its own; token_embd only as a tied output) gets a copy in the AVX-512 kernels'
- * panel layout, which they read at every token count instead of repacking per call; the
- * file pages of its stored copy are then released (MADV_DONTNEED), so that RSS holds the
- * packed copy (anonymous memory, as many bytes as the stored weights) instead of the file
- * pages. Other ISAs, forced after load, read the stored rows, which refault from the file.
- * Every logit is bit-identical with and without packing (tests/engine/test_packed.c).
+ * each on its own; token_embd only as a tied output) gets a copy in the x86 kernels' panel
+ * layout (one layout for AVX-512, AVX-VNNI and AVX2), which they read at every token count
+ * instead of repacking per call; the file pages of its stored copy are then released
+ * (MADV_DONTNEED), so that RSS holds the packed copy (anonymous memory, as many bytes as the
+ * stored weights) instead of the file pages. The scalar kernels, forced after load, read the
+ * stored rows, which refault from the file. On AVX-512 every logit is bit-identical with and
+ * without packing; on the AVX2 levels the packed decode products are pe_matmul_ref's bits
+ * and the stored rows' GEMV tiles round differently, so logits differ by rounding
+ * (tests/engine/test_packed.c). Until the AVX2 levels had a GEMV on the packed copy they
+ * kept both (1B q8_0, PGD_ISA=avx2, bench_engine tg32: VmHWM 2233 MB packed, 1155 MB with
+ * PGD_PACK=0; now 1220 MB, decode within the noise of the stored rows' speed).
  * 1B q8_0 on AVX-512 (2 vCPUs): load 0.08 -> 0.73-0.91 s (the repack on every core);
  * VmRSS of pagoda run while it generates 1099 -> 1148 MB (1083 MB of packed copies; the
  * rest are embedding rows get_rows refaults, in 2 MiB file folios), of pagoda serve at
@@ -316,24 +321,21 @@ static void pack_task(void *ctx, uint32_t task, uint32_t thread)
     pack_job *j = ctx;
     pe_mat *w = j->mats[task];
     j->rc[task] = pe_mat_pack(w);
-    /* the AVX2 levels read the packed copy from pe__gemm_min_tok tokens on only: their
-     * decode GEMV keeps the stored rows */
-    if (j->rc[task] <= 0 || pe_isa_active() != PE_ISA_AVX512) return;
+    if (j->rc[task] <= 0) return;
     uintptr_t a = ((uintptr_t)w->data + j->page - 1) / j->page * j->page;
     uintptr_t e = ((uintptr_t)w->data + (size_t)w->n_out * w->row_bytes) / j->page * j->page;
     if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-/* Packs every Q8_0 product weight for the x86 kernels (pe_mat_pack: AVX-512 then reads
- * the packed copy at every token count; AVX2 and AVX-VNNI from pe__gemm_min_tok tokens on,
- * the stored rows below), unless PGD_PACK=0 or the kernels are scalar (pe_mat_pack
- * declines). Each view of phi3's fused
+/* Packs every Q8_0 product weight for the x86 kernels (pe_mat_pack: they then read the
+ * packed copy at every token count), unless PGD_PACK=0 or the kernels are scalar
+ * (pe_mat_pack declines). Each view of phi3's fused
  * tensors is packed on its own (any first row: the packer reads rows from the view's
  * data); token_embd only as a tied output, whose stored rows get_rows keeps reading. Then
  * the file pages of each packed tensor's stored copy are released from the process
  * (MADV_DONTNEED on the page-aligned interior of its rows: the mapping is private and
  * read-only, so they refault from the file if anything reads them again, e.g. get_rows of
- * a tied embedding or the AVX2 and reference kernels after pe_isa_force), so that RSS
+ * a tied embedding or the scalar kernels after pe_isa_force), so that RSS
  * holds the packed copy only. The matrices are packed on a pool of every core, one task
  * each. */
 static int pack_weights(pe_model *m, char *err, size_t errlen)

@@ -1,19 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_packed.c - Q8_0 weights packed at load (weights.c pack_weights, pe_mat_pack) change
- * no logit: the tiny Q8_0 llama of ../shared/models/reference (llama.cpp-quantized) loaded
- * with PGD_PACK=0 and with packing gives bit-identical logits for a prefill (every token's
- * logits, chunks of 37 and 5), 1- and 2-token decode chunks, and batched decode steps of 8
- * sequences (the serving step: the small-N kernel) and of 3 (GEMV-sized products mixed with
- * prefill chunks), on 1 and 2 threads; forced to AVX2 after load, the packed model's
- * products read the stored rows again (which madvise released: they refault from the file)
- * and equal the unpacked model's on AVX2. On a CPU without AVX-512 nothing is packed
- * (checked) and the comparison still runs.
+ * no logit on AVX-512: the tiny Q8_0 llama of ../shared/models/reference (llama.cpp-quantized)
+ * loaded with PGD_PACK=0 and with packing gives bit-identical logits for a prefill (every
+ * token's logits, chunks of 37 and 5), 1- and 2-token decode chunks, and batched decode
+ * steps of 8 sequences (the serving step: the small-N kernel) and of 3 (GEMV-sized products
+ * mixed with prefill chunks), on 1 and 2 threads. On the AVX2 levels (the CPU's, or forced
+ * after an AVX-512 load: they read the AVX-512 copy, the layout is one) the packed decode
+ * products are pe_matmul_ref's bits (test_ops: test_matmul_packed) and the stored rows' GEMV
+ * tiles round otherwise, so the logits agree within LOGIT_TOL and in their argmax. On a
+ * CPU without x86 kernels nothing is packed (checked) and the comparison is exact.
  * Models: argv[1] alone, else reference/models/tiny-llama-q8_0/tiny-llama-q8_0.gguf in the
  * models directory (tests/proc.h), and with argv[1] the pagoda binary and argv[2] a scratch
  * directory also tiny q8_0 phi3 (fused tensors: views) and qwen2 (tied output) models that
  * pagoda synth-model writes; skipped (77) when there is none.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,31 @@ static int compare(const float *a, const float *b, size_t n, uint32_t V, const c
     return 0;
 }
 
+/* The AVX2 levels: packed decode products are pe_matmul_ref's bits, the stored rows' GEMV
+ * tiles sum each row in 8 lanes, so the logits differ by rounding only: each within
+ * LOGIT_TOL of the unpacked one, the argmax of each row the same where it is clear. */
+#define LOGIT_TOL 1e-4
+static int compare_close(const float *a, const float *b, size_t n, uint32_t V, const char *what)
+{
+    double worst = 0;
+    for (size_t r = 0; r < n / V; r++) {
+        size_t ia = 0, ib = 0;
+        for (size_t i = r * V; i < (r + 1) * V; i++) {
+            const double e = fabs((double)a[i] - b[i]);
+            if (!(e <= LOGIT_TOL * (1 + fabs((double)a[i]))))
+                T_FAIL("%s: logit %zu (row %zu) packed %.9g vs unpacked %.9g", what, i, r, b[i],
+                       a[i]);
+            if (e > worst) worst = e;
+            if (a[i] > a[r * V + ia]) ia = i - r * V;
+            if (b[i] > b[r * V + ib]) ib = i - r * V;
+        }
+        if (ia != ib && fabs((double)a[r * V + ia] - a[r * V + ib]) > 1e-2)
+            T_FAIL("%s: row %zu argmax packed %zu, unpacked %zu", what, r, ib, ia);
+    }
+    printf("     %s: packed within %.3g of unpacked\n", what, worst);
+    return 0;
+}
+
 static const char *g_path;
 
 static int test_packed_equals_unpacked(void)
@@ -160,19 +187,27 @@ static int test_packed_equals_unpacked(void)
     const size_t n = n_out(V);
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     T_ASSERT(a && b);
+    const int exact = pe_isa_active() == PE_ISA_AVX512 || !x86;
     for (uint32_t th = 1; th <= 2; th++) {
         T_EQ(script(plain, th, a), 0);
         T_EQ(script(packed, th, b), 0);
-        T_EQ(compare(a, b, n, V, th == 1 ? "1 thread" : "2 threads"), 0);
+        if (exact)
+            T_EQ(compare(a, b, n, V, th == 1 ? "1 thread" : "2 threads"), 0);
+        else
+            T_EQ(compare_close(a, b, n, V, th == 1 ? "1 thread" : "2 threads"), 0);
     }
-    printf("     packed == unpacked logits (%zu per run, 1 and 2 threads)\n", n);
+    if (exact) printf("     packed == unpacked logits (%zu per run, 1 and 2 threads)\n", n);
     if (pe_isa_active() == PE_ISA_AVX512) {
-        pe_isa_force(PE_ISA_AVX2);
-        T_EQ(script(plain, 2, a), 0);
-        T_EQ(script(packed, 2, b), 0);
-        T_EQ(compare(a, b, n, V, "forced avx2"), 0);
+        static const pe_isa lower[2] = {PE_ISA_AVX2_VNNI, PE_ISA_AVX2};
+        for (int l = 0; l < 2; l++) {
+            if (!pe_isa_has(lower[l])) continue;
+            pe_isa_force(lower[l]);
+            T_EQ(script(plain, 2, a), 0);
+            T_EQ(script(packed, 2, b), 0);
+            T_EQ(compare_close(a, b, n, V, pe_isa_name(lower[l])), 0);
+        }
         pe_isa_force(pe_isa_detect());
-        printf("     forced to avx2 after packing: avx2 reads the avx512 copy, as unpacked\n");
+        printf("     forced lower after packing: they read the avx512 copy\n");
     }
     free(a);
     free(b);
