@@ -19,8 +19,9 @@
  * whose elements do not depend on the task's bounds (test_ops: test_batch_invariant).
  * The ISA is chosen once from the CPU (pe_isa_detect) and may be lowered by pe_isa_force;
  * PE_ISA_AVX2_VNNI (AVX2 + AVX-VNNI) runs the AVX2 kernels with vpdpbusd panels.
- * pe_mat_pack (AVX-512, Q8_0) repacks a matrix once into the panels of ops_avx512.c, whose
- * kernels then read that copy (pe_mat.packed) at every token count; the others read data.
+ * pe_mat_pack (Q8_0, x86 levels) repacks a matrix once into the panel layout of ops_avx512.c,
+ * which the AVX-512, AVX-VNNI and AVX2 kernels then read (pe_mat.packed) at every token
+ * count; the scalar kernels read data.
  * The environment variable PGD_ISA (scalar, avx2, avx2vnni, avx512; read once, at the first
  * product) lowers the default for every program of the engine (pagoda run/serve/bench, the
  * benches): a level this CPU cannot run falls back to the best it has, and an unknown value
